@@ -1,0 +1,44 @@
+# xpuruntime: the two commands of the quick start are `make demo` and `make test`.
+# Both build .venv/ from nothing the first time and reuse it afterwards.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+XRT := $(VENV)/bin/xrt
+# CPU torch where there is no NVIDIA GPU; the CUDA build where there is one.
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+EXTRAS := torch,bench,dashboard,dev
+STAMP := $(VENV)/.xrt-installed
+
+.PHONY: venv test test-fast demo lint clean help
+
+help:
+	@echo "make demo   # build .venv, benchmark, ingest into results/xrt.duckdb, gate, serve the dashboard"
+	@echo "make test   # build .venv and run the test suite (CPU; GPU tests skip without a GPU)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+ifeq ($(HAS_GPU),1)
+	$(PIP) install -q -c requirements/constraints.txt -e ".[$(EXTRAS)]"
+else
+	$(PIP) install -q -c requirements/constraints.txt "torch==2.13.0"
+	$(PIP) install -q -c requirements/constraints.txt -e ".[$(EXTRAS)]"
+endif
+	@touch $(STAMP)
+	@echo "xrt installed: $(XRT)"
+
+test: $(STAMP)
+	TRITON_INTERPRET=1 $(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(XRT) demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check xrt kernels benchmarks dashboard tests
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,42 @@
+"""``square`` in Triton: a flat elementwise kernel (the seed lecture's row-wise version, flattened).
+
+Flattening lets one program handle ``BLOCK_SIZE`` contiguous elements whatever the shape, so the
+loads and stores are fully coalesced and the grid is ``cdiv(n, BLOCK_SIZE)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import spaces
+
+
+@triton.jit
+def _square_kernel(
+    x_ptr,  # [n] input, contiguous, any float dtype
+    y_ptr,  # [n] output, contiguous, same dtype as x
+    n,  # number of elements
+    BLOCK_SIZE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * x, mask=mask)
+
+
+def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """``x * x`` for a tensor of any shape; ``config`` from the ``square.triton`` tuning space."""
+    cfg = spaces.check("square.triton", config or {})
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y
+    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
+    _square_kernel[grid](x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    return y

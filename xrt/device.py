@@ -1,0 +1,219 @@
+"""Device discovery: what is this machine's accelerator, and what are its facts?
+
+One :class:`DeviceInfo` per device, used by every later layer (timer, machine sidecar,
+tuned-config lookup, diag). CUDA facts come from torch.cuda plus NVML (nvidia-ml-py),
+XPU facts from torch.xpu, and the CPU is always there as the fallback.
+
+Importing this module imports neither torch nor NVML; :func:`discover` does, lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class DeviceInfo:
+    """Facts about one device. Fields that a backend cannot tell stay ``None``."""
+
+    kind: str  # "cuda" | "xpu" | "cpu"
+    index: int
+    name: str
+    compute_capability: str | None = None  # "9.0" on an H100
+    sm_count: int | None = None  # SMs (CUDA) / execution units (XPU) / cores (CPU)
+    l2_bytes: int | None = None
+    total_memory_bytes: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    max_mem_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    host: str = field(default_factory=platform.node)
+
+    @property
+    def torch_device(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    @property
+    def model_key(self) -> str:
+        """A short, filesystem-safe model name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
+        return "-".join(self.name.lower().replace("(", " ").replace(")", " ").split())
+
+    @property
+    def arch_key(self) -> str | None:
+        """``sm_90`` for compute capability 9.0; ``None`` off CUDA."""
+        if self.compute_capability is None:
+            return None
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        parts = [f"{self.torch_device}: {self.name}"]
+        if self.compute_capability:
+            parts.append(f"cc {self.compute_capability}")
+        if self.sm_count:
+            parts.append(f"{self.sm_count} {'SMs' if self.kind == 'cuda' else 'units'}")
+        if self.l2_bytes:
+            parts.append(f"L2 {self.l2_bytes / 2**20:.0f} MiB")
+        if self.total_memory_bytes:
+            parts.append(f"{self.total_memory_bytes / 2**30:.0f} GiB")
+        if self.max_sm_clock_mhz:
+            parts.append(f"SM clock max {self.max_sm_clock_mhz} MHz")
+        if self.driver:
+            parts.append(f"driver {self.driver}")
+        return ", ".join(parts)
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"torch": None, "triton": None, "cuda": None}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        out["cuda"] = torch.version.cuda
+    except ImportError:
+        pass
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def cpu_info() -> DeviceInfo:
+    name = platform.processor() or platform.machine() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    v = _versions()
+    return DeviceInfo(kind="cpu", index=0, name=name, sm_count=os.cpu_count(), torch=v["torch"],
+                      triton=v["triton"])
+
+
+def nvml_facts(index: int, nvml: Any = None) -> dict[str, Any]:
+    """Clocks, power limit, L2-independent facts from NVML for CUDA device ``index``.
+
+    ``nvml`` may be a stand-in module with pynvml's interface (tests use a fake NVML).
+    Returns ``{}`` when NVML is unavailable: NVML is a nice-to-have, never a reason to fail.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return {}
+    try:
+        nvml.nvmlInit()
+    except Exception:  # no driver, no NVML library
+        return {}
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        facts: dict[str, Any] = {}
+        for key, fn in (
+            ("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+            ("mem_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
+            ("max_sm_clock_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM)),
+            ("max_mem_clock_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_MEM)),
+            ("power_limit_w", lambda: nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0),
+            ("driver", lambda: _text(nvml.nvmlSystemGetDriverVersion())),
+        ):
+            try:
+                facts[key] = fn()
+            except Exception:
+                facts[key] = None
+        return facts
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def cuda_info(index: int) -> DeviceInfo:
+    import torch
+
+    p = torch.cuda.get_device_properties(index)
+    v = _versions()
+    info = DeviceInfo(
+        kind="cuda",
+        index=index,
+        name=p.name,
+        compute_capability=f"{p.major}.{p.minor}",
+        sm_count=p.multi_processor_count,
+        l2_bytes=getattr(p, "L2_cache_size", None),
+        total_memory_bytes=p.total_memory,
+        torch=v["torch"],
+        triton=v["triton"],
+        cuda=v["cuda"],
+    )
+    for k, val in nvml_facts(index).items():
+        setattr(info, k, val)
+    return info
+
+
+def xpu_info(index: int) -> DeviceInfo:
+    import torch
+
+    p = torch.xpu.get_device_properties(index)
+    v = _versions()
+    return DeviceInfo(
+        kind="xpu",
+        index=index,
+        name=p.name,
+        sm_count=getattr(p, "gpu_eu_count", None) or getattr(p, "max_compute_units", None),
+        total_memory_bytes=getattr(p, "total_memory", None),
+        driver=getattr(p, "driver_version", None),
+        torch=v["torch"],
+        triton=v["triton"],
+    )
+
+
+def discover() -> list[DeviceInfo]:
+    """Every accelerator torch can see (CUDA first, then XPU), and the CPU last."""
+    found: list[DeviceInfo] = []
+    try:
+        import torch
+    except ImportError:
+        return [cpu_info()]
+    if torch.cuda.is_available():
+        found += [cuda_info(i) for i in range(torch.cuda.device_count())]
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        found += [xpu_info(i) for i in range(xpu.device_count())]
+    found.append(cpu_info())
+    return found
+
+
+def default_device() -> DeviceInfo:
+    """The device xrt uses when none is named: the first accelerator, else the CPU.
+
+    ``XRT_DEVICE=cpu`` (or ``cuda:1``, ``xpu:0``) overrides it.
+    """
+    want = os.environ.get("XRT_DEVICE")
+    devices = discover()
+    if want:
+        for d in devices:
+            if d.torch_device == want or (want == d.kind and d.index == 0):
+                return d
+        have = ", ".join(d.torch_device for d in devices)
+        raise ValueError(f"XRT_DEVICE={want!r} is not on this machine; devices here: {have}")
+    return devices[0]

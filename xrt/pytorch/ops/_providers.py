@@ -1,0 +1,123 @@
+"""Providers of xrt ops, and the choice between them.
+
+Each provider has a ``missing(x)`` check that says why it cannot run this input (or ``None``);
+an explicitly chosen provider that cannot run fails with that reason, ``auto`` takes the first
+that can, in the device's preference order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from xrt.pytorch import policy
+
+# What ``auto`` tries, per device type, in order.
+AUTO_ORDER = {"cuda": ("triton", "cuda", "torch"), "xpu": ("xpu", "torch"), "cpu": ("torch",)}
+
+
+@dataclass(frozen=True)
+class Provider:
+    op: str
+    name: str
+    fn: Callable[..., torch.Tensor]
+    missing: Callable[[torch.Tensor], str | None]
+
+
+_REGISTRY: dict[str, dict[str, Provider]] = {}
+
+
+def register(op: str, name: str, missing: Callable[[torch.Tensor], str | None]):
+    """Decorator: ``fn`` implements ``op`` for provider ``name``."""
+    if name not in policy.PROVIDERS:
+        raise ValueError(f"unknown provider {name!r}; valid: {', '.join(policy.PROVIDERS)}")
+
+    def deco(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        _REGISTRY.setdefault(op, {})[name] = Provider(op, name, fn, missing)
+        return fn
+
+    return deco
+
+
+def providers(op: str) -> dict[str, Provider]:
+    return dict(_REGISTRY.get(op, {}))
+
+
+def get(op: str, name: str) -> Provider:
+    try:
+        return _REGISTRY[op][name]
+    except KeyError:
+        have = ", ".join(_REGISTRY.get(op, {})) or "none"
+        raise ValueError(f"op {op!r} has no provider {name!r}; registered: {have}") from None
+
+
+def choose(op: str, x: torch.Tensor, explicit: str | None = None) -> Provider:
+    """The provider that runs ``op`` on ``x`` under the policy in force."""
+    name = policy.resolve(op, explicit)
+    if name != policy.AUTO:
+        p = get(op, name)
+        why = p.missing(x)
+        if why:
+            raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
+        return p
+    for cand in AUTO_ORDER.get(x.device.type, ("torch",)):
+        p = _REGISTRY.get(op, {}).get(cand)
+        if p is not None and p.missing(x) is None:
+            return p
+    return get(op, "torch")
+
+
+def op_range(op: str, provider: str):
+    """The profiler range ``xrt::<op>[<provider>]`` around an op call (none while compiling:
+    Dynamo drops record_function anyway, and says so on every call)."""
+    import contextlib
+
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(f"xrt::{op}[{provider}]")
+
+
+# -- availability checks shared by all ops ------------------------------------------------------
+
+def torch_missing(x: torch.Tensor) -> str | None:
+    return None
+
+
+def triton_missing(x: torch.Tensor) -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (pip install xpuruntime[torch] on Linux x86_64)"
+    if x.device.type == "cuda":
+        return None
+    if x.device.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return None
+        return "the tensor is on the CPU; Triton runs there only under TRITON_INTERPRET=1"
+    if x.device.type == "xpu":
+        return "use provider 'xpu' for XPU tensors"
+    return f"Triton does not run on {x.device.type} tensors"
+
+
+def cuda_missing(x: torch.Tensor) -> str | None:
+    from xrt.kernels import cuda
+
+    why = cuda.missing()
+    if why:
+        return why
+    if x.device.type != "cuda":
+        return f"the tensor is on {x.device}, not on a CUDA device"
+    return None
+
+
+def xpu_missing(x: torch.Tensor) -> str | None:
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None or not xpu.is_available():
+        return "no Intel XPU is visible to torch.xpu (needs torch's XPU build and Intel's GPU driver)"
+    if x.device.type != "xpu":
+        return f"the tensor is on {x.device}, not on an XPU"
+    if importlib.util.find_spec("triton") is None:
+        return "triton (Intel's XPU backend ships with torch's XPU wheels) is not installed"
+    return None
