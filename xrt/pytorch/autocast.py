@@ -7,18 +7,28 @@ and computes in that dtype when it is set (and the input is a wider float).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 
 import torch
 
-_HINT: contextvars.ContextVar[torch.dtype | None] = contextvars.ContextVar("xrt_precision", default=None)
+# A plain stack rather than a ContextVar: torch.compile (Dynamo) traces reads of module globals
+# (and guards on them) but cannot trace ContextVar.get.
+_HINTS: list[torch.dtype | None] = []
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def get_precision_hint() -> torch.dtype | None:
     """The dtype of the innermost active :func:`autocast`, or ``None`` outside one."""
-    return _HINT.get()
+    return _HINTS[-1] if _HINTS else None
+
+
+@contextlib.contextmanager
+def _hint(dtype: torch.dtype | None) -> Iterator[None]:
+    _HINTS.append(dtype)
+    try:
+        yield
+    finally:
+        _HINTS.pop()
 
 
 def _default_device_type() -> str:
@@ -45,25 +55,14 @@ def autocast(dtype: torch.dtype = torch.float16, enabled: bool = True, cache_ena
     device_type = device_type or _default_device_type()
     if device_type not in ("cuda", "xpu", "cpu"):
         raise ValueError(f"autocast device_type must be 'cuda', 'xpu' or 'cpu', got {device_type!r}")
-    if not enabled:
-        with torch.autocast(device_type, dtype=dtype, enabled=False):
-            token = _HINT.set(None)
-            try:
-                yield
-            finally:
-                _HINT.reset(token)
-        return
-    with torch.autocast(device_type, dtype=dtype, enabled=True, cache_enabled=cache_enabled):
-        token = _HINT.set(dtype)
-        try:
+    with torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled):
+        with _hint(dtype if enabled else None):
             yield
-        finally:
-            _HINT.reset(token)
 
 
 def cast_for_hint(x: torch.Tensor) -> torch.Tensor:
     """What an xrt op applies to its floating inputs: fp32/fp64 -> the hint dtype, if any."""
-    hint = _HINT.get()
+    hint = get_precision_hint()
     if hint is not None and x.is_floating_point() and x.dtype not in _LOW_PRECISION:
         return x.to(hint)
     return x

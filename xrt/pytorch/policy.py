@@ -21,7 +21,6 @@ Tuned configs are keyed by (op, device, dtype, shape bucket), see :meth:`KernelP
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import math
 import os
@@ -240,7 +239,8 @@ def _parse_env_policy(text: str) -> KernelPolicy:
 
 # The only global state of xrt: the policy store.
 _global_policy: KernelPolicy | None = None
-_scoped: contextvars.ContextVar[tuple[KernelPolicy, ...]] = contextvars.ContextVar("xrt_policy", default=())
+# Scoped policies, innermost last. A plain list (not a ContextVar) so torch.compile can trace it.
+_scoped: list[KernelPolicy] = []
 
 
 def _apply_switches(policy: KernelPolicy | None) -> None:
@@ -282,18 +282,18 @@ def clear_kernel_policy() -> None:
 def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator[KernelPolicy]:
     """A policy for the ``with`` block only; it wins over the global one for the ops it names."""
     scoped = policy if policy is not None else KernelPolicy(**kwargs)
-    token = _scoped.set(_scoped.get() + (scoped,))
-    _apply_switches(effective_policy_for_switches())
+    _scoped.append(scoped)
     try:
+        _apply_switches(effective_policy_for_switches())
         yield scoped
     finally:
-        _scoped.reset(token)
+        _scoped.pop()
         _apply_switches(effective_policy_for_switches())
 
 
 def _layers() -> list[KernelPolicy]:
     """Policies from highest to lowest precedence."""
-    layers = list(reversed(_scoped.get()))
+    layers = list(reversed(_scoped))
     if _global_policy is not None:
         layers.append(_global_policy)
     env = os.environ.get("XRT_KERNEL_POLICY")

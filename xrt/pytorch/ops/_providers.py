@@ -94,6 +94,8 @@ def triton_missing(x: torch.Tensor) -> str | None:
         return None
     if x.device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") == "1":
+            if x.dtype == torch.bfloat16:  # numpy has no bfloat16: the interpreter returns NaNs
+                return "Triton's CPU interpreter (TRITON_INTERPRET=1) cannot compute in bfloat16"
             return None
         return "the tensor is on the CPU; Triton runs there only under TRITON_INTERPRET=1"
     if x.device.type == "xpu":

@@ -1,0 +1,87 @@
+"""What expandable segments do to reserved memory on a fragmenting workload.
+
+The workload grows and shrinks a set of live tensors whose sizes change every step (as a
+varying sequence length does), keeping some of each step's tensors alive. With fixed-size
+segments, freed blocks of the old sizes cannot serve the new ones, so the caching allocator
+reserves more and more; expandable segments grow one range in place and reuse it.
+
+asv runs each benchmark in its own process, so the allocator mode is set before any allocation.
+``python -m benchmarks.bench_allocator`` prints both modes side by side (each in a fresh process).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+MIB = 2**20
+
+
+def fragmenting_workload(steps: int = 60, seed: int = 0) -> dict[str, int]:
+    """Run the workload on the current CUDA device; peak allocated and reserved bytes."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    gen = torch.Generator().manual_seed(seed)
+    keep: list = []
+    for step in range(steps):
+        seq = int(torch.randint(256, 4096, (1,), generator=gen))
+        batch = [torch.empty(seq * 1024 * (k + 1), dtype=torch.uint8, device="cuda") for k in range(8)]
+        keep.append(batch[step % 8])  # one tensor of each step outlives it
+        if len(keep) > 12:
+            keep.pop(0)
+        del batch
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    out = {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"]}
+    del keep
+    torch.cuda.empty_cache()
+    return out
+
+
+class AllocatorFragmentation:
+    params = [False, True]
+    param_names = ["expandable_segments"]
+    unit = "MiB"
+
+    def setup(self, expandable: bool) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NotImplementedError("needs a CUDA device")  # asv records a skip
+        import xrt.pytorch as xp
+
+        xp.set_allocator(expandable)
+
+    def track_peak_reserved(self, expandable: bool) -> float:
+        return fragmenting_workload()["peak_reserved"] / MIB
+
+    def track_peak_allocated(self, expandable: bool) -> float:
+        return fragmenting_workload()["peak_allocated"] / MIB
+
+
+def _one(expandable: bool) -> dict[str, int]:
+    import xrt.pytorch as xp
+
+    xp.set_allocator(expandable)
+    return fragmenting_workload()
+
+
+def main() -> None:
+    rows = []
+    for expandable in (False, True):
+        code = f"import json, benchmarks.bench_allocator as b; print(json.dumps(b._one({expandable})))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        rows.append((expandable, json.loads(out.stdout.strip().splitlines()[-1])))
+    print("| expandable_segments | peak allocated (MiB) | peak reserved (MiB) | reserved / allocated |")
+    print("| --- | ---: | ---: | ---: |")
+    for expandable, r in rows:
+        print(f"| {expandable} | {r['peak_allocated'] / MIB:.0f} | {r['peak_reserved'] / MIB:.0f} | "
+              f"{r['peak_reserved'] / r['peak_allocated']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

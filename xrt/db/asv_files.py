@@ -1,0 +1,380 @@
+"""Parse what asv (and xrt's timing layer) leaves in a results directory.
+
+- result files, asv schema 2 (``result_columns`` + positional rows) and the older schema 1
+  (``results[name]`` a scalar or ``{"result", "params", "stats", "samples"}``), following
+  ``asv/results.py`` (``Results.load``, ``Results.update_to_2``, ``_compatible_results``);
+- ``benchmarks.json`` (type, unit, params, param_names, version, optional bytes/flops/sol_s);
+- ``<machine>/machine.json``;
+- sidecars ``<result-file-stem>.xrt.json`` with GPU and software facts, and ``gpu`` / ``xrt`` keys
+  in machine.json or a result file's ``params``.
+
+A result file becomes one :class:`ParsedRun`: the run's facts plus flat column lists with one
+entry per benchmark x parameter combination. Parsing is all-or-nothing per file: any problem
+raises :class:`BadFile` and the file contributes no rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The column lists of a parsed run, in the order of the `results` table's raw part.
+VALUE_COLUMNS = (
+    "benchmark", "param_index", "params", "param_key", "value", "status", "samples",
+    "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat", "version", "started_at_ms",
+    "duration", "bytes", "flops", "sol_s",
+)
+
+SIDECAR_SUFFIX = ".xrt.json"
+_NOT_RESULTS = {"machine.json", "benchmarks.json"}
+
+
+class BadFile(Exception):
+    """A file that cannot be ingested; the message is the reason (no file name)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass
+class ParsedRun:
+    """One result file, flattened."""
+
+    machine: str
+    commit_hash: str
+    env_name: str | None
+    date_ms: int | None
+    python: str | None
+    schema: int
+    params: dict[str, Any]
+    requirements: dict[str, Any]
+    facts: dict[str, Any]
+    columns: dict[str, list] = field(default_factory=dict)
+    unknown_benchmarks: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.columns["benchmark"])
+
+
+def loads(data: bytes) -> Any:
+    """``json.loads`` that names truncation and corruption as such."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadFile("corrupt", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()):
+            raise BadFile("truncated", f"truncated JSON (ends at line {e.lineno} col {e.colno})") from None
+        raise BadFile("corrupt", f"invalid JSON: {e.msg} at line {e.lineno} col {e.colno}") from None
+
+
+def is_result_file(path: Path) -> bool:
+    return path.suffix == ".json" and path.name not in _NOT_RESULTS and not path.name.endswith(SIDECAR_SUFFIX)
+
+
+def sidecar_path(result_path: Path) -> Path:
+    return result_path.with_name(result_path.name[: -len(".json")] + SIDECAR_SUFFIX)
+
+
+# ---------------------------------------------------------------- benchmarks.json, machine.json
+
+
+@dataclass
+class Benchmark:
+    name: str
+    type: str | None
+    unit: str | None
+    params: list
+    param_names: list
+    version: str | None
+    bytes: list | None  # per parameter combination (product order), or None
+    flops: list | None
+    sol_s: list | None
+    attrs: dict[str, Any]
+
+
+def _per_combo(v: Any, n: int) -> list | None:
+    """A formula input given as a scalar (same for every combination) or a list per combination."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return [float(v)] * n
+    if isinstance(v, list) and len(v) == n and all(x is None or isinstance(x, (int, float)) for x in v):
+        return [None if x is None else float(x) for x in v]
+    return None
+
+
+def n_combos(params: list) -> int:
+    n = 1
+    for p in params:
+        n *= len(p)
+    return n
+
+
+def parse_benchmarks(data: bytes) -> dict[str, Benchmark]:
+    d = loads(data)
+    if not isinstance(d, dict):
+        raise BadFile("unknown-format", "benchmarks.json is not a JSON object")
+    out: dict[str, Benchmark] = {}
+    for name, b in d.items():
+        if name == "version" or not isinstance(b, dict):
+            continue
+        params = b.get("params") or []
+        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+            params = []
+        n = n_combos(params)
+        attrs = {k: v for k, v in b.items() if k not in ("code",)}
+        out[name] = Benchmark(
+            name=name, type=b.get("type"), unit=b.get("unit"), params=params,
+            param_names=b.get("param_names") or [], version=b.get("version"),
+            bytes=_per_combo(b.get("bytes", b.get("bytes_moved")), n), flops=_per_combo(b.get("flops"), n),
+            sol_s=_per_combo(b.get("sol_s", b.get("sol_seconds")), n), attrs=attrs,
+        )
+    return out
+
+
+def parse_machine(data: bytes) -> dict[str, Any]:
+    d = loads(data)
+    if not isinstance(d, dict):
+        raise BadFile("unknown-format", "machine.json is not a JSON object")
+    return d
+
+
+# ---------------------------------------------------------------- GPU / software facts
+
+_FACT_KEYS = {
+    "gpu_model": ("gpu_model", "gpu_name", "model", "name", "gpu"),
+    "driver": ("driver", "driver_version"),
+    "cuda": ("cuda", "cuda_version"),
+    "torch": ("torch", "torch_version"),
+    "triton": ("triton", "triton_version"),
+    "sm_clock_mhz": ("sm_clock_mhz", "sm_clock", "clock_sm_mhz"),
+    "mem_clock_mhz": ("mem_clock_mhz", "mem_clock", "clock_mem_mhz"),
+    "throttle_share": ("throttle_share", "throttle_fraction", "throttled_share"),
+    "peak_gbps": ("peak_gbps", "sol_gbps", "peak_bandwidth_gbps"),
+    "peak_tflops": ("peak_tflops", "sol_tflops"),
+}
+
+
+def _flatten(d: Any, out: dict[str, Any]) -> None:
+    if not isinstance(d, dict):
+        return
+    for k, v in d.items():
+        if isinstance(v, dict):
+            _flatten(v, out)
+        elif isinstance(k, str):
+            out.setdefault(k.lower(), v)
+
+
+def gpu_facts(*sources: Any) -> dict[str, Any]:
+    """Merge fact dicts (first wins) and pick out the well-known ones; all of them stay in ``all``."""
+    merged: dict[str, Any] = {}
+    for s in sources:
+        if isinstance(s, str):  # e.g. machine.json {"gpu": "NVIDIA H100"}
+            s = {"gpu_model": s}
+        if isinstance(s, dict):
+            for k, v in s.items():
+                merged.setdefault(k, v)
+    flat: dict[str, Any] = {}
+    _flatten(merged, flat)
+    known: dict[str, Any] = {}
+    for fact, keys in _FACT_KEYS.items():
+        for k in keys:
+            v = flat.get(k)
+            if v is not None and not isinstance(v, (list, dict)):
+                known[fact] = v
+                break
+    known["all"] = merged
+    return known
+
+
+def facts_from(d: dict[str, Any]) -> list[Any]:
+    """GPU fact sources inside a machine.json or a result file's params: ``gpu``/``xrt`` keys."""
+    return [d[k] for k in ("xrt", "gpu") if isinstance(d, dict) and d.get(k) is not None]
+
+
+# ---------------------------------------------------------------- result files
+
+_V2_COLS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile")
+
+
+def _v1_to_rows(d: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
+    """asv schema 1 -> schema 2 rows (what ``Results.update_to_2`` does, minus rounding)."""
+    started = d.get("started_at") or {}
+    duration = d.get("duration") or {}
+    bversion = d.get("benchmark_version") or {}
+    rows: dict[str, list] = {}
+    for name, value in d["results"].items():
+        if not isinstance(value, dict):
+            value = {"result": [value], "samples": None, "stats": None, "params": []}
+        result = value.get("result")
+        if result is not None and not isinstance(result, list):
+            result = [result]
+        stats = value.get("stats")
+        if stats is not None and not isinstance(stats, list):
+            stats = [stats]
+
+        def stat(get, stats=stats):
+            if stats is None:
+                return None
+            return [None if z is None else get(z) for z in stats]
+
+        def ci(z, i):
+            c = z.get("ci_99")
+            return c[i] if isinstance(c, list) and len(c) == 2 else None
+
+        rows[name] = [
+            result, value.get("params") or [], bversion.get(name), started.get(name), duration.get(name),
+            stat(lambda z: ci(z, 0)), stat(lambda z: ci(z, 1)), stat(lambda z: z.get("q_25")),
+            stat(lambda z: z.get("q_75")), stat(lambda z: z.get("number")), stat(lambda z: z.get("repeat")),
+            value.get("samples"), None,
+        ]
+    return list(_V2_COLS), rows
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | None,
+                 sidecar: dict[str, Any] | None = None, machine_facts: list[Any] | None = None) -> ParsedRun:
+    """Flatten one asv result file. ``known`` is benchmarks.json (None: not available)."""
+    d = loads(data)
+    if not isinstance(d, dict):
+        raise BadFile("unknown-format", "not a JSON object")
+    schema = d.get("version", 1)
+    if "results" not in d or "commit_hash" not in d or not isinstance(d["results"], dict):
+        raise BadFile("unknown-format", "not an asv result file (no 'results' / 'commit_hash')")
+    if schema == 2:
+        cols = d.get("result_columns")
+        if not isinstance(cols, list) or "result" not in cols:
+            raise BadFile("unknown-format", "asv schema 2 file without 'result_columns'")
+        rows = d["results"]
+    elif schema == 1:
+        cols, rows = _v1_to_rows(d)
+    else:
+        raise BadFile("unknown-format", f"unknown asv result schema version {schema!r} (know 1 and 2)")
+    if not isinstance(d["commit_hash"], str) or not d["commit_hash"]:
+        raise BadFile("unknown-format", "'commit_hash' is not a string")
+
+    pos = {c: i for i, c in enumerate(cols)}
+    i_res = pos["result"]
+
+    def getter(name):
+        i = pos.get(name)
+        if i is None:
+            return lambda row: None
+        return lambda row: row[i] if i < len(row) else None
+
+    g_params, g_version, g_started, g_duration = (getter(c) for c in ("params", "version", "started_at", "duration"))
+    g_stats = [getter(c) for c in ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",
+                                   "stats_number", "stats_repeat")]
+    g_samples = getter("samples")
+
+    sc_bench = (sidecar or {}).get("benchmarks") if isinstance(sidecar, dict) else None
+    cl: dict[str, list] = {c: [] for c in VALUE_COLUMNS}
+    (c_bench, c_pidx, c_params, c_pkey, c_value, c_status, c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep,
+     c_ver, c_start, c_dur, c_bytes, c_flops, c_sol) = (cl[c] for c in VALUE_COLUMNS)
+    unknown: list[str] = []
+    for name, row in rows.items():
+        if not isinstance(row, list) or len(row) <= i_res:
+            raise BadFile("unknown-format", f"benchmark {name!r}: result row is not a list with a 'result'")
+        result = row[i_res]
+        params = g_params(row) or []
+        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+            raise BadFile("unknown-format", f"benchmark {name!r}: 'params' is not a list of lists")
+        n = n_combos(params)
+        if result is None:
+            values = [None] * n  # build failure or the whole benchmark failed
+        elif isinstance(result, list):
+            values = result
+        else:
+            values = [result]
+        if len(values) != n:
+            raise BadFile("unknown-format", f"benchmark {name!r}: {len(values)} results for {n} parameter "
+                          "combinations")
+        stats = []
+        for g in g_stats:
+            s = g(row)
+            if s is None:
+                s = [None] * n
+            elif not isinstance(s, list):
+                s = [s]
+            if len(s) != n:
+                raise BadFile("unknown-format", f"benchmark {name!r}: stats of length {len(s)}, expected {n}")
+            stats.append(s)
+        samples = g_samples(row)
+        if samples is None:
+            samples = [None] * n
+        elif not isinstance(samples, list) or len(samples) != n:
+            raise BadFile("unknown-format", f"benchmark {name!r}: samples do not match its {n} results")
+        version, started, duration = g_version(row), g_started(row), _num(g_duration(row))
+        if started is not None and not isinstance(started, int):
+            started = None
+        b = known.get(name) if known is not None else None
+        if known is not None and b is None:
+            unknown.append(name)
+        sc = sc_bench.get(name) if isinstance(sc_bench, dict) else None
+        fb = fs = fl = None
+        if isinstance(sc, dict):
+            fb = _per_combo(sc.get("bytes", sc.get("bytes_moved")), n)
+            fl = _per_combo(sc.get("flops"), n)
+            fs = _per_combo(sc.get("sol_s", sc.get("sol_seconds")), n)
+        if b is not None and (len(b.params) == len(params)) and n_combos(b.params) == n:
+            fb, fl, fs = fb or b.bytes, fl or b.flops, fs or b.sol_s
+        combos = [list(c) for c in itertools.product(*params)] if params else [[]]
+        for j, v in enumerate(values):
+            if v is None:
+                st = "failed"
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise BadFile("unknown-format", f"benchmark {name!r}: result {v!r} is not a number")
+            elif v != v:  # NaN: asv's "skipped"
+                st, v = "skipped", None
+            elif math.isinf(v):
+                st, v = "failed", None
+            else:
+                st = "ok"
+            combo = combos[j]
+            c_bench.append(name)
+            c_pidx.append(j)
+            c_params.append(combo)
+            c_pkey.append(", ".join(combo))
+            c_value.append(v)
+            c_status.append(st)
+            sm = samples[j]
+            c_samples.append(sm if isinstance(sm, list) else None)
+            c_a.append(stats[0][j])
+            c_b.append(stats[1][j])
+            c_q25.append(stats[2][j])
+            c_q75.append(stats[3][j])
+            c_num.append(stats[4][j])
+            c_rep.append(stats[5][j])
+            c_ver.append(version if isinstance(version, str) else None)
+            c_start.append(started)
+            c_dur.append(duration)
+            c_bytes.append(fb[j] if fb else None)
+            c_flops.append(fl[j] if fl else None)
+            c_sol.append(fs[j] if fs else None)
+
+    rparams = d.get("params") if isinstance(d.get("params"), dict) else {}
+    machine = rparams.get("machine") or machine_dir
+    date = d.get("date")
+    facts = gpu_facts(sidecar if isinstance(sidecar, dict) else None, *facts_from(rparams), *(machine_facts or []))
+    return ParsedRun(
+        machine=str(machine), commit_hash=d["commit_hash"], env_name=d.get("env_name"),
+        date_ms=date if isinstance(date, int) and not isinstance(date, bool) else None,
+        python=d.get("python"), schema=schema, params=rparams,
+        requirements=d.get("requirements") if isinstance(d.get("requirements"), dict) else {},
+        facts=facts, columns=cl, unknown_benchmarks=unknown,
+    )
