@@ -1,9 +1,8 @@
 """What expandable segments do to reserved memory on a fragmenting workload.
 
-The workload grows and shrinks a set of live tensors whose sizes change every step (as a
-varying sequence length does), keeping some of each step's tensors alive. With fixed-size
-segments, freed blocks of the old sizes cannot serve the new ones, so the caching allocator
-reserves more and more; expandable segments grow one range in place and reuse it.
+The workload allocates buffers that grow a little every step (as a growing sequence length or
+batch does). With fixed-size segments, freed blocks of the old sizes cannot serve the new ones,
+so the caching allocator reserves more and more; expandable segments grow one range in place.
 
 asv runs each benchmark in its own process, so the allocator mode is set before any allocation.
 ``python -m benchmarks.bench_allocator`` prints both modes side by side (each in a fresh process).
@@ -18,26 +17,30 @@ import sys
 MIB = 2**20
 
 
-def fragmenting_workload(steps: int = 60, seed: int = 0) -> dict[str, int]:
-    """Run the workload on the current CUDA device; peak allocated and reserved bytes."""
+def fragmenting_workload(steps: int = 40, base_mib: int = 64) -> dict[str, int]:
+    """Run the workload on the current CUDA device; peak allocated and reserved bytes.
+
+    Every step allocates a pair of buffers a little larger than the last step's (a growing
+    sequence length), then frees the last step's. With fixed-size segments no freed block is
+    big enough for the next, larger request, so each step maps a new segment and the cache keeps
+    the old ones; expandable segments merge the freed neighbours and grow the range in place.
+    """
     import torch
 
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    gen = torch.Generator().manual_seed(seed)
-    keep: list = []
+    prev = None
     for step in range(steps):
-        seq = int(torch.randint(256, 4096, (1,), generator=gen))
-        batch = [torch.empty(seq * 1024 * (k + 1), dtype=torch.uint8, device="cuda") for k in range(8)]
-        keep.append(batch[step % 8])  # one tensor of each step outlives it
-        if len(keep) > 12:
-            keep.pop(0)
-        del batch
+        size = (base_mib + step) * MIB
+        cur = (torch.empty(size, dtype=torch.uint8, device="cuda"),
+               torch.empty(size // 2, dtype=torch.uint8, device="cuda"))
+        cur[0].fill_(1)  # touch the memory, as real activations would
+        prev = cur
+    del prev, cur
     torch.cuda.synchronize()
     stats = torch.cuda.memory_stats()
     out = {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"]}
-    del keep
     torch.cuda.empty_cache()
     return out
 

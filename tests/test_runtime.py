@@ -95,9 +95,10 @@ def test_allocator_expandable_segments_change_reserved_memory():
         xp.reset_allocator()
     assert xp.allocator_settings() == {"expandable_segments": False}
     default = fragmenting_workload()
-    # Same live bytes in both runs; the allocator mode changes only what is reserved around them.
-    assert expandable["peak_allocated"] == default["peak_allocated"]
-    assert expandable["peak_reserved"] < default["peak_reserved"]
+    # About the same live bytes in both runs (expandable segments round to 2 MiB pages); the mode
+    # changes what is reserved around them: far less with expandable segments.
+    assert abs(expandable["peak_allocated"] - default["peak_allocated"]) < 0.05 * default["peak_allocated"]
+    assert expandable["peak_reserved"] < 0.5 * default["peak_reserved"]
 
 
 class FakeNVML:

@@ -22,7 +22,12 @@ def _require_cuda() -> None:
 
 
 def _apply(expandable: bool) -> None:
-    torch.cuda.memory._set_allocator_settings(f"expandable_segments:{expandable}")
+    setting = f"expandable_segments:{expandable}"
+    new_api = getattr(torch._C, "_accelerator_setAllocatorSettings", None)  # torch >= 2.9
+    if new_api is not None:
+        new_api(setting)
+    else:
+        torch.cuda.memory._set_allocator_settings(setting)
     _state["expandable_segments"] = expandable
 
 

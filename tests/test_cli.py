@@ -1,0 +1,61 @@
+"""The xrt command: help lists every sub-command, errors go to stderr with a non-zero exit."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xrt.cli import COMMANDS
+
+XRT = [sys.executable, "-m", "xrt.cli"]
+
+
+def run(*args, env=None):
+    return subprocess.run(XRT + list(args), capture_output=True, text=True, env=env)
+
+
+def test_help_lists_every_subcommand():
+    out = run("--help")
+    assert out.returncode == 0
+    for name, _, _ in COMMANDS:
+        assert name in out.stdout
+    for name in ("diag", "bench", "db", "regressions", "gate", "tune", "dashboard"):
+        assert f"    {name}" in out.stdout
+
+
+def test_unknown_subcommand_is_an_error_on_stderr():
+    out = run("frobnicate")
+    assert out.returncode != 0 and out.stdout == ""
+    assert "invalid choice: 'frobnicate'" in out.stderr
+
+
+def test_no_subcommand_prints_usage_and_fails():
+    out = run()
+    assert out.returncode == 2 and "usage: xrt" in out.stderr
+
+
+def test_device_json_has_the_cpu():
+    out = run("device", "--json")
+    assert out.returncode == 0, out.stderr
+    kinds = [d["kind"] for d in json.loads(out.stdout)]
+    assert kinds[-1] == "cpu"
+
+
+def test_bad_environment_is_a_one_line_error(monkeypatch):
+    import os
+
+    env = dict(os.environ, XRT_DEVICE="cuda:9")
+    out = run("kernels", "list", env=env)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("xrt kernels: error: XRT_DEVICE='cuda:9' is not on this machine; "
+                                  "devices here: " + ", ".join(
+                                      d["kind"] if d["kind"] == "cpu" else f"{d['kind']}:{d['index']}"
+                                      for d in json.loads(run("device", "--json").stdout)))
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_default_device():
+    out = run("demo", "--no-serve")
+    assert out.returncode == 0, out.stderr
+    assert "square on" in out.stdout and "torch" in out.stdout

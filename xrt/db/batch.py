@@ -1,0 +1,175 @@
+"""Turn result files into Arrow tables, in worker processes when there are many.
+
+Each chunk of files becomes one Arrow table (one row per benchmark x parameter combination,
+with a ``file_idx`` column) plus, per file, either its run facts or the reason it was refused.
+The table is inserted into DuckDB in one statement: no row-by-row inserts.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xrt.db import asv_files as A
+
+ARROW_TYPES: dict[str, Any] = {}
+
+
+def _types():
+    import pyarrow as pa
+
+    if not ARROW_TYPES:
+        f64, s = pa.float64(), pa.string()
+        ARROW_TYPES.update({
+            "benchmark": s, "param_index": pa.int32(), "params": pa.list_(s), "param_key": s, "value": f64,
+            "status": s, "samples": pa.list_(f64), "ci_99_a": f64, "ci_99_b": f64, "q25": f64, "q75": f64,
+            "number": f64, "repeat": f64, "version": s, "started_at_ms": pa.int64(), "duration": f64,
+            "bytes": f64, "flops": f64, "sol_s": f64,
+        })
+    return ARROW_TYPES
+
+
+def empty_table():
+    import pyarrow as pa
+
+    t = _types()
+    return pa.table({**{c: pa.array([], t[c]) for c in A.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
+
+
+def _to_table(cols: dict[str, list], file_idx: list[int]):
+    import pyarrow as pa
+
+    t = _types()
+    arrays = {c: pa.array(cols[c], type=t[c]) for c in A.VALUE_COLUMNS}
+    arrays["file_idx"] = pa.array(file_idx, type=pa.int32())
+    return pa.table(arrays)
+
+
+@dataclass
+class FileOutcome:
+    """What became of one result file: a run (``run`` set) or a refusal (``kind``/``reason`` set)."""
+
+    file: str
+    content_hash: str
+    run: dict[str, Any] | None = None
+    unknown_benchmarks: list[str] | None = None
+    kind: str | None = None
+    reason: str | None = None
+    run_commit: str | None = None
+
+
+def content_hash(data: bytes, sidecar: bytes | None = None) -> str:
+    h = hashlib.sha256(data)
+    if sidecar is not None:
+        h.update(b"\0xrt-sidecar\0")
+        h.update(sidecar)
+    return h.hexdigest()[:32]
+
+
+def read_with_sidecar(path: Path) -> tuple[bytes, bytes | None]:
+    data = path.read_bytes()
+    sc = A.sidecar_path(path)
+    try:
+        return data, sc.read_bytes()
+    except FileNotFoundError:
+        return data, None
+
+
+def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
+                machine_facts: dict[str, list[Any]]) -> tuple[list[FileOutcome], Any]:
+    """Parse ``files`` (paths relative to ``root``); returns outcomes and one Arrow table."""
+    enabled = gc.isenabled()
+    gc.disable()  # millions of small objects: the collector only costs time here
+    try:
+        outcomes: list[FileOutcome] = []
+        cols: dict[str, list] = {c: [] for c in A.VALUE_COLUMNS}
+        file_idx: list[int] = []
+        per_file: list[tuple[int, dict[str, list]]] = []
+        for rel in files:
+            path = Path(root) / rel
+            try:
+                data, sc_bytes = read_with_sidecar(path)
+            except OSError as e:
+                outcomes.append(FileOutcome(rel, "", kind="unreadable", reason=f"cannot read: {e.strerror}"))
+                continue
+            h = content_hash(data, sc_bytes)
+            try:
+                sidecar = None
+                if sc_bytes is not None:
+                    try:
+                        sidecar = A.loads(sc_bytes)
+                    except A.BadFile as e:
+                        raise A.BadFile(e.kind, f"sidecar {A.sidecar_path(path).name}: {e}") from None
+                machine_dir = Path(rel).parts[0] if len(Path(rel).parts) > 1 else ""
+                pr = A.parse_result(data, machine_dir, known, sidecar, machine_facts.get(machine_dir))
+            except A.BadFile as e:
+                outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
+                continue
+            except RecursionError:
+                outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
+                continue
+            counts = collections.Counter(pr.columns["status"])
+            starts = [s for s in pr.columns["started_at_ms"] if s is not None]
+            run = {
+                "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
+                "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
+                "params": pr.params, "requirements": pr.requirements, "facts": pr.facts,
+                "n_values": pr.n, "n_ok": counts["ok"], "n_failed": counts["failed"],
+                "n_skipped": counts["skipped"], "started_ms": min(starts) if starts else None,
+            }
+            i = len(outcomes)
+            outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks))
+            per_file.append((i, pr.columns))
+            for c in A.VALUE_COLUMNS:
+                cols[c].extend(pr.columns[c])
+            file_idx.extend([i] * pr.n)
+        try:
+            table = _to_table(cols, file_idx) if file_idx else empty_table()
+        except Exception:  # a value of the wrong type somewhere: find the file, refuse it alone
+            import pyarrow as pa
+
+            tables = []
+            for i, c in per_file:
+                try:
+                    tables.append(_to_table(c, [i] * len(c["benchmark"])))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+                    o = outcomes[i]
+                    o.run, o.kind, o.reason = None, "unknown-format", f"a value of the wrong type: {e}"
+            table = pa.concat_tables(tables) if tables else empty_table()
+        return outcomes, table
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _worker(args):
+    return parse_chunk(*args)
+
+
+def parse_all(root: Path, files: list[str], known, machine_facts, jobs: int | None = None, progress=None):
+    """Parse every file; in ``jobs`` processes (default: the CPU count) when there are many."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(files) < 200:
+        chunks = [files[i:i + 500] for i in range(0, len(files), 500)]
+        for n, ch in enumerate(chunks):
+            yield parse_chunk(str(root), ch, known, machine_facts)
+            if progress:
+                progress(min((n + 1) * 500, len(files)), len(files))
+        return
+    import multiprocessing as mp
+
+    size = max(50, min(400, len(files) // (jobs * 4) or 1))
+    chunks = [files[i:i + size] for i in range(0, len(files), size)]
+    done = 0
+    # spawn, not fork: the parent may hold DuckDB's and Arrow's threads, which fork does not copy.
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        for ch, out in zip(chunks, pool.imap(_worker, [(str(root), ch, known, machine_facts) for ch in chunks])):
+            done += len(ch)
+            yield out
+            if progress:
+                progress(done, len(files))

@@ -1,0 +1,357 @@
+"""``xrt db ingest``: asv results (and git history) into the database, incrementally and atomically.
+
+The plan: hash every file; skip those whose hash the database already holds; parse the rest
+(in worker processes) into Arrow tables; then, in one writer transaction on a private copy of
+the database (:func:`xrt.db.store.write`), replace the rows of every changed file, record the
+refused files in ``ingest_errors`` and swap the copy in. Nothing changed: nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from xrt.db import asv_files as A
+from xrt.db import batch, git, schema, store
+
+
+@dataclass
+class Report:
+    files_total: int = 0
+    ingested: int = 0
+    unchanged: int = 0
+    errors: list[tuple[str, str, str]] = field(default_factory=list)  # (file, kind, reason)
+    values_ok: int = 0
+    failures: int = 0
+    skips: int = 0
+    seconds: float = 0.0
+    wrote: bool = False
+    notices: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{self.ingested} files ingested, {self.unchanged} unchanged, {len(self.errors)} errors; "
+                f"{self.values_ok} values, {self.failures} failures, {self.skips} skips; {self.seconds:.2f} s")
+
+
+def find_root(results_dir: str | Path) -> Path:
+    """The asv results directory: RESULTS_DIR itself, or RESULTS_DIR/results (a checkout's top)."""
+    p = Path(results_dir)
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such results directory")
+    if not (p / "benchmarks.json").exists() and (p / "results").is_dir():
+        return p / "results"
+    return p
+
+
+def scan(root: Path) -> dict[str, list[str]]:
+    """Relative paths by kind: benchmarks, machine, results."""
+    out: dict[str, list[str]] = {"benchmarks": [], "machine": [], "results": []}
+    if (root / "benchmarks.json").is_file():
+        out["benchmarks"].append("benchmarks.json")
+    for d in sorted(x for x in root.iterdir() if x.is_dir() and not x.name.startswith(".")):
+        for f in sorted(d.iterdir()):
+            if not f.is_file():
+                continue
+            rel = f"{d.name}/{f.name}"
+            if f.name == "machine.json":
+                out["machine"].append(rel)
+            elif A.is_result_file(f):
+                out["results"].append(rel)
+    return out
+
+
+def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], int]:
+    if not db.exists():
+        return {}, {}, 0
+    with store.read(db) as con:
+        if schema.current_version(con) == 0:
+            return {}, {}, 0
+        files = {f: (h, s, r) for f, h, s, r in con.execute(
+            "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
+        errs: dict[str, set] = {}
+        for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
+            errs.setdefault(f, set()).add((k, r))
+        max_run = con.execute("SELECT coalesce(max(run_id), 0) FROM runs").fetchone()[0]
+    return files, errs, max_run
+
+
+def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
+           echo: Callable[[str], None] | None = None, rev: str = "HEAD") -> Report:
+    """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``."""
+    t0 = time.perf_counter()
+    echo = echo or (lambda s: print(s, file=sys.stderr))
+    rep = Report()
+    root = find_root(results_dir)
+    db = Path(db_path)
+    found = scan(root)
+    prev, prev_errs, max_run = _previous(db)
+    rep.files_total = sum(len(v) for v in found.values())
+
+    def err(file: str, kind: str, reason: str) -> None:
+        rep.errors.append((file, kind, reason))
+        echo(f"xrt db ingest: {file}: {reason}")
+
+    # --- which files changed (content hash; a refused file is always retried)
+    hashes: dict[str, str] = {}
+    for rel in found["benchmarks"] + found["machine"]:
+        hashes[rel] = batch.content_hash((root / rel).read_bytes())
+    todo = []
+    for rel in found["results"]:
+        p = root / rel
+        try:
+            data, sc = batch.read_with_sidecar(p)
+        except OSError as e:
+            err(rel, "unreadable", f"cannot read: {e.strerror}")
+            continue
+        hashes[rel] = batch.content_hash(data, sc)
+        old = prev.get(rel)
+        if old is None or old[0] != hashes[rel] or old[1] != "ok":
+            todo.append(rel)
+    meta_changed = [rel for rel in found["benchmarks"] + found["machine"]
+                    if prev.get(rel, (None,))[0] != hashes[rel] or prev[rel][1] != "ok"]
+    rep.unchanged = len(found["results"]) - len(todo) - len(rep.errors)
+
+    # --- benchmarks.json and machine.json (small; parsed every time, written when changed)
+    known: dict[str, A.Benchmark] | None = None
+    if found["benchmarks"]:
+        try:
+            known = A.parse_benchmarks((root / "benchmarks.json").read_bytes())
+        except A.BadFile as e:
+            err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
+    elif todo:
+        rep.notices.append(f"no benchmarks.json in {root}: types and units unknown, benchmarks not checked")
+    machines: dict[str, dict] = {}
+    machine_facts: dict[str, list[Any]] = {}
+    for rel in found["machine"]:
+        try:
+            m = A.parse_machine((root / rel).read_bytes())
+        except A.BadFile as e:
+            err(rel, e.kind, str(e))
+            continue
+        machines[rel] = m
+        machine_facts[rel.split("/")[0]] = A.facts_from(m)
+
+    # --- parse the changed result files into Arrow tables
+    outcomes: list[batch.FileOutcome] = []
+    tables = []
+    last = [time.perf_counter()]
+
+    def progress(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] > 1.0 or (done == total and now - t0 > 2.0):
+            last[0] = now
+            echo(f"xrt db ingest: parsed {done}/{total} files")
+
+    for outs, table in batch.parse_all(root, todo, known, machine_facts, jobs=jobs, progress=progress):
+        base = len(outcomes)
+        outcomes.extend(outs)
+        if table.num_rows:
+            import pyarrow.compute as pc
+
+            tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
+                                           pc.add(table["file_idx"], base)))
+
+    # --- commits: from the repository, or from the results' dates
+    git_commits: list[git.Commit] | None = None
+    if repo is not None:
+        wanted = {o.run["commit_hash"] for o in outcomes if o.run}
+        if db.exists() and prev:
+            with store.read(db) as con:
+                wanted |= {h for (h,) in con.execute("SELECT DISTINCT commit_hash FROM runs").fetchall()}
+        git_commits, missing = git.from_repo(repo, wanted, rev)
+        for o in outcomes:
+            if o.run and o.run["commit_hash"] in missing:
+                o.run_commit = o.run["commit_hash"]
+                o.run, o.kind = None, "unknown-commit"
+                o.reason = f"commit {o.run_commit} is not in the repository {repo}"
+    elif todo:
+        rep.notices.append("no --repo: commits ordered by the dates in the results files")
+    for n in rep.notices:
+        echo(f"xrt db ingest: {n}")
+
+    good = {i for i, o in enumerate(outcomes) if o.run is not None}
+    for o in outcomes:
+        if o.run is None:
+            err(o.file, o.kind or "error", o.reason or "refused")
+        elif o.unknown_benchmarks:
+            err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
+                f"(rows kept): {_short(o.unknown_benchmarks)}")
+    for i in good:
+        r = outcomes[i].run
+        rep.values_ok += r["n_ok"]
+        rep.failures += r["n_failed"]
+        rep.skips += r["n_skipped"]
+    rep.ingested = len(good)
+
+    # --- nothing new (or only the same refusals again): leave the file alone
+    new_errs: dict[str, set] = {}
+    for f, k, r in rep.errors:
+        new_errs.setdefault(f, set()).add((k, r))
+    same_errors = all(new_errs.get(o.file) == prev_errs.get(o.file) for o in outcomes) and all(
+        new_errs.get(f) == prev_errs.get(f) for f in meta_changed)
+    if not good and same_errors and not meta_changed and db.exists():
+        rep.seconds = time.perf_counter() - t0
+        return rep
+
+    import pyarrow as pa
+
+    values = pa.concat_tables(tables) if tables else batch.empty_table()
+    if len(good) != len(outcomes) and values.num_rows:
+        import pyarrow.compute as pc
+
+        values = values.filter(pc.is_in(values["file_idx"], pa.array(sorted(good), pa.int32())))
+
+    def write(con) -> None:
+        _write(con, root=root, rep=rep, outcomes=outcomes, values=values, known=known, machines=machines,
+               hashes=hashes, meta_changed=meta_changed, prev=prev, git_commits=git_commits, repo=repo,
+               t0=t0)
+
+    store.write(db, write, fresh=not db.exists())
+    rep.wrote = True
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def _short(names: list[str] | None, n: int | None = 3) -> str:
+    names = names or []
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if n and len(names) > n else "")
+
+
+def _ms_to_ts(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).replace(tzinfo=None) if ms is not None else None
+
+
+def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_changed, prev, git_commits, repo,
+           t0) -> None:
+    import pyarrow as pa
+
+    ingest_id = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()[0]
+    base_run = con.execute("SELECT coalesce(max(run_id), 0) FROM runs").fetchone()[0] + 1
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    touched = [o.file for o in outcomes] + meta_changed
+
+    # benchmarks.json: the table is what the file says now; units of existing rows follow it.
+    if "benchmarks.json" in meta_changed and known is not None:
+        con.execute("DELETE FROM benchmarks")
+        rows = [(b.name, b.type, b.unit, json.dumps(b.params), b.param_names, b.version, b.bytes, b.flops,
+                 b.sol_s, json.dumps(b.attrs, default=str)) for b in known.values()]
+        if rows:
+            con.executemany("INSERT INTO benchmarks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.execute("UPDATE results SET unit = b.unit FROM benchmarks b "
+                    "WHERE results.benchmark = b.name AND results.unit IS DISTINCT FROM b.unit")
+    for rel, m in machines.items():
+        if rel not in meta_changed:
+            continue
+        facts = A.gpu_facts(*A.facts_from(m))
+        con.execute("INSERT OR REPLACE INTO machines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            str(m.get("machine") or rel.split("/")[0]), m.get("os"), m.get("arch"), m.get("cpu"),
+            None if m.get("num_cpu") is None else str(m.get("num_cpu")), m.get("ram"), facts.get("gpu_model"),
+            json.dumps(m, default=str), rel])
+
+    # A changed file replaces its rows; a refused file keeps the rows of its last good version.
+    good = [(i, o) for i, o in enumerate(outcomes) if o.run is not None]
+    old_runs = [prev[o.file][2] for _, o in good if o.file in prev and prev[o.file][2] is not None]
+    if old_runs:
+        con.execute("DELETE FROM results WHERE run_id IN (SELECT unnest(?))", [old_runs])
+        con.execute("DELETE FROM runs WHERE run_id IN (SELECT unnest(?))", [old_runs])
+    if touched:
+        con.execute("DELETE FROM ingest_errors WHERE file IN (SELECT unnest(?))", [touched])
+
+    run_ids = {i: base_run + k for k, (i, _) in enumerate(good)}
+    if good:
+        cols: dict[str, list] = {k: [] for k in (
+            "run_id", "file", "content_hash", "machine", "commit_hash", "env_name", "date_ms", "python",
+            "asv_schema", "params", "requirements", "gpu_model", "driver", "cuda", "torch", "triton",
+            "sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops", "facts",
+            "n_values", "n_ok", "n_failed", "n_skipped", "started_ms")}
+        for i, o in good:
+            r, f = o.run, o.run["facts"]
+            row = {"run_id": run_ids[i], "file": o.file, "content_hash": o.content_hash,
+                   "params": json.dumps(r["params"], default=str),
+                   "requirements": json.dumps(r["requirements"], default=str),
+                   "facts": json.dumps(f.get("all", {}), default=str)}
+            for k in ("gpu_model", "driver", "cuda", "torch", "triton"):
+                row[k] = None if f.get(k) is None else str(f[k])
+            for k in ("sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops"):
+                row[k] = _float(f.get(k))
+            for k in ("machine", "commit_hash", "env_name", "date_ms", "python", "asv_schema", "n_values", "n_ok",
+                      "n_failed", "n_skipped", "started_ms"):
+                row[k] = r[k]
+            for k in cols:
+                cols[k].append(row[k])
+        for k in ("env_name", "python"):
+            cols[k] = [None if v is None else str(v) for v in cols[k]]
+        runs_tbl = pa.table(cols)  # noqa: F841  (scanned by DuckDB below)
+        con.execute("""INSERT INTO runs SELECT run_id, file, content_hash, machine, commit_hash, env_name,
+            epoch_ms(date_ms), python, asv_schema, params::JSON, requirements::JSON, gpu_model, driver, cuda,
+            torch, triton, sm_clock_mhz, mem_clock_mhz, throttle_share, peak_gbps, peak_tflops, facts::JSON,
+            n_values, n_ok, n_failed, n_skipped, epoch_ms(started_ms), ? FROM runs_tbl""", [now])
+    if values.num_rows:
+        import pyarrow.compute as pc
+
+        idx = pa.array([run_ids.get(i, -1) for i in range(len(outcomes))], pa.int32())
+        vals = values.append_column("run_id", pc.take(idx, values["file_idx"]))  # noqa: F841
+        con.execute("""INSERT INTO results
+            SELECT v.run_id, r.machine, r.commit_hash, r.env_name, v.benchmark, v.param_index, v.params,
+                v.param_key, v.value, v.status, v.samples, v.ci_99_a, v.ci_99_b, v.q25, v.q75, v.number,
+                v.repeat, b.unit, v.version, epoch_ms(v.started_at_ms), v.duration, v.bytes, v.flops, v.sol_s,
+                d.gbps, d.tflops,
+                CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
+                    100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END
+            FROM vals v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
+            LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
+                            CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,
+                            CASE WHEN ok THEN v.flops / v.value / 1e12 END AS tflops) d""")
+
+    files = [(o.file, "results", o.content_hash, "ok" if o.run else "error",
+              run_ids.get(i, prev.get(o.file, (None, None, None))[2]), ingest_id, now)
+             for i, o in enumerate(outcomes)]
+    errfiles = {f for f, _, _ in rep.errors}
+    files += [(rel, "benchmarks" if rel == "benchmarks.json" else "machine", hashes[rel],
+               "error" if rel in errfiles else "ok", None, ingest_id, now) for rel in meta_changed]
+    if files:
+        con.executemany("INSERT OR REPLACE INTO ingest_files VALUES (?, ?, ?, ?, ?, ?, ?)", files)
+    if rep.errors:
+        con.executemany("INSERT INTO ingest_errors VALUES (?, ?, ?, ?, ?)",
+                        [(f, k, r, ingest_id, now) for f, k, r in rep.errors])
+    _commits(con, git_commits)
+    con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        ingest_id, now, time.perf_counter() - t0, str(root), repo, rep.ingested, rep.unchanged, len(rep.errors),
+        rep.values_ok, rep.failures, rep.skips])
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _commits(con, git_commits: list[git.Commit] | None) -> None:
+    """Rebuild ``commits`` for every commit that has results (small: one row per commit)."""
+    have = {h: d for h, d in con.execute(
+        "SELECT commit_hash, min(commit_date) FROM runs GROUP BY commit_hash").fetchall()}
+    old = {}
+    for h, fp, ad, au, msg, par, src in con.execute(
+            "SELECT hash, first_parent_index, author_date, author, message, parents, source FROM commits").fetchall():
+        old[h] = git.Commit(h, None, fp, ad, au, msg, par or [], src)
+    by_hash = {c.hash: c for c in (git_commits or [])}
+    commits = []
+    for h, d in have.items():
+        commits.append(by_hash.get(h) or old.get(h) or git.from_dates({h: d})[0])
+    commits = git.assign_positions(commits)
+    con.execute("DELETE FROM commits")
+    if commits:
+        import pyarrow as pa
+
+        names = ("hash", "position", "first_parent_index", "author_date", "author", "message", "parents", "source")
+        types = (pa.string(), pa.int32(), pa.int32(), pa.timestamp("us"), pa.string(), pa.string(),
+                 pa.list_(pa.string()), pa.string())
+        tbl = pa.table({n: pa.array([getattr(c, n) for c in commits], t)  # noqa: F841
+                        for n, t in zip(names, types)})
+        con.execute("INSERT INTO commits SELECT * FROM tbl")

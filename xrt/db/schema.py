@@ -1,0 +1,86 @@
+"""The database's tables, its schema version and the migrations that bring an older file up to date.
+
+Every migration runs inside the writer's transaction (DuckDB DDL is transactional), so a
+database is either at the old version or at the new one, never in between. Readers never
+migrate: a reader of an older file sees the older (still valid) tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (version, description, statements). Append only: never edit a released migration.
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "tables: machines, commits, benchmarks, runs, results, ingest_files, ingest_errors, ingests", [
+        """CREATE TABLE machines (
+            machine VARCHAR PRIMARY KEY, os VARCHAR, arch VARCHAR, cpu VARCHAR, num_cpu VARCHAR,
+            ram VARCHAR, gpu_model VARCHAR, facts JSON, file VARCHAR)""",
+        """CREATE TABLE commits (
+            hash VARCHAR PRIMARY KEY, position INTEGER, first_parent_index INTEGER,
+            author_date TIMESTAMP, author VARCHAR, message VARCHAR, parents VARCHAR[], source VARCHAR)""",
+        """CREATE TABLE benchmarks (
+            name VARCHAR PRIMARY KEY, type VARCHAR, unit VARCHAR, params JSON, param_names VARCHAR[],
+            version VARCHAR, bytes DOUBLE[], flops DOUBLE[], sol_s DOUBLE[], attrs JSON)""",
+        """CREATE TABLE runs (
+            run_id INTEGER PRIMARY KEY, file VARCHAR, content_hash VARCHAR, machine VARCHAR,
+            commit_hash VARCHAR, env_name VARCHAR, commit_date TIMESTAMP, python VARCHAR,
+            asv_schema INTEGER, params JSON, requirements JSON, gpu_model VARCHAR, driver VARCHAR,
+            cuda VARCHAR, torch VARCHAR, triton VARCHAR, sm_clock_mhz DOUBLE, mem_clock_mhz DOUBLE,
+            throttle_share DOUBLE, peak_gbps DOUBLE, peak_tflops DOUBLE, facts JSON,
+            n_values INTEGER, n_ok INTEGER, n_failed INTEGER, n_skipped INTEGER,
+            started_at TIMESTAMP, ingested_at TIMESTAMP)""",
+        """CREATE TABLE results (
+            run_id INTEGER, machine VARCHAR, commit_hash VARCHAR, env_name VARCHAR, benchmark VARCHAR,
+            param_index INTEGER, params VARCHAR[], param_key VARCHAR, value DOUBLE, status VARCHAR,
+            samples DOUBLE[], ci_99_a DOUBLE, ci_99_b DOUBLE, q25 DOUBLE, q75 DOUBLE, number DOUBLE,
+            repeat DOUBLE, unit VARCHAR, version VARCHAR, started_at TIMESTAMP, duration DOUBLE,
+            bytes DOUBLE, flops DOUBLE, sol_s DOUBLE, gbps DOUBLE, tflops DOUBLE, pct_sol DOUBLE)""",
+        """CREATE TABLE ingest_files (
+            file VARCHAR PRIMARY KEY, kind VARCHAR, content_hash VARCHAR, status VARCHAR,
+            run_id INTEGER, ingest_id INTEGER, ingested_at TIMESTAMP)""",
+        """CREATE TABLE ingest_errors (
+            file VARCHAR, kind VARCHAR, reason VARCHAR, ingest_id INTEGER, at TIMESTAMP)""",
+        """CREATE TABLE ingests (
+            ingest_id INTEGER PRIMARY KEY, started_at TIMESTAMP, seconds DOUBLE, results_dir VARCHAR,
+            repo VARCHAR, files_ingested INTEGER, files_unchanged INTEGER, errors INTEGER,
+            values_ok INTEGER, failures INTEGER, skips INTEGER)""",
+    ]),
+    (2, "views: results_by_commit (results in commit order), series (one row per time series)", [
+        """CREATE VIEW results_by_commit AS
+            SELECT r.*, c.position AS commit_position, c.author_date AS commit_date
+            FROM results r LEFT JOIN commits c ON c.hash = r.commit_hash""",
+        """CREATE VIEW series AS
+            SELECT machine, benchmark, param_key, any_value(unit) AS unit, count(*) AS n,
+                   count(value) AS n_values, count(*) FILTER (status = 'failed') AS n_failed,
+                   count(*) FILTER (status = 'skipped') AS n_skipped
+            FROM results GROUP BY machine, benchmark, param_key""",
+    ]),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def current_version(con: Any) -> int:
+    """The file's schema version; 0 for an empty database."""
+    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version' "
+                      "AND database_name = current_database()").fetchone()[0]
+    if not has:
+        return 0
+    v = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    return int(v or 0)
+
+
+def migrate(con: Any, upto: int = LATEST) -> int:
+    """Bring the database to version ``upto`` inside the caller's transaction; returns the old version."""
+    old = current_version(con)
+    if old > LATEST:
+        raise RuntimeError(f"database schema version {old} is newer than this xrt knows ({LATEST}); "
+                           "upgrade xrt")
+    if old == 0:
+        con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, description VARCHAR)")
+    for version, description, statements in MIGRATIONS:
+        if old < version <= upto:
+            for s in statements:
+                con.execute(s)
+            con.execute("INSERT INTO schema_version VALUES (?, now()::TIMESTAMP, ?)", [version, description])
+    return old
