@@ -1,0 +1,88 @@
+"""The timer: the stopping rule, throttle flagging and cycle-space figures (fake NVML)."""
+
+import math
+
+import pytest
+
+from fake_nvml import FakeNVML
+from xrt.bench import nvml as xnvml
+from xrt.bench import timer
+from xrt.bench.timer import Measurement, relative_noise, should_stop
+
+RULE = dict(target_noise=0.005, min_samples=10, min_time=0.05, max_time=1.0, max_samples=1000)
+
+
+def test_no_stop_before_min_samples_or_min_time():
+    quiet = [1.0] * 9
+    assert should_stop(quiet, 0.5, **RULE) is None  # 9 < min_samples
+    assert should_stop(quiet + [1.0], 0.01, **RULE) is None  # not enough time yet
+    assert should_stop(quiet + [1.0], 0.06, **RULE) == "noise"
+
+
+def test_noisy_samples_need_more_samples():
+    noisy = [1.0, 1.2] * 5  # 10 samples, rel stderr ~3%
+    assert relative_noise(noisy) > 0.005
+    assert should_stop(noisy, 0.06, **RULE) is None
+    many = [1.0, 1.2] * 400  # 800 samples: rel stderr falls as 1/sqrt(n)
+    assert relative_noise(many) < 0.005
+    assert should_stop(many, 0.3, **RULE) == "noise"
+
+
+def test_caps_always_apply():
+    noisy = [1.0, 3.0] * 5
+    assert should_stop(noisy, 1.0, **RULE) == "time_cap"
+    assert should_stop([1.0, 3.0] * 500, 0.1, **RULE) == "max_samples"
+    assert relative_noise([1.0]) == math.inf
+
+
+def test_measure_on_cpu_stops_by_rule_and_reports():
+    import torch
+
+    x = torch.randn(1000)
+    m = timer.measure(lambda: x * x, "cpu", max_time=0.2, min_time=0.01)
+    assert m.stopped_by in ("noise", "time_cap")
+    assert m.n >= 10 and m.median_s > 0 and m.wall_s < 1.0
+    if m.stopped_by == "noise":
+        assert m.rel_noise < 0.005
+    assert m.throttled_share == 0.0 and m.median_cycles is None  # no clocks on the CPU
+    s = m.summary()
+    assert s["q25_s"] <= s["median_s"] <= s["q75_s"]
+
+
+def test_measure_rejects_bad_settings():
+    with pytest.raises(ValueError, match="unknown timer setting"):
+        timer.measure(lambda: None, "cpu", noise=0.1)
+    with pytest.raises(ValueError, match="graph mode needs a CUDA device"):
+        timer.measure(lambda: None, "cpu", graph=True)
+    with pytest.raises(ValueError, match="cuda, xpu or cpu"):
+        timer.measure(lambda: None, "meta")
+
+
+def test_throttle_flags_and_cycle_space():
+    # Four samples at 1980 MHz unthrottled, then four at 990 MHz under a HW thermal slowdown.
+    m = Measurement(samples_s=[1e-3] * 4 + [2e-3] * 4, sm_mhz=[1980] * 4 + [990] * 4,
+                    reasons=[0x1] * 4 + [0x40] * 4)
+    assert m.throttled_share == 0.5  # gpu_idle (0x1) is not a slowdown; hw thermal (0x40) is
+    # Time doubled, clock halved: cycles are unchanged, so the detector sees a clock drop, not code.
+    assert m.cycles[0] == pytest.approx(m.cycles[-1]) == pytest.approx(1e-3 * 1980e6)
+    assert xnvml.decode(0x40 | 0x4) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert xnvml.is_slowdown(0x4) and xnvml.is_slowdown(0x8) and not xnvml.is_slowdown(0x1 | 0x2 | 0x10)
+
+
+def test_device_clocks_read_from_fake_nvml():
+    fake = FakeNVML(sm=[1980, 1410], reasons=[0, 0x20])
+    clk = xnvml.DeviceClocks(0, fake)
+    a, b = clk.read(), clk.read()
+    assert (a.sm_mhz, a.mem_mhz, a.throttled) == (1980, 2619, False)
+    assert (b.sm_mhz, b.throttled) == (1410, True)
+    assert clk.other_processes() == [4242]
+
+
+def test_device_clocks_without_nvml_never_raise():
+    class Broken(FakeNVML):
+        def nvmlInit(self):
+            raise OSError("no driver")
+
+    clk = xnvml.DeviceClocks(0, Broken())
+    assert not clk.available
+    assert clk.read().sm_mhz is None and clk.read().reasons == 0

@@ -1,0 +1,181 @@
+"""``xrt bench run``: the asv suites per commit, per GPU, in the existing environment.
+
+Offline GPU hosts cannot build asv's virtualenvs, and asv refuses commit ranges with
+``-E existing``. So for each commit (first-parent, oldest first) this checks the commit out in a
+temporary git worktree, and runs ``asv run -E existing --set-commit-hash`` there with
+``PYTHONPATH`` pointing at the worktree (the commit's own xrt and kernels load; nothing is
+installed). Each GPU is its own asv machine; ``--all-gpus`` runs one process per GPU in parallel
+(``CUDA_VISIBLE_DEVICES``). Results are copied into ``--results`` with a ``.xrt`` sidecar beside
+each asv result file: the GPU and software facts, and per sample clocks and throttle reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xrt.bench import machine as xmachine
+from xrt.device import DeviceInfo
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BenchError(f"git {' '.join(args)} in {repo}: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def resolve_commits(repo: Path, spec: str) -> list[str]:
+    """``A..B`` (first-parent, oldest first), ``HASH[,HASH...]``, ``HEAD~4..HEAD``, or one rev."""
+    if ".." in spec:
+        a, b = spec.split("..", 1)
+        if not a or not b:
+            raise BenchError(f"--commits {spec!r}: give both ends, like HEAD~5..HEAD")
+        hashes = _git(repo, "rev-list", "--first-parent", "--reverse", f"{a}..{b}").split()
+        if not hashes:
+            raise BenchError(f"--commits {spec!r} selects no commits")
+        return hashes
+    return [_git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}") for rev in spec.split(",") if rev]
+
+
+@dataclass
+class Target:
+    """One GPU (or the CPU): where a benchmark process runs, and its asv machine."""
+
+    dev: DeviceInfo
+    env: dict[str, str]
+
+    @property
+    def machine(self) -> str:
+        return xmachine.machine_name(self.dev)
+
+
+def targets(all_gpus: bool, device: str | None) -> list[Target]:
+    from xrt.device import default_device, discover
+
+    if all_gpus:
+        gpus = [d for d in discover() if d.kind == "cuda"]
+        if not gpus:
+            raise BenchError("--all-gpus: torch sees no CUDA GPU on this machine")
+        return [Target(d, {"CUDA_VISIBLE_DEVICES": str(d.index), "XRT_DEVICE": "cuda:0"}) for d in gpus]
+    if device:
+        os.environ["XRT_DEVICE"] = device
+    dev = default_device()
+    env = {"XRT_DEVICE": "cpu"} if dev.kind == "cpu" else {
+        "CUDA_VISIBLE_DEVICES": str(dev.index), "XRT_DEVICE": f"{dev.kind}:0"}
+    return [Target(dev, env)]
+
+
+def register_machine(t: Target) -> None:
+    info = xmachine.asv_machine_info(t.dev)
+    cmd = [sys.executable, "-m", "asv", "machine", "--yes"]
+    for key in ("machine", "os", "arch", "cpu", "num_cpu", "ram"):
+        cmd += [f"--{key}", info[key]]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BenchError(f"asv machine --machine {info['machine']}: {out.stderr.strip() or out.stdout.strip()}")
+
+
+def _asv_cmd(commit: str, t: Target, bench: str | None) -> list[str]:
+    cmd = [sys.executable, "-m", "asv", "run", "--config", "asv.conf.json", "-E", f"existing:{sys.executable}",
+           "--set-commit-hash", commit, "--machine", t.machine, "--record-samples", "--show-stderr",
+           "--launch-method", "spawn"]
+    if bench:
+        cmd += ["--bench", bench]
+    return cmd
+
+
+def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Path, facts: dict) -> list[Path]:
+    """Copy the commit's asv results for this machine, each with its ``.xrt`` sidecar beside it."""
+    src_root = worktree / "results" / "asv"
+    dest = results / t.machine
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    if (src_root / "benchmarks.json").is_file():
+        shutil.copy2(src_root / "benchmarks.json", results / "benchmarks.json")
+    src = src_root / t.machine
+    for f in sorted(src.glob("*.json")) if src.is_dir() else []:
+        if f.name == "machine.json":
+            shutil.copy2(f, dest / f.name)
+            continue
+        if not f.name.startswith(commit[:8]):
+            continue  # results the commit itself carries: not this run's
+        shutil.copy2(f, dest / f.name)
+        cases = [json.loads(p.read_text()) for p in sorted(sidecars.glob("*.json"))]
+        side = {**facts, "commit": commit, "result_file": f.name, "cases": cases}
+        tmp = dest / (f.stem + ".xrt.tmp")
+        tmp.write_text(json.dumps(side))
+        os.replace(tmp, dest / (f.stem + ".xrt"))
+        copied.append(dest / f.name)
+    return copied
+
+
+def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
+        quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
+        log=print) -> dict[str, Any]:
+    repo, results = repo.resolve(), results.resolve()
+    tgts = targets(all_gpus, device)
+    for t in tgts:
+        register_machine(t)
+    profile = "quick" if quick or tgts[0].dev.kind == "cpu" else "full"
+    summary: dict[str, Any] = {"commits": [], "machines": [t.machine for t in tgts], "profile": profile}
+    work = Path(tempfile.mkdtemp(prefix="xrt-bench-"))
+    try:
+        for i, commit in enumerate(commits, 1):
+            t0 = time.time()
+            wt = work / commit[:12]
+            _git(repo, "worktree", "add", "--detach", "--force", str(wt), commit)
+            try:
+                if not (wt / "asv.conf.json").is_file() or not (wt / "benchmarks" / "bench_ops.py").is_file():
+                    log(f"[{i}/{len(commits)}] {commit[:10]}: no asv suites in this commit; skipped")
+                    summary["commits"].append({"commit": commit, "status": "no suites"})
+                    continue
+                procs = []
+                for t in tgts:
+                    side = work / f"side-{commit[:12]}-{t.machine}"
+                    env = {**os.environ, **t.env, "PYTHONPATH": str(wt), "XRT_SIDECAR_DIR": str(side),
+                           "XRT_BENCH_PROFILE": profile,
+                           "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
+                    cmd = _asv_cmd(commit, t, bench)
+                    if lock_clocks:
+                        cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
+                               "--mode", lock_clocks, "--"] + cmd
+                    logf = open(work / f"asv-{commit[:12]}-{t.machine}.log", "w")
+                    procs.append((t, side, logf, subprocess.Popen(cmd, cwd=wt, env=env, stdout=logf,
+                                                                  stderr=subprocess.STDOUT)))
+                entry: dict[str, Any] = {"commit": commit, "machines": {}}
+                for t, side, logf, p in procs:
+                    rc = p.wait()
+                    logf.close()
+                    facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
+                    files = _collect(wt, results, t, commit, side, facts)
+                    log_text = Path(logf.name).read_text()
+                    # asv exits 2 when a benchmark failed; the failures are recorded in its results.
+                    status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
+                    entry["machines"][t.machine] = {"status": status, "files": [str(f) for f in files]}
+                    if not files:
+                        tail = "\n".join(log_text.splitlines()[-15:])
+                        log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")
+                entry["seconds"] = round(time.time() - t0, 1)
+                summary["commits"].append(entry)
+                states = ", ".join(f"{m}: {v['status']}" for m, v in entry["machines"].items())
+                log(f"[{i}/{len(commits)}] {commit[:10]} in {entry['seconds']} s: {states}")
+            finally:
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(wt)],
+                               capture_output=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
+    return summary

@@ -1,0 +1,224 @@
+"""Glue between asv and the timer: asv's ``time_`` benchmarks with a device-time ``timer``.
+
+Why ``time_`` with a custom timer rather than ``track_``: a ``track_`` benchmark hands asv one
+number per run, so asv has no samples, no confidence interval, and ``asv compare`` /
+``asv continuous`` can only apply a bare factor. A ``time_`` benchmark whose ``timer`` reads a
+*device-time clock* gives asv one device-timed sample per call, so asv's own statistics
+(samples, quartiles, 99% CI, the Mann-Whitney test in ``asv compare``) are about kernel time,
+not about Python and launch overhead.
+
+How it fits together, per parameter combination (op × shape × dtype × provider × config):
+
+* ``setup`` builds (once per process, then cached: asv re-runs setup before every sample) a
+  :class:`Case`: random inputs on the device, the call, and a pilot :func:`~xrt.bench.timer.measure`
+  whose adaptive stopping rule sets asv's ``repeat`` to the sample count that reaches the noise
+  target; asv then takes exactly that many samples;
+* each call of the ``time_`` method flushes the L2, times one call with device events and adds
+  the time to :data:`DEVICE_CLOCK`, which asv's ``timer`` reads (``number = 1``);
+* every sample's SM / memory clock and throttle reasons, the bytes and FLOPs, and the pilot's
+  summary go to a sidecar file in ``$XRT_SIDECAR_DIR`` (set by ``xrt bench run``), which the
+  database ingests beside asv's results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from xrt.bench import specs
+
+MAX_ASV_SAMPLES = 1000
+DEVICE_CLOCK = [0.0]  # seconds of device time measured so far in this process
+
+
+def device_timer() -> float:
+    """asv's ``timer``: the device-time clock (advanced only by :meth:`Case.sample`)."""
+    return DEVICE_CLOCK[0]
+
+
+def profile() -> str:
+    """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import."""
+    value = os.environ.get("XRT_BENCH_PROFILE", "full")
+    if value not in ("quick", "full"):
+        raise ValueError(f"XRT_BENCH_PROFILE={value!r}: choose quick or full")
+    return value
+
+
+def shape_key(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def parse_shape(key: str) -> tuple[int, ...]:
+    if not re.fullmatch(r"\d+(x\d+)*", key):
+        raise ValueError(f"shape {key!r} must look like 4096 or 4096x4096")
+    return tuple(int(d) for d in key.split("x"))
+
+
+def config_key(config: dict[str, Any] | None) -> str:
+    return "default" if not config else ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def parse_config(key: str) -> dict[str, Any] | None:
+    if key == "default":
+        return None
+    out: dict[str, Any] = {}
+    for item in key.split(","):
+        name, _, value = item.partition("=")
+        out[name] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def params_for(op: str, prof: str | None = None) -> tuple[list[list[str]], list[str]]:
+    """asv ``params`` and ``param_names`` for one op under a profile."""
+    spec = specs.get(op)
+    prof = prof or profile()
+    sets = ["quick"] if prof == "quick" else [s for s in ("small", "large") if s in spec.shapes]
+    shapes = [shape_key(s) for name in sets for s in spec.shape_set(name)]
+    providers = spec.providers if prof == "full" else [p for p in spec.providers if p != "cuda"]
+    configs = ["default"] + tuned_configs(op)
+    return [shapes, spec.dtypes, providers, configs], ["shape", "dtype", "provider", "config"]
+
+
+def tuned_configs(op: str) -> list[str]:
+    """The tuner's top-K configs for ``op`` (``$XRT_TUNED_DIR/<op>.json``), as config keys."""
+    path = Path(os.environ.get("XRT_TUNED_DIR", "results/tuned")) / f"{op}.json"
+    if not path.is_file():
+        return []
+    rows = json.loads(path.read_text())
+    return sorted({config_key(r["config"]) for r in rows if r.get("config")})
+
+
+_CASES: dict[tuple, Case] = {}
+
+
+class Case:
+    """One parameter combination, set up once per process."""
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+        import torch
+
+        from xrt.bench import timer
+        from xrt.device import default_device
+        from xrt.pytorch.ops import providers
+
+        self.spec = specs.get(op)
+        self.params = [shape, dtype, provider, config]
+        self.dev = default_device()
+        device = self.dev.torch_device
+        self.shape = parse_shape(shape)
+        self.dtype = getattr(torch, dtype)
+        cfg = parse_config(config)
+        if cfg is not None and provider not in self.spec.spaces:
+            raise NotImplementedError(f"provider {provider} has no tuning configs")
+        if cfg is not None:
+            from xrt.kernels import spaces
+
+            spaces.check(self.spec.spaces[provider], cfg)
+        self.args = self.spec.make_inputs(self.shape, self.dtype, device)
+        prov = providers(op).get(provider)
+        why = "not registered" if prov is None else prov.missing(self.args[0])
+        if why:
+            raise NotImplementedError(f"{op}[{provider}] cannot run here: {why}")  # asv: skipped
+        self.fn = lambda: self.spec.call(self.args, provider, cfg)
+        self.graph = self.dev.kind == "cuda" and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])}
+        self.fn()  # compile / load now, outside any timing
+        self.pilot = timer.measure(self.fn, device, graph=self.graph)
+        self.clock = timer._Clock(device)
+        self.target, self.per = self.fn, 1
+        if self.graph:
+            self.target, self.per = timer._graphed(self.fn, self.pilot.calls_per_sample, self.clock.device), \
+                self.pilot.calls_per_sample
+        self.samples: list[float] = []
+        self.sm_mhz: list[int | None] = []
+        self.mem_mhz: list[int | None] = []
+        self.reasons: list[int] = []
+        self._written = -1
+        self.expected = 10
+
+    def sample(self) -> None:
+        t = self.clock.batch(self.target, 1)[0] / self.per
+        c = self.clock.read_clocks()
+        self.samples.append(t)
+        self.sm_mhz.append(c.sm_mhz)
+        self.mem_mhz.append(c.mem_mhz)
+        self.reasons.append(c.reasons)
+        DEVICE_CLOCK[0] += t
+
+    def record(self, benchmark: str) -> dict[str, Any]:
+        from xrt.bench.nvml import is_slowdown
+
+        esize = self.args[0].element_size()
+        n = len(self.reasons)
+        return {
+            "benchmark": benchmark,
+            "params": [repr(p) for p in self.params],
+            "op": self.spec.op,
+            "bytes": self.spec.bytes_moved(self.shape, esize),
+            "flops": self.spec.flops(self.shape),
+            "graph": self.graph,
+            "calls_per_sample": self.per,
+            "samples_s": self.samples,
+            "sm_mhz": self.sm_mhz,
+            "mem_mhz": self.mem_mhz,
+            "reasons": self.reasons,
+            "throttled_share": (sum(map(is_slowdown, self.reasons)) / n) if n else 0.0,
+            "cycles": [t * m * 1e6 if m else None for t, m in zip(self.samples, self.sm_mhz)],
+            "pilot": self.pilot.summary(),
+        }
+
+    def write_sidecar(self, benchmark: str) -> None:
+        out = os.environ.get("XRT_SIDECAR_DIR")
+        if not out or self._written == len(self.samples):
+            return
+        path = Path(out)
+        path.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", benchmark + "-" + "-".join(self.params))
+        tmp = path / (name + ".tmp")
+        tmp.write_text(json.dumps(self.record(benchmark)))
+        os.replace(tmp, path / (name + ".json"))
+        self._written = len(self.samples)
+
+
+def case(op: str, *params: str) -> Case:
+    key = (op, *params)
+    if key not in _CASES:
+        _CASES[key] = Case(op, *params)
+    return _CASES[key]
+
+
+def make_suite(op: str, class_name: str, module: str) -> type:
+    """An asv benchmark class for ``op`` (see the module docstring)."""
+    params, names = params_for(op)
+    bench_name = f"{module}.{class_name}.time_op"
+
+    class Suite:
+        timer = staticmethod(device_timer)
+        number = 1
+        warmup_time = 0.0  # the Case warmed up already
+        rounds = 1
+        min_run_count = 1
+        repeat = (10, 2000, 30.0)
+        timeout = 300
+
+        def setup(self, *p: str) -> None:
+            c = case(op, *p)
+            # asv takes as many samples as the stopping rule needed (capped: asv re-runs setup
+            # and teardown around every sample, which costs wall time, not accuracy).
+            c.expected = min(MAX_ASV_SAMPLES, max(10, c.pilot.n))
+            self.repeat = (c.expected, c.expected, 30.0)
+
+        def teardown(self, *p: str) -> None:
+            c = _CASES.get((op, *p))
+            if c is not None and len(c.samples) >= c.expected:  # asv's last teardown of this case
+                c.write_sidecar(bench_name)
+
+        def time_op(self, *p: str) -> None:
+            _CASES[(op, *p)].sample()
+
+    Suite.params, Suite.param_names = params, names
+    Suite.__name__ = Suite.__qualname__ = class_name
+    Suite.__doc__ = f"{op}: device time per call (asv samples are single device-timed calls)."
+    return Suite

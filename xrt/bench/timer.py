@@ -1,0 +1,257 @@
+"""The timer: device-side, L2 flushed, warmed up by time, adaptive sample count, clocks per sample.
+
+    from xrt.bench.timer import measure
+    m = measure(lambda: xp.ops.square(x), device="cuda:0")
+    m.median_s, m.rel_noise, m.throttled_share, m.median_cycles
+
+How one sample is taken (nvbench's "cold" measurement, batched):
+1. the L2 is flushed by zeroing a buffer twice the device's L2 (sized from its properties);
+2. a start event, the call, an end event are queued; samples are queued in batches and the
+   stream synchronised once per batch, so the GPU is not left idle between samples;
+3. after each batch NVML gives the SM / memory clock and the clocks-event (throttle) reasons,
+   which every sample of the batch carries.
+
+Stopping rule: at least ``min_samples`` samples and ``min_time`` seconds of sampling, then stop
+as soon as the relative standard error of the mean falls under ``target_noise`` (default 0.5%);
+stop anyway at ``max_time`` (or ``max_samples``). ``graph=True`` captures ``calls_per_sample``
+calls in a CUDA graph and times its replay, for kernels so short that launches dominate.
+On the CPU the clock is ``time.perf_counter`` and there is no flush.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from xrt.bench.nvml import ClockSample, DeviceClocks
+
+DEFAULTS = {
+    "target_noise": 0.005,
+    "min_samples": 10,
+    "max_samples": 10_000,
+    "warmup_time": 0.03,
+    "min_time": 0.05,
+    "max_time": 0.4,
+}
+
+
+@dataclass
+class Measurement:
+    """Per-call device times of one benchmark configuration, with the clocks they ran at."""
+
+    samples_s: list[float]
+    sm_mhz: list[int | None] = field(default_factory=list)
+    mem_mhz: list[int | None] = field(default_factory=list)
+    reasons: list[int] = field(default_factory=list)
+    device: str = "cpu"
+    warmup_runs: int = 0
+    stopped_by: str = ""  # "noise" | "time_cap" | "max_samples"
+    wall_s: float = 0.0
+    graph: bool = False
+    calls_per_sample: int = 1
+    l2_flush_bytes: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.samples_s)
+
+    @property
+    def stdev_s(self) -> float:
+        return statistics.stdev(self.samples_s) if self.n > 1 else 0.0
+
+    @property
+    def rel_noise(self) -> float:
+        """Relative standard error of the mean: what the stopping rule drives under its target."""
+        return relative_noise(self.samples_s)
+
+    @property
+    def quartiles_s(self) -> tuple[float, float]:
+        if self.n < 2:
+            return (self.samples_s[0], self.samples_s[0])
+        q = statistics.quantiles(self.samples_s, n=4)
+        return (q[0], q[2])
+
+    @property
+    def throttled_share(self) -> float:
+        """Share of samples taken while a power / thermal / hardware slowdown was active."""
+        from xrt.bench.nvml import is_slowdown
+
+        return sum(map(is_slowdown, self.reasons)) / len(self.reasons) if self.reasons else 0.0
+
+    @property
+    def cycles(self) -> list[float | None]:
+        """Per-sample cycle counts: time × SM clock. A clock drop moves time, not cycles."""
+        return [t * mhz * 1e6 if mhz else None for t, mhz in zip(self.samples_s, self.sm_mhz)]
+
+    @property
+    def median_cycles(self) -> float | None:
+        c = [x for x in self.cycles if x is not None]
+        return statistics.median(c) if c else None
+
+    @property
+    def median_sm_mhz(self) -> float | None:
+        c = [x for x in self.sm_mhz if x]
+        return statistics.median(c) if c else None
+
+    def summary(self) -> dict[str, Any]:
+        q25, q75 = self.quartiles_s
+        return {
+            "median_s": self.median_s, "mean_s": self.mean_s, "stdev_s": self.stdev_s, "q25_s": q25,
+            "q75_s": q75, "n": self.n, "rel_noise": self.rel_noise, "stopped_by": self.stopped_by,
+            "throttled_share": self.throttled_share, "median_sm_mhz": self.median_sm_mhz,
+            "median_cycles": self.median_cycles, "wall_s": self.wall_s, "graph": self.graph,
+            "calls_per_sample": self.calls_per_sample, "warmup_runs": self.warmup_runs,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), **self.summary()}
+
+
+def relative_noise(samples: list[float]) -> float:
+    n = len(samples)
+    if n < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / math.sqrt(n) / mean if mean > 0 else math.inf
+
+
+def should_stop(samples: list[float], elapsed: float, *, target_noise: float, min_samples: int,
+                min_time: float, max_time: float, max_samples: int) -> str | None:
+    """The stopping rule, on its own so it can be tested: why to stop now, or ``None``."""
+    if len(samples) >= max_samples:
+        return "max_samples"
+    if elapsed >= max_time and len(samples) >= min(min_samples, 2):
+        return "time_cap"
+    if len(samples) < min_samples or elapsed < min_time:
+        return None
+    return "noise" if relative_noise(samples) < target_noise else None
+
+
+class _Clock:
+    """Device-side timing of a batch of calls: CUDA / XPU events, or perf_counter on the CPU."""
+
+    def __init__(self, device: str, nvml: Any = None, flush: bool = True) -> None:
+        import torch
+
+        self.device = torch.device(device)
+        self.kind = self.device.type
+        self.flush_buf = None
+        self.clocks = None
+        if self.kind == "cuda":
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self.device = torch.device("cuda", index)
+            l2 = torch.cuda.get_device_properties(index).L2_cache_size
+            if flush:
+                self.flush_buf = torch.empty(2 * l2, dtype=torch.int8, device=self.device)
+            self.clocks = DeviceClocks(index, nvml)
+            self.events = torch.cuda.Event
+            self.sync = torch.cuda.synchronize
+        elif self.kind == "xpu":
+            if flush:  # torch.xpu does not report the L2 size; Triton's XPU backend uses 256 MiB
+                self.flush_buf = torch.empty(256 * 2**20, dtype=torch.int8, device=self.device)
+            self.events = torch.xpu.Event
+            self.sync = torch.xpu.synchronize
+        elif self.kind != "cpu":
+            raise ValueError(f"the timer runs on cuda, xpu or cpu devices, not {device!r}")
+
+    def read_clocks(self) -> ClockSample:
+        return self.clocks.read() if self.clocks is not None else ClockSample(None, None, 0)
+
+    def batch(self, fn: Callable[[], Any], count: int) -> list[float]:
+        """Seconds of device time for each of ``count`` calls of ``fn``."""
+        if self.kind == "cpu":
+            out = []
+            for _ in range(count):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+            return out
+        pairs = []
+        for _ in range(count):
+            if self.flush_buf is not None:
+                self.flush_buf.zero_()
+            start, end = self.events(enable_timing=True), self.events(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        pairs[-1][1].synchronize()
+        return [s.elapsed_time(e) / 1e3 for s, e in pairs]
+
+
+def _graphed(fn: Callable[[], Any], calls: int, device: Any) -> Callable[[], Any]:
+    import torch
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph.replay
+
+
+def measure(fn: Callable[[], Any], device: str = "cpu", *, graph: bool = False, calls_per_sample: int = 20,
+            flush_l2: bool = True, nvml: Any = None, **rule: float) -> Measurement:
+    """Time ``fn()`` on ``device`` until the stopping rule (module docstring) says stop.
+
+    ``rule`` overrides :data:`DEFAULTS` (``target_noise``, ``min_samples``, ``max_samples``,
+    ``warmup_time``, ``min_time``, ``max_time``).
+    """
+    unknown = set(rule) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown timer setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    cfg = {**DEFAULTS, **rule}
+    if cfg["target_noise"] <= 0 or cfg["min_samples"] < 2 or cfg["max_time"] <= 0:
+        raise ValueError(f"timer settings out of range: {cfg}")
+    clock = _Clock(device, nvml=nvml, flush=flush_l2)
+    if graph:
+        if clock.kind != "cuda":
+            raise ValueError(f"graph mode needs a CUDA device, got {device!r}")
+        target, per = _graphed(fn, calls_per_sample, clock.device), calls_per_sample
+    else:
+        target, per = fn, 1
+    t_start = time.perf_counter()
+    warm = 0
+    while True:  # warm-up by time: the first call also compiles
+        clock.batch(target, 1)
+        warm += 1
+        if time.perf_counter() - t_start >= cfg["warmup_time"]:
+            break
+    m = Measurement(samples_s=[], device=str(clock.device), warmup_runs=warm, graph=graph,
+                    calls_per_sample=per,
+                    l2_flush_bytes=0 if clock.flush_buf is None else clock.flush_buf.numel())
+    t0 = time.perf_counter()
+    batch = 1
+    while True:
+        times = clock.batch(target, batch)
+        c = clock.read_clocks()
+        m.samples_s += [t / per for t in times]
+        m.sm_mhz += [c.sm_mhz] * len(times)
+        m.mem_mhz += [c.mem_mhz] * len(times)
+        m.reasons += [c.reasons] * len(times)
+        why = should_stop(m.samples_s, time.perf_counter() - t0, target_noise=cfg["target_noise"],
+                          min_samples=cfg["min_samples"], min_time=cfg["min_time"], max_time=cfg["max_time"],
+                          max_samples=cfg["max_samples"])
+        if why:
+            m.stopped_by = why
+            break
+        batch = min(batch * 2, 16)
+    m.wall_s = time.perf_counter() - t_start
+    return m
