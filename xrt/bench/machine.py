@@ -16,7 +16,7 @@ from xrt.device import DeviceInfo
 
 
 def machine_name(dev: DeviceInfo, host: str | None = None) -> str:
-    host = host or platform.node() or "host"
+    host = host or dev.host or platform.node() or "host"
     host = re.sub(r"[^A-Za-z0-9_.-]+", "-", host)
     if dev.kind == "cpu":
         return f"{host}-cpu"

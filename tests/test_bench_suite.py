@@ -1,0 +1,135 @@
+"""Machine identity and sidecar, diag output, the asv suites and `xrt bench run` on the CPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from fake_nvml import FakeNVML
+from xrt.bench import diag, machine, suite
+from xrt.device import DeviceInfo
+
+H100 = DeviceInfo(kind="cuda", index=1, name="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132,
+                  l2_bytes=50 * 2**20, driver="580.159.04", cuda="13.0", torch="2.11.0", triton="3.6.0",
+                  power_limit_w=700.0, max_sm_clock_mhz=1980, host="gpu box")
+
+
+def test_one_asv_machine_per_gpu():
+    assert machine.machine_name(H100) == "gpu-box-nvidia-h100-80gb-hbm3-1"
+    assert machine.machine_name(DeviceInfo(kind="cpu", index=0, name="x"), host="ci") == "ci-cpu"
+    info = machine.asv_machine_info(H100)
+    assert info["machine"] == "gpu-box-nvidia-h100-80gb-hbm3-1" and "NVIDIA H100" in info["cpu"]
+
+
+def test_sidecar_has_the_gpu_and_software_facts():
+    s = machine.sidecar(H100, profile="full")
+    for key, want in (("gpu_model", "NVIDIA H100 80GB HBM3"), ("driver", "580.159.04"), ("cuda", "13.0"),
+                      ("torch", "2.11.0"), ("triton", "3.6.0"), ("sm_count", 132), ("l2_bytes", 50 * 2**20),
+                      ("power_limit_w", 700.0), ("max_sm_clock_mhz", 1980), ("profile", "full")):
+        assert s[key] == want, key
+    assert {"load1", "cores", "load_per_core"} <= set(s["cpu_load"])
+    json.dumps(s)  # serialisable as is
+
+
+def test_params_cover_op_shape_dtype_provider_config(monkeypatch, tmp_path):
+    params, names = suite.params_for("square", "full")
+    assert names == ["shape", "dtype", "provider", "config"]
+    assert "16777216" in params[0] and "cuda" in params[2] and params[3] == ["default"]
+    quick, _ = suite.params_for("square", "quick")
+    assert quick[0] == ["4096"] and "cuda" not in quick[2]
+    # The tuner's top-K configs join the default.
+    (tmp_path / "square.json").write_text(json.dumps([{"config": {"BLOCK_SIZE": 2048, "num_warps": 8}}]))
+    monkeypatch.setenv("XRT_TUNED_DIR", str(tmp_path))
+    assert suite.params_for("square", "full")[0][3] == ["default", "BLOCK_SIZE=2048,num_warps=8"]
+    assert suite.parse_config("BLOCK_SIZE=2048,num_warps=8") == {"BLOCK_SIZE": 2048, "num_warps": 8}
+    with pytest.raises(ValueError, match="must look like"):
+        suite.parse_shape("4096*4096")
+
+
+def test_suite_samples_advance_the_device_clock_and_write_the_sidecar(monkeypatch, tmp_path, interpreter):
+    monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    cls = suite.make_suite("square", "Square", "bench_ops")
+    b = cls()
+    p = ("4096", "float32", "torch", "default")
+    b.setup(*p)
+    n = b.repeat[0]
+    assert b.repeat == (n, n, 30.0) and n >= 10
+    for _ in range(n):
+        t0 = suite.device_timer()
+        b.time_op(*p)
+        assert suite.device_timer() > t0
+    b.teardown(*p)
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert rec["benchmark"] == "bench_ops.Square.time_op" and len(rec["samples_s"]) == n
+    assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
+    assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= 10
+    # A provider that cannot run here is an asv skip (NotImplementedError), not a failure.
+    with pytest.raises(NotImplementedError, match="cannot run here"):
+        cls().setup("4096", "float32", "cuda", "default")
+    with pytest.raises(NotImplementedError, match="no tuning configs"):
+        cls().setup("4096", "float32", "torch", "BLOCK_SIZE=256")
+
+
+def test_diag_prints_what_it_checked_and_what_to_change(interpreter, tmp_path):
+    checks = diag.diagnose("square", shape="100", provider="triton", config="BLOCK_SIZE=4096", warmup=1,
+                           profile_dir=tmp_path, nvml=FakeNVML())
+    text = diag.render(checks)
+    names = [c.name for c in checks]
+    for want in ("memory format", "layout / access-pattern settings", "tile / shared-memory size vs problem",
+                 "first-step compilation / warm-up", "clocks and throttle reasons", "other processes on the GPU",
+                 "CPU load", "driver and toolkit versions", "profile"):
+        assert want in names
+    tiles = next(c for c in checks if c.name.startswith("tile"))
+    assert tiles.status == "warn" and "BLOCK_SIZE=4096 is larger than the 100 elements" in tiles.advice
+    assert "[warn] tile" in text and "->" in text
+    assert list(tmp_path.glob("square-triton-100-float32.json"))
+
+
+def test_diag_clock_checks_with_a_fake_nvml():
+    throttled = diag.check_clocks(H100, FakeNVML(sm=[1410], reasons=[0x40]))
+    assert throttled.status == "warn" and "hw_thermal_slowdown" in throttled.detail
+    calm = diag.check_clocks(H100, FakeNVML(sm=[1980], reasons=[0]))
+    assert calm.status == "ok" and "float" in calm.detail
+    others = diag.check_other_processes(H100, FakeNVML())
+    assert others.status == "warn" and "4242" in others.detail
+
+
+def test_diag_names_a_provider_that_cannot_run(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="provider 'triton' is unavailable"):
+        diag.diagnose("square", shape="100", provider="triton")
+
+
+@pytest.mark.slow
+def test_bench_run_quick_profile_end_to_end(tmp_path):
+    """`xrt bench run` on a clone: asv per commit in the existing env, results + sidecar collected."""
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    env = dict(os.environ, HOME=str(tmp_path))  # asv keeps its machine file in ~
+    out = subprocess.run([sys.executable, "-m", "xrt.cli", "bench", "run", "--repo", str(clone), "--commits", "HEAD",
+                          "--quick", "--bench", "Square"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    (entry,) = summary["commits"]
+    assert entry["commit"] == head
+    (mach,) = summary["machines"]
+    files = entry["machines"][mach]["files"]
+    assert len(files) == 1
+    result = json.loads(Path(files[0]).read_text())
+    assert result["commit_hash"] == head
+    cols = result["result_columns"]
+    values, params = result["results"]["bench_ops.Square.time_op"][:2]
+    assert params[2] == ["'torch'", "'triton'"]
+    assert any(isinstance(v, float) and v > 0 for v in values)
+    samples = result["results"]["bench_ops.Square.time_op"][cols.index("samples")]
+    assert any(s and len(s) >= 10 for s in samples)
+    side = json.loads(Path(files[0]).with_suffix(".xrt").read_text())
+    assert side["commit"] == head and side["machine"] == mach and side["cases"]
+    assert all(c["benchmark"] == "bench_ops.Square.time_op" for c in side["cases"])
+    assert (clone / "results" / "asv" / "benchmarks.json").is_file()
