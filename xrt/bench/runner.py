@@ -145,7 +145,8 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 procs = []
                 for t in tgts:
                     side = work / f"side-{commit[:12]}-{t.machine}"
-                    env = {**os.environ, **t.env, "PYTHONPATH": str(wt), "XRT_SIDECAR_DIR": str(side),
+                    env = {**os.environ, **t.env, "PYTHONPATH": os.pathsep.join(
+                        [str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), "XRT_SIDECAR_DIR": str(side),
                            "XRT_BENCH_PROFILE": profile,
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     cmd = _asv_cmd(commit, t, bench)
