@@ -16,11 +16,38 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "square.triton": {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8]},
     # CUDA C: threads per block, and which side-by-side version of kernels/cuda/square.cu.
     "square.cuda": {"block": [128, 256, 512, 1024], "version": ["v1", "v2"]},
+    # vector_add: the same two knobs as square, for the same reasons.
+    "vector_add.triton": {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8]},
+    "vector_add.cuda": {"block": [128, 256, 512, 1024], "version": ["v1", "v2"]},
+    # window_sum: outputs per Triton program; CUDA C outputs per thread ("items": the shared-memory
+    # segment is block * items + 2 inputs), threads per block, version of window_sum.cu.
+    "window_sum.triton": {"BLOCK_SIZE": [512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8]},
+    "window_sum.cuda": {"block": [128, 256, 512], "items": [1, 2, 4, 8], "version": ["v1", "v2"]},
+    # Row kernels (softmax, layernorm): the whole row is one program / block; "auto" scales the
+    # warps (Triton) or threads (CUDA C) with the row length, see the launchers.
+    "softmax.triton": {"num_warps": ["auto", 4, 8, 16, 32]},
+    "softmax.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
+    "layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32]},
+    "layernorm.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
+    # Backward: programs (blocks) per SM, each accumulating its rows' dweight/dbias partials.
+    "layernorm_bwd.triton": {"num_warps": ["auto", 4, 8, 16, 32], "programs_per_sm": [1, 2, 4]},
+    "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"],
+                           "programs_per_sm": [1, 2, 4]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "square.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
     "square.cuda": {"block": 256, "version": "v2"},
+    "vector_add.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
+    "vector_add.cuda": {"block": 256, "version": "v2"},
+    "window_sum.triton": {"BLOCK_SIZE": 2048, "num_warps": 4},
+    "window_sum.cuda": {"block": 256, "items": 4, "version": "v2"},
+    "softmax.triton": {"num_warps": "auto"},
+    "softmax.cuda": {"block": "auto", "version": "v2"},
+    "layernorm.triton": {"num_warps": "auto"},
+    "layernorm.cuda": {"block": "auto", "version": "v2"},
+    "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": 2},
+    "layernorm_bwd.cuda": {"block": "auto", "version": "v2", "programs_per_sm": 2},
 }
 
 

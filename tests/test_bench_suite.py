@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 from fake_nvml import FakeNVML
+
 from xrt.bench import diag, machine, suite
 from xrt.device import DeviceInfo
 
@@ -98,6 +98,7 @@ def test_diag_clock_checks_with_a_fake_nvml():
     assert others.status == "warn" and "4242" in others.detail
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU, Triton can run")
 def test_diag_names_a_provider_that_cannot_run(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(RuntimeError, match="provider 'triton' is unavailable"):

@@ -29,7 +29,7 @@ def missing() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module(name: str, arch: str) -> Any:
     """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process."""
     import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)

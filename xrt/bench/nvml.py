@@ -77,8 +77,7 @@ class DeviceClocks:
 
     def _reasons(self) -> int:
         nv = self.nvml
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(fn(self.handle))
 
     def read(self) -> ClockSample:

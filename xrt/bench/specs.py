@@ -94,3 +94,120 @@ register(BenchSpec(
     flops=lambda shape: numel(shape),
     spaces={"triton": "square.triton", "cuda": "square.cuda"},
 ))
+
+
+# -- the memory-bound kernels: vector_add, window_sum, softmax, layernorm (fwd and bwd) ----------
+
+def _call_kernel(op: str, module: str, fn: str):
+    """``call`` of a spec: the public op without a config; the launcher with one (suites, tuner)."""
+    def call(args: tuple, provider: str, config: dict | None):
+        import importlib
+
+        if config is None or provider == "torch":
+            if config is not None:
+                raise ValueError(f"{op} provider 'torch' has no tuning configs")
+            public = {"layernorm": _layernorm_public, "layernorm_bwd": _layernorm_bwd_public}
+            if op in public:
+                return public[op](args, provider)
+            import xrt.pytorch as xp
+
+            return getattr(xp.ops, op)(*args, provider=provider)
+        kind = {"triton": "triton", "cuda": "cuda"}.get(provider)
+        if kind is None:
+            raise ValueError(f"{op} provider {provider!r} has no tuning configs")
+        return getattr(importlib.import_module(f"xrt.kernels.{kind}.{module}"), fn)(*args, config)
+
+    return call
+
+
+def _layernorm_public(args: tuple, provider: str):
+    import xrt.pytorch as xp
+
+    x, w, b, eps = args
+    return xp.ops.fused_layernorm(x, x.shape[-1], w, b, eps, provider=provider)
+
+
+def _layernorm_bwd_public(args: tuple, provider: str):
+    from xrt.pytorch.ops.layernorm import _layernorm_bwd_op
+
+    return _layernorm_bwd_op(*args, provider)
+
+
+def _ln_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    n = shape[-1]
+    return (_randn(shape, dtype, device), _randn((n,), dtype, device), _randn((n,), dtype, device), 1e-5)
+
+
+def _ln_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    import torch
+
+    x = _randn(shape, dtype, device)
+    xf = x.float()
+    mean = xf.mean(-1)
+    rstd = torch.rsqrt(xf.var(-1, unbiased=False) + 1e-5)
+    return (_randn(shape, dtype, device), x, _randn((shape[-1],), dtype, device), mean, rstd)
+
+
+_ROWS_LARGE = [(16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768)]
+
+register(BenchSpec(
+    op="vector_add",
+    shapes={"quick": [(4096,)], "small": [(1 << 12,), (1 << 16,)], "large": [(1 << 24,), (1 << 28,)]},
+    dtypes=["float32", "bfloat16"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device), _randn(shape, dtype, device)),
+    call=_call_kernel("vector_add", "vector_add", "vector_add"),
+    bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read a and b, write y
+    flops=lambda shape: numel(shape),
+    spaces={"triton": "vector_add.triton", "cuda": "vector_add.cuda"},
+))
+
+register(BenchSpec(
+    op="window_sum",
+    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (16, 4096)], "large": [(16384, 8192), (1, 1 << 28)]},
+    dtypes=["float32", "bfloat16"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
+    call=_call_kernel("window_sum", "window_sum", "window_sum"),
+    # read x once, write y [..., n - 2]
+    bytes_moved=lambda shape, esize: (numel(shape) + numel(shape[:-1]) * (shape[-1] - 2)) * esize,
+    flops=lambda shape: 2 * numel(shape[:-1]) * (shape[-1] - 2),
+    spaces={"triton": "window_sum.triton", "cuda": "window_sum.cuda"},
+))
+
+register(BenchSpec(
+    op="softmax",
+    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
+    dtypes=["bfloat16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
+    call=_call_kernel("softmax", "softmax", "softmax"),
+    bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,  # read x, write y
+    flops=lambda shape: 5 * numel(shape),
+    spaces={"triton": "softmax.triton", "cuda": "softmax.cuda"},
+))
+
+register(BenchSpec(
+    op="layernorm",
+    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
+    dtypes=["bfloat16", "float16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_ln_inputs,
+    call=_call_kernel("layernorm", "layernorm", "layernorm"),
+    # read x, write y (weight, bias and the [M] statistics are negligible and not counted)
+    bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,
+    flops=lambda shape: 8 * numel(shape),
+    spaces={"triton": "layernorm.triton", "cuda": "layernorm.cuda"},
+))
+
+register(BenchSpec(
+    op="layernorm_bwd",
+    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
+    dtypes=["bfloat16", "float16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_ln_bwd_inputs,
+    call=_call_kernel("layernorm_bwd", "layernorm", "layernorm_bwd"),
+    bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read dy and x, write dx
+    flops=lambda shape: 12 * numel(shape),
+    spaces={"triton": "layernorm_bwd.triton", "cuda": "layernorm_bwd.cuda"},
+))

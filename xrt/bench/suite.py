@@ -131,6 +131,7 @@ class Case:
         if self.graph:
             self.target, self.per = timer._graphed(self.fn, self.pilot.calls_per_sample, self.clock.device), \
                 self.pilot.calls_per_sample
+        self.clock.calibrate(self.target)
         self.samples: list[float] = []
         self.sm_mhz: list[int | None] = []
         self.mem_mhz: list[int | None] = []

@@ -149,6 +149,9 @@ class _Clock:
         self.kind = self.device.type
         self.flush_buf = None
         self.clocks = None
+        self.spin = None  # torch.cuda._sleep: holds the GPU while the CPU queues a batch
+        self.enqueue_s = 100e-6  # CPU time to queue one sample; calibrate() measures it
+        self.cycles_per_s = 2.0e9
         if self.kind == "cuda":
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device = torch.device("cuda", index)
@@ -158,6 +161,10 @@ class _Clock:
             self.clocks = DeviceClocks(index, nvml)
             self.events = torch.cuda.Event
             self.sync = torch.cuda.synchronize
+            self.spin = torch.cuda._sleep
+            clock_khz = getattr(torch.cuda.get_device_properties(index), "clock_rate", 0)
+            if clock_khz:
+                self.cycles_per_s = clock_khz * 1e3
         elif self.kind == "xpu":
             if flush:  # torch.xpu does not report the L2 size; Triton's XPU backend uses 256 MiB
                 self.flush_buf = torch.empty(256 * 2**20, dtype=torch.int8, device=self.device)
@@ -165,6 +172,17 @@ class _Clock:
             self.sync = torch.xpu.synchronize
         elif self.kind != "cpu":
             raise ValueError(f"the timer runs on cuda, xpu or cpu devices, not {device!r}")
+
+    def calibrate(self, fn: Callable[[], Any], count: int = 8) -> None:
+        """Measure the CPU time it takes to queue one sample (flush, events, call)."""
+        if self.kind == "cpu":
+            return
+        self.sync()
+        saved, self.spin = self.spin, None
+        t0 = time.perf_counter()
+        self.batch(fn, count)  # includes one synchronize: an upper bound on queueing, which is safe
+        self.enqueue_s = (time.perf_counter() - t0) / count
+        self.spin = saved
 
     def read_clocks(self) -> ClockSample:
         return self.clocks.read() if self.clocks is not None else ClockSample(None, None, 0)
@@ -178,6 +196,12 @@ class _Clock:
                 fn()
                 out.append(time.perf_counter() - t0)
             return out
+        if self.spin is not None:
+            # Without this, the GPU outruns the CPU: it reaches the start event before the call is
+            # queued, and the CPU's launch latency lands inside the measured interval. Spinning
+            # first (nvbench's blocking kernel, in its simplest form) lets the CPU queue the whole
+            # batch ahead of the GPU, so each start event is followed at once by its kernel.
+            self.spin(int((count * self.enqueue_s * 1.5 + 20e-6) * self.cycles_per_s))
         pairs = []
         for _ in range(count):
             if self.flush_buf is not None:
@@ -234,6 +258,7 @@ def measure(fn: Callable[[], Any], device: str = "cpu", *, graph: bool = False, 
         warm += 1
         if time.perf_counter() - t_start >= cfg["warmup_time"]:
             break
+    clock.calibrate(target)
     m = Measurement(samples_s=[], device=str(clock.device), warmup_runs=warm, graph=graph,
                     calls_per_sample=per,
                     l2_flush_bytes=0 if clock.flush_buf is None else clock.flush_buf.numel())

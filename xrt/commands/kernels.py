@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+from pathlib import Path
+
+from xrt.cli import CLIError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -12,6 +16,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=run_list)
     sp = ksub.add_parser("spaces", help="the tuning spaces and their defaults")
     sp.set_defaults(func=run_spaces)
+    dp = ksub.add_parser("dump", help="write the PTX (and SASS where the tools exist) of an op's kernel")
+    dp.add_argument("op", help="an xrt op, e.g. softmax, layernorm, layernorm_bwd")
+    dp.add_argument("--provider", choices=("triton", "cuda"), default="triton")
+    dp.add_argument("--dtype", choices=_DTYPES, default="bfloat16", help="Triton: the pointers' dtype")
+    dp.add_argument("--arch", default=None, help="sm_90 etc.; default: this GPU's, else sm_90")
+    dp.add_argument("--out", default="kernels-dump", help="directory for the files (default: kernels-dump)")
+    dp.set_defaults(func=run_dump)
     p.set_defaults(func=run_list)
 
 
@@ -24,10 +35,10 @@ def run_list(args: argparse.Namespace) -> int:
     dev = default_device()
     x = torch.empty(16, device=dev.torch_device)
     print(f"device: {dev.summary()}")
-    for op in ("square",):
+    for op in _ops():
         for name, prov in xp.ops.providers(op).items():
             why = prov.missing(x)
-            print(f"{op:10} {name:7} {'ok' if why is None else 'unavailable: ' + why}")
+            print(f"{op:14} {name:7} {'ok' if why is None else 'unavailable: ' + why}")
     return 0
 
 
@@ -39,4 +50,141 @@ def run_spaces(args: argparse.Namespace) -> int:
         print(f"{key}: {n} configs; default {spaces.default(key)}")
         for name, values in space.items():
             print(f"    {name}: {values}")
+    return 0
+
+
+# -- xrt kernels dump ------------------------------------------------------------------------------
+
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _ops() -> list[str]:
+    import xrt.pytorch as xp  # noqa: F401  (importing the ops registers their providers)
+    from xrt.pytorch.ops import _providers
+
+    return sorted(_providers._REGISTRY)
+
+
+def _tool(name: str) -> str | None:
+    """A CUDA binary tool from PATH, the CUDA toolkit, or the copy Triton ships."""
+    import shutil
+
+    found = shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
+    if found:
+        return found
+    try:
+        import triton
+
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+        return str(cand) if cand.exists() else None
+    except ImportError:
+        return None
+
+
+def _sass(cubin: Path, out: Path) -> str:
+    for tool, argv in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
+        exe = _tool(tool)
+        if exe:
+            r = subprocess.run([exe, *argv, str(cubin)], capture_output=True, text=True, check=False)
+            if r.returncode == 0:
+                out.write_text(r.stdout)
+                return f"{out} ({tool})"
+    return "no SASS: neither cuobjdump nor nvdisasm found"
+
+
+def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
+    from xrt.kernels import cuda_sources, source
+
+    name = "layernorm.cu" if op.startswith("layernorm") else f"{op}.cu"
+    if name not in cuda_sources():
+        raise CLIError(f"op {op!r} has no CUDA C source; sources: {', '.join(cuda_sources())}")
+    nvcc = _tool("nvcc")
+    if nvcc is None:
+        raise CLIError("nvcc (the CUDA toolkit) is not on PATH: it compiles the CUDA C source to PTX")
+    src = out / name
+    src.write_text(source(f"cuda/{name}"))
+    base = out / f"{Path(name).stem}.{arch}"
+    written = []
+    for kind in ("ptx", "cubin"):
+        r = subprocess.run([nvcc, f"-{kind}", f"-arch={arch}", "-O3", "--use_fast_math", "-std=c++17", "-o",
+                            f"{base}.{kind}", str(src)], capture_output=True, text=True, check=False)
+        if r.returncode:
+            raise CLIError(f"nvcc -{kind} failed for {name}:\n{r.stderr}")
+        written.append(f"{base}.{kind}")
+    written.append(_sass(Path(f"{base}.cubin"), Path(f"{base}.sass")))
+    return written
+
+
+# One representative launch per op: (kernel module, jit function, its signature and constants).
+def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
+    t = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}[dtype]
+    f = "*fp32"
+    row = {"ROWS": 1, "BLOCK": 4096}
+    return {
+        "square": [("square", "_square_kernel", {"x_ptr": t, "y_ptr": t, "n": "i64"}, {"BLOCK_SIZE": 1024})],
+        "vector_add": [("vector_add", "_vector_add_kernel", {"a_ptr": t, "b_ptr": t, "y_ptr": t, "n": "i64"},
+                        {"BLOCK_SIZE": 1024})],
+        "window_sum": [("window_sum", "_window_sum_kernel", {"x_ptr": t, "y_ptr": t, "n": "i32"},
+                        {"BLOCK_SIZE": 2048})],
+        "softmax": [("softmax", "_softmax_kernel", {"x_ptr": t, "y_ptr": t, "M": "i32", "N": "i32"}, row)],
+        "layernorm": [("layernorm", "_layernorm_fwd_kernel",
+                       {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "mean_ptr": f, "rstd_ptr": f,
+                        "M": "i32", "N": "i32", "eps": "fp32"}, row)],
+        "layernorm_bwd": [("layernorm", "_layernorm_bwd_kernel",
+                           {"dy_ptr": t, "x_ptr": t, "w_ptr": t, "mean_ptr": f, "rstd_ptr": f, "dx_ptr": t,
+                            "dw_part_ptr": f, "db_part_ptr": f, "M": "i32", "N": "i32",
+                            "rows_per_program": "i32"}, {"BLOCK": 4096})],
+    }.get(op, [])
+
+
+def _dump_triton(op: str, out: Path, dtype: str, arch: str) -> list[str]:
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    specs = _triton_specs(op, dtype)
+    if not specs:
+        raise CLIError(f"op {op!r} has no Triton kernel to dump")
+    cc = int(arch.removeprefix("sm_").rstrip("a"))
+    written = []
+    for module, fn_name, signature, constexprs in specs:
+        fn = getattr(importlib.import_module(f"xrt.kernels.triton.{module}"), fn_name)
+        sig = dict(signature, **{k: "constexpr" for k in constexprs})
+        try:
+            src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+            compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
+                                      options={"num_warps": 8})
+        except Exception as e:
+            raise CLIError(f"Triton could not compile {fn_name} for {arch} here: {type(e).__name__}: {e}") from e
+        base = out / f"{fn_name.strip('_')}.{dtype}.{arch}"
+        Path(f"{base}.ptx").write_text(compiled.asm["ptx"])
+        written.append(f"{base}.ptx")
+        if "cubin" in compiled.asm:
+            Path(f"{base}.cubin").write_bytes(compiled.asm["cubin"])
+            written.append(_sass(Path(f"{base}.cubin"), Path(f"{base}.sass")))
+    return written
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    op = args.op
+    if op not in _ops():
+        raise CLIError(f"unknown op {op!r}; known: {', '.join(_ops())}")
+    arch = args.arch
+    if arch is None:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"sm_{major}{minor}"
+        else:
+            arch = "sm_90"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.provider == "cuda":
+        written = _dump_cuda(op, out, arch)
+    else:
+        written = _dump_triton(op, out, args.dtype, arch)
+    for w in written:
+        print(w)
     return 0

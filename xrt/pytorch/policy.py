@@ -96,6 +96,8 @@ register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn
 register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark")
 # Provider ops; their implementations register providers in xrt.pytorch.ops.
 register_op("square", PROVIDERS)
+register_op("vector_add", PROVIDERS)
+register_op("window_sum", PROVIDERS)
 register_op("layernorm", PROVIDERS)
 register_op("softmax", PROVIDERS)
 

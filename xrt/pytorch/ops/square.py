@@ -9,63 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import _tuned as T
 
-
-def _config(x: torch.Tensor, space: str) -> dict:
-    from xrt.kernels import spaces
-
-    dev = _device_for(x)
-    tuned = policy.lookup_tuned("square", device=dev, dtype=x.dtype, shape=(x.numel(),))
-    return spaces.check(space, tuned or {})
-
-
-def _device_for(x: torch.Tensor):
-    if x.device.type != "cuda":
-        return None
-    from xrt.device import cuda_info
-
-    return _cuda_info_cached(x.device.index or 0, cuda_info)
-
-
-_INFO: dict[int, object] = {}
-
-
-def _cuda_info_cached(index: int, fn):
-    if index not in _INFO:
-        _INFO[index] = fn(index)
-    return _INFO[index]
-
-
-@P.register("square", "torch", P.torch_missing)
-def _square_torch(x: torch.Tensor) -> torch.Tensor:
-    from xrt.kernels.reference.square import square
-
-    return square(x)
-
-
-@P.register("square", "triton", P.triton_missing)
-def _square_triton(x: torch.Tensor) -> torch.Tensor:
-    from xrt.kernels.triton.square import square
-
-    return square(x, _config(x, "square.triton"))
-
-
-@P.register("square", "cuda", P.cuda_missing)
-def _square_cuda(x: torch.Tensor) -> torch.Tensor:
-    from xrt.kernels.cuda.square import square
-
-    return square(x, _config(x, "square.cuda"))
-
-
-@P.register("square", "xpu", P.xpu_missing)
-def _square_xpu(x: torch.Tensor) -> torch.Tensor:
-    # Upstream torch.xpu: the Triton kernel compiles for Intel GPUs through Triton's XPU backend.
-    from xrt.kernels.triton.square import square
-
-    return square(x, _config(x, "square.triton"))
+T.register_kernels("square", shape=lambda x: (x.numel(),))
 
 
 @torch.library.custom_op("xrt::square", mutates_args=())

@@ -1,0 +1,66 @@
+"""Launcher for ``softmax`` in CUDA C (``softmax.cu``), and the row-kernel plan layernorm shares."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from xrt.kernels import cuda, spaces
+from xrt.kernels.cuda.square import _SUFFIX
+
+ITEMS = (1, 2, 4, 8)  # the 16-byte vectors per thread that the v2 kernels are instantiated for
+
+
+def _pow2(v: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, v))))
+
+
+def row_plan(n: int, esize: int, block: int | str, version: str, aligned: bool,
+             vecs_per_thread: int = 4) -> tuple[str, int, int]:
+    """``(version, threads per block, items)`` for a block-per-row kernel over rows of ``n``.
+
+    v2 needs ``n`` a multiple of the vector width, 16-byte aligned rows and a row that fits in
+    ``block * 8`` vectors; otherwise the launch falls back to v1 (items 0). ``"auto"`` threads:
+    about ``vecs_per_thread`` vectors a thread (v2) or 8 elements a thread (v1), 32 to 1024.
+    """
+    vec = 16 // esize
+    if version == "v2" and n % vec == 0 and aligned:
+        nvec = n // vec
+        b = min(1024, max(32, _pow2(math.ceil(nvec / vecs_per_thread)))) if block == "auto" else int(block)
+        items = next((i for i in ITEMS if i * b >= nvec), None)
+        if items is not None:
+            return "v2", b, items
+    b = min(1024, max(32, _pow2(math.ceil(n / 8)))) if block == "auto" else int(block)
+    return "v1", b, 0
+
+
+def kernel_name(op: str, version: str, dtype: torch.dtype, items: int) -> str:
+    return f"{op}_{version}_{_SUFFIX[dtype]}" + (f"_{items}" if version == "v2" else "")
+
+
+def check_device(op: str, x: torch.Tensor) -> None:
+    if x.device.type != "cuda":
+        raise ValueError(f"CUDA C {op} needs a CUDA tensor, got one on {x.device}")
+    if x.dtype not in _SUFFIX:
+        raise ValueError(f"CUDA C {op} supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
+
+
+def softmax(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """Softmax over the last dim with ``softmax_<version>_<dtype>[_<items>]``; config from ``softmax.cuda``."""
+    check_device("softmax", x)
+    cfg = spaces.check("softmax.cuda", config or {})
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    n = x.shape[-1]
+    rows = x.numel() // n
+    aligned = (x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
+    version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"], aligned)
+    fn = cuda.function("softmax", kernel_name("softmax", version, x.dtype, items), x.device.index or 0)
+    with torch.cuda.device(x.device), cuda.on_torch_stream():
+        fn(np.uintp(x.data_ptr()), np.uintp(y.data_ptr()), np.int64(n), block=(block, 1, 1), grid=(rows, 1))
+    return y

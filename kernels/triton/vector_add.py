@@ -1,0 +1,43 @@
+"""``vector_add`` in Triton: the flat elementwise kernel of ``square`` with a second input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import spaces
+
+
+@triton.jit
+def _vector_add_kernel(
+    a_ptr,  # [n] first input, contiguous
+    b_ptr,  # [n] second input, contiguous, a's dtype
+    y_ptr,  # [n] output, contiguous, a's dtype
+    n,  # number of elements
+    BLOCK_SIZE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, a + b, mask=mask)
+
+
+def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """``a + b`` for two tensors of one shape and dtype; ``config`` from ``vector_add.triton``."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(f"vector_add needs one shape and dtype: a is {tuple(a.shape)} {a.dtype}, "
+                         f"b is {tuple(b.shape)} {b.dtype}")
+    cfg = spaces.check("vector_add.triton", config or {})
+    a, b = a.contiguous(), b.contiguous()
+    y = torch.empty_like(a)
+    n = a.numel()
+    if n == 0:
+        return y
+    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
+    _vector_add_kernel[grid](a, b, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    return y

@@ -1,0 +1,50 @@
+"""``window_sum`` in Triton: ``y[r, i] = x[r, i] + x[r, i+1] + x[r, i+2]``, ``i < n - 2``.
+
+A 2-D grid (row, column block): rows on axis 0, whose limit is 2**31 - 1, not 65535. Each program loads its ``BLOCK_SIZE`` outputs' inputs three
+times, shifted by 0, 1 and 2: the second and third loads hit L1, so HBM sees x read once. (The
+CUDA C version makes that reuse explicit with a shared-memory segment.) Sums in fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import spaces
+
+
+@triton.jit
+def _window_sum_kernel(
+    x_ptr,  # [rows, n] input, row-major, contiguous
+    y_ptr,  # [rows, n - 2] output, row-major, contiguous, x's dtype
+    n,  # row length of x (>= 3)
+    BLOCK_SIZE: tl.constexpr,
+):
+    col = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    row = tl.program_id(0).to(tl.int64)
+    m = n - 2
+    mask = col < m
+    xr = x_ptr + row * n + col
+    acc = tl.load(xr, mask=mask).to(tl.float32)
+    acc += tl.load(xr + 1, mask=mask).to(tl.float32)
+    acc += tl.load(xr + 2, mask=mask).to(tl.float32)
+    tl.store(y_ptr + row * m + col, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """The 3-wide window sum over the last dim: ``[..., n]`` -> ``[..., n - 2]``."""
+    n = x.shape[-1] if x.dim() else 0
+    if n < 3:
+        raise ValueError(f"window_sum needs x.shape[-1] >= 3, got x.shape={tuple(x.shape)}")
+    cfg = spaces.check("window_sum.triton", config or {})
+    x = x.contiguous()
+    rows = x.numel() // n
+    y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
+    if rows == 0:
+        return y
+    grid = (rows, triton.cdiv(n - 2, cfg["BLOCK_SIZE"]))
+    _window_sum_kernel[grid](x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    return y

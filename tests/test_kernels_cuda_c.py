@@ -1,0 +1,52 @@
+"""The CUDA C sources compile for Hopper here (nvcc, no GPU) and export the entries launchers call;
+``xrt kernels dump`` writes PTX and SASS."""
+
+import subprocess
+
+import pytest
+
+from xrt.kernels import source
+
+V2_ITEMS = (1, 2, 4, 8)
+DT = ("f32", "f16", "bf16")
+ENTRIES = {
+    "vector_add.cu": {f"vector_add_{v}_{t}" for v in ("v1", "v2") for t in DT},
+    "window_sum.cu": {f"window_sum_{v}_{t}" for v in ("v1", "v2") for t in DT},
+    "softmax.cu": {f"softmax_v1_{t}" for t in DT} | {f"softmax_v2_{t}_{i}" for t in DT for i in V2_ITEMS},
+    "layernorm.cu": ({f"layernorm_{d}_v1_{t}" for d in ("fwd", "bwd") for t in DT}
+                     | {f"layernorm_{d}_v2_{t}_{i}" for d in ("fwd", "bwd") for t in DT for i in V2_ITEMS}
+                     | {f"layernorm_sum_partials_{t}" for t in DT}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_cuda_c_sources_compile(nvcc, tmp_path, name):
+    src = tmp_path / name
+    src.write_text(source(f"cuda/{name}"))
+    ptx = tmp_path / "out.ptx"
+    subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", "-o", str(ptx), str(src)], check=True,
+                   capture_output=True)
+    entries = {ln.split()[-1].rstrip("(") for ln in ptx.read_text().splitlines() if ".entry" in ln}
+    assert entries == ENTRIES[name]
+
+
+def test_launchers_name_existing_entries():
+    """The names the launchers build are among the entries (the plan's versions and items)."""
+    import torch
+
+    from xrt.kernels.cuda.softmax import kernel_name, row_plan
+
+    for n, esize in ((4096, 2), (32768, 2), (1023, 2), (65536 + 8, 4), (8, 4)):
+        for block in ("auto", 128, 1024):
+            version, b, items = row_plan(n, esize, block, "v2", True)
+            assert b % 32 == 0 and 32 <= b <= 1024
+            dtype = torch.bfloat16 if esize == 2 else torch.float32
+            assert kernel_name("softmax", version, dtype, items) in ENTRIES["softmax.cu"]
+            assert kernel_name("layernorm_fwd", version, dtype, items) in ENTRIES["layernorm.cu"]
+
+
+def test_dump_cuda_writes_ptx_and_sass(nvcc, tmp_path):
+    from xrt.cli import main
+
+    assert main(["kernels", "dump", "softmax", "--provider", "cuda", "--out", str(tmp_path)]) == 0
+    assert ".entry softmax_v2_bf16_4" in (tmp_path / "softmax.sm_90.ptx").read_text()

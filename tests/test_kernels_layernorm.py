@@ -1,0 +1,104 @@
+"""``fused_layernorm`` forward and backward in every provider this machine has, against float64."""
+
+import pytest
+import torch
+from kernel_checks import check, poisoned_outputs
+
+import xrt.pytorch as xp
+from xrt.pytorch.ops.layernorm import _layernorm_bwd_op, _layernorm_op
+
+# (1023, 1) on the CPU: the backward walks its rows one by one, slow in the interpreter.
+SHAPES = [(1, 1), (1, 4097), (1023, 1), (7, 1023), (3, 5, 37), (13, 64)]
+ALL_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _run(shape, dtype, device, provider, grads=True):
+    n = shape[-1]
+    x = (torch.randn(shape, device=device) * 2 + 0.5).to(dtype)
+    w = (torch.rand(n, device=device) + 0.5).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    dy = torch.randn(shape, device=device).to(dtype)
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    yr = torch.nn.functional.layer_norm(ref[0], (n,), ref[1], ref[2], 1e-5)
+    mine = [t.clone().requires_grad_() for t in (x, w, b)]
+    with poisoned_outputs():
+        y = xp.ops.fused_layernorm(mine[0], n, mine[1], mine[2], provider=provider)
+        if grads:
+            y.backward(dy)
+    # |y| ~ 1 by construction: compare to the row scale, not to each element.
+    check(y, yr, dtype, scale=yr.detach().abs() + 1, what="y")
+    if not grads:
+        return
+    yr.backward(dy.double())
+    rows = x.numel() // n
+    for name, got, want, scale in (("dx", mine[0].grad, ref[0].grad, ref[0].grad.abs().max() + 1),
+                                   ("dweight", mine[1].grad, ref[1].grad, (rows ** 0.5) * 4),
+                                   ("dbias", mine[2].grad, ref[2].grad, (rows ** 0.5) * 4)):
+        check(got, want.detach(), dtype, scale=scale, what=name)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_under_interpreter(interpreter, shape, dtype):
+    _run(shape, dtype, "cpu", "triton")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_torch_reference(dtype):
+    _run((7, 1023), dtype, "cpu", "torch")
+
+
+def test_multi_dim_normalized_shape_and_defaults(interpreter):
+    x = torch.randn(3, 4, 5)
+    for p in ("torch", "triton"):
+        torch.testing.assert_close(xp.ops.fused_layernorm(x, (4, 5), provider=p),
+                                   torch.nn.functional.layer_norm(x, (4, 5)), rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck_and_compile():
+    x, w, b = torch.randn(6, 17, requires_grad=True), torch.randn(17, requires_grad=True), torch.randn(17)
+    result = torch.library.opcheck(_layernorm_op, (x, [17], w, b, 1e-5, "torch"))
+    assert set(result.values()) == {"SUCCESS"}, result
+    _, mean, rstd = _layernorm_op(x, [17], w, b, 1e-5, "torch")
+    result = torch.library.opcheck(_layernorm_bwd_op, (torch.randn(6, 17), x.detach(), w.detach(), mean, rstd,
+                                                       "torch"))
+    assert set(result.values()) == {"SUCCESS"}, result
+    f = torch.compile(lambda t: xp.ops.fused_layernorm(t, 17, w, b, provider="torch").sum(),
+                      backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(f(x), torch.nn.functional.layer_norm(x, (17,), w, b).sum())
+
+
+def test_bad_inputs_are_named():
+    with pytest.raises(ValueError, match=r"weight.shape=\(4096,\) must equal normalized_shape=\(4095,\)"):
+        xp.ops.fused_layernorm(torch.randn(2, 4095), 4095, torch.randn(4096), None)
+    with pytest.raises(ValueError, match=r"input.shape=\(2, 8\) must end with normalized_shape=\(7,\)"):
+        xp.ops.fused_layernorm(torch.randn(2, 8), 7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("provider", ["torch", "triton", "cuda", "auto"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES + [(4097, 1), (4096, 4096), (64, 32768), (300, 8192), (5, 4104), (3, 65536)], ids=str)
+def test_on_gpu(provider, dtype, shape):
+    _run(shape, dtype, "cuda", provider)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("block", ["auto", 128, 1024])
+def test_cuda_c_versions_on_gpu(version, block):
+    from xrt.kernels.cuda.layernorm import layernorm, layernorm_bwd
+    from xrt.kernels.reference import layernorm as ref
+
+    for m, n in [(3, 1023), (257, 4096), (4, 8192 * 8 + 8), (1, 8)]:
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w, b = torch.rand(n, device="cuda", dtype=x.dtype) + 0.5, torch.randn(n, device="cuda", dtype=x.dtype)
+        dy = torch.randn_like(x)
+        with poisoned_outputs():
+            y, mean, rstd = layernorm(x, w, b, 1e-5, {"version": version, "block": block})
+            got = layernorm_bwd(dy, x, w, mean, rstd, {"version": version, "block": block, "programs_per_sm": 1})
+        want_y, _, _ = ref.layernorm(x.double(), w.double(), b.double(), 1e-5)
+        check(y, want_y, x.dtype, scale=want_y.abs() + 1, what="y")
+        want = ref.layernorm_bwd(dy.double(), x.double(), w.double(), mean.double(), rstd.double())
+        for name, g, r in zip(("dx", "dweight", "dbias"), got, want):
+            check(g, r, x.dtype, scale=r.abs().max() + 1, what=name)

@@ -1,0 +1,73 @@
+"""What every op's providers share: the tuned-config lookup and the cached CUDA device facts."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from xrt.pytorch import policy
+
+_INFO: dict[int, Any] = {}
+
+
+def device_info(x: torch.Tensor) -> Any:
+    """The :class:`xrt.device.DeviceInfo` of ``x``'s CUDA device (cached), ``None`` elsewhere."""
+    if x.device.type != "cuda":
+        return None
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if index not in _INFO:
+        from xrt.device import cuda_info
+
+        _INFO[index] = cuda_info(index)
+    return _INFO[index]
+
+
+def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = None) -> dict[str, Any]:
+    """The tuned config of ``op`` for this input (policy lookup), checked against ``space``.
+
+    ``shape`` is the shape the configs are bucketed by (``x.shape`` unless given; ``square`` and
+    ``vector_add`` use ``(numel,)``, as their kernels see a flat tensor).
+    """
+    from xrt.kernels import spaces
+
+    tuned = policy.lookup_tuned(op, device=device_info(x), dtype=x.dtype,
+                                shape=tuple(x.shape) if shape is None else tuple(shape))
+    return spaces.check(space, tuned or {})
+
+
+def register_kernels(op: str, module: str | None = None, fn: str | None = None,
+                     shape: Callable[[torch.Tensor], Sequence[int]] | None = None) -> None:
+    """Register the four providers of ``op`` the way every xrt op has them.
+
+    ``torch`` calls ``xrt.kernels.reference.<module>.<fn>(*args)``; ``triton`` and ``xpu`` call
+    ``xrt.kernels.triton.<module>.<fn>(*args, config)``, ``cuda`` calls
+    ``xrt.kernels.cuda.<module>.<fn>(*args, config)``, with the tuned config of the
+    ``<op>.triton`` / ``<op>.cuda`` space for the first argument (bucketed by ``shape(x)``).
+    ``module`` and ``fn`` default to ``op``.
+    """
+    from xrt.pytorch.ops import _providers as P
+
+    module, fn = module or op, fn or op
+
+    def kernel(kind: str) -> Callable[..., Any]:
+        return getattr(importlib.import_module(f"xrt.kernels.{kind}.{module}"), fn)
+
+    def reference(*args: Any) -> Any:
+        return kernel("reference")(*args)
+
+    def tuned(kind: str, space: str) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            x = args[0]
+            return kernel(kind)(*args, config(op, f"{op}.{space}", x, shape(x) if shape else None))
+
+        run.__name__ = f"_{op}_{kind}"
+        return run
+
+    P.register(op, "torch", P.torch_missing)(reference)
+    P.register(op, "triton", P.triton_missing)(tuned("triton", "triton"))
+    P.register(op, "cuda", P.cuda_missing)(tuned("cuda", "cuda"))
+    # Upstream torch.xpu: the Triton kernel compiles for Intel GPUs through Triton's XPU backend.
+    P.register(op, "xpu", P.xpu_missing)(tuned("triton", "triton"))
