@@ -9,9 +9,9 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import ROOT
 from fake_nvml import FakeNVML
+
 from xrt.bench.clocks import ClockLock, ClockLockError
 
 

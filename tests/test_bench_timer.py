@@ -3,8 +3,8 @@
 import math
 
 import pytest
-
 from fake_nvml import FakeNVML
+
 from xrt.bench import nvml as xnvml
 from xrt.bench import timer
 from xrt.bench.timer import Measurement, relative_noise, should_stop

@@ -6,7 +6,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 

@@ -7,6 +7,7 @@
 
 from xrt._version import __version__
 
+
 # kernels/ sits beside xrt/ in the repository and is installed as xrt.kernels. When xrt is imported
 # from a checkout (an editable install, or PYTHONPATH=<checkout> as `xrt bench run` does for each
 # commit it measures), xrt.kernels is that same checkout's kernels/, so a commit's own kernels load
