@@ -24,6 +24,7 @@ KERNELS = [
     ("square fp32 16M (large)", "square", (1 << 24,), "float32", "triton", False),
     ("square bf16 64M (large)", "square", (1 << 26,), "bfloat16", "cuda", False),
     ("square fp32 256K (graph)", "square", (1 << 18,), "float32", "triton", True),
+    ("square fp32 1M (graph)", "square", (1 << 20,), "float32", "triton", True),
 ]
 
 
