@@ -56,10 +56,12 @@ class ParsedRun:
     facts: dict[str, Any]
     columns: dict[str, list] = field(default_factory=dict)
     unknown_benchmarks: list[str] = field(default_factory=list)
+    start: int = 0
+    end: int = 0
 
     @property
     def n(self) -> int:
-        return len(self.columns["benchmark"])
+        return self.end - self.start
 
 
 def loads(data: bytes) -> Any:
@@ -248,8 +250,13 @@ def _num(v: Any) -> float | None:
 
 
 def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | None,
-                 sidecar: dict[str, Any] | None = None, machine_facts: list[Any] | None = None) -> ParsedRun:
-    """Flatten one asv result file. ``known`` is benchmarks.json (None: not available)."""
+                 sidecar: dict[str, Any] | None = None, machine_facts: list[Any] | None = None,
+                 into: dict[str, list] | None = None) -> ParsedRun:
+    """Flatten one asv result file. ``known`` is benchmarks.json (None: not available).
+
+    The rows are appended to the column lists ``into`` (new ones when None); the run's rows are
+    ``columns[c][start:end]``. On :class:`BadFile` nothing stays appended.
+    """
     d = loads(data)
     if not isinstance(d, dict):
         raise BadFile("unknown-format", "not a JSON object")
@@ -268,81 +275,144 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
     if not isinstance(d["commit_hash"], str) or not d["commit_hash"]:
         raise BadFile("unknown-format", "'commit_hash' is not a string")
 
+    cl: dict[str, list] = into if into is not None else {c: [] for c in VALUE_COLUMNS}
+    start = len(cl["benchmark"])
+    try:
+        unknown = _flatten_rows(cols, rows, known, sidecar, cl)
+    except (TypeError, IndexError, KeyError, AttributeError, BadFile) as e:
+        for c in VALUE_COLUMNS:
+            del cl[c][start:]
+        if isinstance(e, BadFile):
+            raise
+        raise BadFile("unknown-format", f"malformed result rows ({type(e).__name__}: {e})") from None
+    rparams = d.get("params") if isinstance(d.get("params"), dict) else {}
+    machine = rparams.get("machine") or machine_dir
+    date = d.get("date")
+    facts = gpu_facts(sidecar if isinstance(sidecar, dict) else None, *facts_from(rparams), *(machine_facts or []))
+    return ParsedRun(
+        machine=str(machine), commit_hash=d["commit_hash"], env_name=d.get("env_name"),
+        date_ms=date if isinstance(date, int) and not isinstance(date, bool) else None,
+        python=d.get("python"), schema=schema, params=rparams,
+        requirements=d.get("requirements") if isinstance(d.get("requirements"), dict) else {},
+        facts=facts, columns=cl, unknown_benchmarks=unknown, start=start, end=len(cl["benchmark"]),
+    )
+
+
+_STATS = ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat")
+_NO_PARAMS: list = []
+
+
+def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, sidecar: Any,
+                  cl: dict[str, list]) -> list[str]:
+    """The hot loop of ingest: one entry per benchmark x parameter combination in each column list."""
+    ncol = len(cols)
     pos = {c: i for i, c in enumerate(cols)}
     i_res = pos["result"]
-
-    def getter(name):
-        i = pos.get(name)
-        if i is None:
-            return lambda row: None
-        return lambda row: row[i] if i < len(row) else None
-
-    g_params, g_version, g_started, g_duration = (getter(c) for c in ("params", "version", "started_at", "duration"))
-    g_stats = [getter(c) for c in ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",
-                                   "stats_number", "stats_repeat")]
-    g_samples = getter("samples")
-
-    sc_bench = (sidecar or {}).get("benchmarks") if isinstance(sidecar, dict) else None
-    cl: dict[str, list] = {c: [] for c in VALUE_COLUMNS}
+    i_par, i_ver, i_sta, i_dur, i_smp = (pos.get(c, ncol) for c in ("params", "version", "started_at",
+                                                                     "duration", "samples"))
+    i_stats = [pos.get(c, ncol) for c in _STATS]
+    pad = [None] * (ncol + 1)  # index ncol is always None: a column this file does not have
+    sc_bench = sidecar.get("benchmarks") if isinstance(sidecar, dict) else None
     (c_bench, c_pidx, c_params, c_pkey, c_value, c_status, c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep,
      c_ver, c_start, c_dur, c_bytes, c_flops, c_sol) = (cl[c] for c in VALUE_COLUMNS)
+    s_a, s_b, s_q25, s_q75, s_num, s_rep = i_stats
     unknown: list[str] = []
+    isnan, isinf = math.isnan, math.isinf
     for name, row in rows.items():
         if not isinstance(row, list) or len(row) <= i_res:
             raise BadFile("unknown-format", f"benchmark {name!r}: result row is not a list with a 'result'")
+        if len(row) <= ncol:
+            row = row + pad[len(row):]
         result = row[i_res]
-        params = g_params(row) or []
+        params = row[i_par] or _NO_PARAMS
+        if known is not None and name not in known:
+            unknown.append(name)
+        version, started, duration = row[i_ver], row[i_sta], row[i_dur]
+        if not isinstance(version, str):
+            version = None
+        if not isinstance(started, int) or isinstance(started, bool):
+            started = None
+        if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+            duration = None
+        b = known.get(name) if known is not None else None
+        sc = sc_bench.get(name) if isinstance(sc_bench, dict) else None
+        formulas = b is not None and (b.bytes or b.flops or b.sol_s) or isinstance(sc, dict)
+
+        if not params and not formulas and (result is None or isinstance(result, list)):
+            # Fast path: a plain benchmark, one value (the corpus is all of these).
+            if result is None:
+                v, st = None, "failed"
+            else:
+                if len(result) != 1:
+                    raise BadFile("unknown-format", f"benchmark {name!r}: {len(result)} results for 1 "
+                                  "parameter combination")
+                v = result[0]
+                if v is None:
+                    st = "failed"
+                elif v.__class__ is float and (isnan(v) or isinf(v)):
+                    st, v = ("skipped" if isnan(v) else "failed"), None
+                else:
+                    st = "ok"
+            c_bench.append(name)
+            c_pidx.append(0)
+            c_params.append(_NO_PARAMS)
+            c_pkey.append("")
+            c_value.append(v)
+            c_status.append(st)
+            x = row[i_smp]
+            c_samples.append(x[0] if x else None)
+            x = row[s_a]
+            c_a.append(x[0] if x else None)
+            x = row[s_b]
+            c_b.append(x[0] if x else None)
+            x = row[s_q25]
+            c_q25.append(x[0] if x else None)
+            x = row[s_q75]
+            c_q75.append(x[0] if x else None)
+            x = row[s_num]
+            c_num.append(x[0] if x else None)
+            x = row[s_rep]
+            c_rep.append(x[0] if x else None)
+            c_ver.append(version)
+            c_start.append(started)
+            c_dur.append(duration)
+            c_bytes.append(None)
+            c_flops.append(None)
+            c_sol.append(None)
+            continue
+
         if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
             raise BadFile("unknown-format", f"benchmark {name!r}: 'params' is not a list of lists")
         n = n_combos(params)
-        if result is None:
-            values = [None] * n  # build failure or the whole benchmark failed
-        elif isinstance(result, list):
-            values = result
-        else:
-            values = [result]
+        values = [None] * n if result is None else result if isinstance(result, list) else [result]
         if len(values) != n:
             raise BadFile("unknown-format", f"benchmark {name!r}: {len(values)} results for {n} parameter "
                           "combinations")
         stats = []
-        for g in g_stats:
-            s = g(row)
-            if s is None:
-                s = [None] * n
-            elif not isinstance(s, list):
-                s = [s]
+        for i in i_stats:
+            s = row[i]
+            s = [None] * n if s is None else s if isinstance(s, list) else [s]
             if len(s) != n:
                 raise BadFile("unknown-format", f"benchmark {name!r}: stats of length {len(s)}, expected {n}")
             stats.append(s)
-        samples = g_samples(row)
+        samples = row[i_smp]
         if samples is None:
             samples = [None] * n
         elif not isinstance(samples, list) or len(samples) != n:
             raise BadFile("unknown-format", f"benchmark {name!r}: samples do not match its {n} results")
-        version, started, duration = g_version(row), g_started(row), _num(g_duration(row))
-        if started is not None and not isinstance(started, int):
-            started = None
-        b = known.get(name) if known is not None else None
-        if known is not None and b is None:
-            unknown.append(name)
-        sc = sc_bench.get(name) if isinstance(sc_bench, dict) else None
         fb = fs = fl = None
         if isinstance(sc, dict):
             fb = _per_combo(sc.get("bytes", sc.get("bytes_moved")), n)
             fl = _per_combo(sc.get("flops"), n)
             fs = _per_combo(sc.get("sol_s", sc.get("sol_seconds")), n)
-        if b is not None and (len(b.params) == len(params)) and n_combos(b.params) == n:
+        if b is not None and len(b.params) == len(params) and n_combos(b.params) == n:
             fb, fl, fs = fb or b.bytes, fl or b.flops, fs or b.sol_s
-        combos = [list(c) for c in itertools.product(*params)] if params else [[]]
+        combos = [list(c) for c in itertools.product(*params)] if params else [_NO_PARAMS]
         for j, v in enumerate(values):
             if v is None:
                 st = "failed"
-            elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise BadFile("unknown-format", f"benchmark {name!r}: result {v!r} is not a number")
-            elif v != v:  # NaN: asv's "skipped"
-                st, v = "skipped", None
-            elif math.isinf(v):
-                st, v = "failed", None
+            elif v.__class__ is float and (isnan(v) or isinf(v)):
+                st, v = ("skipped" if isnan(v) else "failed"), None
             else:
                 st = "ok"
             combo = combos[j]
@@ -360,21 +430,10 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
             c_q75.append(stats[3][j])
             c_num.append(stats[4][j])
             c_rep.append(stats[5][j])
-            c_ver.append(version if isinstance(version, str) else None)
+            c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
             c_bytes.append(fb[j] if fb else None)
             c_flops.append(fl[j] if fl else None)
             c_sol.append(fs[j] if fs else None)
-
-    rparams = d.get("params") if isinstance(d.get("params"), dict) else {}
-    machine = rparams.get("machine") or machine_dir
-    date = d.get("date")
-    facts = gpu_facts(sidecar if isinstance(sidecar, dict) else None, *facts_from(rparams), *(machine_facts or []))
-    return ParsedRun(
-        machine=str(machine), commit_hash=d["commit_hash"], env_name=d.get("env_name"),
-        date_ms=date if isinstance(date, int) and not isinstance(date, bool) else None,
-        python=d.get("python"), schema=schema, params=rparams,
-        requirements=d.get("requirements") if isinstance(d.get("requirements"), dict) else {},
-        facts=facts, columns=cl, unknown_benchmarks=unknown,
-    )
+    return unknown

@@ -81,23 +81,28 @@ def read_with_sidecar(path: Path) -> tuple[bytes, bytes | None]:
 
 
 def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
-                machine_facts: dict[str, list[Any]]) -> tuple[list[FileOutcome], Any]:
-    """Parse ``files`` (paths relative to ``root``); returns outcomes and one Arrow table."""
+                machine_facts: dict[str, list[Any]],
+                data: dict[str, tuple[bytes, bytes | None]] | None = None) -> tuple[list[FileOutcome], Any]:
+    """Parse ``files`` (paths relative to ``root``; ``data`` may hold their bytes already).
+
+    Returns one outcome per file and one Arrow table of all their rows.
+    """
     enabled = gc.isenabled()
     gc.disable()  # millions of small objects: the collector only costs time here
     try:
         outcomes: list[FileOutcome] = []
         cols: dict[str, list] = {c: [] for c in A.VALUE_COLUMNS}
         file_idx: list[int] = []
-        per_file: list[tuple[int, dict[str, list]]] = []
+        per_file: list[tuple[int, int, int]] = []
         for rel in files:
             path = Path(root) / rel
             try:
-                data, sc_bytes = read_with_sidecar(path)
+                got = data.pop(rel, None) if data is not None else None
+                data_b, sc_bytes = got if got is not None else read_with_sidecar(path)
             except OSError as e:
                 outcomes.append(FileOutcome(rel, "", kind="unreadable", reason=f"cannot read: {e.strerror}"))
                 continue
-            h = content_hash(data, sc_bytes)
+            h = content_hash(data_b, sc_bytes)
             try:
                 sidecar = None
                 if sc_bytes is not None:
@@ -106,15 +111,15 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
                     except A.BadFile as e:
                         raise A.BadFile(e.kind, f"sidecar {A.sidecar_path(path).name}: {e}") from None
                 machine_dir = Path(rel).parts[0] if len(Path(rel).parts) > 1 else ""
-                pr = A.parse_result(data, machine_dir, known, sidecar, machine_facts.get(machine_dir))
+                pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols)
             except A.BadFile as e:
                 outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
                 continue
             except RecursionError:
                 outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
                 continue
-            counts = collections.Counter(pr.columns["status"])
-            starts = [s for s in pr.columns["started_at_ms"] if s is not None]
+            counts = collections.Counter(cols["status"][pr.start:pr.end])
+            starts = [s for s in cols["started_at_ms"][pr.start:pr.end] if s is not None]
             run = {
                 "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
                 "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
@@ -124,9 +129,7 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
             }
             i = len(outcomes)
             outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks))
-            per_file.append((i, pr.columns))
-            for c in A.VALUE_COLUMNS:
-                cols[c].extend(pr.columns[c])
+            per_file.append((i, pr.start, pr.end))
             file_idx.extend([i] * pr.n)
         try:
             table = _to_table(cols, file_idx) if file_idx else empty_table()
@@ -134,9 +137,9 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
             import pyarrow as pa
 
             tables = []
-            for i, c in per_file:
+            for i, a, b in per_file:
                 try:
-                    tables.append(_to_table(c, [i] * len(c["benchmark"])))
+                    tables.append(_to_table({c: cols[c][a:b] for c in A.VALUE_COLUMNS}, [i] * (b - a)))
                 except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
                     o = outcomes[i]
                     o.run, o.kind, o.reason = None, "unknown-format", f"a value of the wrong type: {e}"
@@ -147,29 +150,92 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
             gc.enable()
 
 
-def _worker(args):
-    return parse_chunk(*args)
+def parse_all(root: Path, files: list[str], known, machine_facts, jobs: int | None = None, progress=None,
+              data: dict[str, tuple[bytes, bytes | None]] | None = None):
+    """Yield ``(outcomes, table)`` per chunk; in ``jobs`` worker processes when there are many files.
 
+    The default is half the CPUs, at most 4: on the 2-CPU machine of the measurements in
+    docs/database.md two workers were slower than one process (its two CPUs do not scale).
 
-def parse_all(root: Path, files: list[str], known, machine_facts, jobs: int | None = None, progress=None):
-    """Parse every file; in ``jobs`` processes (default: the CPU count) when there are many."""
-    jobs = jobs or os.cpu_count() or 1
-    if jobs <= 1 or len(files) < 200:
-        chunks = [files[i:i + 500] for i in range(0, len(files), 500)]
-        for n, ch in enumerate(chunks):
-            yield parse_chunk(str(root), ch, known, machine_facts)
-            if progress:
-                progress(min((n + 1) * 500, len(files)), len(files))
-        return
-    import multiprocessing as mp
-
-    size = max(50, min(400, len(files) // (jobs * 4) or 1))
+    Workers are ``python -m xrt.db.batch`` subprocesses fed and read through pickles on their
+    stdin/stdout, so callers need no ``if __name__ == "__main__"`` guard (multiprocessing's spawn
+    would) and the parent's DuckDB/Arrow threads are never forked.
+    """
+    jobs = max(1, min(jobs or (os.cpu_count() or 1) // 2 or 1, 4 if jobs is None else 16))
+    size = 500 if jobs == 1 else max(50, min(400, len(files) // (jobs * 4) or 1))
     chunks = [files[i:i + size] for i in range(0, len(files), size)]
-    done = 0
-    # spawn, not fork: the parent may hold DuckDB's and Arrow's threads, which fork does not copy.
-    with mp.get_context("spawn").Pool(jobs) as pool:
-        for ch, out in zip(chunks, pool.imap(_worker, [(str(root), ch, known, machine_facts) for ch in chunks])):
+    if jobs == 1 or len(files) < 200:
+        for n, ch in enumerate(chunks):
+            yield parse_chunk(str(root), ch, known, machine_facts, data)
+            if progress:
+                progress(min((n + 1) * size, len(files)), len(files))
+        return
+    import pickle
+    import queue
+    import subprocess
+    import sys
+    import threading
+
+    q: queue.Queue = queue.Queue()
+    procs = []
+
+    def feed_and_read(proc, my_chunks):
+        try:
+            pickle.dump((str(root), my_chunks, known, machine_facts), proc.stdin, protocol=5)
+            proc.stdin.close()
+            for ch in my_chunks:
+                q.put((ch, pickle.load(proc.stdout)))
+        except BaseException as e:  # a dead worker: report it, the main thread raises
+            q.put((None, e))
+
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    threads = []
+    for w in range(jobs):
+        mine = chunks[w::jobs]
+        if not mine:
+            continue
+        p = subprocess.Popen([sys.executable, "-m", "xrt.db.batch"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=env)
+        procs.append(p)
+        t = threading.Thread(target=feed_and_read, args=(p, mine), daemon=True)
+        t.start()
+        threads.append(t)
+    try:
+        done = 0
+        for _ in range(len(chunks)):
+            ch, out = q.get()
+            if ch is None:
+                raise RuntimeError(f"a parsing worker failed: {out!r}")
             done += len(ch)
             yield out
             if progress:
                 progress(done, len(files))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout):
+                if f and not f.closed:
+                    f.close()
+
+
+def _serve() -> None:
+    """Worker side of :func:`parse_all`: one request on stdin, one pickle per chunk on stdout."""
+    import pickle
+    import sys
+
+    root, chunks, known, machine_facts = pickle.load(sys.stdin.buffer)
+    out = sys.stdout.buffer
+    for ch in chunks:
+        pickle.dump(parse_chunk(root, ch, known, machine_facts), out, protocol=5)
+        out.flush()
+
+
+if __name__ == "__main__":
+    # Through the package's module, so pickled classes are xrt.db.batch's and not __main__'s.
+    from xrt.db.batch import _serve as serve
+
+    serve()

@@ -48,7 +48,7 @@ def from_repo(repo_dir: str, wanted: set[str], rev: str = "HEAD") -> tuple[list[
     for h in wanted:
         try:
             c = repo.commit(h)
-        except (ValueError, git.exc.BadName, git.exc.GitCommandError):
+        except Exception:  # BadName, BadObject, ValueError, ...: not in this repository
             missing.add(h)
             continue
         found[h] = Commit(

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from xrt.db import asv_files as A
 from xrt.db import batch, git, schema, store
@@ -101,6 +102,7 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     for rel in found["benchmarks"] + found["machine"]:
         hashes[rel] = batch.content_hash((root / rel).read_bytes())
     todo = []
+    kept: dict[str, tuple[bytes, bytes | None]] = {}  # bytes of changed files, not to read them twice
     for rel in found["results"]:
         p = root / rel
         try:
@@ -112,6 +114,7 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
         old = prev.get(rel)
         if old is None or old[0] != hashes[rel] or old[1] != "ok":
             todo.append(rel)
+            kept[rel] = (data, sc)
     meta_changed = [rel for rel in found["benchmarks"] + found["machine"]
                     if prev.get(rel, (None,))[0] != hashes[rel] or prev[rel][1] != "ok"]
     rep.unchanged = len(found["results"]) - len(todo) - len(rep.errors)
@@ -147,7 +150,8 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
             last[0] = now
             echo(f"xrt db ingest: parsed {done}/{total} files")
 
-    for outs, table in batch.parse_all(root, todo, known, machine_facts, jobs=jobs, progress=progress):
+    for outs, table in batch.parse_all(root, todo, known, machine_facts, jobs=jobs, progress=progress,
+                                           data=kept):
         base = len(outcomes)
         outcomes.extend(outs)
         if table.num_rows:
@@ -240,8 +244,7 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
         con.execute("DELETE FROM benchmarks")
         rows = [(b.name, b.type, b.unit, json.dumps(b.params), b.param_names, b.version, b.bytes, b.flops,
                  b.sol_s, json.dumps(b.attrs, default=str)) for b in known.values()]
-        if rows:
-            con.executemany("INSERT INTO benchmarks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        _bulk(con, "benchmarks", rows)
         con.execute("UPDATE results SET unit = b.unit FROM benchmarks b "
                     "WHERE results.benchmark = b.name AND results.unit IS DISTINCT FROM b.unit")
     for rel, m in machines.items():
@@ -286,16 +289,17 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
                 cols[k].append(row[k])
         for k in ("env_name", "python"):
             cols[k] = [None if v is None else str(v) for v in cols[k]]
-        runs_tbl = pa.table(cols)  # noqa: F841  (scanned by DuckDB below)
+        con.register("xrt_new_runs", pa.table(cols))
         con.execute("""INSERT INTO runs SELECT run_id, file, content_hash, machine, commit_hash, env_name,
             epoch_ms(date_ms), python, asv_schema, params::JSON, requirements::JSON, gpu_model, driver, cuda,
             torch, triton, sm_clock_mhz, mem_clock_mhz, throttle_share, peak_gbps, peak_tflops, facts::JSON,
-            n_values, n_ok, n_failed, n_skipped, epoch_ms(started_ms), ? FROM runs_tbl""", [now])
+            n_values, n_ok, n_failed, n_skipped, epoch_ms(started_ms), ? FROM xrt_new_runs""", [now])
+        con.unregister("xrt_new_runs")
     if values.num_rows:
         import pyarrow.compute as pc
 
         idx = pa.array([run_ids.get(i, -1) for i in range(len(outcomes))], pa.int32())
-        vals = values.append_column("run_id", pc.take(idx, values["file_idx"]))  # noqa: F841
+        con.register("xrt_new_values", values.append_column("run_id", pc.take(idx, values["file_idx"])))
         con.execute("""INSERT INTO results
             SELECT v.run_id, r.machine, r.commit_hash, r.env_name, v.benchmark, v.param_index, v.params,
                 v.param_key, v.value, v.status, v.samples, v.ci_99_a, v.ci_99_b, v.q25, v.q75, v.number,
@@ -303,10 +307,11 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
                 d.gbps, d.tflops,
                 CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
                     100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END
-            FROM vals v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
+            FROM xrt_new_values v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
             LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
                             CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,
                             CASE WHEN ok THEN v.flops / v.value / 1e12 END AS tflops) d""")
+        con.unregister("xrt_new_values")
 
     files = [(o.file, "results", o.content_hash, "ok" if o.run else "error",
               run_ids.get(i, prev.get(o.file, (None, None, None))[2]), ingest_id, now)
@@ -315,14 +320,28 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
     files += [(rel, "benchmarks" if rel == "benchmarks.json" else "machine", hashes[rel],
                "error" if rel in errfiles else "ok", None, ingest_id, now) for rel in meta_changed]
     if files:
-        con.executemany("INSERT OR REPLACE INTO ingest_files VALUES (?, ?, ?, ?, ?, ?, ?)", files)
+        con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [[f[0] for f in files]])
+        _bulk(con, "ingest_files", files)
     if rep.errors:
-        con.executemany("INSERT INTO ingest_errors VALUES (?, ?, ?, ?, ?)",
-                        [(f, k, r, ingest_id, now) for f, k, r in rep.errors])
+        _bulk(con, "ingest_errors", [(f, k, r, ingest_id, now) for f, k, r in rep.errors])
     _commits(con, git_commits)
     con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
         ingest_id, now, time.perf_counter() - t0, str(root), repo, rep.ingested, rep.unchanged, len(rep.errors),
         rep.values_ok, rep.failures, rep.skips])
+
+
+def _bulk(con, table: str, rows: list[tuple]) -> None:
+    """Insert many rows in one statement through an Arrow table (DuckDB's executemany is slow)."""
+    if not rows:
+        return
+    import pyarrow as pa
+
+    cols = list(zip(*rows))
+    con.register("xrt_bulk", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM xrt_bulk")
+    finally:
+        con.unregister("xrt_bulk")
 
 
 def _float(v: Any) -> float | None:
@@ -352,6 +371,7 @@ def _commits(con, git_commits: list[git.Commit] | None) -> None:
         names = ("hash", "position", "first_parent_index", "author_date", "author", "message", "parents", "source")
         types = (pa.string(), pa.int32(), pa.int32(), pa.timestamp("us"), pa.string(), pa.string(),
                  pa.list_(pa.string()), pa.string())
-        tbl = pa.table({n: pa.array([getattr(c, n) for c in commits], t)  # noqa: F841
-                        for n, t in zip(names, types)})
-        con.execute("INSERT INTO commits SELECT * FROM tbl")
+        con.register("xrt_new_commits", pa.table({n: pa.array([getattr(c, n) for c in commits], t)
+                                                  for n, t in zip(names, types)}))
+        con.execute("INSERT INTO commits SELECT * FROM xrt_new_commits")
+        con.unregister("xrt_new_commits")

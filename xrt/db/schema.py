@@ -39,7 +39,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             file VARCHAR PRIMARY KEY, kind VARCHAR, content_hash VARCHAR, status VARCHAR,
             run_id INTEGER, ingest_id INTEGER, ingested_at TIMESTAMP)""",
         """CREATE TABLE ingest_errors (
-            file VARCHAR, kind VARCHAR, reason VARCHAR, ingest_id INTEGER, at TIMESTAMP)""",
+            file VARCHAR, kind VARCHAR, reason VARCHAR, ingest_id INTEGER, recorded_at TIMESTAMP)""",
         """CREATE TABLE ingests (
             ingest_id INTEGER PRIMARY KEY, started_at TIMESTAMP, seconds DOUBLE, results_dir VARCHAR,
             repo VARCHAR, files_ingested INTEGER, files_unchanged INTEGER, errors INTEGER,

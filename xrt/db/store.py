@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,6 +109,8 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
                 schema.migrate(con)
                 out = fn(con)
                 if os.environ.get(SLEEP_ENV):
+                    print(f"xrt db: test hook: sleeping {os.environ[SLEEP_ENV]} s mid-write", file=sys.stderr,
+                          flush=True)
                     time.sleep(float(os.environ[SLEEP_ENV]))
                 con.execute("COMMIT")
                 con.execute("CHECKPOINT")

@@ -1,0 +1,63 @@
+"""xrt.db on a real corpus: django/django-asv's results (4,675 result files, schema 2)."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from xrt.db import perf  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
+from xrt.db.query import query  # noqa: E402
+
+TARBALL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "django-asv-results.tar.gz"
+
+
+@pytest.fixture(scope="session")
+def django_results(tmp_path_factory):
+    if not TARBALL.exists():
+        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
+    out = tmp_path_factory.mktemp("django-asv")
+    with tarfile.open(TARBALL) as tf:
+        tf.extractall(out, filter="data")
+    return out
+
+
+@pytest.mark.slow
+def test_django_corpus_exact_counts(django_results, tmp_path):
+    db = tmp_path / "django.duckdb"
+    lines: list[str] = []
+    rep = ingest(django_results, db, echo=lines.append)
+    assert (rep.values_ok, rep.failures, rep.skips) == (197_101, 58_760, 0)
+    rows = query(db, "SELECT count(value), count(*) FILTER (status = 'failed'), count(*) FILTER "
+                 "(status = 'skipped'), count(DISTINCT run_id), count(DISTINCT machine) FROM results")[1]
+    assert rows == [(197_101, 58_760, 0, 4_675, 4)]
+    # benchmarks since removed from benchmarks.json: reported per file, rows kept (they are in the counts)
+    kinds = query(db, "SELECT kind, count(*) FROM ingest_errors GROUP BY kind")[1]
+    assert kinds == [("unknown-benchmark", len(rep.errors))] and len(rep.errors) > 0
+    assert sum("no --repo" in s for s in lines) == 1
+    assert query(db, "SELECT count(*) FROM results r LEFT JOIN commits c ON c.hash = r.commit_hash "
+                 "WHERE c.position IS NULL")[1] == [(0,)]
+    again = ingest(django_results, db, echo=lambda s: None)
+    assert (again.ingested, again.unchanged, again.wrote) == (0, 4_675, False)
+
+
+def test_perf_runs_on_a_tiny_size(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
+    import asvgen as G
+
+    root = G.make_results(tmp_path / "results", {
+        f"m1/{G.sha(i)[-8:]}-env.json": G.v2_file(G.sha(i), date_ms=1_700_000_000_000 + i) for i in range(3)})
+    figures = perf.run(corpus=str(root), values=2_000, repeat=1, workdir=str(tmp_path / "work"),
+                       echo=lambda s: None)
+    assert figures["corpus"]["files"] == 3 and figures["corpus"]["values"] == 12
+    assert {q["query"] for q in figures["queries"]} >= set(perf.QUERIES)
+    assert all(q["rows"] > 0 for q in figures["queries"])
+    md = perf.markdown(figures)
+    assert "| query |" in md and "json.load" in md

@@ -1,0 +1,93 @@
+"""``xrt db``: ingest, query, export, stats, perf. Registration imports nothing heavy (no DuckDB)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("db", help="the results database: ingest, query, export, stats",
+                       description="The results database (DuckDB): asv results and git history.")
+    p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
+    dsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
+
+    i = dsub.add_parser("ingest", help="ingest an asv results directory (incremental, atomic)")
+    i.add_argument("results_dir", metavar="RESULTS_DIR", help="asv's results/ (or the folder holding it)")
+    i.add_argument("--db", required=True, help="the database file (created if missing)")
+    i.add_argument("--repo", metavar="GIT_DIR", help="git repository for commit order and facts")
+    i.add_argument("--rev", default="HEAD", help="branch whose first-parent chain orders commits (HEAD)")
+    i.add_argument("--strict", action="store_true", help="exit 1 if any file was refused or had errors")
+    i.add_argument("--jobs", type=int, default=None, help="parsing processes (default: half the CPUs)")
+    i.set_defaults(func=run_ingest)
+
+    q = dsub.add_parser("query", help="run one read-only SQL statement")
+    q.add_argument("--db", required=True)
+    q.add_argument("sql", metavar="SQL")
+    q.add_argument("--format", choices=("csv", "json", "table"), default="table")
+    q.set_defaults(func=run_query)
+
+    e = dsub.add_parser("export", help="export to Parquet, partitioned by machine")
+    e.add_argument("--db", required=True)
+    e.add_argument("--parquet", required=True, metavar="DIR")
+    e.set_defaults(func=run_export)
+
+    s = dsub.add_parser("stats", help="machines, commits, benchmarks, values, failures, errors, size")
+    s.add_argument("--db", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=run_stats)
+
+    f = dsub.add_parser("perf", help="measure ingest speed and the dashboard's queries (prints Markdown)")
+    f.add_argument("--corpus", help="asv results dir or .tar.gz (default: ../shared/datasets/django-asv-results"
+                   ".tar.gz beside the repository, if there)")
+    f.add_argument("--values", type=int, default=1_000_000, help="values in the synthetic database")
+    f.add_argument("--repeat", type=int, default=3, help="repetitions of each timing (the best is kept)")
+    f.add_argument("--workdir", help="scratch folder (default: a temporary one)")
+    f.add_argument("--json", action="store_true", help="print the figures as JSON instead of Markdown")
+    f.set_defaults(func=run_perf)
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    from xrt.db.ingest import ingest
+
+    rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev)
+    print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
+          file=sys.stderr)
+    if args.strict and rep.errors:
+        print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    from xrt.db.query import format_rows, query
+
+    names, rows = query(args.db, args.sql)
+    sys.stdout.write(format_rows(names, rows, args.format))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from xrt.db.export import export_parquet
+
+    counts = export_parquet(args.db, args.parquet)
+    print(f"xrt db export: {args.parquet}: " + ", ".join(f"{t} {n}" for t, n in counts.items()), file=sys.stderr)
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from xrt.db.stats import format_stats, stats
+
+    s = stats(args.db)
+    sys.stdout.write(json.dumps(s, default=str, indent=1) + "\n" if args.json else format_stats(s))
+    return 0
+
+
+def run_perf(args: argparse.Namespace) -> int:
+    from xrt.db import perf
+
+    figures = perf.run(corpus=args.corpus, values=args.values, repeat=args.repeat, workdir=args.workdir,
+                       echo=lambda s: print(s, file=sys.stderr))
+    sys.stdout.write(json.dumps(figures, indent=1) + "\n" if args.json else perf.markdown(figures))
+    return 0
