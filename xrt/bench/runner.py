@@ -114,6 +114,11 @@ def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Pa
             continue  # results the commit itself carries: not this run's
         shutil.copy2(f, dest / f.name)
         cases = [json.loads(p.read_text()) for p in sorted(sidecars.glob("*.json"))]
+        # Proof that the commit's own code was measured, not whatever xrt the environment has.
+        foreign = sorted({c.get("xrt_source", "") for c in cases if not c.get("xrt_source", "").startswith(str(worktree))})
+        if foreign:
+            raise BenchError(f"commit {commit[:10]}: benchmarks imported xrt from {foreign}, not from the commit's "
+                             f"worktree {worktree}; refusing to record them as that commit's results")
         side = {**facts, "commit": commit, "result_file": f.name, "cases": cases}
         tmp = dest / (f.stem + ".xrt.tmp")
         tmp.write_text(json.dumps(side))
@@ -145,8 +150,11 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 procs = []
                 for t in tgts:
                     side = work / f"side-{commit[:12]}-{t.machine}"
-                    env = {**os.environ, **t.env, "PYTHONPATH": os.pathsep.join(
-                        [str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), "XRT_SIDECAR_DIR": str(side),
+                    # asv drops PYTHONPATH for benchmark processes and uses ASV_PYTHONPATH instead.
+                    path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                        if p])
+                    env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
+                           "XRT_SIDECAR_DIR": str(side),
                            "XRT_BENCH_PROFILE": profile,
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     cmd = _asv_cmd(commit, t, bench)

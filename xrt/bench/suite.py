@@ -168,6 +168,7 @@ class Case:
             "throttled_share": (sum(map(is_slowdown, self.reasons)) / n) if n else 0.0,
             "cycles": [t * m * 1e6 if m else None for t, m in zip(self.samples, self.sm_mhz)],
             "pilot": self.pilot.summary(),
+            "xrt_source": _xrt_source(),
         }
 
     def write_sidecar(self, benchmark: str) -> None:
@@ -181,6 +182,16 @@ class Case:
         tmp.write_text(json.dumps(self.record(benchmark)))
         os.replace(tmp, path / (name + ".json"))
         self._written = len(self.samples)
+
+
+def _xrt_source() -> str:
+    """The checkout this process's xrt and kernels come from (the runner checks it is the commit's)."""
+    import xrt
+    import xrt.kernels
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(xrt.__file__)))
+    kernels = os.path.dirname(os.path.dirname(os.path.abspath(xrt.kernels.__file__)))
+    return here if here == kernels else f"{here} (kernels from {kernels})"
 
 
 def case(op: str, *params: str) -> Case:
