@@ -87,3 +87,40 @@ def make_results(root: Path, files: dict[str, dict], machines=("m1",), benchmark
 
 def sha(i: int) -> str:
     return f"{i:040x}"
+
+
+# ---------------------------------------------------------------- the timing layer's sidecar (X.xrt)
+
+GPU_FACTS = {
+    "schema": "xrt-sidecar/1", "machine": "gpuhost-nvidia-h100-80gb-hbm3-0", "written_at": "2025-01-01T00:00:00Z",
+    "gpu_model": "NVIDIA H100 80GB HBM3", "device_kind": "cuda", "device_index": 0, "compute_capability": "9.0",
+    "driver": "560.35.03", "cuda": "12.6", "torch": "2.5.1", "triton": "3.1.0", "sm_count": 132,
+    "l2_bytes": 52428800, "total_memory_bytes": 85520809984, "power_limit_w": 700.0, "max_sm_clock_mhz": 1980,
+    "max_mem_clock_mhz": 2619, "cpu_load": {"load1": 0.5, "load5": 0.4, "cores": 32, "load_per_core": 0.016},
+    "host": "gpuhost", "profile": "full", "lock_clocks": None,
+}
+
+
+def xrt_case(benchmark: str, params: list[str], samples: list[float], sm: list, nbytes: float, flops: float,
+             reasons: list[int] | None = None) -> dict:
+    """One ``cases`` entry the way ``xrt.bench.suite.Case.record`` writes it."""
+    reasons = reasons or [0] * len(samples)
+    return {
+        "benchmark": benchmark, "params": params, "op": "square", "bytes": nbytes, "flops": flops, "graph": False,
+        "calls_per_sample": 1, "samples_s": samples, "sm_mhz": sm, "mem_mhz": [2619] * len(samples),
+        "reasons": reasons, "throttled_share": sum(1 for r in reasons if r) / len(reasons),
+        "cycles": [t * m * 1e6 if m else None for t, m in zip(samples, sm)],
+        "pilot": {"n": len(samples), "median_s": sorted(samples)[len(samples) // 2]},
+    }
+
+
+def xrt_sidecar(commit: str, result_file: str, cases: list[dict], **facts) -> dict:
+    """An ``xrt-sidecar/1`` file as ``xrt.bench.runner._collect`` writes it beside ``result_file``."""
+    return {**GPU_FACTS, **facts, "commit": commit, "result_file": result_file, "cases": cases}
+
+
+def write_xrt(path: Path, d) -> Path:
+    """Write a sidecar; ``d`` may be raw text (to write a corrupt one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(d if isinstance(d, str) else json.dumps(d))
+    return path

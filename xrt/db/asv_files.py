@@ -5,8 +5,10 @@
   ``asv/results.py`` (``Results.load``, ``Results.update_to_2``, ``_compatible_results``);
 - ``benchmarks.json`` (type, unit, params, param_names, version, optional bytes/flops/sol_s);
 - ``<machine>/machine.json``;
-- sidecars ``<result-file-stem>.xrt.json`` with GPU and software facts, and ``gpu`` / ``xrt`` keys
-  in machine.json or a result file's ``params``.
+- sidecars beside a result file ``X.json``: ``X.xrt`` (the timing layer's ``xrt-sidecar/1``: GPU and
+  software facts plus one ``cases`` entry per benchmark x parameter combination, with bytes, FLOPs,
+  per-sample clocks and cycles) or ``X.xrt.json`` (facts and per-benchmark formula inputs), and
+  ``gpu`` / ``xrt`` keys in machine.json or a result file's ``params``.
 
 A result file becomes one :class:`ParsedRun`: the run's facts plus flat column lists with one
 entry per benchmark x parameter combination. Parsing is all-or-nothing per file: any problem
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +29,16 @@ from typing import Any
 VALUE_COLUMNS = (
     "benchmark", "param_index", "params", "param_key", "value", "status", "samples",
     "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat", "version", "started_at_ms",
-    "duration", "bytes", "flops", "sol_s",
+    "duration", "bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share",
 )
 
-SIDECAR_SUFFIX = ".xrt.json"
+SIDECAR_SUFFIX = ".xrt.json"  # the older, hand-written form
+SIDECAR_SUFFIXES = (".xrt", SIDECAR_SUFFIX)  # looked for in this order; the first found is the sidecar
+
+try:  # a C parser, 3-4x faster than json; asv's NaN (a skip) and inf are not JSON, so json reads those
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - optional (the `bench` extra has it)
+    _orjson = None
 _NOT_RESULTS = {"machine.json", "benchmarks.json"}
 
 
@@ -56,6 +65,7 @@ class ParsedRun:
     facts: dict[str, Any]
     columns: dict[str, list] = field(default_factory=dict)
     unknown_benchmarks: list[str] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason): rows kept anyway
     start: int = 0
     end: int = 0
 
@@ -65,7 +75,16 @@ class ParsedRun:
 
 
 def loads(data: bytes) -> Any:
-    """``json.loads`` that names truncation and corruption as such."""
+    """``json.loads`` that names truncation and corruption as such.
+
+    orjson first; whatever it refuses (``NaN``/``Infinity``, which asv writes for skips and
+    failures, huge numbers, and real errors) goes through ``json``, which decides and names the error.
+    """
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -82,8 +101,16 @@ def is_result_file(path: Path) -> bool:
     return path.suffix == ".json" and path.name not in _NOT_RESULTS and not path.name.endswith(SIDECAR_SUFFIX)
 
 
+def sidecar_paths(result_path: Path) -> list[Path]:
+    """Where a result file's sidecar may be, in order of preference (``X.xrt``, then ``X.xrt.json``)."""
+    stem = result_path.name[: -len(".json")]
+    return [result_path.with_name(stem + suf) for suf in SIDECAR_SUFFIXES]
+
+
 def sidecar_path(result_path: Path) -> Path:
-    return result_path.with_name(result_path.name[: -len(".json")] + SIDECAR_SUFFIX)
+    """The sidecar that exists (``X.xrt`` first), else where the timing layer writes it (``X.xrt``)."""
+    paths = sidecar_paths(result_path)
+    return next((p for p in paths if p.exists()), paths[0])
 
 
 # ---------------------------------------------------------------- benchmarks.json, machine.json
@@ -203,6 +230,80 @@ def facts_from(d: dict[str, Any]) -> list[Any]:
     return [d[k] for k in ("xrt", "gpu") if isinstance(d, dict) and d.get(k) is not None]
 
 
+# ---------------------------------------------------------------- the timing layer's sidecar
+
+
+@dataclass
+class CaseFacts:
+    """One ``cases`` entry of an ``xrt-sidecar/1`` file, reduced to what a results row holds."""
+
+    bytes: float | None
+    flops: float | None
+    sm_mhz: float | None  # median SM clock over the case's samples
+    cycles: list | None  # per sample (time x SM clock), None where the clock was unknown
+    cycles_median: float | None
+    throttled_share: float | None
+
+
+def _median(xs: list) -> float | None:
+    xs = [float(x) for x in xs if x is not None and not isinstance(x, bool) and isinstance(x, (int, float))
+          and math.isfinite(x)]
+    return statistics.median(xs) if xs else None
+
+
+def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseFacts], list[str]]:
+    """A sidecar's run facts, its cases by ``(benchmark, params)``, and the problems found in it.
+
+    Works for both forms: ``X.xrt`` (``xrt-sidecar/1``, with ``cases``) and ``X.xrt.json``. The
+    cases are summarised into run facts where the sidecar does not give them itself:
+    ``sm_clock_mhz`` (median over the cases of each case's median SM clock), ``mem_clock_mhz``
+    (likewise) and ``throttle_share`` (mean over the cases of their throttled share). The cases
+    themselves are not kept in the facts (their per-sample data lands in ``results``).
+    Raises :class:`BadFile` (kind ``bad-sidecar``) when the sidecar is not a JSON object.
+    """
+    if not isinstance(sc, dict):
+        raise BadFile("bad-sidecar", "not a JSON object")
+    facts = {k: v for k, v in sc.items() if k != "cases"}
+    cases: dict[tuple[str, tuple], CaseFacts] = {}
+    problems: list[str] = []
+    raw = sc.get("cases")
+    if raw is None:
+        return facts, cases, problems
+    if not isinstance(raw, list):
+        return facts, cases, ["'cases' is not a list"]
+    sm_all, mem_all, thr_all, bad = [], [], [], 0
+    for c in raw:
+        params = c.get("params", []) if isinstance(c, dict) else None
+        if (not isinstance(c, dict) or not isinstance(c.get("benchmark"), str) or not isinstance(params, list)
+                or not all(isinstance(p, str) for p in params)):
+            bad += 1
+            continue
+        sm = c.get("sm_mhz") if isinstance(c.get("sm_mhz"), list) else []
+        mem = c.get("mem_mhz") if isinstance(c.get("mem_mhz"), list) else []
+        cyc = c.get("cycles")
+        cyc = [_num(x) for x in cyc] if isinstance(cyc, list) else None
+        f = CaseFacts(bytes=_num(c.get("bytes")), flops=_num(c.get("flops")), sm_mhz=_median(sm), cycles=cyc,
+                      cycles_median=_median(cyc or []), throttled_share=_num(c.get("throttled_share")))
+        cases[(c["benchmark"], tuple(params))] = f
+        if f.sm_mhz is not None:
+            sm_all.append(f.sm_mhz)
+        m = _median(mem)
+        if m is not None:
+            mem_all.append(m)
+        if f.throttled_share is not None:
+            thr_all.append(f.throttled_share)
+    if bad:
+        problems.append(f"{bad} of {len(raw)} cases without a 'benchmark' name and a list of 'params' strings "
+                        "(ignored)")
+    derived = {"sm_clock_mhz": _median(sm_all), "mem_clock_mhz": _median(mem_all),
+               "throttle_share": statistics.fmean(thr_all) if thr_all else None}
+    for k, v in derived.items():
+        if v is not None and facts.get(k) is None:
+            facts[k] = v
+    facts["n_cases"] = len(cases)
+    return facts, cases, problems
+
+
 # ---------------------------------------------------------------- result files
 
 _V2_COLS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
@@ -277,8 +378,16 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
 
     cl: dict[str, list] = into if into is not None else {c: [] for c in VALUE_COLUMNS}
     start = len(cl["benchmark"])
+    warnings: list[tuple[str, str]] = []
+    cases: dict[tuple[str, tuple], CaseFacts] = {}
+    if sidecar is not None:
+        try:
+            sidecar, cases, problems = read_sidecar(sidecar)
+        except BadFile as e:
+            sidecar, problems = None, [str(e)]
+        warnings += [("bad-sidecar", p) for p in problems]
     try:
-        unknown = _flatten_rows(cols, rows, known, sidecar, cl)
+        unknown = _flatten_rows(cols, rows, known, sidecar, cl, cases)
     except (TypeError, IndexError, KeyError, AttributeError, BadFile) as e:
         for c in VALUE_COLUMNS:
             del cl[c][start:]
@@ -294,7 +403,8 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
         date_ms=date if isinstance(date, int) and not isinstance(date, bool) else None,
         python=d.get("python"), schema=schema, params=rparams,
         requirements=d.get("requirements") if isinstance(d.get("requirements"), dict) else {},
-        facts=facts, columns=cl, unknown_benchmarks=unknown, start=start, end=len(cl["benchmark"]),
+        facts=facts, columns=cl, unknown_benchmarks=unknown, warnings=warnings, start=start,
+        end=len(cl["benchmark"]),
     )
 
 
@@ -303,7 +413,7 @@ _NO_PARAMS: list = []
 
 
 def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, sidecar: Any,
-                  cl: dict[str, list]) -> list[str]:
+                  cl: dict[str, list], cases: dict[tuple[str, tuple], CaseFacts] | None = None) -> list[str]:
     """The hot loop of ingest: one entry per benchmark x parameter combination in each column list."""
     ncol = len(cols)
     pos = {c: i for i, c in enumerate(cols)}
@@ -313,10 +423,15 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
     i_stats = [pos.get(c, ncol) for c in _STATS]
     pad = [None] * (ncol + 1)  # index ncol is always None: a column this file does not have
     sc_bench = sidecar.get("benchmarks") if isinstance(sidecar, dict) else None
+    cases = cases or {}
+    unknown: list[str] = [name for name in rows if name not in known] if known is not None else []
+    if _flatten_plain(rows, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur, i_smp,
+                      i_stats):
+        return unknown
+    case_names = {b for b, _ in cases}
     (c_bench, c_pidx, c_params, c_pkey, c_value, c_status, c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep,
-     c_ver, c_start, c_dur, c_bytes, c_flops, c_sol) = (cl[c] for c in VALUE_COLUMNS)
+     c_ver, c_start, c_dur, c_bytes, c_flops, c_sol, c_smhz, c_cyc, c_cycm, c_thr) = (cl[c] for c in VALUE_COLUMNS)
     s_a, s_b, s_q25, s_q75, s_num, s_rep = i_stats
-    unknown: list[str] = []
     isnan, isinf = math.isnan, math.isinf
     for name, row in rows.items():
         if not isinstance(row, list) or len(row) <= i_res:
@@ -325,8 +440,6 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             row = row + pad[len(row):]
         result = row[i_res]
         params = row[i_par] or _NO_PARAMS
-        if known is not None and name not in known:
-            unknown.append(name)
         version, started, duration = row[i_ver], row[i_sta], row[i_dur]
         if not isinstance(version, str):
             version = None
@@ -336,10 +449,10 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             duration = None
         b = known.get(name) if known is not None else None
         sc = sc_bench.get(name) if isinstance(sc_bench, dict) else None
-        formulas = b is not None and (b.bytes or b.flops or b.sol_s) or isinstance(sc, dict)
+        formulas = b is not None and (b.bytes or b.flops or b.sol_s) or isinstance(sc, dict) or name in case_names
 
         if not params and not formulas and (result is None or isinstance(result, list)):
-            # Fast path: a plain benchmark, one value (the corpus is all of these).
+            # A plain benchmark, one value.
             if result is None:
                 v, st = None, "failed"
             else:
@@ -359,26 +472,15 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             c_pkey.append("")
             c_value.append(v)
             c_status.append(st)
-            x = row[i_smp]
-            c_samples.append(x[0] if x else None)
-            x = row[s_a]
-            c_a.append(x[0] if x else None)
-            x = row[s_b]
-            c_b.append(x[0] if x else None)
-            x = row[s_q25]
-            c_q25.append(x[0] if x else None)
-            x = row[s_q75]
-            c_q75.append(x[0] if x else None)
-            x = row[s_num]
-            c_num.append(x[0] if x else None)
-            x = row[s_rep]
-            c_rep.append(x[0] if x else None)
+            for c, i in ((c_samples, i_smp), (c_a, s_a), (c_b, s_b), (c_q25, s_q25), (c_q75, s_q75),
+                         (c_num, s_num), (c_rep, s_rep)):
+                x = row[i]
+                c.append(x[0] if x else None)
             c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
-            c_bytes.append(None)
-            c_flops.append(None)
-            c_sol.append(None)
+            for c in (c_bytes, c_flops, c_sol, c_smhz, c_cyc, c_cycm, c_thr):
+                c.append(None)
             continue
 
         if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
@@ -433,7 +535,78 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
-            c_bytes.append(fb[j] if fb else None)
-            c_flops.append(fl[j] if fl else None)
+            cf = cases.get((name, tuple(combo))) if cases else None
+            # measured for exactly this combination (the timing layer) first, then the declared formulas
+            by = cf.bytes if cf is not None and cf.bytes is not None else fb[j] if fb else None
+            fp = cf.flops if cf is not None and cf.flops is not None else fl[j] if fl else None
+            c_bytes.append(by)
+            c_flops.append(fp)
             c_sol.append(fs[j] if fs else None)
+            if cf is None:
+                c_smhz.append(None)
+                c_cyc.append(None)
+                c_cycm.append(None)
+                c_thr.append(None)
+            else:
+                c_smhz.append(cf.sm_mhz)
+                c_cyc.append(cf.cycles)
+                c_cycm.append(cf.cycles_median)
+                c_thr.append(cf.throttled_share)
     return unknown
+
+
+def _ok_value(v: Any) -> bool:
+    return v.__class__ is not float or v - v == 0.0  # False for NaN and +-inf
+
+
+def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur, i_smp,
+                   i_stats) -> bool:
+    """The fast path for a file whose benchmarks are all plain (no params, no formulas, one value each).
+
+    Column by column with comprehensions over the transposed rows instead of one row at a time:
+    the django corpus is all like this. Returns False (nothing appended) when the file is not, and
+    the row-by-row loop of :func:`_flatten_rows` handles it (and names what is wrong).
+    """
+    if cases or isinstance(sc_bench, dict) and sc_bench:
+        return False
+    names = list(rows)
+    rowl = list(rows.values())
+    if not rowl:
+        return True
+    if not all(r.__class__ is list and len(r) > i_res for r in rowl):
+        return False
+    rowl = [r + pad[len(r):] if len(r) <= ncol else r for r in rowl]
+    t = list(zip(*rowl))
+    if any(t[i_par]):
+        return False
+    res = t[i_res]
+    if not all(x is None or (x.__class__ is list and len(x) == 1) for x in res):
+        return False
+    if known is not None:
+        for name in names:
+            b = known.get(name)
+            if b is not None and (b.bytes or b.flops or b.sol_s):
+                return False
+    n = len(names)
+    vals = [None if x is None else x[0] for x in res]
+    ok = [v is not None and _ok_value(v) for v in vals]
+    if all(ok):
+        status = ["ok"] * n
+    else:
+        status = ["ok" if k else "failed" if v is None or v == v else "skipped" for v, k in zip(vals, ok)]
+        vals = [v if k else None for v, k in zip(vals, ok)]
+    nones = [None] * n
+    cl["benchmark"] += names
+    cl["param_index"] += [0] * n
+    cl["params"] += [_NO_PARAMS] * n
+    cl["param_key"] += [""] * n
+    cl["value"] += vals
+    cl["status"] += status
+    for c, i in zip(("samples", "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"), (i_smp, *i_stats)):
+        cl[c] += [x[0] if x else None for x in t[i]]
+    cl["version"] += [x if x.__class__ is str else None for x in t[i_ver]]
+    cl["started_at_ms"] += [x if x.__class__ is int else None for x in t[i_sta]]
+    cl["duration"] += [x if x.__class__ is float or x.__class__ is int else None for x in t[i_dur]]
+    for c in ("bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share"):
+        cl[c] += nones
+    return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import gc
 import hashlib
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ def _types():
             "benchmark": s, "param_index": pa.int32(), "params": pa.list_(s), "param_key": s, "value": f64,
             "status": s, "samples": pa.list_(f64), "ci_99_a": f64, "ci_99_b": f64, "q25": f64, "q75": f64,
             "number": f64, "repeat": f64, "version": s, "started_at_ms": pa.int64(), "duration": f64,
-            "bytes": f64, "flops": f64, "sol_s": f64,
+            "bytes": f64, "flops": f64, "sol_s": f64, "sm_mhz": f64, "cycles": pa.list_(f64),
+            "cycles_median": f64, "throttled_share": f64,
         })
     return ARROW_TYPES
 
@@ -41,11 +43,47 @@ def empty_table():
     return pa.table({**{c: pa.array([], t[c]) for c in A.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
 
 
+def _list_array(lists: list, value_type):
+    """``pa.array(lists, pa.list_(value_type))``, but from one flat array and offsets: several times
+    faster for millions of samples (pyarrow's converter handles each inner list as a sequence)."""
+    import pyarrow as pa
+
+    has_none = None in lists
+    present = [x for x in lists if x is not None] if has_none else lists
+    lens = [0 if x is None else len(x) for x in lists] if has_none else list(map(len, lists))
+    total = sum(lens)
+    offsets = pa.array([0, *itertools.accumulate(lens)], pa.int32() if total < 2**31 else pa.int64())
+    flat = itertools.chain.from_iterable(present)
+    values = None
+    if value_type == pa.float64():
+        try:
+            import numpy as np  # already imported by duckdb; the fast way from Python floats
+
+            a = np.fromiter(flat, np.float64, total)
+            if not np.isnan(a).any():  # None (null) and NaN are kept apart by the generic way
+                values = pa.array(a)
+        except (ImportError, TypeError, ValueError):  # a non-number inside: the generic way decides
+            pass
+        if values is None:
+            flat = itertools.chain.from_iterable(present)
+    if values is None:
+        values = pa.array(list(flat), value_type)
+    mask = pa.array([x is None for x in lists], pa.bool_()) if has_none else None
+    cls = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+    arr = cls.from_arrays(offsets, values, mask=mask)
+    return arr if cls is pa.ListArray else arr.cast(pa.list_(value_type))
+
+
 def _to_table(cols: dict[str, list], file_idx: list[int]):
     import pyarrow as pa
 
     t = _types()
-    arrays = {c: pa.array(cols[c], type=t[c]) for c in A.VALUE_COLUMNS}
+    arrays = {}
+    for c in A.VALUE_COLUMNS:
+        if t[c] == pa.list_(pa.float64()):
+            arrays[c] = _list_array(cols[c], pa.float64())
+        else:
+            arrays[c] = pa.array(cols[c], type=t[c])
     arrays["file_idx"] = pa.array(file_idx, type=pa.int32())
     return pa.table(arrays)
 
@@ -58,6 +96,7 @@ class FileOutcome:
     content_hash: str
     run: dict[str, Any] | None = None
     unknown_benchmarks: list[str] | None = None
+    warnings: list[tuple[str, str]] | None = None  # (kind, reason) of problems that did not refuse the file
     kind: str | None = None
     reason: str | None = None
     run_commit: str | None = None
@@ -71,13 +110,22 @@ def content_hash(data: bytes, sidecar: bytes | None = None) -> str:
     return h.hexdigest()[:32]
 
 
-def read_with_sidecar(path: Path) -> tuple[bytes, bytes | None]:
-    data = path.read_bytes()
-    sc = A.sidecar_path(path)
-    try:
-        return data, sc.read_bytes()
-    except FileNotFoundError:
-        return data, None
+def read_with_sidecar(path: Path, listed: set[str] | None = None) -> tuple[bytes, bytes | None]:
+    """A result file's bytes and its sidecar's (``X.xrt``, else ``X.xrt.json``; None when there is none).
+
+    ``listed``: the sidecars a directory listing found (``machine/name``), to try no other opens.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    for sc in A.sidecar_paths(path):
+        if listed is not None and f"{sc.parent.name}/{sc.name}" not in listed:
+            continue
+        try:
+            with open(sc, "rb") as f:
+                return data, f.read()
+        except FileNotFoundError:
+            continue
+    return data, None
 
 
 def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
@@ -104,14 +152,17 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
                 continue
             h = content_hash(data_b, sc_bytes)
             try:
-                sidecar = None
+                sidecar, sc_problem = None, None
                 if sc_bytes is not None:
                     try:
                         sidecar = A.loads(sc_bytes)
-                    except A.BadFile as e:
-                        raise A.BadFile(e.kind, f"sidecar {A.sidecar_path(path).name}: {e}") from None
+                    except (A.BadFile, RecursionError) as e:
+                        # the run's own results are fine: ingest them without the sidecar, and say so
+                        sc_problem = ("bad-sidecar", str(e) if isinstance(e, A.BadFile) else "JSON nested too deeply")
                 machine_dir = Path(rel).parts[0] if len(Path(rel).parts) > 1 else ""
                 pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols)
+                if sc_problem:
+                    pr.warnings.insert(0, sc_problem)
             except A.BadFile as e:
                 outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
                 continue
@@ -128,7 +179,9 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
                 "n_skipped": counts["skipped"], "started_ms": min(starts) if starts else None,
             }
             i = len(outcomes)
-            outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks))
+            warnings = [(k, f"sidecar {A.sidecar_path(path).name}: {r}") for k, r in pr.warnings] or None
+            outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
+                                        warnings=warnings))
             per_file.append((i, pr.start, pr.end))
             file_idx.extend([i] * pr.n)
         try:

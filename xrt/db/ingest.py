@@ -8,7 +8,9 @@ refused files in ``ingest_errors`` and swap the copy in. Nothing changed: nothin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -50,18 +52,22 @@ def find_root(results_dir: str | Path) -> Path:
 
 
 def scan(root: Path) -> dict[str, list[str]]:
-    """Relative paths by kind: benchmarks, machine, results."""
-    out: dict[str, list[str]] = {"benchmarks": [], "machine": [], "results": []}
+    """Relative paths by kind: benchmarks, machine, results, and sidecars (``X.xrt`` / ``X.xrt.json``)."""
+    out: dict[str, list[str]] = {"benchmarks": [], "machine": [], "results": [], "sidecars": []}
     if (root / "benchmarks.json").is_file():
         out["benchmarks"].append("benchmarks.json")
-    for d in sorted(x for x in root.iterdir() if x.is_dir() and not x.name.startswith(".")):
-        for f in sorted(d.iterdir()):
-            if not f.is_file():
-                continue
-            rel = f"{d.name}/{f.name}"
-            if f.name == "machine.json":
+    with os.scandir(root) as it:
+        dirs = sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
+    for d in dirs:
+        with os.scandir(root / d) as it:
+            names = sorted(e.name for e in it if e.is_file())
+        for name in names:
+            rel = f"{d}/{name}"
+            if name == "machine.json":
                 out["machine"].append(rel)
-            elif A.is_result_file(f):
+            elif name.endswith(A.SIDECAR_SUFFIXES):
+                out["sidecars"].append(rel)
+            elif A.is_result_file(Path(name)):
                 out["results"].append(rel)
     return out
 
@@ -84,6 +90,12 @@ def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[st
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
            echo: Callable[[str], None] | None = None, rev: str = "HEAD") -> Report:
     """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``."""
+    with _without_pandas():
+        return _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
+
+
+def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, jobs: int | None,
+            echo: Callable[[str], None] | None, rev: str) -> Report:
     t0 = time.perf_counter()
     echo = echo or (lambda s: print(s, file=sys.stderr))
     rep = Report()
@@ -91,7 +103,8 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     db = Path(db_path)
     found = scan(root)
     prev, prev_errs, max_run = _previous(db)
-    rep.files_total = sum(len(v) for v in found.values())
+    rep.files_total = sum(len(v) for k, v in found.items() if k != "sidecars")
+    sidecars = set(found["sidecars"])
 
     def err(file: str, kind: str, reason: str) -> None:
         rep.errors.append((file, kind, reason))
@@ -106,7 +119,7 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     for rel in found["results"]:
         p = root / rel
         try:
-            data, sc = batch.read_with_sidecar(p)
+            data, sc = batch.read_with_sidecar(p, sidecars)
         except OSError as e:
             err(rel, "unreadable", f"cannot read: {e.strerror}")
             continue
@@ -182,9 +195,12 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     for o in outcomes:
         if o.run is None:
             err(o.file, o.kind or "error", o.reason or "refused")
-        elif o.unknown_benchmarks:
+            continue
+        if o.unknown_benchmarks:
             err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
                 f"(rows kept): {_short(o.unknown_benchmarks)}")
+        for kind, reason in o.warnings or ():
+            err(o.file, kind, f"{reason} (rows kept)")
     for i in good:
         r = outcomes[i].run
         rep.values_ok += r["n_ok"]
@@ -219,6 +235,37 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     rep.wrote = True
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+class _NoPandas:
+    """A meta path finder that answers ``import pandas`` with ModuleNotFoundError."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"no pandas during xrt db ingest: {name}", name=name)
+        return None
+
+
+@contextlib.contextmanager
+def _without_pandas():
+    """Keep pyarrow and DuckDB from importing pandas (0.3-0.7 s of an ingest) when nobody has yet.
+
+    ``pa.array`` and DuckDB's ``register`` of an Arrow table import pandas only to check whether an
+    object is a pandas one; while a finder refuses ``import pandas`` they find it missing and move
+    on. The finder is removed afterwards, so a later ``import pandas`` works (tested). One lasting
+    effect, in a process that had not imported pandas before the ingest: pyarrow remembers that
+    it could not, so ``pa.array(series)`` converts a pandas Series as a plain sequence afterwards
+    (``to_pandas()`` and ``Table.from_pandas()`` still work). The dashboard imports pandas first.
+    """
+    if "pandas" in sys.modules:
+        yield
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def _short(names: list[str] | None, n: int | None = 3) -> str:
@@ -306,7 +353,8 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
                 v.repeat, b.unit, v.version, epoch_ms(v.started_at_ms), v.duration, v.bytes, v.flops, v.sol_s,
                 d.gbps, d.tflops,
                 CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
-                    100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END
+                    100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END,
+                v.sm_mhz, v.cycles, v.cycles_median, v.throttled_share
             FROM xrt_new_values v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
             LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
                             CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,

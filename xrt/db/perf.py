@@ -240,15 +240,18 @@ def markdown(f: dict[str, Any]) -> str:
             f"Corpus: {c['files']} result files, {c['bytes'] / 2**20:.0f} MiB, {c['values']} values, "
             f"{c['failures']} failures (best of {len(c['all_s']['ingest'])})", "",
             "| step | seconds | × json.load |", "|---|---:|---:|",
-            f"| `json.load` of every result file (objects dropped) | {b['json_load']:.2f} | 1.00 |",
-            f"| `json.load` of every result file (objects kept) | {b['json_load_keep']:.2f} | "
+            f"| `json.load` of every result file, each object dropped (the reference) | {b['json_load']:.2f} | "
+            "1.00 |",
+            f"| (for scale: the same, all objects kept) | {b['json_load_keep']:.2f} | "
             f"{b['json_load_keep'] / b['json_load']:.2f} |",
             f"| full ingest into a new database (in process) | {b['ingest']:.2f} | "
             f"{c['ratio_ingest_vs_json_load']:.2f} |",
             f"| full ingest, `xrt db ingest` command (incl. start-up) | {b['ingest_cli']:.2f} | "
             f"{c['ratio_cli_vs_json_load']:.2f} |",
             f"| re-ingest, nothing new (in process) | {b['reingest']:.2f} | |",
-            f"| re-ingest, nothing new, `xrt db ingest` command | {b['reingest_cli']:.2f} | |", ""]
+            f"| re-ingest, nothing new, `xrt db ingest` command | {b['reingest_cli']:.2f} | |", "",
+            f"Bound: full ingest ≤ 3 × json.load (dropped): in process {c['ratio_ingest_vs_json_load']:.2f}×, "
+            f"command {c['ratio_cli_vs_json_load']:.2f}×; re-ingest ≤ 5 s.", ""]
     s = f["synthetic"]
     lines += [f"Synthetic database: {s['values']} values ({s['machines']} machines × {s['commits']} commits × "
               f"{s['benchmarks']} benchmarks × {s['params']} parameter combinations, 10 samples each), "

@@ -55,6 +55,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                    count(*) FILTER (status = 'skipped') AS n_skipped
             FROM results GROUP BY machine, benchmark, param_key""",
     ]),
+    (3, "results: sm_mhz, cycles, cycles_median, throttled_share (from the timing layer's .xrt sidecar)", [
+        "DROP VIEW IF EXISTS results_by_commit",
+        "ALTER TABLE results ADD COLUMN sm_mhz DOUBLE",
+        "ALTER TABLE results ADD COLUMN cycles DOUBLE[]",
+        "ALTER TABLE results ADD COLUMN cycles_median DOUBLE",
+        "ALTER TABLE results ADD COLUMN throttled_share DOUBLE",
+        # views bind their columns when created: recreate so that r.* has the new ones
+        """CREATE VIEW results_by_commit AS
+            SELECT r.*, c.position AS commit_position, c.author_date AS commit_date
+            FROM results r LEFT JOIN commits c ON c.hash = r.commit_hash""",
+    ]),
 ]
 
 LATEST = MIGRATIONS[-1][0]
