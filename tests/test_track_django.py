@@ -1,0 +1,62 @@
+"""The tracker on real ingested data: the ubuntu-22.04 and macos-12 machines of the django-asv corpus."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from xrt.cli import main  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
+from xrt.db.query import query  # noqa: E402
+
+TARBALL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "django-asv-results.tar.gz"
+MACHINES = ("ubuntu-22.04", "macos-12")  # macos-12 stored no samples, ubuntu-22.04 did
+
+
+@pytest.fixture(scope="module")
+def django_db(tmp_path_factory):
+    if not TARBALL.exists():
+        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
+    out = tmp_path_factory.mktemp("django-subset")
+    with tarfile.open(TARBALL) as tf:
+        keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in
+                                                      ("windows-2022", "ubuntu-latest"))]
+        tf.extractall(out, members=keep, filter="data")
+    db = out / "django.duckdb"
+    ingest(out, db, echo=lambda s: None)
+    return db
+
+
+def test_regressions_json_on_real_data(django_db, capsys):
+    assert main(["regressions", "--db", str(django_db), "--format", "json", "--kind", "all", "--no-save"]) == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert recs, "the two machines' histories have level shifts"
+    names = {r for (r,) in query(django_db, "SELECT DISTINCT benchmark FROM results")[1]}
+    for r in recs:
+        assert r["machine"] in MACHINES and r["benchmark"] in names
+        assert len(r["commit"]) == 40 and len(r["previous_commit"]) == 40 and r["commit"] != r["previous_commit"]
+        assert r["kind"] in ("regression", "improvement") and r["p_value"] <= 1e-3
+        assert abs(r["ratio"] - r["after"] / r["before"]) < 1e-9 and abs(r["ratio"] - 1) >= 0.02
+
+
+def test_gate_on_real_data(django_db, capsys):
+    # the two latest commits whose every value carries its samples (older asv runs stored none)
+    (c1,), (c2,) = query(django_db, "SELECT r.commit_hash FROM results r JOIN runs u USING (run_id) "
+                         "WHERE r.machine = 'ubuntu-22.04' GROUP BY r.commit_hash HAVING count(r.value) > 0 AND "
+                         "count(r.samples) = count(r.value) ORDER BY max(u.commit_date) DESC LIMIT 2")[1]
+    base = ["gate", "--db", str(django_db), "--machine", "ubuntu-22.04", "--no-history"]
+    assert main(base + ["--base", c1, "--head", c1]) == 0  # the same run: nothing moved
+    assert main(base + ["--base", c2, "--head", "f" * 40]) == 2  # head never measured
+    out = capsys.readouterr().out
+    assert "matches 0 commits" in out
+    code = main(base + ["--base", c2, "--head", c1])
+    out = capsys.readouterr().out
+    assert code in (0, 1, 2) and "xrt gate:" in out
+    # django's removed benchmarks left unknown-benchmark errors on some files: those commits cannot be judged
+    assert (code == 2) == ("cannot judge" in out)

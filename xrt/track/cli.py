@@ -1,0 +1,184 @@
+"""``xrt regressions``, ``xrt gate`` and ``xrt bisect``. Registration imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_DB = "results/xrt.duckdb"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("regressions", help="list, show and acknowledge detected regressions",
+                       description="Change points of every series (docs/regressions.md). Without a sub-command: "
+                       "detect, store (lifecycle) and list.")
+    _common(r, argparse.SUPPRESS)
+    r.add_argument("--machine", help="only this machine")
+    r.add_argument("--benchmark", help="only benchmarks matching this regex")
+    r.add_argument("--since", metavar="REV", help="only steps at or after this commit (hash or prefix)")
+    r.add_argument("--format", choices=("json", "table", "markdown"), default="table")
+    r.add_argument("--kind", choices=("regression", "improvement", "clock", "all"), default="regression",
+                   help="which steps to list [regression]; improvements and clock changes are listed separately")
+    r.add_argument("--status", choices=("new", "acknowledged", "ignored", "fixed", "open", "all"), default="all",
+                   help="open = new or acknowledged [all]")
+    r.add_argument("--min-effect", type=float, default=None, help="smallest reported change, fraction [0.02]")
+    r.add_argument("--effects", type=Path, help="JSON or TOML {regex: min_effect} per benchmark")
+    r.add_argument("--no-save", action="store_true", help="do not update the stored regressions table")
+    r.set_defaults(func=run_regressions)
+    rsub = r.add_subparsers(dest="reg_command", metavar="SUBCOMMAND")
+    a = rsub.add_parser("ack", help="acknowledge (or ignore, or reopen) a stored regression")
+    a.add_argument("id", metavar="ID")
+    a.add_argument("--note", help="why (kept with the regression)")
+    a.add_argument("--status", dest="new_status", choices=("acknowledged", "ignored", "new"), default="acknowledged")
+    _common(a, argparse.SUPPRESS)
+    a.set_defaults(func=run_ack)
+    s = rsub.add_parser("show", help="one regression with its --diag checklist of likely causes")
+    s.add_argument("id", metavar="ID")
+    s.add_argument("--json", action="store_true")
+    _common(s, argparse.SUPPRESS)
+    s.set_defaults(func=run_show)
+
+    g = sub.add_parser("gate", help="the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)")
+    g.add_argument("--db", default=DEFAULT_DB)
+    g.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
+    g.add_argument("--base", required=True, metavar="REV")
+    g.add_argument("--head", required=True, metavar="REV")
+    g.add_argument("--threshold", type=float, default=0.05,
+                   help="slowdown that fails: a fraction (0.05) or a ratio (1.05) [0.05]")
+    g.add_argument("--alpha", type=float, default=0.002, help="Mann-Whitney p-value bar [0.002]")
+    g.add_argument("--min-samples", type=int, default=5, help="samples needed on each side [5]")
+    g.add_argument("--machine", help="only this machine")
+    g.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
+    g.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
+    g.set_defaults(func=run_gate)
+
+    b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
+    b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
+    b.add_argument("good", metavar="GOOD")
+    b.add_argument("bad", metavar="BAD")
+    b.add_argument("--db", default=DEFAULT_DB)
+    b.add_argument("--repo", type=Path, default=Path("."))
+    b.add_argument("--results", type=Path, default=None, help="asv results dir [REPO/results/asv]")
+    b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
+    b.set_defaults(func=run_bisect)
+
+
+def _common(p: argparse.ArgumentParser, default) -> None:
+    p.add_argument("--db", default=default, help=f"the results database [{DEFAULT_DB}]")
+
+
+def _db(args: argparse.Namespace) -> str:
+    return getattr(args, "db", None) or DEFAULT_DB
+
+
+def _config(args: argparse.Namespace):
+    from xrt.track.detect import DetectConfig
+
+    cfg = DetectConfig()
+    if args.min_effect is not None:
+        cfg.min_effect = args.min_effect
+    if args.effects:
+        text = args.effects.read_text()
+        if args.effects.suffix == ".toml":
+            import tomllib
+
+            table = tomllib.loads(text)
+        else:
+            table = json.loads(text)
+        cfg.effects = [(str(k), float(v)) for k, v in table.items()]
+    return cfg
+
+
+def run_regressions(args: argparse.Namespace) -> int:
+    from xrt.track import diag
+    from xrt.track import regressions as R
+
+    db = _db(args)
+    recs = R.detect_db(db, _config(args), machine=args.machine, benchmark=args.benchmark)
+    R.apply_lifecycle(recs, R.stored(db))
+    if not args.no_save and args.benchmark is None:
+        R.save(db, recs, scope_machine=args.machine,
+               diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+    if args.since:
+        order = R.commit_order(db)
+        since = order.get(R.resolve_in_db(db, args.since))
+        recs = [r for r in recs if order.get(r.commit, -1) >= since]
+    if args.kind != "all":
+        recs = [r for r in recs if r.kind == args.kind]
+    if args.status == "open":
+        recs = [r for r in recs if r.status in ("new", "acknowledged")]
+    elif args.status != "all":
+        recs = [r for r in recs if r.status == args.status]
+    sys.stdout.write(R.render(recs, args.format))
+    return 0
+
+
+def _find(db: str, rid: str):
+    from xrt.track import regressions as R
+
+    rows = [row for k, row in R.stored(db).items() if k.startswith(rid)]
+    if len(rows) != 1:
+        raise ValueError(f"regression {rid!r}: {len(rows)} stored regressions match (run `xrt regressions` first)")
+    row = rows[0]
+    fields = R.Record.__dataclass_fields__
+    return R.Record(**{k: row.get(k) for k in fields}), row
+
+
+def run_ack(args: argparse.Namespace) -> int:
+    from xrt.track import regressions as R
+
+    out = R.set_status(_db(args), args.id, args.new_status, args.note)
+    print(f"{out['id']}: {out['status']}" + (f" ({out['note']})" if out.get("note") else ""))
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from xrt.track import diag
+
+    db = _db(args)
+    rec, row = _find(db, args.id)
+    checks = diag.checklist(db, rec)
+    if args.json:
+        print(json.dumps({**rec.as_json(), "diag": diag.as_json(checks)}, indent=1, default=str))
+        return 0
+    print(f"{rec.id}  {rec.kind}  status {rec.status}" + (f"  note: {rec.note}" if rec.note else ""))
+    print(f"  {rec.benchmark} [{rec.param_key or '-'}] on {rec.machine}")
+    print(f"  {rec.previous_commit} -> {rec.commit}: {rec.before:.4g} -> {rec.after:.4g} {rec.unit or ''} "
+          f"({rec.ratio:.3f}x, p={rec.p_value:.1e})" + (f"; fixed by {rec.fixed_by}" if rec.fixed_by else ""))
+    print(diag.render(checks))
+    return 0
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    from xrt.track import gate
+
+    thr = args.threshold - 1 if args.threshold >= 1 else args.threshold
+    if not Path(args.db).exists():
+        print(f"xrt gate: cannot judge: {args.db}: no such database", file=sys.stderr)
+        return gate.CANNOT_JUDGE
+    try:
+        base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
+    except ValueError as e:
+        print(f"xrt gate: cannot judge: {e}")
+        if args.summary:
+            args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\n{e}\n")
+        return gate.CANNOT_JUDGE
+    v = gate.judge(args.db, base, head, threshold=thr, alpha=args.alpha, min_samples=args.min_samples,
+                   machine=args.machine, history=not args.no_history)
+    print(gate.report(v))
+    if args.summary:
+        gate.write_summary(args.summary, v)
+    return v.code
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    from xrt.track import bisect as B
+    from xrt.track import gate
+
+    good = gate.resolve(args.repo, args.good, args.db)
+    bad = gate.resolve(args.repo, args.bad, args.db)
+    res = B.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
+                   log=lambda s: print(s, flush=True))
+    return 0 if res.culprit else 1

@@ -1,0 +1,129 @@
+"""Series out of the results database, in first-parent commit order, as numpy arrays.
+
+One query (DuckDB aggregates several environments of one commit into one point, pooling their
+samples), fetched as Arrow and cut into series without a Python loop over rows. Works on
+databases with or without the clock columns of migration 3 (``results.sm_mhz``,
+``results.cycles``): what is missing is treated as not recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from xrt.db import store
+from xrt.track.detect import Series
+
+
+def columns(con: Any, table: str) -> set[str]:
+    rows = con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+                       "AND database_name = current_database()", [table]).fetchall()
+    return {r[0] for r in rows}
+
+
+def order_expr(con: Any) -> tuple[str, str]:
+    """(SQL for a commit's place in history, extra WHERE): the first-parent index where the
+    database has git history (commits off the chain are left out), else ingest's date order."""
+    has_fp = con.execute("SELECT count(first_parent_index) FROM commits").fetchall()[0][0]
+    if has_fp:
+        return "c.first_parent_index", "c.first_parent_index IS NOT NULL"
+    return "c.position", "c.position IS NOT NULL"
+
+
+def _flatten(lists: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pyarrow list array -> (offsets, flat values, has_data); an empty/null list becomes the
+    row's value as its one sample."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    lens = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    src = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(float)
+    has = lens > 0
+    new_len = np.where(has, lens, 1)
+    out_off = np.concatenate([[0], np.cumsum(new_len)])
+    src_off = np.concatenate([[0], np.cumsum(lens)])
+    out = np.empty(int(out_off[-1]))
+    if len(src):
+        out[np.arange(len(src)) + np.repeat(out_off[:-1] - src_off[:-1], lens)] = src
+    out[out_off[:-1][~has]] = values[~has]
+    return out_off, out, has
+
+
+def load_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
+                param_key: str | None = None) -> list[Series]:
+    """Every series (optionally of one machine / benchmark regex / parameter combination)."""
+    with store.read(db) as con:
+        rcols, runcols = columns(con, "results"), columns(con, "runs")
+        order, where_order = order_expr(con)
+        cyc = "flatten(list(r.cycles) FILTER (r.cycles IS NOT NULL))" if "cycles" in rcols else "NULL::DOUBLE[]"
+        sm_parts = [p for p, ok in (("r.sm_mhz", "sm_mhz" in rcols), ("ru.sm_clock_mhz", "sm_clock_mhz" in runcols))
+                    if ok]
+        sm = f"median(coalesce({', '.join(sm_parts)}))" if sm_parts else "NULL::DOUBLE"
+        where = ["r.status = 'ok'", "r.value > 0", "isfinite(r.value)", where_order]
+        args: list[Any] = []
+        if machine:
+            where.append("r.machine = ?")
+            args.append(machine)
+        if benchmark:
+            where.append("regexp_matches(r.benchmark, ?)")
+            args.append(benchmark)
+        if param_key is not None:
+            where.append("r.param_key = ?")
+            args.append(param_key)
+        sql = f"""
+            SELECT r.machine, r.benchmark, r.param_key, any_value(r.params) AS params, r.commit_hash,
+                   {order} AS ord, median(r.value) AS value,
+                   flatten(list(r.samples) FILTER (r.samples IS NOT NULL)) AS samples,
+                   {cyc} AS cycles, {sm} AS sm, coalesce(any_value(r.unit), any_value(b.unit)) AS unit
+            FROM results r JOIN commits c ON c.hash = r.commit_hash
+                 LEFT JOIN runs ru ON ru.run_id = r.run_id LEFT JOIN benchmarks b ON b.name = r.benchmark
+            WHERE {' AND '.join(where)}
+            GROUP BY r.machine, r.benchmark, r.param_key, r.commit_hash, {order}
+            ORDER BY r.machine, r.benchmark, r.param_key, ord, r.commit_hash"""
+        tbl = con.sql(sql, params=args).to_arrow_table()
+    if tbl.num_rows == 0:
+        return []
+    col = {n: tbl.column(n) for n in tbl.column_names}
+    mach = col["machine"].to_numpy()
+    bench = col["benchmark"].to_numpy()
+    pkey = col["param_key"].to_numpy()
+    values = col["value"].to_numpy().astype(float)
+    commits = col["commit_hash"].to_pylist()
+    params = col["params"].to_pylist()
+    units = col["unit"].to_pylist()
+    off, flat, _ = _flatten(col["samples"], values)
+    smv = col["sm"].to_numpy(zero_copy_only=False).astype(float)
+    # cycles: recorded per sample, else time × the run's SM clock, else none
+    c_off, c_flat, c_has = _flatten(col["cycles"], values * np.where(np.isfinite(smv), smv, np.nan))
+    derived = ~c_has & np.isfinite(smv)
+    if derived.any():
+        scale = np.repeat(np.where(derived, smv, 1.0), np.diff(off))
+        c_off_alt, c_flat_alt = off, flat * scale
+    n = len(values)
+    brk = np.flatnonzero((mach[1:] != mach[:-1]) | (bench[1:] != bench[:-1]) | (pkey[1:] != pkey[:-1])) + 1
+    starts = np.concatenate([[0], brk])
+    ends = np.concatenate([brk, [n]])
+    out: list[Series] = []
+    for a, b in zip(starts, ends):
+        s = Series(str(mach[a]), str(bench[a]), str(pkey[a]), list(params[a] or []), units[a], commits[a:b],
+                   values[a:b], off[a:b + 1] - off[a], flat[off[a]:off[b]])
+        recorded, from_clock = c_has[a:b], derived[a:b]
+        if recorded.any() or from_clock.any():
+            # per commit: recorded cycles where present, else derived from the clock; NaN where neither
+            pieces, lens = [], []
+            for i in range(a, b):
+                if c_has[i]:
+                    p = c_flat[c_off[i]:c_off[i + 1]]
+                elif derived[i]:
+                    p = c_flat_alt[c_off_alt[i]:c_off_alt[i + 1]]
+                else:
+                    p = np.empty(0)
+                pieces.append(p)
+                lens.append(len(p))
+            s.cyc_off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            s.cyc_flat = np.concatenate(pieces) if pieces else np.empty(0)
+        out.append(s)
+    return out

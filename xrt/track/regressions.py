@@ -1,0 +1,205 @@
+"""``xrt regressions``: every step of every series, as records; and their lifecycle.
+
+The ``regressions`` table is owned by ``xrt.track`` (created here with ``CREATE TABLE IF NOT
+EXISTS`` through :func:`xrt.db.store.write`; it is not one of xrt.db's migrations). A row is one
+step: a regression, an improvement or a clock change. Status: ``new`` → ``acknowledged`` /
+``ignored`` (by hand, ``xrt regressions ack ID``) and ``fixed`` (set by every detection run when
+the series came back to its old level; ``fixed_by`` names the commit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from xrt.db import store
+from xrt.track.detect import DetectConfig, Step, detect
+from xrt.track.load import load_series
+
+STATUSES = ("new", "acknowledged", "ignored", "fixed")
+
+TABLE = """CREATE TABLE IF NOT EXISTS regressions (
+    id VARCHAR PRIMARY KEY, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, params VARCHAR[],
+    kind VARCHAR, "commit" VARCHAR, previous_commit VARCHAR, before DOUBLE, after DOUBLE, ratio DOUBLE,
+    p_value DOUBLE, z DOUBLE, cycles_ratio DOUBLE, unit VARCHAR, n_before INTEGER, n_after INTEGER,
+    fixed_by VARCHAR, status VARCHAR, note VARCHAR, detected_at TIMESTAMP, updated_at TIMESTAMP,
+    still_detected BOOLEAN, diag JSON)"""
+
+
+@dataclass
+class Record:
+    id: str
+    machine: str
+    benchmark: str
+    params: list[str]
+    param_key: str
+    commit: str
+    previous_commit: str
+    before: float
+    after: float
+    ratio: float
+    p_value: float
+    z: float
+    kind: str
+    status: str
+    unit: str | None
+    n_before: int
+    n_after: int
+    cycles_ratio: float | None
+    fixed_by: str | None
+    note: str | None = None
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def record_id(machine: str, benchmark: str, param_key: str, commit: str, kind: str) -> str:
+    return hashlib.sha1(f"{machine}\0{benchmark}\0{param_key}\0{commit}\0{kind}".encode()).hexdigest()[:12]
+
+
+def _record(s: Any, st: Step, steps_by_index: dict[int, Step]) -> Record:
+    fixed = s.commits[st.fixed_by] if st.fixed_by is not None else None
+    return Record(record_id(s.machine, s.benchmark, s.param_key, s.commits[st.index], st.kind), s.machine,
+                  s.benchmark, s.params, s.param_key, s.commits[st.index], s.commits[st.index - 1], st.before,
+                  st.after, st.ratio, st.p_value, st.z, st.kind, "fixed" if fixed else "new", s.unit,
+                  st.n_before, st.n_after, st.cycles_ratio, fixed)
+
+
+def detect_db(db: str | os.PathLike, cfg: DetectConfig | None = None, machine: str | None = None,
+              benchmark: str | None = None) -> list[Record]:
+    """Run the detector over every series of the database (or one machine / benchmark regex)."""
+    out: list[Record] = []
+    for s in load_series(db, machine=machine, benchmark=benchmark):
+        steps = detect(s, cfg)
+        by_index = {st.index: st for st in steps}
+        out += [_record(s, st, by_index) for st in steps]
+    return out
+
+
+def commit_order(db: str | os.PathLike) -> dict[str, int]:
+    from xrt.track.load import order_expr
+
+    with store.read(db) as con:
+        order, where = order_expr(con)
+        return {h: o for h, o in con.execute(f"SELECT c.hash, {order} FROM commits c WHERE {where}").fetchall()}
+
+
+def resolve_in_db(db: str | os.PathLike, rev: str) -> str:
+    """A full hash from the database's commits (a unique prefix is enough)."""
+    with store.read(db) as con:
+        rows = con.execute("SELECT hash FROM commits WHERE starts_with(hash, ?)", [rev.lower()]).fetchall()
+    if len(rows) != 1:
+        raise ValueError(f"{rev!r} matches {len(rows)} commits in the database" +
+                         ("" if rows else " (pass --repo to resolve a branch or tag)"))
+    return rows[0][0]
+
+
+def _has_table(con: Any) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'regressions' "
+                            "AND database_name = current_database()").fetchone()[0])
+
+
+def stored(db: str | os.PathLike) -> dict[str, dict]:
+    """The regressions table, by id ({} when it does not exist yet)."""
+    with store.read(db) as con:
+        if not _has_table(con):
+            return {}
+        cur = con.execute("SELECT * FROM regressions")
+        names = [d[0] for d in cur.description]
+        return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+
+
+def apply_lifecycle(records: list[Record], previous: dict[str, dict]) -> None:
+    """Carry hand-set statuses and notes over; ``fixed`` (auto) wins over ``new``/``acknowledged``."""
+    for r in records:
+        old = previous.get(r.id)
+        if not old:
+            continue
+        r.note = old.get("note")
+        if old.get("status") == "ignored" or (old.get("status") == "acknowledged" and r.status != "fixed"):
+            r.status = old["status"]
+
+
+def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None = None,
+         diag_for: Any = None) -> None:
+    """Upsert the detected records. Rows of the scope no longer detected: dropped if still ``new``,
+    kept (``still_detected = false``) if someone acknowledged or ignored them."""
+    rows = []
+    # the checklist is computed once, when a step is first seen as new (not for improvements)
+    need = [r for r in records if r.status == "new" and r.kind != "improvement"] if diag_for else []
+    diags = dict(zip((r.id for r in need), diag_for(need))) if need else {}
+    for r in records:
+        d = diags.get(r.id)
+        rows.append([r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
+                     r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
+                     r.fixed_by, r.status, r.note, json.dumps(d) if d is not None else None])
+
+    def fn(con: Any) -> None:
+        con.execute(TABLE)
+        con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected) "
+                    "FROM regressions LIMIT 0")
+        if rows:
+            con.executemany("INSERT INTO new_rows VALUES (" + ", ".join("?" * 21) + ")", rows)
+        scope = "TRUE" if scope_machine is None else "machine = ?"
+        sargs = [] if scope_machine is None else [scope_machine]
+        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' AND id NOT IN "
+                    "(SELECT id FROM new_rows)", sargs)
+        con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} AND id NOT IN "
+                    "(SELECT id FROM new_rows)", sargs)
+        con.execute("""INSERT INTO regressions
+            SELECT n.* EXCLUDE (diag), now()::TIMESTAMP, now()::TIMESTAMP, true,
+                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id))
+            FROM new_rows n
+            ON CONFLICT (id) DO UPDATE SET before = EXCLUDED.before, after = EXCLUDED.after,
+                ratio = EXCLUDED.ratio, p_value = EXCLUDED.p_value, z = EXCLUDED.z,
+                cycles_ratio = EXCLUDED.cycles_ratio, n_before = EXCLUDED.n_before, n_after = EXCLUDED.n_after,
+                fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
+                updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag""")
+        con.execute("DROP TABLE new_rows")
+
+    store.write(db, fn)
+
+
+def set_status(db: str | os.PathLike, rid: str, status: str, note: str | None) -> dict:
+    """``xrt regressions ack ID``: set a stored regression's status (and note). A unique id prefix works."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r}: expected one of {', '.join(STATUSES)}")
+
+    def fn(con: Any) -> dict:
+        if not _has_table(con):
+            raise ValueError("no stored regressions yet: run `xrt regressions --db DB` first")
+        hits = con.execute("SELECT id FROM regressions WHERE starts_with(id, ?)", [rid]).fetchall()
+        if len(hits) != 1:
+            raise ValueError(f"regression {rid!r}: {len(hits)} stored regressions match")
+        con.execute("UPDATE regressions SET status = ?, note = coalesce(?, note), updated_at = now()::TIMESTAMP "
+                    "WHERE id = ?", [status, note, hits[0][0]])
+        cur = con.execute("SELECT id, status, note FROM regressions WHERE id = ?", [hits[0][0]])
+        return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+    return store.write(db, fn)
+
+
+def _fmt_params(r: Record) -> str:
+    return r.param_key or "-"
+
+
+def render(records: list[Record], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([r.as_json() for r in records], indent=1) + "\n"
+    head = ["id", "status", "kind", "machine", "benchmark", "params", "commit", "before", "after", "ratio", "p"]
+    rows = [[r.id, r.status, r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
+             f"{r.after:.4g}", f"{r.ratio:.3f}", f"{r.p_value:.1e}"] for r in records]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    if fmt != "table":
+        raise ValueError(f"--format {fmt!r}: expected json, table or markdown")
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    lines.append(f"({len(rows)} step{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines) + "\n"
