@@ -89,9 +89,11 @@ def register_machine(t: Target) -> None:
 
 
 def _asv_cmd(commit: str, t: Target, bench: str | None) -> list[str]:
+    # forkserver: asv imports the suites (and torch, which bench_ops imports without touching CUDA)
+    # once, then forks a process per benchmark; CUDA is first initialised in those children.
     cmd = [sys.executable, "-m", "asv", "run", "--config", "asv.conf.json", "-E", f"existing:{sys.executable}",
            "--set-commit-hash", commit, "--machine", t.machine, "--record-samples", "--show-stderr",
-           "--launch-method", "spawn"]
+           "--launch-method", "forkserver"]
     if bench:
         cmd += ["--bench", bench]
     return cmd
