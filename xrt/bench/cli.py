@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--device", help="cuda:N, xpu:N or cpu [the default device]")
     r.add_argument("--quick", action="store_true", help="the CI profile: tiny shapes (implied on the CPU)")
     r.add_argument("--bench", help="asv --bench regex")
+    r.add_argument("--skip-existing", action="store_true", help="skip commits already measured on the machine(s)")
     r.add_argument("--lock-clocks", choices=["base", "max"],
                    help="lock GPU clocks for the run (root; restored on exit). Never on shared hosts.")
     r.set_defaults(func=run_bench)
@@ -55,10 +56,11 @@ def run_bench(args: argparse.Namespace) -> int:
     results = args.results or repo / "results" / "asv"
     print(f"xrt bench: {len(commits)} commit(s) -> {results}", file=sys.stderr)
     summary = runner.run(repo, commits, results, all_gpus=args.all_gpus, device=args.device, quick=args.quick,
-                         bench=args.bench, lock_clocks=args.lock_clocks,
+                         bench=args.bench, lock_clocks=args.lock_clocks, skip_existing=args.skip_existing,
                          log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(summary, indent=1))
-    bad = [c for c in summary["commits"] if any(v["status"].startswith("asv exit") for v in c.get("machines", {}).values())]
+    bad = [c for c in summary["commits"]
+           if any(v["status"].startswith(("asv exit", "refused")) for v in c.get("machines", {}).values())]
     return 1 if bad else 0
 
 

@@ -99,6 +99,30 @@ def _asv_cmd(commit: str, t: Target, bench: str | None) -> list[str]:
     return cmd
 
 
+def _merge_benchmarks(new: Path, dest: Path) -> None:
+    """Add the benchmarks a run declared to ``dest``, keeping the entries already there.
+
+    Result files carry their own params; benchmarks.json gives type, unit and version. Keeping
+    existing entries means a CPU demo run does not rewrite the description the GPU runs wrote.
+    """
+    fresh = json.loads(new.read_text())
+    if not dest.is_file():
+        shutil.copy2(new, dest)
+        return
+    have = json.loads(dest.read_text())
+    added = {k: v for k, v in fresh.items() if k not in have}
+    if added:
+        have.update(added)
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_text(json.dumps(have, indent=4, sort_keys=True))
+        os.replace(tmp, dest)
+
+
+def measured(results: Path, machine: str, commit: str) -> bool:
+    d = results / machine
+    return d.is_dir() and any(f.name.startswith(commit[:8]) and f.suffix == ".json" for f in d.iterdir())
+
+
 def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Path, facts: dict) -> list[Path]:
     """Copy the commit's asv results for this machine, each with its ``.xrt`` sidecar beside it."""
     src_root = worktree / "results" / "asv"
@@ -106,7 +130,7 @@ def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Pa
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     if (src_root / "benchmarks.json").is_file():
-        shutil.copy2(src_root / "benchmarks.json", results / "benchmarks.json")
+        _merge_benchmarks(src_root / "benchmarks.json", results / "benchmarks.json")
     src = src_root / t.machine
     for f in sorted(src.glob("*.json")) if src.is_dir() else []:
         if f.name == "machine.json":
@@ -131,7 +155,7 @@ def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Pa
 
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
-        log=print) -> dict[str, Any]:
+        skip_existing: bool = False, log=print) -> dict[str, Any]:
     repo, results = repo.resolve(), results.resolve()
     tgts = targets(all_gpus, device)
     for t in tgts:
@@ -142,6 +166,10 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
     try:
         for i, commit in enumerate(commits, 1):
             t0 = time.time()
+            if skip_existing and all(measured(results, t.machine, commit) for t in tgts):
+                log(f"[{i}/{len(commits)}] {commit[:10]}: already measured on {', '.join(t.machine for t in tgts)}")
+                summary["commits"].append({"commit": commit, "status": "already measured"})
+                continue
             wt = work / commit[:12]
             _git(repo, "worktree", "add", "--detach", "--force", str(wt), commit)
             try:
@@ -171,8 +199,13 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                     rc = p.wait()
                     logf.close()
                     facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
-                    files = _collect(wt, results, t, commit, side, facts)
                     log_text = Path(logf.name).read_text()
+                    try:
+                        files = _collect(wt, results, t, commit, side, facts)
+                    except BenchError as e:
+                        entry["machines"][t.machine] = {"status": f"refused: {e}", "files": []}
+                        log(f"  {t.machine}: {e}")
+                        continue
                     # asv exits 2 when a benchmark failed; the failures are recorded in its results.
                     status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
                     entry["machines"][t.machine] = {"status": status, "files": [str(f) for f in files]}

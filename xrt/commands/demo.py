@@ -8,13 +8,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job on this machine's default device, end to end")
     p.add_argument("--no-serve", action="store_true", help="do not start the dashboard at the end")
+    p.add_argument("--commits", type=int, default=3, help="how many recent commits to benchmark [3]")
+    p.add_argument("--repo", type=Path, default=Path("."), help="the xpuruntime checkout [.]")
+    p.add_argument("--db", type=Path, default=None, help="database [REPO/results/xrt.duckdb]")
+    p.add_argument("--port", type=int, default=8501)
     p.set_defaults(func=run)
 
 
@@ -66,12 +72,62 @@ def stage_square(dev) -> None:
         print(f"  {name:9} {err:12.2e} {med * 1e6:10.1f}us {2 * x.numel() * 4 / med / 1e9:8.1f}")
 
 
+def _xrt(*args: str, check: bool = True) -> int:
+    """One stage as its own ``xrt`` process, its output shown as it comes."""
+    cmd = [sys.executable, "-m", "xrt.cli", *args]
+    _say("$ xrt " + " ".join(args))
+    rc = subprocess.call(cmd)
+    if check and rc != 0:
+        raise RuntimeError(f"`xrt {' '.join(args)}` exited {rc}")
+    return rc
+
+
+def _recent_commits(repo: Path, n: int) -> list[str]:
+    out = subprocess.run(["git", "-C", str(repo), "rev-list", "--first-parent", f"-{n}", "HEAD"], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{repo} is not a git checkout with commits: {out.stderr.strip()}")
+    return list(reversed(out.stdout.split()))
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1" if not _has_gpu() else "0")
+    repo = args.repo.resolve()
+    results = repo / "results" / "asv"
+    db = (args.db or repo / "results" / "xrt.duckdb").resolve()
     dev = stage_device()
     stage_square(dev)
-    _say("done.")
-    return 0
+    commits = _recent_commits(repo, args.commits)
+    _say(f"benchmarking the last {len(commits)} commits on {dev.torch_device} (already measured ones are skipped)")
+    # A commit whose suites cannot be measured here (too old) is reported, not fatal.
+    _xrt("bench", "run", "--repo", str(repo), "--commits", ",".join(commits), "--skip-existing",
+         *(["--quick"] if dev.kind == "cpu" else []), check=False)
+    _xrt("db", "ingest", str(results), "--db", str(db), "--repo", str(repo))
+    _xrt("db", "stats", "--db", str(db))
+    _xrt("regressions", "--db", str(db), "--format", "table", check=False)
+    measured = _measured_commits(db, commits)
+    if len(measured) >= 2:
+        rc = _xrt("gate", "--db", str(db), "--repo", str(repo), "--base", measured[-2], "--head", measured[-1],
+                  check=False)
+        _say({0: "gate: no regression", 1: "gate: REGRESSION (see above)", 2: "gate: cannot judge (see above)"}
+             .get(rc, f"gate exited {rc}"))
+    else:
+        _say("gate: needs two measured commits on this machine; skipped")
+    if args.no_serve:
+        _say("done.")
+        return 0
+    _say(f"serving the dashboard on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    return _xrt("dashboard", "--db", str(db), "--port", str(args.port), check=False)
+
+
+def _measured_commits(db: Path, commits: list[str]) -> list[str]:
+    from xrt.bench.machine import machine_name
+    from xrt.db import query
+    from xrt.device import default_device
+
+    _, rows = query.query(db, "SELECT DISTINCT commit_hash FROM runs WHERE machine = ?", [machine_name(default_device())])
+    have = {r[0] for r in rows}
+    return [c for c in commits if c in have]
 
 
 def _has_gpu() -> bool:
@@ -83,4 +139,4 @@ def _has_gpu() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace(no_serve=True)))
+    sys.exit(run(argparse.Namespace(no_serve=True, commits=3, repo=Path("."), db=None, port=8501)))
