@@ -165,8 +165,14 @@ def run_gate(args: argparse.Namespace) -> int:
         if args.summary:
             args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\n{e}\n")
         return gate.CANNOT_JUDGE
-    v = gate.judge(args.db, base, head, threshold=thr, alpha=args.alpha, min_samples=args.min_samples,
-                   machine=args.machine, history=not args.no_history)
+    try:
+        v = gate.judge(args.db, base, head, threshold=thr, alpha=args.alpha, min_samples=args.min_samples,
+                       machine=args.machine, history=not args.no_history)
+    except Exception as e:  # fail closed: a gate that crashed has judged nothing, and must not read as exit 1
+        print(f"xrt gate: cannot judge: internal error: {type(e).__name__}: {e}")
+        if args.summary:
+            args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\ninternal error: {e}\n")
+        return gate.CANNOT_JUDGE
     print(gate.report(v))
     if args.summary:
         gate.write_summary(args.summary, v)

@@ -120,8 +120,10 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             continue
         item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
                 "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys))}
-        if len(b["cycles"]) >= min_samples and len(h["cycles"]) >= min_samples:
-            item["cycles_ratio"] = float(np.median(h["cycles"]) / np.median(b["cycles"]))
+        bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)
+        hc = [c for c in h["cycles"] or [] if c is not None]
+        if len(bc) >= min_samples and len(hc) >= min_samples:
+            item["cycles_ratio"] = float(np.median(hc) / np.median(bc))
             if abs(np.log(item["cycles_ratio"])) < eff / 2:
                 v.clock.append(item)
                 continue
