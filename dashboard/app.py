@@ -1,0 +1,44 @@
+"""xrt's dashboard: regressions first, every series one click away (docs/dashboard.md).
+
+    XRT_DB=results/xrt.duckdb streamlit run dashboard/app.py    # or: xrt dashboard [--db PATH]
+
+Reads the results database through ``xrt.db`` only (no torch, pycuda or Triton); writes only to
+acknowledge or ignore a regression, through ``xrt.track`` (the database's single-writer path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+log = logging.getLogger("xrt.dashboard")
+
+st.set_page_config(page_title="xrt: regressions", page_icon=":material/trending_down:", layout="wide")
+with contextlib.suppress(Exception):  # viewers never see tracebacks (`xrt dashboard` passes the flag too)
+    st.set_option("client.showErrorDetails", "none")
+
+VIEWS = HERE / "views"
+PAGES = [
+    st.Page(VIEWS / "overview.py", title="Regressions", url_path="overview", icon=":material/trending_down:",
+            default=True),
+    st.Page(VIEWS / "detail.py", title="Regression detail", url_path="regression", icon=":material/search:"),
+    st.Page(VIEWS / "explorer.py", title="Series explorer", url_path="explorer", icon=":material/show_chart:"),
+    st.Page(VIEWS / "compare.py", title="Compare", url_path="compare", icon=":material/compare_arrows:"),
+    st.Page(VIEWS / "tuning.py", title="Tuning", url_path="tuning", icon=":material/tune:"),
+]
+
+page = st.navigation(PAGES)
+try:
+    page.run()
+except Exception as e:  # viewers see one plain line; the traceback goes to the server's log
+    log.exception("dashboard page %s failed", page.title)
+    st.error(f"This view could not be shown: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. "
+             "The details are in the server's log.")

@@ -1,0 +1,105 @@
+"""Compare: two commits (or two machines) side by side, like ``asv compare``, with ratios and significance."""
+
+from __future__ import annotations
+
+import dashdata as D
+import dashui as U
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from xrt.track.stats import mannwhitney  # numpy only
+
+st.title("Compare")
+st.caption("Every benchmark measured on both sides, A → B. Marked slower (+) or faster (−) when the change is at "
+           "least the threshold and the samples differ significantly (Mann-Whitney p ≤ α), as `asv compare` and "
+           "`xrt gate` judge; ~ when the change is large but not significant. Never compare timings across GPU "
+           "models: two machines are for like-for-like hosts.")
+r = U.reader()
+if r is None:
+    st.stop()
+
+machines = sorted(r.machines()["machine"])
+ca, cb = st.columns(2)
+
+
+def pick_side(col, tag: str, default_machine: str, nth: int) -> tuple[str, str | None]:
+    m = U.select(f"Machine {tag}", machines, f"cmp:m{tag.lower()}", default=default_machine, where=col)
+    commits = r.commits_of(m)
+    if commits.empty:
+        col.info(f"{m} has no runs.")
+        return m, None
+    labels = {h: f"{D.short(h)}  {str(d)[:10]}  {D.first_line(msg, 50)}" for h, d, msg in
+              zip(commits["hash"], commits["author_date"], commits["message"])}
+    key = f"c{tag.lower()}"
+    q = st.query_params.get(key, "")
+    if q and q not in labels:  # a hash prefix in a shared link
+        full = [h for h in labels if h.startswith(q)]
+        if len(full) == 1:
+            st.query_params[key] = full[0]
+    hashes = list(labels)
+    c = U.select(f"Commit {tag}", hashes, f"cmp:{key}", default=hashes[min(nth, len(hashes) - 1)], fmt=labels.get,
+                 where=col)
+    return m, c
+
+
+ma, a = pick_side(ca, "A", machines[0], 1)
+mb, b = pick_side(cb, "B", ma, 0)
+o1, o2, o3 = st.columns(3)
+thr = U.number("Threshold (%)", "cmp:thr", 5.0, where=o1, min_value=0.0, max_value=100.0, step=1.0)
+alpha = U.number("α (p-value bar)", "cmp:alpha", 0.002, where=o2, min_value=0.0, max_value=1.0, step=0.001,
+                 format="%.3f")
+only = U.radio("Rows", ["changed", "all"], "cmp:rows", where=o3)
+if a is None or b is None:
+    st.stop()
+
+d = r.compare(ma, a, mb, b)
+if d.empty:
+    st.info("Neither side has results.")
+    st.stop()
+
+
+def judge(row) -> tuple[float, float, str]:
+    av, bv = row.a_value, row.b_value
+    if pd.isna(av) and pd.isna(bv):
+        return np.nan, np.nan, "failed"
+    if pd.isna(av) or pd.isna(bv):
+        return np.nan, np.nan, "failed" if pd.isna(bv) else "fixed"
+    ratio = bv / av if av else np.nan
+    sa = np.asarray(row.a_samples if row.a_samples is not None else [av], dtype=float)
+    sb = np.asarray(row.b_samples if row.b_samples is not None else [bv], dtype=float)
+    p = mannwhitney(sa, sb)[0] if len(sa) >= 2 and len(sb) >= 2 else np.nan
+    worse = ratio < 1 if D.higher_is_better(row.unit) else ratio > 1
+    big = abs(np.log(ratio)) >= np.log1p(thr / 100) if ratio and ratio > 0 else False
+    if not big:
+        mark = ""
+    elif not np.isnan(p) and p <= alpha:
+        mark = "+" if worse else "-"
+    else:
+        mark = "~"
+    return ratio, p, mark
+
+
+res = pd.DataFrame([judge(x) for x in d.itertuples()], columns=["ratio", "p", "change"], index=d.index)
+d = pd.concat([d.drop(columns=["a_samples", "b_samples"]), res], axis=1)
+n = d["change"].value_counts()
+k = st.columns(5)
+k[0].metric("compared", int(d["ratio"].notna().sum()))
+k[1].metric("slower (+)", int(n.get("+", 0)))
+k[2].metric("faster (−)", int(n.get("-", 0)))
+k[3].metric("not significant (~)", int(n.get("~", 0)))
+k[4].metric("failed at B", int(n.get("failed", 0)))
+if only == "changed":
+    d = d[d["change"] != ""]
+if d.empty:
+    st.success(f"No benchmark moved by {thr:g} % or more between A and B.")
+    st.stop()
+d = d.assign(params=d["param_key"].replace("", "—"), change=d["change"].replace({"-": "−"}))
+d = d.sort_values("ratio", ascending=False, na_position="first")
+st.dataframe(d[["change", "benchmark", "params", "a_value", "b_value", "unit", "ratio", "p"]], hide_index=True,
+             width="stretch", height=min(38 * (len(d) + 1), 700), column_config={
+                 "a_value": st.column_config.NumberColumn(f"A {D.short(a, 8)}", format="%.4g"),
+                 "b_value": st.column_config.NumberColumn(f"B {D.short(b, 8)}", format="%.4g"),
+                 "ratio": st.column_config.NumberColumn("ratio B/A", format="%.3f×"),
+                 "p": st.column_config.NumberColumn("p (Mann-Whitney)", format="%.1e")})
+U.footer(r)

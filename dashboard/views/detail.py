@@ -1,0 +1,139 @@
+"""One regression: its series with the change point, the samples before and after, the commits,
+the ``--diag`` checklist, and acknowledge / ignore with a note."""
+
+from __future__ import annotations
+
+import os
+
+import altair as alt
+import dashdata as D
+import dashui as U
+import pandas as pd
+import streamlit as st
+
+st.title("Regression detail")
+r = U.reader()
+if r is None:
+    st.stop()
+if not r.has_regressions():
+    U.no_regressions_yet(r)
+    st.stop()
+
+flash = st.session_state.pop("ack_flash", None)
+if flash:
+    st.success(flash)
+
+rid = st.query_params.get("id", "")
+rec = r.regression(rid) if rid else None
+if rec is None:
+    regs = r.regressions(list(D.OPEN), ["regression", "clock"])
+    if rid:
+        st.warning(f"No stored regression has the id `{rid}` (it may have been dropped by a later "
+                   "`xrt regressions` run). Pick one of the open ones:")
+    if regs.empty:
+        st.info("No open regressions. The overview lists every step (status: all).")
+        st.stop()
+    labels = {i: f"{i}  {b} [{p or '-'}] on {m}  {x:.3f}×" for i, b, p, m, x in
+              zip(regs["id"], regs["benchmark"], regs["param_key"], regs["machine"], regs["ratio"])}
+    pick = st.selectbox("Regression", list(labels), format_func=labels.get, index=None, placeholder="choose one")
+    if pick is None:
+        st.stop()
+    st.query_params["id"] = pick
+    rec = r.regression(pick)
+st.query_params["id"] = rec["id"]
+
+unit = rec.get("unit") or ""
+st.subheader(f"{rec['benchmark']} [{rec['param_key'] or '-'}] on {rec['machine']}")
+c = st.columns(5)
+c[0].metric("ratio (after / before)", f"{rec['ratio']:.3f}×")
+c[1].metric("before", f"{rec['before']:.4g} {unit}")
+c[2].metric("after", f"{rec['after']:.4g} {unit}")
+c[3].metric("p (Mann-Whitney)", f"{rec['p_value']:.1e}")
+c[4].metric("status", rec["status"] + (" (fixed)" if rec.get("fixed_by") else ""))
+st.caption(f"{rec['kind']} first seen at commit `{D.short(rec['commit'])}` "
+           f"(previous `{D.short(rec['previous_commit'])}`); "
+           f"judged on {rec['n_before']} commits before and {rec['n_after']} after; id `{rec['id']}`"
+           + (f"; fixed by `{D.short(rec['fixed_by'])}`" if rec.get("fixed_by") else "")
+           + (f"; note: {rec['note']}" if rec.get("note") else ""))
+st.page_link("views/explorer.py", label="Open this series in the explorer", icon=":material/show_chart:",
+             query_params={"bench": rec["benchmark"], "op": D.op_of(rec["benchmark"]), "m": rec["machine"],
+                           "pk": rec["param_key"]})
+
+s = r.series(rec["machine"], rec["benchmark"], rec["param_key"])
+if s.empty:
+    st.info("The series has no ok results left in the database.")
+else:
+    f, lab = D.time_scale(s["unit"].iloc[0] or unit, s["value"])
+    idx = s.index[s["commit_hash"] == rec["commit"]]
+    k = int(idx[0]) if len(idx) else None
+    s = s.assign(y=s["value"] * f, commit=s["commit_hash"].map(D.short), msg=s["message"].map(D.first_line),
+                 side="other")
+    if k is not None:
+        s.loc[max(0, k - int(rec["n_before"] or 20)):k - 1, "side"] = "before"
+        s.loc[k:k + int(rec["n_after"] or 20) - 1, "side"] = "after"
+    st.markdown("**The series**, one point per commit (median of its samples); the red line is the first slow commit.")
+    base = alt.Chart(s).encode(x=alt.X("ord:Q", title="commit (history order)", scale=alt.Scale(zero=False)))
+    pts = base.mark_line(point=True, strokeWidth=1, color="#888").encode(
+        y=alt.Y("y:Q", title=f"time ({lab})" if lab != unit or unit == "seconds" else lab, scale=alt.Scale(zero=False)),
+        tooltip=["commit", "commit_date:T", "msg", alt.Tooltip("y:Q", format=".4g", title=lab)])
+    colored = base.mark_point(filled=True, size=45).encode(
+        y="y:Q", color=alt.Color("side:N", scale=alt.Scale(domain=["before", "after", "other"],
+                                                          range=["#1f77b4", "#d62728", "#bbbbbb"]), title="window"))
+    layers = [pts, colored]
+    if k is not None:
+        rule = alt.Chart(pd.DataFrame({"ord": [s["ord"].iloc[k]]})).mark_rule(color="red", strokeDash=[4, 3]).encode(
+            x="ord:Q")
+        layers.append(rule)
+    st.altair_chart(alt.layer(*layers).properties(height=320).interactive(), width="stretch")
+
+    win = s[s["side"] != "other"]
+    dist = pd.DataFrame([{"window": side, "sample": v * f} for side, smp, val in
+                         zip(win["side"], win["samples"], win["value"])
+                         for v in (list(smp) if smp is not None and len(smp) else [val])])
+    if not dist.empty:
+        st.markdown("**Samples before and after** (every stored sample of the commits the detector judged).")
+        box = alt.Chart(dist).mark_boxplot(extent="min-max").encode(
+            x=alt.X("sample:Q", title=f"time ({lab})" if unit == "seconds" else lab, scale=alt.Scale(zero=False)),
+            y=alt.Y("window:N", title=None, sort=["before", "after"]),
+            color=alt.Color("window:N", scale=alt.Scale(domain=["before", "after"], range=["#1f77b4", "#d62728"]),
+                            legend=None))
+        st.altair_chart(box.properties(height=160), width="stretch")
+
+st.markdown("**Commits in the step**")
+cm = r.commits_between(rec["previous_commit"], rec["commit"])
+if cm.empty:
+    st.caption("The database has no commit details for this step.")
+else:
+    st.dataframe(cm.assign(hash=cm["hash"].map(D.short), message=cm["message"].map(lambda x: D.first_line(x, 120))),
+                 hide_index=True, width="stretch",
+                 column_config={"author_date": st.column_config.DatetimeColumn("date", format="YYYY-MM-DD HH:mm")})
+
+st.markdown("**Likely causes** (`xrt regressions show ID`'s checklist, computed when the step was first seen)")
+if not rec["diag"]:
+    st.caption(f"No checklist stored for this step. `xrt regressions show {rec['id']} --db {r.path}` computes it.")
+for chk in rec["diag"]:
+    line = f"{U.STATUS_ICON.get(chk.get('status'), '•')} **{chk.get('name')}**: {chk.get('detail', '')}"
+    if chk.get("advice"):
+        line += f"  \n  → {chk['advice']}"
+    st.markdown(line)
+
+st.markdown("**Acknowledge or ignore**")
+if os.environ.get("XRT_DASHBOARD_READONLY"):
+    st.caption("This dashboard is served read-only (XRT_DASHBOARD_READONLY): use "
+               f"`xrt regressions ack {rec['id']} --note TEXT`.")
+else:
+    with st.form("ack"):
+        choice = st.radio("Mark as", ["acknowledged", "ignored", "new"], horizontal=True,
+                          help="acknowledged: known, being worked on; ignored: not a real regression; new: reopen")
+        note = st.text_input("Note", value=rec.get("note") or "", placeholder="why (kept with the regression)")
+        if st.form_submit_button("Save"):
+            from xrt.track.regressions import set_status
+
+            try:
+                out = set_status(r.path, rec["id"], choice, note.strip() or None)
+            except (ValueError, RuntimeError, OSError) as e:
+                st.error(f"Not saved: {e}")
+            else:
+                st.session_state["ack_flash"] = f"Saved: {out['id']} is now {out['status']}."
+                st.rerun()
+U.footer(r)

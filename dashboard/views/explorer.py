@@ -1,0 +1,114 @@
+"""Series explorer: pick an op (or any benchmark), filter its parameters and machines, plot against commits.
+
+Filters come from the database, not from xrt's suites: the op is the class (or module) part of
+asv's benchmark name, and one filter per parameter name in ``benchmarks.param_names`` (for xrt's
+suites: shape, dtype, provider, config), so a foreign corpus (django-asv) works as well.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import altair as alt
+import dashdata as D
+import dashui as U
+import streamlit as st
+
+MAX_SERIES = 24
+METRICS = {"time": "value", "GB/s": "gbps", "TFLOP/s": "tflops", "% of peak": "pct_sol"}
+
+st.title("Series explorer")
+r = U.reader()
+if r is None:
+    st.stop()
+
+cat = r.catalog()
+cat = cat.assign(op=cat["benchmark"].map(D.op_of))
+names = r.param_names()
+
+side = st.sidebar
+side.header("Filters")
+ops = sorted(cat["op"].unique())
+op = U.select("Op", ops, "ex:op", where=side, help="the class (or module) part of the benchmark's name")
+in_op = cat[cat["op"] == op]
+benches = sorted(in_op["benchmark"].unique())
+bench = U.select("Benchmark", benches, "ex:bench", where=side, disabled=len(benches) == 1)
+rows = in_op[in_op["benchmark"] == bench]
+machines = sorted(rows["machine"].unique())
+sel_m = U.multi("Machines (GPUs)", machines, "ex:m", default=machines[:1], where=side)
+
+# one filter per parameter; values as asv wrote them (repr strings), shown unquoted
+plist = [list(p) if p is not None else [] for p in rows["params"]]
+width = max((len(p) for p in plist), default=0)
+pnames = names.get(bench, [])
+if len(pnames) != width:
+    pnames = [f"parameter {i + 1}" for i in range(width)]
+pk = st.query_params.get("pk")  # a deep link to one series (from the regression page)
+if pk is not None:
+    del st.query_params["pk"]
+    hit = [p for p, k in zip(plist, rows["param_key"]) if k == pk]
+    for i, name in enumerate(pnames if hit else []):
+        st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
+chosen: list[list[str]] = []
+for i, name in enumerate(pnames):
+    values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
+    pretty = {v: D.unquote(v) for v in values}
+    opts = [pretty[v] for v in values]
+    picked = U.multi(name.capitalize(), opts, f"ex:p.{name}", default=opts[:1], where=side)
+    back = {b: a for a, b in pretty.items()}
+    chosen.append([back[v] for v in picked])
+keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
+keys = [k for k in keys if k in set(rows["param_key"])]
+
+metric = U.radio("Show", list(METRICS), "ex:metric", help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
+                 "timing layer records (xrt's own suites); foreign corpora have time only")
+xaxis = U.radio("Against", ["commit", "date"], "ex:x")
+
+if not sel_m or not keys:
+    st.info("Pick at least one machine and one value of every parameter in the sidebar.")
+    st.stop()
+n_series = len(sel_m) * len(keys)
+if n_series > MAX_SERIES:
+    st.warning(f"{n_series} series selected: showing the first {MAX_SERIES}. Narrow the filters to see the rest.")
+    keys = keys[: max(1, MAX_SERIES // len(sel_m))]
+
+d = r.many_series(sel_m, bench, keys)
+col = METRICS[metric]
+if d.empty or d[col].isna().all():
+    what = {"value": "ok results", "gbps": "GB/s (bytes moved are not recorded for this benchmark)",
+            "tflops": "TFLOP/s (FLOPs are not recorded for this benchmark)",
+            "pct_sol": "% of peak (no peak or speed-of-light is recorded)"}[col]
+    st.info(f"No {what} for this selection.")
+    st.stop()
+
+unit = d["unit"].dropna().iloc[0] if d["unit"].notna().any() else None
+if col == "value":
+    f, lab = D.time_scale(unit, d["value"])
+    ytitle = f"time ({lab})" if unit == "seconds" else (unit or "value")
+else:
+    f, ytitle = 1.0, metric
+d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(D.short), msg=d["message"].map(D.first_line),
+             series=[(m if len(keys) == 1 else f"{m} [{pk}]") if len(sel_m) > 1 else (pk or m)
+                     for m, pk in zip(d["machine"], d["param_key"])])
+x = alt.X("ord:Q", title="commit (history order)", scale=alt.Scale(zero=False)) if xaxis == "commit" else \
+    alt.X("commit_date:T", title="commit date")
+chart = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(size=18), strokeWidth=1.2)
+         .encode(x=x, y=alt.Y("y:Q", title=ytitle, scale=alt.Scale(zero=False)),
+                 color=alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400)),
+                 tooltip=["series", "machine", "param_key", "commit", "commit_date:T", "msg",
+                          alt.Tooltip("y:Q", format=".4g", title=ytitle)])
+         .properties(height=420).interactive())
+st.subheader(f"{bench}")
+st.altair_chart(chart, width="stretch")
+
+summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),
+                                best=("y", "min" if not D.higher_is_better(ytitle) and col == "value" else "max"))
+        .reset_index())
+summ["last / first"] = summ["last"] / summ["first"]
+st.dataframe(summ, hide_index=True, width="stretch",
+             column_config={c: st.column_config.NumberColumn(f"{c} ({ytitle})", format="%.4g")
+                            for c in ("first", "last", "best")} |
+             {"last / first": st.column_config.NumberColumn(format="%.3f×")})
+if metric == "time" and D.higher_is_better(unit):
+    st.caption(f"Unit {unit}: higher is better.")
+U.footer(r)

@@ -1,0 +1,91 @@
+"""Overview: per machine the last run, then the open regressions, newest first."""
+
+from __future__ import annotations
+
+import altair as alt
+import dashdata as D
+import dashui as U
+import pandas as pd
+import streamlit as st
+
+st.title("Regressions")
+st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
+           "first slow commit first. Click a row for its series, its commits and the checklist of likely causes.")
+
+r = U.reader()
+if r is None:
+    st.stop()
+
+st.subheader("Machines: last run")
+m = r.machines()
+if m.empty:
+    st.info("No runs recorded.")
+else:
+    view = pd.DataFrame({
+        "machine": m["machine"], "GPU": m["gpu"].fillna("—"),
+        "commit": m["commit_hash"].map(D.short), "message": m["message"].map(D.first_line).replace("", "—"),
+        "ran at": m["ran_at"],
+        "status": [f"{ok} ok" + (f", {f} failed" if f else "") + (f", {s} skipped" if s else "")
+                   for ok, f, s in zip(m["n_ok"].fillna(0).astype(int), m["n_failed"].fillna(0).astype(int),
+                                       m["n_skipped"].fillna(0).astype(int))],
+        "throttled": [f"{x:.0%}" if x == x and x is not None else "—" for x in m["throttle_share"]],
+        "runs": m["runs"]})
+    st.dataframe(view, hide_index=True, width="stretch", column_config={
+        "ran at": st.column_config.DatetimeColumn("ran at", format="YYYY-MM-DD HH:mm"),
+        "throttled": st.column_config.TextColumn("throttled share",
+                                                 help="share of samples with an NVML slowdown reason")})
+
+if not r.has_regressions():
+    U.no_regressions_yet(r)
+    U.footer(r)
+    st.stop()
+
+machines = sorted(m["machine"]) if not m.empty else []
+c1, c2, c3 = st.columns([2, 2, 1])
+sel_m = U.multi("Machines", machines, "ov:m", where=c1, placeholder="all machines")
+kinds = U.multi("Kinds", ["regression", "clock", "improvement"], "ov:kind", default=["regression", "clock"], where=c2,
+                help="clock: time moved but GPU cycles did not (a clock change, not code)")
+show = U.radio("Status", ["open", "all"], "ov:status", where=c3, help="open = new or acknowledged")
+statuses = list(D.OPEN) if show == "open" else ["new", "acknowledged", "ignored", "fixed"]
+regs = r.regressions(statuses, kinds or ["regression"], sel_m or None)
+
+st.subheader(f"Open regressions ({len(regs)})" if show == "open" else f"Steps ({len(regs)})")
+if regs.empty:
+    st.success("No open regressions for this selection." if show == "open" else "No steps for this selection.")
+    U.footer(r)
+    st.stop()
+
+regs = regs.assign(
+    params=regs["param_key"].replace("", "—"),
+    first_slow=regs["commit"].map(D.short) + "  " + regs["message"].map(lambda s: D.first_line(s, 60)),
+    slower_pct=(regs["ratio"] - 1.0),
+    link="regression?id=" + regs["id"])
+table = regs[["link", "ratio", "slower_pct", "machine", "benchmark", "params", "first_slow", "commit_date", "status",
+              "kind", "p_value"]]
+event = st.dataframe(
+    table, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row", key="regs_table",
+    column_config={
+        "link": st.column_config.LinkColumn("open", display_text="details", help="the regression's page"),
+        "ratio": st.column_config.NumberColumn("ratio (after/before)", format="%.3f×"),
+        "slower_pct": st.column_config.NumberColumn("change", format="percent"),
+        "first_slow": st.column_config.TextColumn("first slow commit"),
+        "commit_date": st.column_config.DatetimeColumn("commit date", format="YYYY-MM-DD"),
+        "p_value": st.column_config.NumberColumn("p (Mann-Whitney)", format="%.1e")})
+rows = event.selection.rows if event is not None and hasattr(event, "selection") else []
+if rows:
+    st.switch_page("views/detail.py", query_params={"id": regs.iloc[rows[0]]["id"]})
+
+st.subheader("When they started")
+chart_df = regs.dropna(subset=["commit_date"]).copy()
+if chart_df.empty:
+    st.caption("The commits of these steps carry no dates.")
+else:
+    chart_df["benchmark"] = chart_df["benchmark"] + " [" + chart_df["params"] + "]"
+    chart = (alt.Chart(chart_df).mark_circle(size=70, opacity=0.8)
+             .encode(x=alt.X("commit_date:T", title="date of the first slow commit"),
+                     y=alt.Y("ratio:Q", title="after / before (× slower)", scale=alt.Scale(zero=False)),
+                     color=alt.Color("machine:N", title="machine"),
+                     tooltip=["benchmark", "machine", alt.Tooltip("ratio:Q", format=".3f"), "first_slow", "status"])
+             .properties(height=320))
+    st.altair_chart(chart, width="stretch")
+U.footer(r)

@@ -1,0 +1,95 @@
+"""Tuning: per op, shape and GPU, the configs tried (a heat map over two chosen parameters) and the top-K.
+
+Source, in order: the tuner's ``tuning_results`` table if the database has one; else the suites'
+results whose ``config`` parameter is not ``default`` (the tuned configs the benchmarks measured,
+latest commit per series); else an empty state saying what to run.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import dashdata as D
+import dashui as U
+import pandas as pd
+import streamlit as st
+
+st.title("Tuning")
+r = U.reader()
+if r is None:
+    st.stop()
+
+
+def from_results() -> pd.DataFrame:
+    with_config = {b: n for b, n in r.param_names().items() if "config" in n}
+    if not with_config:
+        return pd.DataFrame()
+    d = r.tuned_from_results(sorted(with_config))
+    rows = []
+    for m, b, params, v, g, unit in d.itertuples(index=False):
+        p = dict(zip(with_config[b], (D.unquote(x) for x in params)))
+        if p.get("config", "default") == "default" or unit not in (None, "seconds"):
+            continue
+        rows.append({"op": D.op_of(b), "device": m, "shape": p.get("shape", "-"), "dtype": p.get("dtype", "-"),
+                     "provider": p.get("provider", "-"), "config": p["config"], "median_s": v, "gbps": g})
+    return pd.DataFrame(rows)
+
+
+src = "tuning_results table"
+t = r.tuning_table() if "tuning_results" in r.tables() else pd.DataFrame()
+if t.empty:
+    t, src = from_results(), "benchmark results with a tuned config"
+if t.empty:
+    st.info("No tuning results yet. Run the tuner on the GPU machine, e.g. `xrt tune OP --shape SHAPE "
+            "--dtype DTYPE`, then `xrt bench run` (the suites measure the tuned top-K configs) and "
+            f"`xrt db ingest results/asv --db {r.path}`.")
+    U.footer(r)
+    st.stop()
+st.caption(f"From the {src}: {len(t)} measured configs.")
+
+c = st.columns(5)
+op = U.select("Op", sorted(t["op"].unique()), "tun:op", where=c[0])
+t = t[t["op"] == op]
+dev = U.select("GPU (machine)", sorted(t["device"].unique()), "tun:dev", where=c[1])
+t = t[t["device"] == dev]
+shape = U.select("Shape", sorted(t["shape"].unique()), "tun:shape", where=c[2])
+t = t[t["shape"] == shape]
+dtype = U.select("Dtype", sorted(t["dtype"].unique()), "tun:dtype", where=c[3])
+t = t[t["dtype"] == dtype]
+prov = U.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
+t = t[t["provider"] == prov].copy()
+
+cfg = pd.DataFrame([D.parse_config(x) for x in t["config"]], index=t.index)
+knobs = [k for k in cfg.columns if cfg[k].notna().any()]
+t = pd.concat([t, cfg.add_prefix("cfg.")], axis=1)
+t["time_us"] = t["median_s"] * 1e6
+
+k1, k2, k3 = st.columns(3)
+topk = int(U.number("Top K", "tun:k", 5, where=k3, min_value=1, max_value=100, step=1))
+if len(knobs) >= 2:
+    px = U.select("Heat map: x", knobs, "tun:hx", default=knobs[0], where=k1)
+    py = U.select("Heat map: y", [k for k in knobs if k != px], "tun:hy", where=k2)
+    # best (lowest) time per cell over the other parameters
+    cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False)["time_us"].min().reset_index()
+            .rename(columns={f"cfg.{px}": px, f"cfg.{py}": py}))
+    cell[px], cell[py] = cell[px].astype(str), cell[py].astype(str)
+    heat = (alt.Chart(cell).mark_rect().encode(
+        x=alt.X(f"{px}:O", title=px), y=alt.Y(f"{py}:O", title=py),
+        color=alt.Color("time_us:Q", title="best time (µs)", scale=alt.Scale(scheme="viridis", reverse=True)),
+        tooltip=[px, py, alt.Tooltip("time_us:Q", format=".4g", title="best time (µs)")])
+        + alt.Chart(cell).mark_text(fontSize=11, color="white").encode(
+        x=f"{px}:O", y=f"{py}:O", text=alt.Text("time_us:Q", format=".3g")))
+    st.markdown(f"**Configs tried**: best time (µs) for each ({px}, {py}), over the other parameters. "
+                "Darker is faster.")
+    st.altair_chart(heat.properties(height=320), width="stretch")
+elif knobs:
+    st.markdown(f"**Configs tried** over `{knobs[0]}` (only one tunable parameter).")
+    bar = alt.Chart(t.assign(v=t[f"cfg.{knobs[0]}"].astype(str))).mark_bar().encode(
+        x=alt.X("v:O", title=knobs[0]), y=alt.Y("time_us:Q", title="time (µs)"))
+    st.altair_chart(bar.properties(height=280), width="stretch")
+
+st.markdown(f"**Top {topk}** (fastest first)")
+top = t.sort_values("median_s").head(topk)
+st.dataframe(top[["config", "time_us", "gbps"]], hide_index=True, width="stretch", column_config={
+    "time_us": st.column_config.NumberColumn("median time (µs)", format="%.4g"),
+    "gbps": st.column_config.NumberColumn("GB/s", format="%.1f")})
+U.footer(r)

@@ -1,0 +1,160 @@
+"""The dashboard on a database built from the django-asv corpus: AppTest, and a real headless Chromium.
+
+The browser test starts ``streamlit run dashboard/app.py`` on a free localhost port, waits for
+``/_stcore/health``, drives Debian's ``/usr/bin/chromium`` with Playwright (by executable path: no
+browser download), checks that the regressions list and a chart rendered, and saves a screenshot in
+the test's tmp dir (and to ``results/screenshots/overview.png`` when ``XRT_SCREENSHOTS=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "dashboard" / "app.py"
+TARBALL = ROOT.parent / "shared" / "datasets" / "django-asv-results.tar.gz"
+CHROMIUM = Path("/usr/bin/chromium")
+# ubuntu-latest holds 93 % of the corpus' files; the other three machines keep the test quick
+SKIP_MACHINES = ("ubuntu-latest",)
+
+
+@pytest.fixture(scope="session")
+def django_db(tmp_path_factory) -> Path:
+    if not TARBALL.exists():
+        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
+    from xrt.db.ingest import ingest
+    from xrt.track import diag
+    from xrt.track import regressions as R
+
+    out = tmp_path_factory.mktemp("django-dash")
+    with tarfile.open(TARBALL) as tf:
+        keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in SKIP_MACHINES)]
+        tf.extractall(out, members=keep, filter="data")
+    db = out / "django.duckdb"
+    ingest(out, db, echo=lambda s: None)
+    recs = R.detect_db(db)  # what `xrt regressions --db DB` stores
+    R.save(db, recs, diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+    assert any(r.kind == "regression" and r.status == "new" for r in recs)
+    return db
+
+
+def _app(db: Path, monkeypatch) -> AppTest:
+    monkeypatch.setenv("XRT_DB", str(db))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    return at
+
+
+def test_overview_lists_django_regressions(django_db, monkeypatch):
+    at = _app(django_db, monkeypatch)
+    assert not at.exception and not at.error
+    assert at.title[0].value.endswith("Regressions")
+    regs = at.dataframe[1].value
+    assert len(regs) > 0 and (regs["ratio"] > 1).all() and set(regs["status"]) <= {"new", "acknowledged"}
+    assert regs["benchmark"].str.contains(r"\.time_").all()
+
+
+def test_explorer_works_on_foreign_benchmark_names(django_db, monkeypatch):
+    """django's names are module.sub.benchmark.Class.time_x and every benchmark is plain."""
+    monkeypatch.setenv("XRT_DB", str(django_db))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["op"] = "QueryAll"
+    at.query_params["m"] = ["macos-12", "ubuntu-22.04"]
+    at.run()
+    at.switch_page("views/explorer.py").run()
+    assert not at.exception and not at.error
+    assert at.sidebar.selectbox(key="ex:op").value == "QueryAll"
+    assert at.sidebar.multiselect(key="ex:m").value == ["macos-12", "ubuntu-22.04"]
+    assert at.sidebar.multiselect == [] or all(w.key == "ex:m" for w in at.sidebar.multiselect)  # no param filters
+    assert len(at.get("vega_lite_chart")) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(django_db, tmp_path):
+    port = _free_port()
+    env = dict(os.environ, XRT_DB=str(django_db), STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
+                             "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer"],
+                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read().strip() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail("streamlit did not come up:\n" + (tmp_path / "streamlit.log").read_text()[-3000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
+def test_overview_in_headless_chromium(served, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1500})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served + "/", wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Regressions").first.wait_for(timeout=30_000)
+            # the regressions list (a glide data grid) and the chart (vega-embed draws a canvas or svg)
+            page.locator("[data-testid='stDataFrame']").nth(1).wait_for(timeout=30_000)
+            page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg, "
+                         ".vega-embed canvas, .vega-embed svg").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(500)  # let the grid paint its cells
+            text = page.inner_text("body")
+            assert "Open regressions (" in text and "When they started" in text
+            assert "Traceback" not in text and "could not be shown" not in text
+            shot = tmp_path / "overview.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 20_000
+            if os.environ.get("XRT_SCREENSHOTS"):
+                dest = ROOT / "results" / "screenshots" / "overview.png"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(shot, dest)
+            assert not errors, errors
+        finally:
+            browser.close()
