@@ -1,15 +1,25 @@
 """One GPU run that times every memory-bound op x provider beside torch, plus the copy baseline.
 
-    python -m xrt.kernels.gpucheck --out DIR [--ops softmax,layernorm] [--budget 200] [--no-configs]
+    python -m xrt.kernels.gpucheck --out DIR [--ops softmax,layernorm] [--sets large]
+        [--dtypes bfloat16] [--shapes 2048x32768] [--providers torch,triton,cuda]
+        [--sweep-ops layernorm_bwd] [--sweep PARAM=V1/V2,...] [--budget 200] [--no-configs]
 
-Large shapes: ``triton.testing.do_bench`` (median; it flushes L2 before each sample). Small shapes:
-``do_bench_cudagraph`` (launch overhead removed); the CUDA C provider cannot be captured (pycuda
-launches on the legacy stream), so its small-shape rows are plain ``do_bench`` and say so.
+Every row is GPU time only (``gpu_time``): the timed calls are queued behind a
+``torch.cuda._sleep`` long enough for the host to enqueue all of them, so the host cost of a call
+(the public op's dispatch, policy lookup and launch: 50-400 us on the H100 host) never shows in
+the events; L2 is flushed (256 MiB written) before each large-shape call, as ``do_bench`` does.
+The first H100 run timed the public op with plain ``do_bench``: when the host cost of a call
+came near the GPU time of flush + kernel, the GPU starved between the start event and the
+kernel, and the same config read 95 us in the sweep but 134 us as the default. The host cost of a
+call is reported beside (column "host µs"). Small shapes are timed the same way without the flush
+(CUDA C included, which CUDA graphs cannot capture).
 TB/s = bytes_moved (``xrt.bench.specs``) / time; "% copy" against ``y.copy_(x)`` of 1 GiB fp16,
 measured in the same run. After the default-config table, the tuning configs of
-``kernels/spaces.py`` are swept on the large bf16 shapes until the time budget runs out, and the
-best config per (op, provider, shape) is reported, to pick defaults from. A failing provider
-writes its error into its row and the run goes on. Writes DIR/kernels.md and DIR/kernels.json.
+``kernels/spaces.py`` are swept on the large bf16 shapes (or ``--dtypes``' first) until the time
+budget runs out, and the best config per (op, provider, shape) is reported, to pick defaults
+from; ``--sweep`` keeps the configs whose named parameters take the listed values. A failing
+provider writes its error into its row and the run goes on. Writes DIR/kernels.md and
+DIR/kernels.json.
 """
 
 from __future__ import annotations
@@ -28,15 +38,83 @@ def _first(out: Any) -> Any:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _time(fn, graph: bool, quick: bool = False) -> float:
-    """Median milliseconds."""
-    from triton.testing import do_bench, do_bench_cudagraph
+_FLUSH: list = []
+_CYCLES_PER_MS: list[float] = []
 
-    if graph:
-        return do_bench_cudagraph(fn, rep=20, return_mode="median")
-    if quick:
-        return do_bench(fn, warmup=5, rep=25, return_mode="median")
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+def _cycles_per_ms() -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond (measured once)."""
+    import torch
+
+    if not _CYCLES_PER_MS:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        a.record()
+        torch.cuda._sleep(20_000_000)
+        b.record()
+        torch.cuda.synchronize()
+        _CYCLES_PER_MS.append(20_000_000 / max(a.elapsed_time(b), 1e-3))
+    return _CYCLES_PER_MS[0]
+
+
+def gpu_time(fn, flush: bool = True, reps: int | None = None, target_ms: float = 60.0) -> tuple[float, float]:
+    """``(median GPU ms of fn, host ms per call)``; the host cost is kept out of the GPU time.
+
+    All ``reps`` calls (each after an L2 flush when ``flush``) are enqueued while the GPU runs a
+    ``torch.cuda._sleep`` longer than the enqueueing takes, so no start event ever waits on the
+    host. The sleep is sized from a measured host cost; if the GPU still caught up with the host
+    (the sleep ended before the last call was queued), the run is repeated with a longer sleep.
+    """
+    import statistics
+
+    import torch
+
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda"))
+    cache = _FLUSH[0]
+    fn()
+    torch.cuda.synchronize()
+    # host cost of one call, with the GPU busy so that nothing waits on it
+    torch.cuda._sleep(int(_cycles_per_ms() * 10))
+    t0 = time.perf_counter()
+    for _ in range(5):
+        if flush:
+            cache.zero_()
+        fn()
+    host_ms = (time.perf_counter() - t0) * 1e3 / 5
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(3):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    est = max(a.elapsed_time(b) / 3, 1e-3)
+    if reps is None:
+        # at most 60: a call is up to ~7 queue entries, and the launch queue holds about 1000
+        reps = int(min(60, max(10, target_ms / (est + (0.09 if flush else 0.0)))))
+    for attempt in range(3):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        slept = torch.cuda.Event(enable_timing=True)
+        sleep_ms = (1.5 * reps * host_ms + 5.0) * (2 ** attempt)
+        torch.cuda._sleep(int(_cycles_per_ms() * sleep_ms))
+        slept.record()
+        t0 = time.perf_counter()
+        for i in range(reps):
+            if flush:
+                cache.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        enqueue_ms = (time.perf_counter() - t0) * 1e3
+        torch.cuda.synchronize()
+        # The sleep covered the enqueueing when the first start event came after it by no more
+        # than one flush, and the host finished before the sleep did (sleep_ms is GPU time).
+        if enqueue_ms < sleep_ms * 0.9:
+            break
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return statistics.median(times), enqueue_ms / reps
 
 
 def copy_bandwidth() -> float:
@@ -45,7 +123,7 @@ def copy_bandwidth() -> float:
 
     bufs = [torch.randn(1 << 29, device="cuda", dtype=torch.float16)]
     bufs.append(torch.empty_like(bufs[0]))
-    ms = _time(lambda: bufs[1].copy_(bufs[0]), graph=False)
+    ms, _ = gpu_time(lambda: bufs[1].copy_(bufs[0]), reps=20)
     nbytes = 2 * bufs[0].numel() * bufs[0].element_size()
     bufs.clear()
     torch.cuda.empty_cache()
@@ -68,7 +146,8 @@ def measure(op: str, set_name: str, shape, dtype_name: str, provider: str, confi
     dtype = getattr(torch, dtype_name)
     row = {"op": op, "set": set_name, "shape": "x".join(map(str, shape)), "dtype": dtype_name,
            "provider": provider, "config": config, "us": None, "tbs": None, "pct_copy": None,
-           "timing": "cudagraph" if set_name == "small" else "do_bench", "err_vs_torch": None, "error": None}
+           "host_us": None, "timing": "gpu" if set_name == "small" else "gpu, L2 flushed",
+           "err_vs_torch": None, "error": None}
     try:
         key = (op, tuple(shape), dtype_name)
         if key not in cache:
@@ -81,13 +160,11 @@ def measure(op: str, set_name: str, shape, dtype_name: str, provider: str, confi
         out = fn()
         torch.cuda.synchronize()
         row["err_vs_torch"] = _err(out, ref)
-        graph = set_name == "small" and provider != "cuda"
-        if set_name == "small" and provider == "cuda":
-            row["timing"] = "do_bench (pycuda is not graph-capturable)"
-        ms = _time(fn, graph=graph, quick=quick)
+        ms, host_ms = gpu_time(fn, flush=set_name != "small", target_ms=25.0 if quick else 60.0)
         esize = torch.empty((), dtype=dtype).element_size()
         tbs = spec.bytes_moved(tuple(shape), esize) / (ms * 1e-3) / 1e12
-        row.update(us=round(ms * 1e3, 2), tbs=round(tbs, 3), pct_copy=round(100 * tbs / copy_tbs, 1))
+        row.update(us=round(ms * 1e3, 2), tbs=round(tbs, 3), pct_copy=round(100 * tbs / copy_tbs, 1),
+                   host_us=round(host_ms * 1e3, 1))
     except Exception as e:  # noqa: BLE001  (a failing provider is a row, not the end of the run)
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         row["traceback"] = traceback.format_exc()[-2000:]
@@ -95,22 +172,46 @@ def measure(op: str, set_name: str, shape, dtype_name: str, provider: str, confi
 
 
 def _table(rows: list[dict], title: str) -> str:
-    head = "| op | set | shape | dtype | provider | config | µs | TB/s | % copy | max rel err vs torch | note |"
-    lines = [f"### {title}", "", head, "|" + "---|" * 11]
+    head = ("| op | set | shape | dtype | provider | config | µs | TB/s | % copy | host µs | "
+            "max rel err vs torch | note |")
+    lines = [f"### {title}", "", head, "|" + "---|" * 12]
     for r in rows:
         cfg = "default" if not r["config"] else ", ".join(f"{k}={v}" for k, v in r["config"].items())
         err = "" if r["err_vs_torch"] is None else f"{r['err_vs_torch']:.2g}"
-        note = r["error"] or ("" if r["timing"] in ("do_bench", "cudagraph") else r["timing"])
+        note = r["error"] or ""
+        host = r.get("host_us")
         lines.append(f"| {r['op']} | {r['set']} | {r['shape']} | {r['dtype']} | {r['provider']} | {cfg} | "
                      f"{r['us'] if r['us'] is not None else '-'} | {r['tbs'] if r['tbs'] is not None else '-'} | "
-                     f"{r['pct_copy'] if r['pct_copy'] is not None else '-'} | {err} | {note} |")
+                     f"{r['pct_copy'] if r['pct_copy'] is not None else '-'} | "
+                     f"{host if host is not None else '-'} | {err} | {note} |")
     return "\n".join(lines) + "\n"
+
+
+def _keep(cfg: dict, sweep: dict[str, list[str]]) -> bool:
+    """``cfg`` takes one of the listed values (compared as text) of every parameter ``sweep`` names."""
+    return all(str(cfg[k]) in vals for k, vals in sweep.items() if k in cfg)
+
+
+def _parse_sweep(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if "=" not in item:
+            raise SystemExit(f"--sweep item {item!r} must look like PARAM=V1/V2")
+        k, v = item.split("=", 1)
+        out[k.strip()] = [x.strip() for x in v.split("/")]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xrt.kernels.gpucheck", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--sets", default="large,small", help="shape sets of the default-config table")
+    p.add_argument("--dtypes", default="", help="dtypes (default: each op's); the sweep takes bfloat16 if listed")
+    p.add_argument("--shapes", default="", help="only these shapes, e.g. 4096x16384,2048x32768")
+    p.add_argument("--providers", default="", help="only these providers (default: each op's)")
+    p.add_argument("--sweep-ops", default="", help="ops whose tuning configs are swept (default: --ops)")
+    p.add_argument("--sweep", default="", help="keep the configs with these values: path=tiled/rows,num_warps=4/8")
     p.add_argument("--budget", type=float, default=210.0, help="seconds for the whole run (configs stop first)")
     p.add_argument("--no-configs", action="store_true", help="skip the tuning-config sweep")
     args = p.parse_args(argv)
@@ -124,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("gpucheck needs a CUDA GPU")
     t0 = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    split = (lambda t: [o.strip() for o in t.split(",") if o.strip()])
+    ops, sets, only_dtypes = split(args.ops), split(args.sets), split(args.dtypes)
+    only_shapes, only_providers = set(split(args.shapes)), split(args.providers)
+    sweep_ops = split(args.sweep_ops) or ops
+    sweep = _parse_sweep(args.sweep)
+    shape_ok = (lambda shape: not only_shapes or "x".join(map(str, shape)) in only_shapes)
     dev = torch.cuda.get_device_name()
     copy_tbs = copy_bandwidth()
     print(f"device: {dev}; copy bandwidth (1 GiB fp16 y.copy_(x)): {copy_tbs:.3f} TB/s", flush=True)
@@ -132,11 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     cache: dict = {}
     for op in ops:
         spec = specs.get(op)
+        provs = [q for q in spec.providers if not only_providers or q in only_providers]
         for set_name in ("large", "small"):
-            dtypes = spec.dtypes if set_name == "large" else spec.dtypes[:1]
+            if set_name not in sets:
+                continue
+            dtypes = [d for d in spec.dtypes if not only_dtypes or d in only_dtypes]
+            dtypes = dtypes if set_name == "large" else dtypes[:1]
             for shape in spec.shapes[set_name]:
+                if not shape_ok(shape):
+                    continue
                 for dt in dtypes:
-                    for prov in spec.providers:
+                    for prov in provs:
                         r = measure(op, set_name, shape, dt, prov, None, copy_tbs, cache)
                         rows.append(r)
                         print(_table([r], "").splitlines()[-1], flush=True)
@@ -144,13 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     tuned: list[dict] = []
     best: list[dict] = []
     if not args.no_configs:
-        for op in ops:
+        for op in sweep_ops:
             spec = specs.get(op)
-            dt = "bfloat16" if "bfloat16" in spec.dtypes else spec.dtypes[0]
+            pref = [d for d in ("bfloat16", *only_dtypes, *spec.dtypes) if d in spec.dtypes
+                    and (not only_dtypes or d in only_dtypes)]
+            dt = pref[0] if pref else spec.dtypes[0]
             for shape in spec.shapes["large"]:
+                if not shape_ok(shape):
+                    continue
                 for prov, key in spec.spaces.items():
+                    if only_providers and prov not in only_providers:
+                        continue
                     cands = []
                     for cfg in spaces.configs(key):
+                        if not _keep(cfg, sweep):
+                            continue
                         if time.monotonic() - t0 > args.budget:
                             break
                         r = measure(op, "large", shape, dt, prov, cfg, copy_tbs, cache, quick=True)
@@ -159,14 +279,18 @@ def main(argv: list[str] | None = None) -> int:
                             cands.append(r)
                     if cands:
                         best.append(max(cands, key=lambda r: r["tbs"]))
+                        print(_table([best[-1]], "").splitlines()[-1] + " (best)", flush=True)
         if time.monotonic() - t0 > args.budget:
             print(f"config sweep stopped at the {args.budget:.0f} s budget", flush=True)
     summary = (f"Copy baseline (1 GiB fp16, `y.copy_(x)`): **{copy_tbs:.3f} TB/s**. "
-               f"torch {torch.__version__}; run took {time.monotonic() - t0:.0f} s.")
+               f"torch {torch.__version__}; run took {time.monotonic() - t0:.0f} s. "
+               "GPU time only (host cost queued behind a sleep); host µs: the host cost of a call.")
     md = [f"# xrt kernels on {dev}", "", summary, "",
           _table(rows, "Default configs, side by side with torch")]
     if best:
-        md += ["", _table(best, "Best tuning config per (op, provider, shape), bf16")]
+        md += ["", _table(best, "Best tuning config per (op, provider, shape)")]
+    if tuned:
+        md += ["", _table(tuned, "Every swept config")]
     text = "\n".join(md)
     (args.out / "kernels.md").write_text(text)
     (args.out / "kernels.json").write_text(json.dumps({"device": dev, "copy_tbs": copy_tbs, "rows": rows,

@@ -27,12 +27,19 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # warps (Triton) or threads (CUDA C) with the row length, see the launchers.
     "softmax.triton": {"num_warps": ["auto", 4, 8, 16, 32]},
     "softmax.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
-    "layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32]},
+    # layernorm forward, Triton: also the rows one program holds ("auto": several for short
+    # rows, two for N = 16384; see kernels/triton/layernorm.py fwd_plan).
+    "layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32], "rows": ["auto", 1, 2]},
     "layernorm.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
-    # Backward: programs (blocks) per SM, each accumulating its rows' dweight/dbias partials.
-    "layernorm_bwd.triton": {"num_warps": ["auto", 4, 8, 16, 32], "programs_per_sm": [1, 2, 4]},
-    "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"],
-                           "programs_per_sm": [1, 2, 4]},
+    # Backward: row groups = SMs x programs_per_sm ("auto": 2 for N <= 4096, else 1), each
+    # accumulating its rows' dweight/dbias partials. Triton "path": the row in registers ("rows")
+    # or the column-tiled two-pass kernels ("tiled"); "auto" tiles rows longer than 8192. CUDA C
+    # v3 is the tiled path; "auto" is v2 with one 16-byte vector a thread while the row is at most
+    # 1024 vectors (bf16: N <= 8192, fp32: 4096) and aligned, else v3.
+    "layernorm_bwd.triton": {"num_warps": ["auto", 4, 8, 16, 32], "programs_per_sm": ["auto", 1, 2, 4],
+                             "path": ["auto", "rows", "tiled"]},
+    "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
+                           "programs_per_sm": ["auto", 1, 2, 4]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -44,10 +51,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "window_sum.cuda": {"block": 256, "items": 4, "version": "v2"},
     "softmax.triton": {"num_warps": "auto"},
     "softmax.cuda": {"block": "auto", "version": "v2"},
-    "layernorm.triton": {"num_warps": "auto"},
+    "layernorm.triton": {"num_warps": "auto", "rows": "auto"},
     "layernorm.cuda": {"block": "auto", "version": "v2"},
-    "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": 2},
-    "layernorm_bwd.cuda": {"block": "auto", "version": "v2", "programs_per_sm": 2},
+    "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto", "path": "auto"},
+    "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
 }
 
 

@@ -15,7 +15,9 @@ ENTRIES = {
     "softmax.cu": {f"softmax_v1_{t}" for t in DT} | {f"softmax_v2_{t}_{i}" for t in DT for i in V2_ITEMS},
     "layernorm.cu": ({f"layernorm_{d}_v1_{t}" for d in ("fwd", "bwd") for t in DT}
                      | {f"layernorm_{d}_v2_{t}_{i}" for d in ("fwd", "bwd") for t in DT for i in V2_ITEMS}
-                     | {f"layernorm_sum_partials_{t}" for t in DT}),
+                     | {f"layernorm_sum_partials_{t}" for t in DT}
+                     | {f"layernorm_bwd_rowsum_{v}_{t}" for v in ("v1", "v2") for t in DT}
+                     | {f"layernorm_bwd_v3{s}_{t}" for s in ("", "_vec") for t in DT}),
 }
 
 
@@ -43,6 +45,29 @@ def test_launchers_name_existing_entries():
             dtype = torch.bfloat16 if esize == 2 else torch.float32
             assert kernel_name("softmax", version, dtype, items) in ENTRIES["softmax.cu"]
             assert kernel_name("layernorm_fwd", version, dtype, items) in ENTRIES["layernorm.cu"]
+
+
+def test_layernorm_bwd_launcher_names_existing_entries():
+    """Every backward plan (auto, v1, v2, v3; vectors or scalars) names entries layernorm.cu has."""
+    import torch
+
+    from xrt.kernels.cuda.layernorm import bwd_plan
+    from xrt.kernels.cuda.softmax import kernel_name
+
+    for n, esize in ((4096, 2), (8192, 2), (16384, 2), (32768, 2), (1023, 2), (8192, 4), (65536 + 8, 4)):
+        dtype = torch.bfloat16 if esize == 2 else torch.float32
+        for version in ("auto", "v1", "v2", "v3"):
+            for block in ("auto", 128, 1024):
+                for aligned in (True, False):
+                    v, b, items = bwd_plan(n, esize, block, version, aligned)
+                    assert b % 32 == 0 and 32 <= b <= 1024
+                    sfx = "bf16" if esize == 2 else "f32"
+                    if v == "v3":
+                        names = {f"layernorm_bwd_rowsum_{'v2' if items else 'v1'}_{sfx}",
+                                 f"layernorm_bwd_v3{'_vec' if items else ''}_{sfx}"}
+                    else:
+                        names = {kernel_name("layernorm_bwd", v, dtype, items)}
+                    assert names <= ENTRIES["layernorm.cu"], (n, esize, version, block, names)
 
 
 def test_dump_cuda_writes_ptx_and_sass(nvcc, tmp_path):

@@ -88,7 +88,7 @@ def test_on_gpu(provider, dtype, shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["auto", "v1", "v2", "v3"])
 @pytest.mark.parametrize("block", ["auto", 128, 1024])
 def test_cuda_c_versions_on_gpu(version, block):
     from xrt.kernels.cuda.layernorm import layernorm, layernorm_bwd
@@ -99,10 +99,84 @@ def test_cuda_c_versions_on_gpu(version, block):
         w, b = torch.rand(n, device="cuda", dtype=x.dtype) + 0.5, torch.randn(n, device="cuda", dtype=x.dtype)
         dy = torch.randn_like(x)
         with poisoned_outputs():
-            y, mean, rstd = layernorm(x, w, b, 1e-5, {"version": version, "block": block})
+            y, mean, rstd = layernorm(x, w, b, 1e-5, {"version": "v2" if version in ("auto", "v3") else version,
+                                                      "block": block})
             got = layernorm_bwd(dy, x, w, mean, rstd, {"version": version, "block": block, "programs_per_sm": 1})
         want_y, _, _ = ref.layernorm(x.double(), w.double(), b.double(), 1e-5)
         check(y, want_y, x.dtype, scale=want_y.abs() + 1, what="y")
         want = ref.layernorm_bwd(dy.double(), x.double(), w.double(), mean.double(), rstd.double())
         for name, g, r in zip(("dx", "dweight", "dbias"), got, want):
             check(g, r, x.dtype, scale=r.abs().max() + 1, what=name)
+
+
+def _bwd_direct(shape, dtype, device, **kw):
+    """The Triton backward launcher on its own (long-row paths forced by ``kw``), against float64."""
+    from xrt.kernels.reference import layernorm as ref
+    from xrt.kernels.triton.layernorm import layernorm, layernorm_bwd
+
+    m, n = shape
+    x = (torch.randn(m, n, device=device) * 2 + 0.5).to(dtype)
+    w = (torch.rand(n, device=device) + 0.5).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    dy = torch.randn(m, n, device=device).to(dtype)
+    config = kw.pop("config", None)
+    with poisoned_outputs():
+        _, mean, rstd = layernorm(x, w, b, 1e-5)
+        got = layernorm_bwd(dy, x, w, mean, rstd, config, **kw)
+    want = ref.layernorm_bwd(dy.double(), x.double(), w.double(), mean.double(), rstd.double())
+    rstd64 = 1 / (x.double().var(-1, unbiased=False) + 1e-5).sqrt()
+    for name, g, r in zip(("dx", "dweight", "dbias"), got, want):
+        scale = (r.abs().max() + 1) * (rstd64.max().clamp(min=1) if name == "dx" else 1)
+        check(g, r, dtype, scale=scale, what=name)
+
+
+# The column-tiled long-row backward on tiny shapes: tiles and steps smaller than the row, ragged
+# last tile (37, 100), a row group of one row (m=1), more row groups than rows, several tiles.
+@pytest.mark.parametrize("shape,tile,sum_block", [((5, 37), 16, 8), ((1, 100), 32, 64), ((9, 64), 16, 16),
+                                                  ((3, 5), 4, 2), ((6, 130), 128, 32)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_tiled_backward_under_interpreter(interpreter, shape, tile, sum_block, dtype):
+    _bwd_direct(shape, dtype, "cpu", tile=tile, sum_block=sum_block)
+
+
+@pytest.mark.parametrize("config", [{"path": "tiled"}, {"path": "rows", "programs_per_sm": 1},
+                                    {"path": "tiled", "programs_per_sm": 4, "num_warps": 4}], ids=str)
+def test_triton_backward_paths_by_config_under_interpreter(interpreter, config):
+    _bwd_direct((7, 96), torch.float32, "cpu", config=config)
+
+
+def test_triton_long_row_plans():
+    """The defaults pick the tiled backward past TILED_FROM and the measured forward plans."""
+    from xrt.kernels.triton import layernorm as L
+
+    assert L.TILED_FROM == 8192
+    assert L.bwd_programs_per_sm(4096, "auto") == 2 and L.bwd_programs_per_sm(8192, "auto") == 1
+    assert L.bwd_programs_per_sm(32768, 4) == 4
+    assert L.fwd_plan(4096, 16384, "auto", "auto") == (1, 8)
+    assert L.fwd_plan(8192, 8192, "auto", "auto") == (1, 8)
+    assert L.fwd_plan(16384, 4096, "auto", "auto") == (2, 32)
+    assert L.fwd_plan(32768, 2048, "auto", "auto") == (1, 32)
+    assert L.fwd_plan(16384, 1, "auto", "auto") == (1, 16)  # one row: no second row to share
+    assert L.fwd_plan(1024, 7, 4, 1) == (1, 4)
+
+
+def test_cuda_c_backward_plans():
+    """CUDA C backward "auto": v2 with one vector a thread while the row fits, else v3."""
+    from xrt.kernels.cuda.layernorm import bwd_plan
+
+    assert bwd_plan(4096, 2, "auto", "auto", True) == ("v2", 512, 1)
+    assert bwd_plan(8192, 2, "auto", "auto", True) == ("v2", 1024, 1)
+    assert bwd_plan(16384, 2, "auto", "auto", True) == ("v3", 128, 1)
+    assert bwd_plan(8192, 4, "auto", "auto", True) == ("v3", 128, 1)  # fp32: 2048 vectors
+    assert bwd_plan(4097, 2, "auto", "auto", True) == ("v3", 128, 0)  # not a whole number of vectors
+    assert bwd_plan(4096, 2, 256, "v3", False) == ("v3", 256, 0)
+    assert bwd_plan(4096, 2, "auto", "v1", True)[0] == "v1"
+
+
+@pytest.mark.parametrize("shape,tile,sum_block", [((300, 8192 * 2), None, None), ((64, 32768), None, None),
+                                                  ((33, 1000), 128, 256), ((5, 40), 16, 16)], ids=str)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.gpu
+def test_triton_tiled_backward_on_gpu(shape, tile, sum_block, dtype):
+    kw = {"tile": tile, "sum_block": sum_block} if tile else {"config": {"path": "tiled"}}
+    _bwd_direct(shape, dtype, "cuda", **kw)

@@ -9,6 +9,13 @@
 //         write dx and add its dy * xhat and dy into the block's row of the fp32 partials.
 // bwd v2: like v1 with the row of x and dy in registers (16-byte loads, read once) and the
 //         dweight / dbias partials accumulated in registers, written once per block.
+// bwd v3: long rows (the v2 row of x, dy, w and two accumulators spills past ~8192 elements):
+//         split by columns. layernorm_bwd_rowsum: a block per row, the two row sums
+//         c1 = mean(xhat * w * dy), c2 = mean(w * dy) into [rows] fp32 buffers. Then
+//         layernorm_bwd_v3: a grid of G row groups x column tiles of blockDim.x * VEC columns
+//         (16-byte vectors when n % VEC == 0 and rows are aligned, else scalars); each thread
+//         walks its group's rows over one vector of columns, writes dx and keeps that vector's
+//         dweight / dbias partials in registers. x and dy are read twice, nothing spills.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -207,6 +214,112 @@ __device__ void layernorm_bwd_v2(const T* __restrict__ dy,   // [rows, n] row-ma
     }
 }
 
+// c1[r] = sum_i xhat * w * dy / n, c2[r] = sum_i w * dy / n; one block per row, any n.
+template <typename T, bool VECTOR>
+__device__ void layernorm_bwd_rowsum(const T* __restrict__ dy,   // [rows, n] row-major
+                                     const T* __restrict__ x,    // [rows, n] row-major
+                                     const T* __restrict__ w,    // [n] weight
+                                     const float* __restrict__ mean,  // [rows]
+                                     const float* __restrict__ rstd,  // [rows]
+                                     float* __restrict__ c1,     // [rows] output
+                                     float* __restrict__ c2,     // [rows] output
+                                     int64_t n) {
+    constexpr int VEC = 16 / sizeof(T);
+    __shared__ float red[32];
+    const int64_t r = blockIdx.x;
+    const float mu = mean[r], rs = rstd[r];
+    const T *xr = x + r * n, *dyr = dy + r * n;
+    float a = 0.f, c = 0.f;
+    if (VECTOR) {  // n % VEC == 0, 16-byte aligned rows
+        const int64_t nvec = n / VEC;
+#pragma unroll 2
+        for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+            float4 xv = reinterpret_cast<const float4*>(xr)[v], gv = reinterpret_cast<const float4*>(dyr)[v];
+            float4 wv = reinterpret_cast<const float4*>(w)[v];
+            const T *xe = reinterpret_cast<const T*>(&xv), *ge = reinterpret_cast<const T*>(&gv),
+                    *we = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float wdy = float(we[j]) * float(ge[j]);
+                a += (float(xe[j]) - mu) * rs * wdy;
+                c += wdy;
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float wdy = float(w[i]) * float(dyr[i]);
+            a += (float(xr[i]) - mu) * rs * wdy;
+            c += wdy;
+        }
+    }
+    a = block_sum(a, red);
+    c = block_sum(c, red);
+    if (threadIdx.x == 0) { c1[r] = a / n; c2[r] = c / n; }
+}
+
+// Grid (G, column tiles); a thread owns VEC columns (VECTOR) or 1, walks rows
+// [blockIdx.x * rows_per_block, ...) and writes its columns' partials into row blockIdx.x.
+template <typename T, bool VECTOR>
+__device__ void layernorm_bwd_v3(const T* __restrict__ dy,   // [rows, n] row-major
+                                 const T* __restrict__ x,    // [rows, n] row-major
+                                 const T* __restrict__ w,    // [n] weight
+                                 const float* __restrict__ mean,  // [rows]
+                                 const float* __restrict__ rstd,  // [rows]
+                                 const float* __restrict__ c1,    // [rows] from layernorm_bwd_rowsum
+                                 const float* __restrict__ c2,    // [rows] from layernorm_bwd_rowsum
+                                 T* __restrict__ dx,         // [rows, n] row-major output
+                                 float* __restrict__ dw_part,  // [G, n] fp32
+                                 float* __restrict__ db_part,  // [G, n] fp32
+                                 int64_t rows, int64_t n, int64_t rows_per_block) {
+    constexpr int W = VECTOR ? 16 / sizeof(T) : 1;  // columns per thread
+    const int64_t col0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * W;
+    if (col0 >= n) return;  // (VECTOR: n % W == 0, so a thread's columns are all in or all out)
+    float wv[W], dwa[W], dba[W];
+    if (VECTOR) {
+        float4 raw = *reinterpret_cast<const float4*>(w + col0);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < W; ++j) wv[j] = float(e[j]);
+    } else {
+        wv[0] = float(w[col0]);
+    }
+#pragma unroll
+    for (int j = 0; j < W; ++j) { dwa[j] = 0.f; dba[j] = 0.f; }
+    const int64_t r0 = (int64_t)blockIdx.x * rows_per_block;
+    const int64_t r1 = min(r0 + rows_per_block, rows);
+#pragma unroll 2
+    for (int64_t r = r0; r < r1; ++r) {
+        const float mu = mean[r], rs = rstd[r], k1 = c1[r], k2 = c2[r];
+        float xe[W], ge[W];
+        if (VECTOR) {
+            float4 xv = *reinterpret_cast<const float4*>(x + r * n + col0);
+            float4 gv = *reinterpret_cast<const float4*>(dy + r * n + col0);
+            const T *xp = reinterpret_cast<const T*>(&xv), *gp = reinterpret_cast<const T*>(&gv);
+#pragma unroll
+            for (int j = 0; j < W; ++j) { xe[j] = float(xp[j]); ge[j] = float(gp[j]); }
+        } else {
+            xe[0] = float(x[r * n + col0]);
+            ge[0] = float(dy[r * n + col0]);
+        }
+        float4 o4;  // W <= 8 outputs, in a 16-byte aligned register tuple
+        T* out = reinterpret_cast<T*>(&o4);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const float xhat = (xe[j] - mu) * rs;
+            out[j] = T((wv[j] * ge[j] - (xhat * k1 + k2)) * rs);
+            dwa[j] += ge[j] * xhat;
+            dba[j] += ge[j];
+        }
+        if (VECTOR) *reinterpret_cast<float4*>(dx + r * n + col0) = o4;
+        else dx[r * n + col0] = out[0];
+    }
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+        dw_part[(int64_t)blockIdx.x * n + col0 + j] = dwa[j];
+        db_part[(int64_t)blockIdx.x * n + col0 + j] = dba[j];
+    }
+}
+
 // dweight[i] = sum_g dw_part[g, i], likewise dbias; one thread per column (coalesced rows).
 template <typename T>
 __device__ void layernorm_sum_partials(const float* __restrict__ dw_part,  // [G, n] fp32
@@ -241,6 +354,30 @@ __device__ void layernorm_sum_partials(const float* __restrict__ dw_part,  // [G
         const T* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,           \
         float* dw_part, float* db_part, int64_t rows, int64_t n, int64_t rows_per_block) {          \
         layernorm_bwd_v1<T>(dy, x, w, mean, rstd, dx, dw_part, db_part, rows, n, rows_per_block);   \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_rowsum_v1_##SUFFIX(             \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, float* c1,       \
+        float* c2, int64_t n) {                                                                     \
+        layernorm_bwd_rowsum<T, false>(dy, x, w, mean, rstd, c1, c2, n);                            \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_rowsum_v2_##SUFFIX(             \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, float* c1,       \
+        float* c2, int64_t n) {                                                                     \
+        layernorm_bwd_rowsum<T, true>(dy, x, w, mean, rstd, c1, c2, n);                             \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_v3_##SUFFIX(                   \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, const float* c1, \
+        const float* c2, T* dx, float* dw_part, float* db_part, int64_t rows, int64_t n,            \
+        int64_t rows_per_block) {                                                                   \
+        layernorm_bwd_v3<T, false>(dy, x, w, mean, rstd, c1, c2, dx, dw_part, db_part, rows, n,     \
+                                   rows_per_block);                                                 \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_v3_vec_##SUFFIX(               \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, const float* c1, \
+        const float* c2, T* dx, float* dw_part, float* db_part, int64_t rows, int64_t n,            \
+        int64_t rows_per_block) {                                                                   \
+        layernorm_bwd_v3<T, true>(dy, x, w, mean, rstd, c1, c2, dx, dw_part, db_part, rows, n,      \
+                                  rows_per_block);                                                  \
     }                                                                                               \
     extern "C" __global__ void layernorm_sum_partials_##SUFFIX(const float* dw_part, const float* db_part, \
                                                                T* dw, T* db, int64_t groups, int64_t n) { \

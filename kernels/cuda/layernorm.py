@@ -69,18 +69,54 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    groups = max(1, min(m, sms * int(cfg["programs_per_sm"])))
+    pps = 2 if (cfg["programs_per_sm"] == "auto" and n <= 4096) else (
+        1 if cfg["programs_per_sm"] == "auto" else int(cfg["programs_per_sm"]))
+    groups = max(1, min(m, sms * pps))
     per_block = (m + groups - 1) // groups
     dw_part = torch.empty(groups, n, dtype=torch.float32, device=x.device)
     db_part = torch.empty(groups, n, dtype=torch.float32, device=x.device)
-    version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"],
-                                     _aligned(dy, x, weight, dx), vecs_per_thread=2)
+    aligned = _aligned(dy, x, weight, dx)
+    version, block, items = bwd_plan(n, x.element_size(), cfg["block"], cfg["version"], aligned)
     dev = x.device.index or 0
-    fn = cuda.function("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev)
     red = cuda.function("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev)
     with torch.cuda.device(x.device), cuda.on_torch_stream():
-        fn(*_ptrs(dy, x, weight, mean, rstd, dx, dw_part, db_part), np.int64(m), np.int64(n),
-           np.int64(per_block), block=(block, 1, 1), grid=(groups, 1))
+        if version == "v3":
+            vec = items > 0  # 16-byte vectors (n % VEC == 0, aligned rows)
+            width = 16 // x.element_size() if vec else 1
+            c1 = torch.empty(m, dtype=torch.float32, device=x.device)
+            c2 = torch.empty(m, dtype=torch.float32, device=x.device)
+            rowsum = cuda.function("layernorm", f"layernorm_bwd_rowsum_{'v2' if vec else 'v1'}_{_SUFFIX[x.dtype]}", dev)
+            tiled = cuda.function("layernorm", f"layernorm_bwd_v3{'_vec' if vec else ''}_{_SUFFIX[x.dtype]}", dev)
+            rowsum(*_ptrs(dy, x, weight, mean, rstd, c1, c2), np.int64(n), block=(ROWSUM_BLOCK, 1, 1), grid=(m, 1))
+            cols_per_block = block * width
+            tiled(*_ptrs(dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part), np.int64(m), np.int64(n),
+                  np.int64(per_block), block=(block, 1, 1), grid=(groups, (n + cols_per_block - 1) // cols_per_block))
+        else:
+            fn = cuda.function("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev)
+            fn(*_ptrs(dy, x, weight, mean, rstd, dx, dw_part, db_part), np.int64(m), np.int64(n),
+               np.int64(per_block), block=(block, 1, 1), grid=(groups, 1))
         red(*_ptrs(dw_part, db_part, dw, db), np.int64(groups), np.int64(n), block=(256, 1, 1),
             grid=((n + 255) // 256, 1))
     return dx, dw, db
+
+
+ROWSUM_BLOCK = 512  # threads of the v3 row-sum kernel (a block per row, a loop over the row)
+V3_BLOCK = 128  # threads of the v3 tile kernel under "auto" (a column tile of 128 vectors)
+
+
+def bwd_plan(n: int, esize: int, block: int | str, version: str, aligned: bool) -> tuple[str, int, int]:
+    """``(version, threads per block, items)`` of the backward.
+
+    ``auto``: v2 with one 16-byte vector a thread when the row fits in 1024 of them (bf16: n <=
+    8192; v2 with two or more vectors a thread spills under ``__launch_bounds__(1024)``), else v3.
+    v2 threads under ``auto`` block: one vector each. v3: ``items`` 1 for 16-byte vectors, 0 for
+    scalars; ``auto`` block 128.
+    """
+    vec = 16 // esize
+    if version == "auto":
+        fits = aligned and n % vec == 0 and n // vec <= 1024
+        version = "v2" if fits else "v3"
+    if version == "v3":
+        b = V3_BLOCK if block == "auto" else int(block)
+        return "v3", b, 1 if (aligned and n % vec == 0) else 0
+    return row_plan(n, esize, block, version, aligned, vecs_per_thread=1)

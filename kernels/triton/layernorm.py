@@ -5,6 +5,14 @@ once, y written once, statistics in fp32 (two passes over the registers, not E[x
 Backward, after Liger-Kernel's: ``G`` programs (a few per SM) each take a contiguous run of rows,
 write dx row by row and accumulate their rows' ``dy * xhat`` and ``dy`` in registers; a second
 kernel sums the ``[G, N]`` fp32 partials into dweight and dbias.
+
+Long rows (``N > TILED_FROM``, or ``path="tiled"``): a whole row of x, dy, w and the two
+accumulators no longer fits in registers (N = 32768 spilled, 3x slower than torch), so the
+backward is split by columns. Pass 1 (one program a row, a loop over the row in chunks): the two
+row sums ``c1 = mean(xhat * w * dy)`` and ``c2 = mean(w * dy)`` in fp32, into ``[M]`` buffers.
+Pass 2 (a grid of ``G`` row groups x ``N / TILE_N`` column tiles): each program walks its rows
+over one column tile, writes dx and keeps that tile's dweight / dbias partials in registers.
+x and dy are read twice (10 bytes an element in bf16 against 6), but nothing spills.
 """
 
 from __future__ import annotations
@@ -18,7 +26,39 @@ import triton.language as tl
 from xrt.kernels import spaces
 from xrt.kernels.triton.softmax import row_warps, rows_per_program
 
-MAX_N = 65536  # longest row (elements) kept in registers
+MAX_N = 65536  # longest row (elements) kept in registers (forward)
+TILED_FROM = 8192  # backward: rows longer than this take the column-tiled two-pass path
+TILE_N = 1024  # backward, tiled path: columns per program of pass 2
+SUM_BLOCK = 4096  # backward, tiled path: elements per step of pass 1 (the row sums)
+
+
+def fwd_plan(block: int, m: int, num_warps: Any, rows: Any) -> tuple[int, int]:
+    """``(rows per program, warps)`` of the forward.
+
+    ``auto``: short rows share a program (as softmax); a row of 16384 takes two rows a program and
+    32 warps (about 32 elements a thread and 64 KiB in flight a program; one row a program left a
+    single 512-thread program per SM, 2.1-2.4 TB/s on the H100); 8192 takes 8 warps (measured
+    2.78 TB/s against 2.45 with 16).
+    """
+    if rows == "auto":
+        r = 2 if block == 16384 else rows_per_program(block, m)
+    else:
+        r = int(rows)
+    r = max(1, min(r, triton.next_power_of_2(m)))
+    if num_warps != "auto":
+        return r, int(num_warps)
+    elems = block * r
+    if block == 8192 and r == 1:
+        return r, 8
+    return r, row_warps(elems)
+
+
+def bwd_programs_per_sm(n: int, programs_per_sm: Any) -> int:
+    """``auto``: 2 programs an SM for rows up to 4096, else 1 (H100: 185 against 229 us at
+    16384x4096; 184 against 205 us at 8192x8192, bf16)."""
+    if programs_per_sm != "auto":
+        return int(programs_per_sm)
+    return 2 if n <= 4096 else 1
 
 
 @triton.jit
@@ -96,6 +136,88 @@ def _layernorm_bwd_kernel(
 
 
 @triton.jit
+def _layernorm_bwd_rowsum_kernel(
+    dy_ptr,  # [M, N] upstream gradient, row-major, contiguous
+    x_ptr,  # [M, N] forward input, row-major, contiguous
+    w_ptr,  # [N] weight
+    mean_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward
+    c1_ptr,  # [M] fp32 output: mean over the row of xhat * w * dy
+    c2_ptr,  # [M] fp32 output: mean over the row of w * dy
+    N,  # row length
+    BLOCK: tl.constexpr,  # elements per step
+):
+    row = tl.program_id(0)
+    x_row = x_ptr + row.to(tl.int64) * N  # scalar 64-bit row bases, 32-bit column offsets
+    dy_row = dy_ptr + row.to(tl.int64) * N
+    cols = tl.arange(0, BLOCK)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    a = tl.zeros([BLOCK], tl.float32)
+    c = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, N, BLOCK):
+        idx = start + cols
+        mask = idx < N
+        x = tl.load(x_row + idx, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + idx, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + idx, mask=mask, other=0.0).to(tl.float32)
+        wdy = w * dy
+        a += tl.where(mask, (x - mean) * rstd, 0.0) * wdy
+        c += wdy
+    tl.store(c1_ptr + row, tl.sum(a, 0) / N)
+    tl.store(c2_ptr + row, tl.sum(c, 0) / N)
+
+
+@triton.jit
+def _layernorm_bwd_tiled_kernel(
+    dy_ptr,  # [M, N] upstream gradient, row-major, contiguous
+    x_ptr,  # [M, N] forward input, row-major, contiguous
+    w_ptr,  # [N] weight
+    mean_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward
+    c1_ptr,  # [M] fp32 from _layernorm_bwd_rowsum_kernel
+    c2_ptr,  # [M] fp32 from _layernorm_bwd_rowsum_kernel
+    dx_ptr,  # [M, N] output, row-major, contiguous, x's dtype
+    dw_part_ptr,  # [G, N] fp32: row group program_id(0)'s sum of dy * xhat, its tile's columns
+    db_part_ptr,  # [G, N] fp32: likewise of dy
+    M,  # rows
+    N,  # row length
+    rows_per_program,  # rows of each row group, ceil(M / G)
+    TILE: tl.constexpr,  # columns per program
+):
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * TILE + tl.arange(0, TILE)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([TILE], tl.float32)
+    db_acc = tl.zeros([TILE], tl.float32)
+    start = pid * rows_per_program
+    end = tl.minimum(start + rows_per_program, M)
+    # Scalar 64-bit row pointers advanced row by row, 32-bit column offsets: per-element 64-bit
+    # addresses cost 112 registers a thread at TILE 1024 / 4 warps (sm_90), and occupancy.
+    x_row = x_ptr + start.to(tl.int64) * N
+    dy_row = dy_ptr + start.to(tl.int64) * N
+    dx_row = dx_ptr + start.to(tl.int64) * N
+    for row in range(start, end):
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        c1 = tl.load(c1_ptr + row)
+        c2 = tl.load(c2_ptr + row)
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        dx = (w * dy - (xhat * c1 + c2)) * rstd
+        tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw_acc += dy * xhat
+        db_acc += dy
+        x_row += N
+        dy_row += N
+        dx_row += N
+    tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
+    tl.store(db_part_ptr + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+
+
+@triton.jit
 def _sum_partials_kernel(
     dw_part_ptr,  # [G, N] fp32 partials, row-major
     db_part_ptr,  # [G, N] fp32 partials, row-major
@@ -144,8 +266,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     if m == 0 or n == 0:
         return y, mean, rstd
     block = triton.next_power_of_2(n)
-    rows = rows_per_program(block, m)
-    warps = row_warps(block * rows) if cfg["num_warps"] == "auto" else cfg["num_warps"]
+    rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
     _layernorm_fwd_kernel[(triton.cdiv(m, rows),)](x, weight, bias, y, mean, rstd, m, n, eps,
                                                     ROWS=rows, BLOCK=block, num_warps=warps)
     return y, mean, rstd
@@ -158,25 +279,46 @@ def partial_programs(x: torch.Tensor, m: int, programs_per_sm: int) -> int:
 
 
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
-                  rstd: torch.Tensor, config: dict[str, Any] | None = None):
-    """``(dx, dweight, dbias)``; shapes as :func:`layernorm`; config from ``layernorm_bwd.triton``."""
+                  rstd: torch.Tensor, config: dict[str, Any] | None = None, *, tile: int | None = None,
+                  sum_block: int | None = None):
+    """``(dx, dweight, dbias)``; shapes as :func:`layernorm`; config from ``layernorm_bwd.triton``.
+
+    ``path``: ``rows`` keeps a row in registers, ``tiled`` takes the column-tiled two-pass path,
+    ``auto`` the tiled one for ``N > TILED_FROM``. ``tile`` / ``sum_block`` force the tiled path
+    with that many columns a program (pass 2) / elements a step (pass 1): tests of long rows.
+    """
     m, n = _check(x, weight)
     if dy.shape != x.shape:
         raise ValueError(f"dy.shape={tuple(dy.shape)} must equal x.shape={tuple(x.shape)}")
     cfg = spaces.check("layernorm_bwd.triton", config or {})
     dy, x, weight = dy.contiguous(), x.contiguous(), weight.contiguous()
+    mean, rstd = mean.contiguous(), rstd.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight)
     db = torch.empty_like(weight)
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
-    g = partial_programs(x, m, cfg["programs_per_sm"])
+    block = triton.next_power_of_2(n)
+    tiled = (tile is not None or sum_block is not None or cfg["path"] == "tiled"
+             or (cfg["path"] == "auto" and n > TILED_FROM))
+    g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
     dw_part = torch.empty(g, n, dtype=torch.float32, device=x.device)
     db_part = torch.empty(g, n, dtype=torch.float32, device=x.device)
-    block = triton.next_power_of_2(n)
-    warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-    _layernorm_bwd_kernel[(g,)](dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n,
-                                triton.cdiv(m, g), BLOCK=block, num_warps=warps)
+    if tiled:
+        tile_n = min(tile or TILE_N, block)
+        step = min(sum_block or SUM_BLOCK, block)
+        c1 = torch.empty(m, dtype=torch.float32, device=x.device)
+        c2 = torch.empty(m, dtype=torch.float32, device=x.device)
+        auto = cfg["num_warps"] == "auto"
+        _layernorm_bwd_rowsum_kernel[(m,)](dy, x, weight, mean, rstd, c1, c2, n, BLOCK=step,
+                                           num_warps=row_warps(step) if auto else cfg["num_warps"])
+        _layernorm_bwd_tiled_kernel[(g, triton.cdiv(n, tile_n))](
+            dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n, triton.cdiv(m, g),
+            TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
+    else:
+        warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
+        _layernorm_bwd_kernel[(g,)](dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n,
+                                    triton.cdiv(m, g), BLOCK=block, num_warps=warps)
     block_n = 128
     _sum_partials_kernel[(triton.cdiv(n, block_n),)](dw_part, db_part, dw, db, g, n,
                                                      BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
