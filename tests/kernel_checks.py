@@ -39,23 +39,5 @@ def poisoned_outputs():
         torch.empty, torch.empty_like = empty, empty_like
 
 
-def fix_interpreter_scalars() -> None:
-    """Triton 3.6's interpreter turns a loop bound into ``int(array of shape (1,))``, which
-    numpy >= 2.3 refuses; loops with runtime bounds then fail on the CPU only. Take the element."""
-    try:
-        import triton.runtime.interpreter as interp
-    except ImportError:
-        return
-    if getattr(interp, "_xrt_fixed", False):
-        return
-    original = interp._patch_lang_tensor
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interp._patch_lang_tensor = patched
-    interp._xrt_fixed = True
-
-
-fix_interpreter_scalars()
+# The interpreter fix now lives with the Triton kernels (applied whenever TRITON_INTERPRET=1).
+from xrt.kernels.triton import fix_interpreter_scalars  # noqa: E402,F401
