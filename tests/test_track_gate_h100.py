@@ -1,0 +1,79 @@
+"""The gate on the real H100 results committed under results/asv (xrt bench run, 5 commits)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("duckdb")
+
+from xrt.cli import main  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
+
+MACHINE = "vm-nvidia-h100-80gb-hbm3-0"
+RESULTS = ROOT / "results" / "asv"
+
+
+def _measured() -> list[str]:
+    """Commits with H100 results, oldest first (by the side-car's commit, checked against git)."""
+    commits = []
+    for side in sorted((RESULTS / MACHINE).glob("*.xrt")):
+        commit = json.loads(side.read_text())["commit"]
+        ok = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+        if ok.returncode == 0:
+            commits.append(commit)
+    order = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--first-parent", "--reverse", "HEAD"],
+                           capture_output=True, text=True).stdout.split()
+    return sorted(commits, key=order.index)
+
+
+@pytest.fixture(scope="module")
+def h100_db(tmp_path_factory):
+    if not (RESULTS / MACHINE).is_dir():
+        pytest.skip("no committed H100 results under results/asv")
+    tmp = tmp_path_factory.mktemp("h100")
+    shutil.copytree(RESULTS, tmp / "asv", ignore=shutil.ignore_patterns("*-cpu"))
+    db = tmp / "h100.duckdb"
+    ingest(tmp / "asv", db, repo=str(ROOT))
+    commits = _measured()
+    if len(commits) < 2:
+        pytest.skip("fewer than two measured commits reachable in this clone's history")
+    return db, commits
+
+
+def test_h100_results_are_real_and_complete(h100_db):
+    from xrt.db import query
+
+    db, commits = h100_db
+    assert len(commits) >= 5
+    _, rows = query.query(db, "SELECT DISTINCT gpu_model, driver, torch FROM runs WHERE machine = ?", [MACHINE])
+    assert rows and rows[0][0] == "NVIDIA H100 80GB HBM3"
+    _, rows = query.query(db, "SELECT count(*), count(sm_mhz), min(gbps), max(gbps) FROM results "
+                              "WHERE machine = ? AND status = 'ok'", [MACHINE])
+    n, with_clock, lo, hi = rows[0]
+    assert n >= 100 and with_clock == n  # every value carries its SM clock
+    assert 0 < lo < hi < 3500  # GB/s below the H100's ~3.35 TB/s HBM3 peak
+
+
+def test_gate_passes_between_two_measured_h100_commits(h100_db, capsys):
+    db, commits = h100_db
+    rc = main(["gate", "--db", str(db), "--repo", str(ROOT), "--base", commits[-2], "--head", commits[-1],
+               "--machine", MACHINE])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "24 series compared" in out
+
+
+def test_gate_cannot_judge_a_head_never_measured(h100_db, capsys):
+    db, commits = h100_db
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if head in commits:
+        pytest.skip("HEAD itself was measured")
+    rc = main(["gate", "--db", str(db), "--repo", str(ROOT), "--base", commits[-1], "--head", "HEAD"])
+    out = capsys.readouterr().out
+    assert rc == 2 and "never measured" in out
