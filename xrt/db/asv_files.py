@@ -17,9 +17,11 @@ raises :class:`BadFile` and the file contributes no rows.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
+import operator
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -559,43 +561,60 @@ def _ok_value(v: Any) -> bool:
     return v.__class__ is not float or v - v == 0.0  # False for NaN and +-inf
 
 
+_FORMULAS: list = [None, frozenset()]  # (benchmarks.json dict, names with formulas in it): computed once per dict
+
+
+def _formula_names(known: dict[str, Benchmark]) -> frozenset:
+    if _FORMULAS[0] is not known:
+        _FORMULAS[:] = [known, frozenset(n for n, b in known.items() if b.bytes or b.flops or b.sol_s)]
+    return _FORMULAS[1]
+
+
+_not_none = functools.partial(operator.is_not, None)
+
+
 def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur, i_smp,
                    i_stats) -> bool:
     """The fast path for a file whose benchmarks are all plain (no params, no formulas, one value each).
 
-    Column by column with comprehensions over the transposed rows instead of one row at a time:
-    the django corpus is all like this. Returns False (nothing appended) when the file is not, and
-    the row-by-row loop of :func:`_flatten_rows` handles it (and names what is wrong).
+    Column by column with comprehensions (or C-level checks) over the transposed rows instead of one
+    row at a time: the django corpus is all like this. Returns False (nothing appended) when the file
+    is not, and the row-by-row loop of :func:`_flatten_rows` handles it (and names what is wrong).
     """
     if cases or isinstance(sc_bench, dict) and sc_bench:
         return False
-    names = list(rows)
     rowl = list(rows.values())
     if not rowl:
         return True
-    if not all(r.__class__ is list and len(r) > i_res for r in rowl):
+    if set(map(type, rowl)) != {list} or min(map(len, rowl)) <= i_res:
         return False
-    rowl = [r + pad[len(r):] if len(r) <= ncol else r for r in rowl]
-    t = list(zip(*rowl))
+    # columns 0..ncol; a row shorter than that reads None (what asv's trimmed trailing nulls mean),
+    # index ncol is None for every row that has no more (a column this file does not have)
+    t = list(itertools.zip_longest(*rowl))
+    n = len(rowl)
+    nones = [None] * n
+    if len(t) <= ncol:
+        t += [nones] * (ncol + 1 - len(t))
     if any(t[i_par]):
         return False
     res = t[i_res]
-    if not all(x is None or (x.__class__ is list and len(x) == 1) for x in res):
+    if not set(map(type, res)) <= {list, type(None)} or not set(map(len, filter(_not_none, res))) <= {1}:
         return False
-    if known is not None:
-        for name in names:
-            b = known.get(name)
-            if b is not None and (b.bytes or b.flops or b.sol_s):
-                return False
-    n = len(names)
+    if known is not None and not _formula_names(known).isdisjoint(rows):
+        return False
+    names = list(rows)
     vals = [None if x is None else x[0] for x in res]
-    ok = [v is not None and _ok_value(v) for v in vals]
-    if all(ok):
+    try:
+        s = sum(vals)  # finite only if every value is a finite number (None, NaN, inf: not)
+        all_ok = s - s == 0.0
+    except (TypeError, OverflowError):
+        all_ok = False
+    if all_ok:
         status = ["ok"] * n
     else:
+        ok = [v is not None and (v.__class__ is not float or v - v == 0.0) for v in vals]
         status = ["ok" if k else "failed" if v is None or v == v else "skipped" for v, k in zip(vals, ok)]
         vals = [v if k else None for v, k in zip(vals, ok)]
-    nones = [None] * n
     cl["benchmark"] += names
     cl["param_index"] += [0] * n
     cl["params"] += [_NO_PARAMS] * n
@@ -604,9 +623,14 @@ def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_p
     cl["status"] += status
     for c, i in zip(("samples", "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"), (i_smp, *i_stats)):
         cl[c] += [x[0] if x else None for x in t[i]]
-    cl["version"] += [x if x.__class__ is str else None for x in t[i_ver]]
-    cl["started_at_ms"] += [x if x.__class__ is int else None for x in t[i_sta]]
-    cl["duration"] += [x if x.__class__ is float or x.__class__ is int else None for x in t[i_dur]]
+    col = t[i_ver]
+    cl["version"] += col if set(map(type, col)) == {str} else [x if x.__class__ is str else None for x in col]
+    col = t[i_sta]
+    cl["started_at_ms"] += col if set(map(type, col)) == {int} else [
+        x if x.__class__ is int else None for x in col]
+    col = t[i_dur]
+    cl["duration"] += col if set(map(type, col)) <= {float, int} else [
+        x if x.__class__ is float or x.__class__ is int else None for x in col]
     for c in ("bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share"):
         cl[c] += nones
     return True

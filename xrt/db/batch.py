@@ -7,10 +7,8 @@ The table is inserted into DuckDB in one statement: no row-by-row inserts.
 
 from __future__ import annotations
 
-import collections
 import gc
 import hashlib
-import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,47 +41,26 @@ def empty_table():
     return pa.table({**{c: pa.array([], t[c]) for c in A.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
 
 
-def _list_array(lists: list, value_type):
-    """``pa.array(lists, pa.list_(value_type))``, but from one flat array and offsets: several times
-    faster for millions of samples (pyarrow's converter handles each inner list as a sequence)."""
-    import pyarrow as pa
-
-    has_none = None in lists
-    present = [x for x in lists if x is not None] if has_none else lists
-    lens = [0 if x is None else len(x) for x in lists] if has_none else list(map(len, lists))
-    total = sum(lens)
-    offsets = pa.array([0, *itertools.accumulate(lens)], pa.int32() if total < 2**31 else pa.int64())
-    flat = itertools.chain.from_iterable(present)
-    values = None
-    if value_type == pa.float64():
-        try:
-            import numpy as np  # already imported by duckdb; the fast way from Python floats
-
-            a = np.fromiter(flat, np.float64, total)
-            if not np.isnan(a).any():  # None (null) and NaN are kept apart by the generic way
-                values = pa.array(a)
-        except (ImportError, TypeError, ValueError):  # a non-number inside: the generic way decides
-            pass
-        if values is None:
-            flat = itertools.chain.from_iterable(present)
-    if values is None:
-        values = pa.array(list(flat), value_type)
-    mask = pa.array([x is None for x in lists], pa.bool_()) if has_none else None
-    cls = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
-    arr = cls.from_arrays(offsets, values, mask=mask)
-    return arr if cls is pa.ListArray else arr.cast(pa.list_(value_type))
-
-
 def _to_table(cols: dict[str, list], file_idx: list[int]):
     import pyarrow as pa
 
     t = _types()
     arrays = {}
+    n = len(file_idx)
     for c in A.VALUE_COLUMNS:
-        if t[c] == pa.list_(pa.float64()):
-            arrays[c] = _list_array(cols[c], pa.float64())
+        col, typ = cols[c], t[c]
+        if not n:
+            arrays[c] = pa.array(col, type=typ)
+        elif col[0] is None and col.count(None) == n:  # e.g. bytes/flops/cycles of the django corpus
+            arrays[c] = pa.nulls(n, typ)
+        elif c == "param_key" and col[0] == "" and col.count("") == n:  # plain benchmarks only
+            arrays[c] = pa.repeat(pa.scalar("", typ), n)
+        elif c == "params" and col[0] == [] and col.count(A._NO_PARAMS) == n:  # plain benchmarks only: n empty lists
+            arrays[c] = pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string()))
         else:
-            arrays[c] = pa.array(cols[c], type=t[c])
+            # pyarrow's converter from Python lists, with the type given: for DOUBLE[] (samples) this
+            # was faster than flattening through numpy (keeps None and NaN apart, refuses non-numbers)
+            arrays[c] = pa.array(col, type=typ)
     arrays["file_idx"] = pa.array(file_idx, type=pa.int32())
     return pa.table(arrays)
 
@@ -110,18 +87,30 @@ def content_hash(data: bytes, sidecar: bytes | None = None) -> str:
     return h.hexdigest()[:32]
 
 
-def read_with_sidecar(path: Path, listed: set[str] | None = None) -> tuple[bytes, bytes | None]:
+def read_with_sidecar(path: str | os.PathLike, listed: set[str] | None = None,
+                      rel: str | None = None) -> tuple[bytes, bytes | None]:
     """A result file's bytes and its sidecar's (``X.xrt``, else ``X.xrt.json``; None when there is none).
 
-    ``listed``: the sidecars a directory listing found (``machine/name``), to try no other opens.
+    ``listed``: the sidecars a directory listing found (``machine/name``), to try no other opens;
+    ``rel``: the file's ``machine/name`` (else taken from ``path``). Plain strings, no pathlib: this
+    runs once per file.
     """
+    path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
-    for sc in A.sidecar_paths(path):
-        if listed is not None and f"{sc.parent.name}/{sc.name}" not in listed:
+    if listed is not None and not listed:
+        return data, None
+    stem = path[: -len(".json")]
+    if listed is not None:
+        if rel is None:
+            head, name = os.path.split(path)
+            rel = f"{os.path.basename(head)}/{name}"
+        rel_stem = rel[: -len(".json")]
+    for suf in A.SIDECAR_SUFFIXES:
+        if listed is not None and rel_stem + suf not in listed:
             continue
         try:
-            with open(sc, "rb") as f:
+            with open(stem + suf, "rb") as f:
                 return data, f.read()
         except FileNotFoundError:
             continue
@@ -130,8 +119,8 @@ def read_with_sidecar(path: Path, listed: set[str] | None = None) -> tuple[bytes
 
 def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
                 machine_facts: dict[str, list[Any]],
-                data: dict[str, tuple[bytes, bytes | None]] | None = None) -> tuple[list[FileOutcome], Any]:
-    """Parse ``files`` (paths relative to ``root``; ``data`` may hold their bytes already).
+                data: dict[str, tuple[bytes, bytes | None, str]] | None = None) -> tuple[list[FileOutcome], Any]:
+    """Parse ``files`` (paths relative to ``root``; ``data`` may hold their bytes and content hash already).
 
     Returns one outcome per file and one Arrow table of all their rows.
     """
@@ -143,14 +132,16 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
         file_idx: list[int] = []
         per_file: list[tuple[int, int, int]] = []
         for rel in files:
-            path = Path(root) / rel
             try:
                 got = data.pop(rel, None) if data is not None else None
-                data_b, sc_bytes = got if got is not None else read_with_sidecar(path)
+                if got is not None:
+                    data_b, sc_bytes, h = got
+                else:
+                    data_b, sc_bytes = read_with_sidecar(f"{root}/{rel}")
+                    h = content_hash(data_b, sc_bytes)
             except OSError as e:
                 outcomes.append(FileOutcome(rel, "", kind="unreadable", reason=f"cannot read: {e.strerror}"))
                 continue
-            h = content_hash(data_b, sc_bytes)
             try:
                 sidecar, sc_problem = None, None
                 if sc_bytes is not None:
@@ -159,7 +150,7 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
                     except (A.BadFile, RecursionError) as e:
                         # the run's own results are fine: ingest them without the sidecar, and say so
                         sc_problem = ("bad-sidecar", str(e) if isinstance(e, A.BadFile) else "JSON nested too deeply")
-                machine_dir = Path(rel).parts[0] if len(Path(rel).parts) > 1 else ""
+                machine_dir = rel.split("/", 1)[0] if "/" in rel else ""
                 pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols)
                 if sc_problem:
                     pr.warnings.insert(0, sc_problem)
@@ -169,17 +160,18 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
             except RecursionError:
                 outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
                 continue
-            counts = collections.Counter(cols["status"][pr.start:pr.end])
+            status = cols["status"][pr.start:pr.end]
+            n_ok, n_failed = status.count("ok"), status.count("failed")
             starts = [s for s in cols["started_at_ms"][pr.start:pr.end] if s is not None]
             run = {
                 "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
                 "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
                 "params": pr.params, "requirements": pr.requirements, "facts": pr.facts,
-                "n_values": pr.n, "n_ok": counts["ok"], "n_failed": counts["failed"],
-                "n_skipped": counts["skipped"], "started_ms": min(starts) if starts else None,
+                "n_values": pr.n, "n_ok": n_ok, "n_failed": n_failed,
+                "n_skipped": len(status) - n_ok - n_failed, "started_ms": min(starts) if starts else None,
             }
             i = len(outcomes)
-            warnings = [(k, f"sidecar {A.sidecar_path(path).name}: {r}") for k, r in pr.warnings] or None
+            warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings] or None
             outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
                                         warnings=warnings))
             per_file.append((i, pr.start, pr.end))
@@ -204,7 +196,7 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
 
 
 def parse_all(root: Path, files: list[str], known, machine_facts, jobs: int | None = None, progress=None,
-              data: dict[str, tuple[bytes, bytes | None]] | None = None):
+              data: dict[str, tuple[bytes, bytes | None, str]] | None = None):
     """Yield ``(outcomes, table)`` per chunk; in ``jobs`` worker processes when there are many files.
 
     The default is half the CPUs, at most 4: on the 2-CPU machine of the measurements in

@@ -165,12 +165,6 @@ def run_gate(args: argparse.Namespace) -> int:
         if args.summary:
             args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\n{e}\n")
         return gate.CANNOT_JUDGE
-    if base == head:
-        msg = f"--base {args.base} and --head {args.head} are the same commit ({head[:10]}): nothing to judge"
-        print(f"xrt gate: cannot judge: {msg}")
-        if args.summary:
-            args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\n{msg}\n")
-        return gate.CANNOT_JUDGE
     try:
         v = gate.judge(args.db, base, head, threshold=thr, alpha=args.alpha, min_samples=args.min_samples,
                        machine=args.machine, history=not args.no_history)

@@ -208,8 +208,8 @@ def _score(cases: list[Case], predicted: list[list[int]], which: str = "regressi
 
 
 def evaluate(per_group: int = 40, length: int = 80, seed: int = 0, cfg: DetectConfig | None = None,
-             with_asv: bool = True) -> dict:
-    profiles, source = noise_profiles()
+             with_asv: bool = True, noise_root: Path | None = None) -> dict:
+    profiles, source = noise_profiles(noise_root)
     cases = make_cases(per_group, length, seed, profiles)
     found = [detect(c.series, cfg) for c in cases]
     regs = [[st.index for st in f if st.kind == "regression"] for f in found]
