@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,11 +23,11 @@ pytest.importorskip("streamlit")
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import extract_django  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboard" / "app.py"
-TARBALL = ROOT.parent / "shared" / "datasets" / "django-asv-results.tar.gz"
 CHROMIUM = Path("/usr/bin/chromium")
 # ubuntu-latest holds 93 % of the corpus' files; the other three machines keep the test quick
 SKIP_MACHINES = ("ubuntu-latest",)
@@ -36,16 +35,11 @@ SKIP_MACHINES = ("ubuntu-latest",)
 
 @pytest.fixture(scope="session")
 def django_db(tmp_path_factory) -> Path:
-    if not TARBALL.exists():
-        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
     from xrt.db.ingest import ingest
     from xrt.track import diag
     from xrt.track import regressions as R
 
-    out = tmp_path_factory.mktemp("django-dash")
-    with tarfile.open(TARBALL) as tf:
-        keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in SKIP_MACHINES)]
-        tf.extractall(out, members=keep, filter="data")
+    out = extract_django(tmp_path_factory.mktemp("django-dash"), skip_machines=SKIP_MACHINES)
     db = out / "django.duckdb"
     ingest(out, db, echo=lambda s: None)
     recs = R.detect_db(db)  # what `xrt regressions --db DB` stores

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -10,21 +9,16 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import extract_django  # noqa: E402
+
 from xrt.db import perf  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 
-TARBALL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "django-asv-results.tar.gz"
-
 
 @pytest.fixture(scope="session")
 def django_results(tmp_path_factory):
-    if not TARBALL.exists():
-        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
-    out = tmp_path_factory.mktemp("django-asv")
-    with tarfile.open(TARBALL) as tf:
-        tf.extractall(out, filter="data")
-    return out
+    return extract_django(tmp_path_factory.mktemp("django-asv"))
 
 
 @pytest.mark.slow

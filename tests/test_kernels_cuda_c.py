@@ -5,11 +5,12 @@ import subprocess
 
 import pytest
 
-from xrt.kernels import source
+from xrt.kernels import cuda_sources, source
 
 V2_ITEMS = (1, 2, 4, 8)
 DT = ("f32", "f16", "bf16")
 ENTRIES = {
+    "square.cu": {f"square_{v}_{t}" for v in ("v1", "v2") for t in DT},
     "vector_add.cu": {f"vector_add_{v}_{t}" for v in ("v1", "v2") for t in DT},
     "window_sum.cu": {f"window_sum_{v}_{t}" for v in ("v1", "v2") for t in DT},
     "softmax.cu": {f"softmax_v1_{t}" for t in DT} | {f"softmax_v2_{t}_{i}" for t in DT for i in V2_ITEMS},
@@ -19,6 +20,10 @@ ENTRIES = {
                      | {f"layernorm_bwd_rowsum_{v}_{t}" for v in ("v1", "v2") for t in DT}
                      | {f"layernorm_bwd_v3{s}_{t}" for s in ("", "_vec") for t in DT}),
 }
+
+
+def test_every_shipped_cuda_source_is_checked():
+    assert sorted(ENTRIES) == cuda_sources()
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

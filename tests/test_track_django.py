@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import json
-import tarfile
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import extract_django  # noqa: E402
+
 from xrt.cli import main  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 
-TARBALL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "django-asv-results.tar.gz"
 MACHINES = ("ubuntu-22.04", "macos-12")  # macos-12 stored no samples, ubuntu-22.04 did
 
 
 @pytest.fixture(scope="module")
 def django_db(tmp_path_factory):
-    if not TARBALL.exists():
-        pytest.skip(f"corpus not found: {TARBALL} (CI puts shared/ beside the checkout)")
-    out = tmp_path_factory.mktemp("django-subset")
-    with tarfile.open(TARBALL) as tf:
-        keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in
-                                                      ("windows-2022", "ubuntu-latest"))]
-        tf.extractall(out, members=keep, filter="data")
+    out = extract_django(tmp_path_factory.mktemp("django-subset"), skip_machines=("windows-2022", "ubuntu-latest"))
     db = out / "django.duckdb"
     ingest(out, db, echo=lambda s: None)
     return db
