@@ -41,7 +41,7 @@ browser:
 	  else echo "note: /usr/bin/chromium is missing and cannot be installed here; the browser test will skip"; fi; \
 	fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser lint
 	TRITON_INTERPRET=1 $(PY) -m pytest -q
 
 demo: $(STAMP)

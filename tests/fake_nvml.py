@@ -42,8 +42,16 @@ class FakeNVML:
     def nvmlShutdown(self):
         pass
 
+    # Two GPUs by UUID; NVML's index order is PCI order, whatever CUDA_VISIBLE_DEVICES says.
+    UUIDS = ("GPU-0a0a0a0a-0000-0000-0000-000000000000", "GPU-1b1b1b1b-1111-1111-1111-111111111111")
+
     def nvmlDeviceGetHandleByIndex(self, i):
         return ("gpu", i)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.UUIDS:
+            raise Exception("Not Found")
+        return ("gpu", self.UUIDS.index(uuid))
 
     def nvmlDeviceGetClockInfo(self, h, which):
         if which == self.NVML_CLOCK_SM:
@@ -63,7 +71,7 @@ class FakeNVML:
         if not self.root:
             raise NVMLError_NoPermission("Insufficient Permissions")
         self.locked_sm = (lo, hi)
-        self._note(f"lock_sm {lo} {hi}")
+        self._note(f"lock_sm {lo} {hi} on {h[1]}")
 
     def nvmlDeviceSetMemoryLockedClocks(self, h, lo, hi):
         if not self.mem_lock_supported:

@@ -46,7 +46,7 @@ def test_restored_when_the_body_raises(as_root):
     nv = FakeNVML()
     with pytest.raises(ZeroDivisionError):
         with ClockLock(0, "max", nvml=nv):
-            1 / 0
+            raise ZeroDivisionError
     assert nv.locked_sm is None and nv.locked_mem is None
 
 
@@ -107,3 +107,13 @@ def test_locked_wrapper_runs_the_command_and_restores(as_root, tmp_path):
     nv = FakeNVML()
     rc = main(["--index", "0", "--mode", "base", "--", sys.executable, "-c", "raise SystemExit(3)"], nvml=nv)
     assert rc == 3 and nv.locked_sm is None and "lock_sm" in " ".join(nv.calls)
+
+
+def test_locked_wrapper_locks_the_gpu_named_by_uuid(as_root):
+    # `xrt bench run --all-gpus --lock-clocks` passes each GPU's UUID: NVML's index may differ.
+    from xrt.bench.locked import main
+
+    nv = FakeNVML()
+    rc = main(["--index", "0", "--uuid", FakeNVML.UUIDS[1], "--mode", "max", "--", sys.executable, "-c", "0"],
+              nvml=nv)
+    assert rc == 0 and "lock_sm 1980 1980 on 1" in nv.calls and nv.locked_sm is None

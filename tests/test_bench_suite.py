@@ -134,3 +134,40 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     assert side["commit"] == head and side["machine"] == mach and side["cases"]
     assert all(c["benchmark"] == "bench_ops.Square.time_op" for c in side["cases"])
     assert (clone / "results" / "asv" / "benchmarks.json").is_file()
+
+
+def test_each_target_sees_only_its_gpu_by_uuid():
+    from xrt.bench import runner
+
+    gpu1 = DeviceInfo(kind="cuda", index=1, name="NVIDIA H200", uuid=FakeNVML.UUIDS[1], host="box")
+    assert runner._pin(gpu1) == {"CUDA_VISIBLE_DEVICES": FakeNVML.UUIDS[1], "XRT_DEVICE": "cuda:0"}
+    assert runner._pin(DeviceInfo(kind="cuda", index=1, name="x"))["CUDA_VISIBLE_DEVICES"] == "1"
+    assert runner._pin(DeviceInfo(kind="cpu", index=0, name="x")) == {"XRT_DEVICE": "cpu"}
+
+
+@pytest.mark.slow
+def test_bench_run_parallel_targets_write_their_own_machines(tmp_path, monkeypatch):
+    """`--all-gpus` on the CPU: two targets (two "hosts"), two asv processes at once, two machines."""
+    from xrt.bench import runner
+
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv keeps its machine file in ~
+    cpus = [DeviceInfo(kind="cpu", index=0, name="cpu", host=h) for h in ("node-a", "node-b")]
+    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner._pin(d)) for d in cpus])
+    head = runner.resolve_commits(clone, "HEAD")
+    lines = []
+    summary = runner.run(clone, head, clone / "results" / "asv", all_gpus=True, bench="Square.time_op",
+                         log=lines.append)
+    assert summary["machines"] == ["node-a-cpu", "node-b-cpu"]
+    assert any("2 asv processes in parallel" in ln for ln in lines)
+    (entry,) = summary["commits"]
+    for mach in summary["machines"]:
+        state = entry["machines"][mach]
+        assert state["status"] == "ok" and 0 < state["seconds"] <= entry["seconds"], state
+        (f,) = state["files"]
+        result = json.loads(Path(f).read_text())
+        assert result["commit_hash"] == head[0] and Path(f).parent.name == mach
+        side = json.loads(Path(f).with_suffix(".xrt").read_text())
+        assert side["machine"] == mach and side["cases"]
+    assert json.loads((clone / "results" / "asv" / "benchmarks.json").read_text())["bench_ops.Square.time_op"]

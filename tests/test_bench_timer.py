@@ -78,6 +78,16 @@ def test_device_clocks_read_from_fake_nvml():
     assert clk.other_processes() == [4242]
 
 
+def test_device_clocks_follow_the_uuid_not_the_visible_index():
+    # Under CUDA_VISIBLE_DEVICES=<GPU 1>, torch calls that GPU cuda:0; NVML still calls it 1.
+    fake = FakeNVML()
+    assert xnvml.DeviceClocks(0, fake, uuid=FakeNVML.UUIDS[1]).handle == ("gpu", 1)
+    assert xnvml.DeviceClocks(0, fake).handle == ("gpu", 0)
+    # An unknown UUID reads no clocks rather than another GPU's.
+    lost = xnvml.DeviceClocks(0, fake, uuid="GPU-ffffffff-0000-0000-0000-000000000000")
+    assert not lost.available and lost.read().sm_mhz is None
+
+
 def test_device_clocks_without_nvml_never_raise():
     class Broken(FakeNVML):
         def nvmlInit(self):

@@ -79,10 +79,13 @@ def test_bad_inputs_are_named():
         xp.ops.fused_layernorm(torch.randn(2, 8), 7)
 
 
+GPU_SHAPES = SHAPES + [(4097, 1), (4096, 4096), (64, 32768), (300, 8192), (5, 4104), (3, 65536)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("provider", ["torch", "triton", "cuda", "auto"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES + [(4097, 1), (4096, 4096), (64, 32768), (300, 8192), (5, 4104), (3, 65536)], ids=str)
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=str)
 def test_on_gpu(provider, dtype, shape):
     _run(shape, dtype, "cuda", provider)
 

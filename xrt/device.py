@@ -35,6 +35,7 @@ class DeviceInfo:
     cuda: str | None = None
     torch: str | None = None
     triton: str | None = None
+    uuid: str | None = None  # "GPU-…": names the same GPU in torch and NVML, whatever CUDA_VISIBLE_DEVICES says
     host: str = field(default_factory=platform.node)
 
     @property
@@ -106,8 +107,22 @@ def cpu_info() -> DeviceInfo:
                       triton=v["triton"])
 
 
-def nvml_facts(index: int, nvml: Any = None) -> dict[str, Any]:
-    """Clocks, power limit, L2-independent facts from NVML for CUDA device ``index``.
+def cuda_uuid(index: int) -> str | None:
+    """``GPU-…`` (NVML's spelling) of torch CUDA device ``index``; ``None`` where torch can't tell."""
+    try:
+        import torch
+
+        u = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    except Exception:
+        return None
+    if u is None:
+        return None
+    u = str(u)
+    return u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}"
+
+
+def nvml_facts(index: int, nvml: Any = None, uuid: str | None = None) -> dict[str, Any]:
+    """Clocks, power limit, L2-independent facts from NVML for CUDA device ``index`` (or ``uuid``).
 
     ``nvml`` may be a stand-in module with pynvml's interface (tests use a fake NVML).
     Returns ``{}`` when NVML is unavailable: NVML is a nice-to-have, never a reason to fail.
@@ -122,7 +137,10 @@ def nvml_facts(index: int, nvml: Any = None) -> dict[str, Any]:
     except Exception:  # no driver, no NVML library
         return {}
     try:
-        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            h = nvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # NVML does not know this GPU: no facts rather than another GPU's
+            return {}
         facts: dict[str, Any] = {}
         for key, fn in (
             ("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
@@ -164,8 +182,9 @@ def cuda_info(index: int) -> DeviceInfo:
         torch=v["torch"],
         triton=v["triton"],
         cuda=v["cuda"],
+        uuid=cuda_uuid(index),
     )
-    for k, val in nvml_facts(index).items():
+    for k, val in nvml_facts(index, uuid=info.uuid).items():
         setattr(info, k, val)
     return info
 

@@ -1,8 +1,9 @@
 """``window_sum`` in Triton: ``y[r, i] = x[r, i] + x[r, i+1] + x[r, i+2]``, ``i < n - 2``.
 
-A 2-D grid (row, column block): rows on axis 0, whose limit is 2**31 - 1, not 65535. Each program loads its ``BLOCK_SIZE`` outputs' inputs three
-times, shifted by 0, 1 and 2: the second and third loads hit L1, so HBM sees x read once. (The
-CUDA C version makes that reuse explicit with a shared-memory segment.) Sums in fp32.
+A 2-D grid (row, column block): rows on axis 0, whose limit is 2**31 - 1, not 65535. Each
+program loads its ``BLOCK_SIZE`` outputs' inputs three times, shifted by 0, 1 and 2: the second
+and third loads hit L1, so HBM sees x read once. (The CUDA C version makes that reuse explicit
+with a shared-memory segment.) Sums in fp32.
 """
 
 from __future__ import annotations

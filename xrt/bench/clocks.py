@@ -14,6 +14,8 @@ import signal
 from types import FrameType
 from typing import Any
 
+from xrt.bench.nvml import device_handle
+
 MODES = ("base", "max")
 
 
@@ -28,10 +30,10 @@ class ClockLock:
     ``max``: the maximum SM clock: the fastest, but thermal/power limits may still pull it down.
     """
 
-    def __init__(self, index: int, mode: str, nvml: Any = None) -> None:
+    def __init__(self, index: int, mode: str, nvml: Any = None, uuid: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"--lock-clocks {mode!r}: choose one of {', '.join(MODES)}")
-        self.index, self.mode = index, mode
+        self.index, self.mode, self.uuid = index, mode, uuid
         self._nvml = nvml
         self.locked_sm: tuple[int, int] | None = None
         self.locked_mem = False
@@ -52,7 +54,7 @@ class ClockLock:
             raise ClockLockError("--lock-clocks needs root (NVML device commands are root-only); "
                                  "run without it to record clocks and throttle reasons instead")
         nv.nvmlInit()
-        self.handle = nv.nvmlDeviceGetHandleByIndex(self.index)
+        self.handle = device_handle(nv, self.index, self.uuid)
         self._install_handlers()
         try:
             if self.mode == "base":

@@ -131,7 +131,7 @@ def check_clocks(dev: Any, nvml: Any = None) -> Check:
 
     if dev.kind != "cuda":
         return Check("clocks and throttle reasons", INFO, f"{dev.kind}: no NVML clocks to read")
-    clk = DeviceClocks(dev.index, nvml)
+    clk = DeviceClocks(dev.index, nvml, uuid=dev.uuid)
     if not clk.available:
         return Check("clocks and throttle reasons", WARN, "NVML is unavailable",
                      "pip install nvidia-ml-py to record clocks and throttle reasons with each sample")
@@ -158,7 +158,7 @@ def check_other_processes(dev: Any, nvml: Any = None) -> Check:
 
     if dev.kind != "cuda":
         return Check("other processes on the GPU", INFO, f"{dev.kind}: not applicable")
-    pids = DeviceClocks(dev.index, nvml).other_processes()
+    pids = DeviceClocks(dev.index, nvml, uuid=dev.uuid).other_processes()
     if pids:
         return Check("other processes on the GPU", WARN, f"PIDs {pids} also hold a context on this GPU",
                      "other work on the GPU shares its SMs and memory bandwidth: benchmark on an idle GPU")
@@ -183,7 +183,8 @@ def check_versions(dev: Any) -> Check:
     nvcc_v = None
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-        nvcc_v = next((ln.split("release")[-1].split(",")[0].strip() for ln in out.splitlines() if "release" in ln), None)
+        releases = [ln.split("release")[-1].split(",")[0].strip() for ln in out.splitlines() if "release" in ln]
+        nvcc_v = releases[0] if releases else None
     detail = (f"driver {dev.driver or '-'}; CUDA (torch) {dev.cuda or '-'}; nvcc {nvcc_v or 'absent'}; "
               f"torch {dev.torch}; triton {dev.triton or 'absent'}")
     advice = ""

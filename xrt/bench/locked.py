@@ -1,4 +1,4 @@
-"""``python -m xrt.bench.locked --index I --mode base|max -- CMD...``: run CMD with clocks locked.
+"""``python -m xrt.bench.locked --index I [--uuid U] --mode base|max -- CMD...``: run CMD with clocks locked.
 
 The lock is undone when CMD ends, when this process is interrupted or terminated, or on error.
 """
@@ -15,6 +15,7 @@ from xrt.bench.clocks import ClockLock, ClockLockError
 def main(argv: list[str] | None = None, nvml=None) -> int:
     p = argparse.ArgumentParser(prog="python -m xrt.bench.locked")
     p.add_argument("--index", type=int, required=True)
+    p.add_argument("--uuid", help="the GPU's UUID (GPU-…): NVML's numbering ignores CUDA_VISIBLE_DEVICES")
     p.add_argument("--mode", required=True)
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None, nvml=None) -> int:
     if not cmd:
         p.error("give the command to run after --")
     try:
-        with ClockLock(a.index, a.mode, nvml=nvml):
+        with ClockLock(a.index, a.mode, nvml=nvml, uuid=a.uuid):
             return subprocess.call(cmd)
     except ClockLockError as e:
         print(f"xrt bench: {e}", file=sys.stderr)

@@ -59,15 +59,27 @@ def load(nvml: Any = None) -> Any | None:
     return nvml
 
 
+def device_handle(nv: Any, index: int, uuid: str | None = None) -> Any:
+    """NVML's handle for a GPU: by UUID when known, else by index.
+
+    NVML numbers GPUs by PCI order and ignores ``CUDA_VISIBLE_DEVICES``, so under
+    ``CUDA_VISIBLE_DEVICES=1`` torch's ``cuda:0`` is NVML's GPU 1: only the UUID names the same
+    GPU in both. An unknown UUID raises rather than silently reading another GPU.
+    """
+    if uuid:
+        return nv.nvmlDeviceGetHandleByUUID(uuid)
+    return nv.nvmlDeviceGetHandleByIndex(index)
+
+
 class DeviceClocks:
     """Reads one GPU's clocks and event reasons. ``read()`` never raises: NVML is optional."""
 
-    def __init__(self, index: int, nvml: Any = None) -> None:
+    def __init__(self, index: int, nvml: Any = None, uuid: str | None = None) -> None:
         self.nvml = load(nvml)
         self.handle = None
         if self.nvml is not None:
             try:
-                self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+                self.handle = device_handle(self.nvml, index, uuid)
             except Exception:
                 self.nvml = None
 

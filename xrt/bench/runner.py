@@ -4,9 +4,11 @@ Offline GPU hosts cannot build asv's virtualenvs, and asv refuses commit ranges 
 ``-E existing``. So for each commit (first-parent, oldest first) this checks the commit out in a
 temporary git worktree, and runs ``asv run -E existing --set-commit-hash`` there with
 ``PYTHONPATH`` pointing at the worktree (the commit's own xrt and kernels load; nothing is
-installed). Each GPU is its own asv machine; ``--all-gpus`` runs one process per GPU in parallel
-(``CUDA_VISIBLE_DEVICES``). Results are copied into ``--results`` with a ``.xrt`` sidecar beside
-each asv result file: the GPU and software facts, and per sample clocks and throttle reasons.
+installed). Each GPU is its own asv machine; ``--all-gpus`` runs one asv process per GPU in
+parallel, each pinned to its GPU by UUID in ``CUDA_VISIBLE_DEVICES`` and writing to its own
+results folder (asv does not write its files atomically, so two runs never share one). Results are
+copied into ``--results`` with a ``.xrt`` sidecar beside each asv result file: the GPU and software
+facts, and per sample clocks and throttle reasons.
 """
 
 from __future__ import annotations
@@ -69,13 +71,21 @@ def targets(all_gpus: bool, device: str | None) -> list[Target]:
         gpus = [d for d in discover() if d.kind == "cuda"]
         if not gpus:
             raise BenchError("--all-gpus: torch sees no CUDA GPU on this machine")
-        return [Target(d, {"CUDA_VISIBLE_DEVICES": str(d.index), "XRT_DEVICE": "cuda:0"}) for d in gpus]
+        return [Target(d, _pin(d)) for d in gpus]
     if device:
         os.environ["XRT_DEVICE"] = device
     dev = default_device()
-    env = {"XRT_DEVICE": "cpu"} if dev.kind == "cpu" else {
-        "CUDA_VISIBLE_DEVICES": str(dev.index), "XRT_DEVICE": f"{dev.kind}:0"}
-    return [Target(dev, env)]
+    return [Target(dev, _pin(dev))]
+
+
+def _pin(dev: DeviceInfo) -> dict[str, str]:
+    """The environment that shows a benchmark process only this device, as its device 0."""
+    if dev.kind == "cpu":
+        return {"XRT_DEVICE": "cpu"}
+    if dev.kind == "xpu":
+        return {"ZE_AFFINITY_MASK": str(dev.index), "XRT_DEVICE": "xpu:0"}
+    # The UUID, not the index: an index counts within this process's own CUDA_VISIBLE_DEVICES.
+    return {"CUDA_VISIBLE_DEVICES": dev.uuid or str(dev.index), "XRT_DEVICE": "cuda:0"}
 
 
 def register_machine(t: Target) -> None:
@@ -88,10 +98,27 @@ def register_machine(t: Target) -> None:
         raise BenchError(f"asv machine --machine {info['machine']}: {out.stderr.strip() or out.stdout.strip()}")
 
 
-def _asv_cmd(commit: str, t: Target, bench: str | None) -> list[str]:
+def _asv_config(worktree: Path, t: Target) -> tuple[Path, Path]:
+    """A copy of the commit's asv.conf.json whose results go to a folder of this machine's own.
+
+    Returns (config, results folder). Parallel asv runs in one worktree would otherwise write the
+    same ``benchmarks.json`` at once, and the commit's committed results never mix with this run's.
+    """
+    from asv import util as asv_util
+
+    conf = asv_util.load_json(str(worktree / "asv.conf.json"), js_comments=True)
+    out = f".xrt-results-{t.machine}"
+    conf["results_dir"] = out
+    conf["html_dir"] = f".xrt-html-{t.machine}"
+    path = worktree / f".xrt-asv-{t.machine}.conf.json"
+    path.write_text(json.dumps(conf, indent=1))
+    return path, worktree / out
+
+
+def _asv_cmd(commit: str, t: Target, bench: str | None, config: Path) -> list[str]:
     # forkserver: asv imports the suites (and torch, which bench_ops imports without touching CUDA)
     # once, then forks a process per benchmark; CUDA is first initialised in those children.
-    cmd = [sys.executable, "-m", "asv", "run", "--config", "asv.conf.json", "-E", f"existing:{sys.executable}",
+    cmd = [sys.executable, "-m", "asv", "run", "--config", str(config), "-E", f"existing:{sys.executable}",
            "--set-commit-hash", commit, "--machine", t.machine, "--record-samples", "--show-stderr",
            "--launch-method", "forkserver"]
     if bench:
@@ -123,9 +150,9 @@ def measured(results: Path, machine: str, commit: str) -> bool:
     return d.is_dir() and any(f.name.startswith(commit[:8]) and f.suffix == ".json" for f in d.iterdir())
 
 
-def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Path, facts: dict) -> list[Path]:
+def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: str, sidecars: Path,
+             facts: dict) -> list[Path]:
     """Copy the commit's asv results for this machine, each with its ``.xrt`` sidecar beside it."""
-    src_root = worktree / "results" / "asv"
     dest = results / t.machine
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
@@ -141,7 +168,8 @@ def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Pa
         shutil.copy2(f, dest / f.name)
         cases = [json.loads(p.read_text()) for p in sorted(sidecars.glob("*.json"))]
         # Proof that the commit's own code was measured, not whatever xrt the environment has.
-        foreign = sorted({c.get("xrt_source", "") for c in cases if not c.get("xrt_source", "").startswith(str(worktree))})
+        sources = {c.get("xrt_source", "") for c in cases}
+        foreign = sorted(s for s in sources if not s.startswith(str(worktree)))
         if foreign:
             raise BenchError(f"commit {commit[:10]}: benchmarks imported xrt from {foreign}, not from the commit's "
                              f"worktree {worktree}; refusing to record them as that commit's results")
@@ -151,6 +179,19 @@ def _collect(worktree: Path, results: Path, t: Target, commit: str, sidecars: Pa
         os.replace(tmp, dest / (f.stem + ".xrt"))
         copied.append(dest / f.name)
     return copied
+
+
+def _finished(procs: list[tuple], t0: float):
+    """Yield each process's tuple plus (exit code, seconds since ``t0``) in the order they end."""
+    pending = list(procs)
+    while pending:
+        for item in list(pending):
+            rc = item[-1].poll()
+            if rc is not None:
+                pending.remove(item)
+                yield (*item, rc, round(time.time() - t0, 1))
+        if pending:
+            time.sleep(0.2)
 
 
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
@@ -187,28 +228,31 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                            "XRT_SIDECAR_DIR": str(side),
                            "XRT_BENCH_PROFILE": profile,
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
-                    cmd = _asv_cmd(commit, t, bench)
+                    config, out = _asv_config(wt, t)
+                    cmd = _asv_cmd(commit, t, bench, config)
                     if lock_clocks:
                         cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
-                               "--mode", lock_clocks, "--"] + cmd
+                               *(["--uuid", t.dev.uuid] if t.dev.uuid else []), "--mode", lock_clocks, "--"] + cmd
                     logf = open(work / f"asv-{commit[:12]}-{t.machine}.log", "w")
-                    procs.append((t, side, logf, subprocess.Popen(cmd, cwd=wt, env=env, stdout=logf,
-                                                                  stderr=subprocess.STDOUT)))
+                    procs.append((t, side, out, logf, subprocess.Popen(cmd, cwd=wt, env=env, stdout=logf,
+                                                                       stderr=subprocess.STDOUT)))
+                if len(procs) > 1:
+                    log(f"[{i}/{len(commits)}] {commit[:10]}: {len(procs)} asv processes in parallel, one per GPU")
                 entry: dict[str, Any] = {"commit": commit, "machines": {}}
-                for t, side, logf, p in procs:
-                    rc = p.wait()
+                for t, side, out, logf, _proc, rc, took in _finished(procs, t0):
                     logf.close()
                     facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
                     log_text = Path(logf.name).read_text()
                     try:
-                        files = _collect(wt, results, t, commit, side, facts)
+                        files = _collect(wt, out, results, t, commit, side, facts)
                     except BenchError as e:
                         entry["machines"][t.machine] = {"status": f"refused: {e}", "files": []}
                         log(f"  {t.machine}: {e}")
                         continue
                     # asv exits 2 when a benchmark failed; the failures are recorded in its results.
                     status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
-                    entry["machines"][t.machine] = {"status": status, "files": [str(f) for f in files]}
+                    entry["machines"][t.machine] = {"status": status, "files": [str(f) for f in files],
+                                                    "seconds": took}
                     if not files:
                         tail = "\n".join(log_text.splitlines()[-15:])
                         log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xrt.bench.nvml import ClockSample, DeviceClocks
+from xrt.device import cuda_uuid
 
 DEFAULTS = {
     "target_noise": 0.005,
@@ -158,7 +159,7 @@ class _Clock:
             l2 = torch.cuda.get_device_properties(index).L2_cache_size
             if flush:
                 self.flush_buf = torch.empty(2 * l2, dtype=torch.int8, device=self.device)
-            self.clocks = DeviceClocks(index, nvml)
+            self.clocks = DeviceClocks(index, nvml, uuid=cuda_uuid(index))
             self.events = torch.cuda.Event
             self.sync = torch.cuda.synchronize
             self.spin = torch.cuda._sleep

@@ -125,7 +125,8 @@ def _measured_commits(db: Path, commits: list[str]) -> list[str]:
     from xrt.db import query
     from xrt.device import default_device
 
-    _, rows = query.query(db, "SELECT DISTINCT commit_hash FROM runs WHERE machine = ?", [machine_name(default_device())])
+    sql = "SELECT DISTINCT commit_hash FROM runs WHERE machine = ?"
+    _, rows = query.query(db, sql, [machine_name(default_device())])
     have = {r[0] for r in rows}
     return [c for c in commits if c in have]
 
