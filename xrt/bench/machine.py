@@ -78,6 +78,7 @@ def sidecar(dev: DeviceInfo, **extra: Any) -> dict[str, Any]:
         "gpu_model": dev.name if dev.kind != "cpu" else None,
         "device_kind": dev.kind,
         "device_index": dev.index,
+        "device_uuid": dev.uuid,
         "compute_capability": dev.compute_capability,
         "driver": dev.driver,
         "cuda": dev.cuda,
