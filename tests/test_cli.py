@@ -59,3 +59,6 @@ def test_demo_runs_on_the_default_device():
     out = run("demo", "--no-serve")
     assert out.returncode == 0, out.stderr
     assert "square on" in out.stdout and "torch" in out.stdout
+    # The gate judges this machine only, not the committed GPU machines that HEAD was never run on.
+    assert "$ xrt gate" in out.stdout and "--machine" in out.stdout
+    assert "not measured on" not in out.stdout and "has no results" not in out.stdout

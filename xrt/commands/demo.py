@@ -105,10 +105,14 @@ def run(args: argparse.Namespace) -> int:
     _xrt("db", "ingest", str(results), "--db", str(db), "--repo", str(repo))
     _xrt("db", "stats", "--db", str(db))
     _xrt("regressions", "--db", str(db), "--format", "table", check=False)
-    measured = _measured_commits(db, commits)
+    from xrt.bench.machine import machine_name
+
+    machine = machine_name(dev)
+    measured = _measured_commits(db, commits, machine)
     if len(measured) >= 2:
+        # This machine only: results/asv also holds other machines' runs (the committed GPU results).
         rc = _xrt("gate", "--db", str(db), "--repo", str(repo), "--base", measured[-2], "--head", measured[-1],
-                  check=False)
+                  "--machine", machine, check=False)
         _say({0: "gate: no regression", 1: "gate: REGRESSION (see above)", 2: "gate: cannot judge (see above)"}
              .get(rc, f"gate exited {rc}"))
     else:
@@ -120,13 +124,11 @@ def run(args: argparse.Namespace) -> int:
     return _xrt("dashboard", "--db", str(db), "--port", str(args.port), check=False)
 
 
-def _measured_commits(db: Path, commits: list[str]) -> list[str]:
-    from xrt.bench.machine import machine_name
+def _measured_commits(db: Path, commits: list[str], machine: str) -> list[str]:
     from xrt.db import query
-    from xrt.device import default_device
 
     sql = "SELECT DISTINCT commit_hash FROM runs WHERE machine = ?"
-    _, rows = query.query(db, sql, [machine_name(default_device())])
+    _, rows = query.query(db, sql, [machine])
     have = {r[0] for r in rows}
     return [c for c in commits if c in have]
 
