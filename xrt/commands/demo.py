@@ -115,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
                   "--machine", machine, check=False)
         _say({0: "gate: no regression", 1: "gate: REGRESSION (see above)", 2: "gate: cannot judge (see above)"}
              .get(rc, f"gate exited {rc}"))
+        if dev.kind == "cpu" and rc == 1:
+            # Measured on this 2-core VM: the same code, benchmarked by consecutive asv processes,
+            # moved by up to 2x at these microsecond sizes. The GPU results hold within 1 %.
+            _say("note: on the CPU this verdict only shows the pipeline working: the quick profile's "
+                 "microsecond-sized CPU timings move by up to 2x between processes with nothing changed")
     else:
         _say("gate: needs two measured commits on this machine; skipped")
     if args.no_serve:
