@@ -102,6 +102,13 @@ register_op("layernorm", PROVIDERS)
 register_op("softmax", PROVIDERS)
 
 
+def _tuned_keys() -> set[str]:
+    """What a tuned config may be keyed by: the ops, the tuning spaces and the spaces' ops."""
+    from xrt.kernels import spaces
+
+    return set(_OPS) | set(spaces.SPACES) | {k.split(".", 1)[0] for k in spaces.SPACES}
+
+
 def known_ops() -> dict[str, tuple[str, ...]]:
     return {name: spec.choices for name, spec in sorted(_OPS.items())}
 
@@ -177,9 +184,14 @@ class KernelPolicy:
     # -- tuned configs -------------------------------------------------------------------------
     def add_tuned(self, op: str, config: dict[str, Any], *, device: Any = "*", dtype: Any = "*",
                   shape: Sequence[int] | str | None = "*") -> KernelPolicy:
-        """Record ``config`` for ``op`` on ``device`` (a DeviceInfo, a model key or ``sm_90``)."""
-        if op not in _OPS:
-            raise ValueError(f"unknown op {op!r} for a tuned config; valid ops: {', '.join(sorted(_OPS))}")
+        """Record ``config`` for ``op`` on ``device`` (a DeviceInfo, a model key or ``sm_90``).
+
+        ``op`` is an op (``"layernorm"``: the config applies to whichever provider its parameters
+        belong to) or a tuning space (``"layernorm.triton"``, ``"layernorm_bwd.cuda"``: that kernel
+        only, which is what the tuner writes).
+        """
+        if op not in _tuned_keys():
+            raise ValueError(f"unknown op {op!r} for a tuned config; valid: {', '.join(sorted(_tuned_keys()))}")
         if not isinstance(config, dict):
             raise ValueError(f"tuned config for {op!r} must be a dict, got {type(config).__name__}")
         dev = device if isinstance(device, str) else _device_keys(device)[0]
@@ -218,9 +230,13 @@ class KernelPolicy:
         if not isinstance(rows, list):
             raise ValueError(f"tuned-config file {path}: expected a JSON list of entries")
         for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ValueError(f"tuned-config file {path}: entry {i} is not an object")
             missing = {"op", "config"} - set(row)
             if missing:
                 raise ValueError(f"tuned-config file {path}: entry {i} lacks {', '.join(sorted(missing))}")
+            if row.get("rank", 1) != 1:
+                continue  # the tuner's runners-up: the suites time them, the ops use the best
             self.add_tuned(row["op"], row["config"], device=row.get("device", "*"),
                            dtype=row.get("dtype", "*"), shape=row.get("shape", "*"))
         return self
@@ -301,7 +317,28 @@ def _layers() -> list[KernelPolicy]:
     env = os.environ.get("XRT_KERNEL_POLICY")
     if env:
         layers.append(_parse_env_policy(env))
+    tuned = os.environ.get("XRT_TUNED")
+    if tuned:
+        layers.append(_env_tuned(tuned))
     return layers
+
+
+_ENV_TUNED: dict[str, KernelPolicy] = {}
+
+
+def _env_tuned(value: str) -> KernelPolicy:
+    """``XRT_TUNED``: tuned-config files or folders of them (``os.pathsep``-separated), read once."""
+    if value not in _ENV_TUNED:
+        pol = KernelPolicy()
+        for item in filter(None, value.split(os.pathsep)):
+            p = Path(item)
+            files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+            if not p.exists():
+                raise ValueError(f"XRT_TUNED={value!r}: {item} does not exist")
+            for f in files:
+                pol.load_tuned(f)
+        _ENV_TUNED[value] = pol
+    return _ENV_TUNED[value]
 
 
 def effective_policy_for_switches() -> KernelPolicy:
@@ -322,6 +359,28 @@ def resolve(op: str, explicit: str | None = None) -> str:
         if choice is not None:
             return choice
     return AUTO if _OPS[op].apply is None else "default"
+
+
+def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any = None,
+                        shape: Sequence[int] | None = None) -> dict[str, Any] | None:
+    """The tuned config for kernel ``space`` (``"square.triton"``) of ``op``, policies in precedence order.
+
+    In each policy, a config keyed by the kernel itself (what the tuner writes) comes first, then
+    one keyed by the op, unless that one's parameter names are those of another of the op's
+    kernels (``{"block": 512}`` is CUDA C's, not Triton's).
+    """
+    from xrt.kernels import spaces
+
+    mine = set(spaces.space(space))
+    others = [set(spaces.space(k)) for k in spaces.SPACES if k.split(".", 1)[0] == op and k != space]
+    for layer in _layers():
+        hit = layer.tuned_config(space, device=device, dtype=dtype, shape=shape)
+        if hit is not None:
+            return hit
+        hit = layer.tuned_config(op, device=device, dtype=dtype, shape=shape)
+        if hit is not None and (set(hit) <= mine or not any(set(hit) <= o for o in others)):
+            return hit
+    return None
 
 
 def lookup_tuned(op: str, *, device: Any = None, dtype: Any = None,

@@ -10,11 +10,17 @@ import torch
 
 from xrt.pytorch import policy
 
-_INFO: dict[int, Any] = {}
+_INFO: dict[Any, Any] = {}
 
 
 def device_info(x: torch.Tensor) -> Any:
-    """The :class:`xrt.device.DeviceInfo` of ``x``'s CUDA device (cached), ``None`` elsewhere."""
+    """The :class:`xrt.device.DeviceInfo` of ``x``'s CUDA device or of the CPU (cached), ``None`` elsewhere."""
+    if x.device.type == "cpu":
+        if "cpu" not in _INFO:
+            from xrt.device import cpu_info
+
+            _INFO["cpu"] = cpu_info()
+        return _INFO["cpu"]
     if x.device.type != "cuda":
         return None
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
@@ -33,8 +39,8 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     """
     from xrt.kernels import spaces
 
-    tuned = policy.lookup_tuned(op, device=device_info(x), dtype=x.dtype,
-                                shape=tuple(x.shape) if shape is None else tuple(shape))
+    tuned = policy.lookup_tuned_kernel(op, space, device=device_info(x), dtype=x.dtype,
+                                       shape=tuple(x.shape) if shape is None else tuple(shape))
     return spaces.check(space, tuned or {})
 
 

@@ -1,0 +1,188 @@
+"""The tuner on the CPU (Triton under the interpreter): search, crash isolation, resume, feeding."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+import torch
+from conftest import ROOT
+
+from xrt.kernels import spaces
+from xrt.tune import search
+from xrt.tune.journal import Journal
+from xrt.tune.tuner import Problem, TuneError, tune
+
+# Loaded by every worker process through PYTHONPATH (sitecustomize): makes chosen configs of
+# square crash the process (SIGSEGV), hang, exit, or return a wrong result, as a bad kernel would.
+SABOTAGE = textwrap.dedent("""
+    import dataclasses, os, signal, time
+    from xrt.bench import specs
+
+    _spec = specs.SPECS["square"]
+    _call = _spec.call
+
+    def call(args, provider, config):
+        c = config or {}
+        if c.get("BLOCK_SIZE") == 512 and c.get("num_warps") == 2:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if c.get("BLOCK_SIZE") == 2048 and c.get("num_warps") == 2:
+            time.sleep(600)
+        if c.get("BLOCK_SIZE") == 8192 and c.get("num_warps") == 2:
+            os._exit(3)
+        out = _call(args, provider, config)
+        if c.get("BLOCK_SIZE") == 256 and c.get("num_warps") == 8:
+            out = out.clone(); out.view(-1)[::7] = 0  # drops elements, like a bad mask
+        return out
+
+    specs.SPECS["square"] = dataclasses.replace(_spec, call=call)
+""")
+
+
+def test_candidates_default_first_unique_and_seeded():
+    full = search.candidates("square.triton")
+    assert full[0] == spaces.default("square.triton") and len(full) == 18
+    assert len({search.key(c) for c in full}) == 18
+    a, b = search.candidates("square.triton", budget=5, seed=1), search.candidates("square.triton", budget=5, seed=1)
+    assert a == b and len(a) == 5 and a[0] == full[0]
+    # "auto" spellings of the default count once
+    assert len(search.candidates("layernorm.triton")) == len(list(spaces.configs("layernorm.triton")))
+    with pytest.raises(ValueError, match="--budget 0"):
+        search.candidates("square.triton", budget=0)
+
+
+def test_journal_survives_a_torn_line(tmp_path):
+    j = Journal(tmp_path / "j.jsonl")
+    j.add({"key": "a=1", "status": "timed", "median_s": 1.0})
+    with open(j.path, "a") as f:
+        f.write('{"key": "b=2", "sta')  # died mid-write
+    j2 = Journal(j.path)
+    assert j2.torn == 1 and j2.done() == {"a=1"}
+    j2.add({"key": "b=2", "status": "crash"})
+    j3 = Journal(j.path)
+    assert j3.torn == 1 and j3.done() == {"a=1", "b=2"} and j3.done(retry_failed=True) == {"a=1"}
+
+
+def test_bad_problems_are_named():
+    with pytest.raises(TuneError, match="--provider torch: square has no tuning space"):
+        tune(Problem("square", "torch", "4096", "float32"), log=lambda m: None)
+    with pytest.raises(TuneError, match="--dtype 'float33'"):
+        tune(Problem("square", "triton", "4096", "float33"), log=lambda m: None)
+    with pytest.raises(ValueError, match="shape '40x'"):
+        tune(Problem("square", "triton", "40x", "float32"), log=lambda m: None)
+
+
+@pytest.mark.slow
+def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, monkeypatch, interpreter):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SABOTAGE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out_dir = tmp_path / "tuned"
+    lines: list[str] = []
+    res = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir, log=lines.append)
+    last = Journal(res.journal).last()
+    assert len(last) == 18
+    assert last["BLOCK_SIZE=512,num_warps=2"]["status"] == "crash"
+    assert "SIGSEGV" in last["BLOCK_SIZE=512,num_warps=2"]["error"]
+    assert last["BLOCK_SIZE=8192,num_warps=2"]["status"] == "crash"
+    assert "exit 3" in last["BLOCK_SIZE=8192,num_warps=2"]["error"]
+    assert last["BLOCK_SIZE=2048,num_warps=2"]["status"] == "timeout"
+    assert last["BLOCK_SIZE=256,num_warps=8"]["status"] == "wrong"
+    assert last["BLOCK_SIZE=256,num_warps=8"]["max_rel_err"] > 0.5
+    assert res.counts == {"crash": 2, "timeout": 1, "wrong": 1, "timed": 14}
+    # Every other config ran after the crashes, in restarted workers, and was timed.
+    timed = [r for r in last.values() if r["status"] == "timed"]
+    assert all(r["median_s"] > 0 and r["n"] >= 10 for r in timed)
+    assert [r["median_s"] for r in res.best] == sorted(r["median_s"] for r in timed)[:3]
+    rows = json.loads((out_dir / "square.json").read_text())
+    assert [r["rank"] for r in rows] == [1, 2, 3] and rows[0]["op"] == "square.triton"
+    assert rows[0]["config"] == res.best[0]["config"] and rows[0]["default_median_s"] > 0
+    assert any("crash" in ln for ln in lines) and any(ln.startswith("  time [14/14]") for ln in lines)
+
+    # Resume: nothing left to try; a torn line and a forgotten config are tried again, alone.
+    again = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir,
+                 log=lambda m: None)
+    assert again.tried == 0 and again.skipped == 18
+    text = res.journal.read_text().splitlines()
+    keep = [ln for ln in text if json.loads(ln)["key"] != "BLOCK_SIZE=4096,num_warps=4"]
+    res.journal.write_text("\n".join(keep) + '\n{"key": "BLOCK_SIZE=40')
+    third = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir,
+                 log=lambda m: None)
+    assert third.tried == 1 and third.torn == 1
+    assert Journal(res.journal).last()["BLOCK_SIZE=4096,num_warps=4"]["status"] == "timed"
+
+
+@pytest.mark.slow
+def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, interpreter):
+    import xrt.pytorch as xp
+    from xrt.bench import suite
+    from xrt.pytorch import policy
+    from xrt.pytorch.ops._tuned import config
+
+    out_dir = tmp_path / "tuned"
+    res = tune(Problem("square", "triton", "1000", "float32"), budget=3, top_k=2, jobs=1, out_dir=out_dir,
+               log=lambda m: None)
+    best = res.best[0]["config"]
+    x = torch.randn(1000)
+    assert config("square", "square.triton", x) == spaces.default("square.triton")
+    monkeypatch.setenv("XRT_TUNED", str(out_dir))
+    assert config("square", "square.triton", x) == best  # rank 1 only, on this CPU's model
+    assert config("square", "square.cuda", x) == spaces.default("square.cuda")  # not CUDA C's config
+    torch.testing.assert_close(xp.ops.square(x, provider="triton"), x * x)
+    # The suites time every kept config as an extra parameter.
+    monkeypatch.setenv("XRT_TUNED_DIR", str(out_dir))
+    keys = suite.tuned_configs("square")
+    kept = {suite.config_key(r["config"]) for r in res.best if r["config"] != spaces.default("square.triton")}
+    assert keys == sorted(kept) and len(res.best) == 2  # the default is timed as "default" already
+    assert suite.params_for("square", "full")[0][3] == ["default"] + keys
+    assert suite.params_for("square", "quick")[0][3] == ["default"]  # GPU configs stay out of the CPU profile
+    # An op-keyed config whose names are another provider's is not applied to this one; a scoped
+    # policy still wins over XRT_TUNED (the lowest layer) where it applies.
+    pol = policy.KernelPolicy().add_tuned("square", {"block": 512})
+    with xp.kernel_policy(pol):
+        assert config("square", "square.triton", x) == best
+        assert config("square", "square.cuda", x)["block"] == 512
+    monkeypatch.delenv("XRT_TUNED")
+    with xp.kernel_policy(pol):
+        assert config("square", "square.triton", x) == spaces.default("square.triton")
+    other = {"BLOCK_SIZE": 256 if best["BLOCK_SIZE"] != 256 else 512, "num_warps": 2}
+    monkeypatch.setenv("XRT_TUNED", str(out_dir))
+    with xp.kernel_policy(policy.KernelPolicy().add_tuned("square", other)):
+        assert config("square", "square.triton", x) == other
+
+
+def test_xrt_tuned_names_a_missing_file(monkeypatch):
+    from xrt.pytorch.ops._tuned import config
+
+    monkeypatch.setenv("XRT_TUNED", "/nonexistent/tuned.json")
+    with pytest.raises(ValueError, match="XRT_TUNED=.*does not exist"):
+        config("square", "square.triton", torch.randn(8))
+
+
+@pytest.mark.parametrize("op", ["square", "vector_add", "window_sum", "softmax", "layernorm", "layernorm_bwd"])
+def test_the_correctness_check_accepts_every_ops_default_config(op, interpreter):
+    from xrt.bench import specs
+    from xrt.tune.worker import error_vs_reference
+
+    spec = specs.get(op)
+    args = spec.make_inputs(spec.shapes["quick"][0], torch.float32, "cpu")
+    ref = spec.call(args, "torch", None)
+    out = spec.call(args, "triton", spaces.default(spec.spaces["triton"]))
+    assert error_vs_reference(out, ref) < 1e-5
+    broken = out.clone() if isinstance(out, torch.Tensor) else tuple(t.clone() for t in out)
+    first = broken if isinstance(broken, torch.Tensor) else broken[0]
+    first.view(-1)[::3] += 1.0
+    assert error_vs_reference(broken, ref) > 1e-2
+
+
+@pytest.mark.slow
+def test_tunes_the_layernorm_backward(tmp_path, interpreter):
+    # layernorm_bwd is a tuning space but no policy op: the worker must still set it up and check it.
+    res = tune(Problem("layernorm_bwd", "triton", "4x1023", "float32"), budget=2, jobs=1, out_dir=tmp_path,
+               log=lambda m: None)
+    assert res.counts == {"timed": 2}
+    (row, *_) = json.loads((tmp_path / "layernorm_bwd.json").read_text())
+    assert row["op"] == "layernorm_bwd.triton" and row["shape"] == "4x1024"

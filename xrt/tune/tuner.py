@@ -1,0 +1,305 @@
+"""The search: compile pool, timing workers (one per GPU), journal, top-K file."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xrt.tune import search
+from xrt.tune.journal import Journal
+
+
+class TuneError(RuntimeError):
+    pass
+
+
+class WorkerGone(Exception):
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class Problem:
+    op: str
+    provider: str
+    shape: str  # "4096x4096"
+    dtype: str
+
+    @property
+    def space(self) -> str:
+        from xrt.bench import specs
+
+        spec = specs.get(self.op)
+        if self.provider not in spec.spaces:
+            have = ", ".join(sorted(spec.spaces)) or "none"
+            raise TuneError(f"--provider {self.provider}: {self.op} has no tuning space for it (providers with "
+                            f"one: {have})")
+        return spec.spaces[self.provider]
+
+    @property
+    def name(self) -> str:
+        return f"{self.space}-{self.dtype}-{self.shape}"
+
+
+class Worker:
+    """One ``xrt.tune.worker`` process; ``ask`` sends a config and waits for its answer."""
+
+    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float) -> None:
+        self.cmd = [sys.executable, "-m", "xrt.tune.worker", "--op", problem.op, "--provider", problem.provider,
+                    "--shape", problem.shape, "--dtype", problem.dtype, "--mode", mode]
+        self.env, self.log, self.start_timeout = env, log, start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict[str, Any] = {}
+
+    def _start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._logf = open(self.log, "a")
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
+                                     env=self.env, bufsize=0)
+        self.ready = self._read(self.start_timeout, "starting")
+        if not self.ready.get("ready"):
+            self.stop()
+            raise TuneError(f"the tuning worker cannot run this problem: {self.ready.get('error')}")
+
+    def _read(self, timeout: float, what: str) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        deadline = time.monotonic() + timeout
+        try:
+            while not buf.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise WorkerGone("timeout", f"no answer within {timeout:.0f} s while {what}")
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    rc = self.proc.wait()
+                    raise WorkerGone("crash", f"the worker died while {what} (exit {rc}{_signal_name(rc)})")
+                buf += chunk
+        finally:
+            sel.close()
+        return json.loads(buf.decode())
+
+    def ask(self, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if self.proc is None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(cfg) + "\n").encode())
+        except BrokenPipeError:
+            self.stop()
+            raise WorkerGone("crash", "the worker had exited") from None
+        try:
+            return self._read(timeout, f"running {search.key(cfg)}")
+        except WorkerGone:
+            self.stop()  # the next ask starts a fresh worker
+            raise
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                if f is not None:
+                    f.close()
+            self._logf.close()
+        self.proc = None
+
+
+def _signal_name(rc: int) -> str:
+    import signal
+
+    if rc < 0:
+        try:
+            return f", {signal.Signals(-rc).name}"
+        except ValueError:
+            return f", signal {-rc}"
+    return ""
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])[-600:]
+
+
+@dataclass
+class Outcome:
+    problem: Problem
+    machine: str
+    tried: int = 0
+    skipped: int = 0  # already in the journal
+    counts: dict[str, int] = field(default_factory=dict)
+    best: list[dict[str, Any]] = field(default_factory=list)
+    default: dict[str, Any] | None = None
+    out_file: Path | None = None
+    journal: Path | None = None
+    torn: int = 0
+
+
+def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
+    """(DeviceInfo, env pinning a process to it) for each device the timing phase uses."""
+    from xrt.bench.runner import _pin
+    from xrt.device import default_device, discover
+
+    if gpus:
+        found = [d for d in discover() if d.kind == "cuda"]
+        if not found:
+            raise TuneError("--gpus: torch sees no CUDA GPU on this machine")
+        if gpus != "all":
+            want = [int(g) for g in gpus.split(",")]
+            bad = [g for g in want if g not in {d.index for d in found}]
+            if bad:
+                raise TuneError(f"--gpus {gpus}: no GPU {bad}; GPUs here: {[d.index for d in found]}")
+            found = [d for d in found if d.index in want]
+        return [(d, _pin(d)) for d in found]
+    dev = default_device()
+    return [(dev, _pin(dev))]
+
+
+def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
+         timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
+         seed: int = 0, log=print) -> Outcome:
+    from xrt.bench import suite
+    from xrt.bench.machine import machine_name
+
+    space = problem.space
+    suite.parse_shape(problem.shape)
+    import torch
+
+    if not isinstance(getattr(torch, problem.dtype, None), torch.dtype):
+        raise TuneError(f"--dtype {problem.dtype!r} is not a torch dtype")
+    tgts = targets(gpus)
+    dev0 = tgts[0][0]
+    machine = machine_name(dev0)
+    journal_path = out_dir / "journal" / machine / f"{problem.name}.jsonl"
+    journal = Journal(journal_path)
+    cands = search.candidates(space, budget, seed)
+    done = journal.done(retry_failed)
+    todo = [c for c in cands if search.key(c) not in done]
+    result = Outcome(problem, machine, tried=len(todo), skipped=len(cands) - len(todo), journal=journal_path,
+                     torn=journal.torn)
+    log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {machine}: "
+        f"{len(cands)} configs of {space}, {result.skipped} already in the journal, {len(todo)} to try")
+    lock = threading.Lock()
+    base_env = {**os.environ}
+    if dev0.kind == "cpu":
+        base_env.setdefault("TRITON_INTERPRET", "1")
+
+    def record(rec: dict[str, Any], phase: str, n_done: list[int], total: int) -> None:
+        with lock:
+            journal.add(rec)
+            n_done[0] += 1
+            tail = f"{rec['median_s'] * 1e6:.2f} us" if rec["status"] == "timed" else rec["status"]
+            if rec.get("error"):
+                tail += f": {rec['error'][:160]}"
+            log(f"  {phase} [{n_done[0]}/{total}] {rec['key']}: {tail}")
+
+    def run_phase(phase: str, cfgs: list[dict[str, Any]], slots: list[dict[str, str]]) -> list[dict[str, Any]]:
+        q: queue.Queue = queue.Queue()
+        for c in cfgs:
+            q.put(c)
+        answers: list[dict[str, Any]] = []
+        n_done = [0]
+        failures: list[BaseException] = []
+
+        def loop(slot: int, env: dict[str, str]) -> None:
+            w = Worker(problem, phase, {**base_env, **env}, journal_path.parent / f"{problem.name}.{phase}{slot}.log",
+                       start_timeout=max(timeout, 300.0))
+            try:
+                while True:
+                    try:
+                        cfg = q.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        ans = w.ask(cfg, timeout)
+                    except WorkerGone as e:
+                        ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
+                    ans.update(key=search.key(cfg), phase=phase, machine=machine, at=time.time())
+                    answers.append(ans)
+                    if phase == "time" or ans["status"] != "compiled":
+                        record(ans, phase, n_done, len(cfgs))
+                    else:
+                        with lock:
+                            n_done[0] += 1
+                            if n_done[0] % max(1, len(cfgs) // 10) == 0 or n_done[0] == len(cfgs):
+                                log(f"  compile [{n_done[0]}/{len(cfgs)}] compiled and checked")
+            except BaseException as e:  # noqa: BLE001 - surfaced below, after the other threads stop
+                failures.append(e)
+            finally:
+                w.stop()
+
+        threads = [threading.Thread(target=loop, args=(i, env), daemon=True) for i, env in enumerate(slots)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failures:
+            raise failures[0]
+        return answers
+
+    if todo:
+        slots = [tgts[i % len(tgts)][1] for i in range(max(1, min(jobs, len(todo))))]
+        log(f"compile pool: {len(slots)} worker(s), each config run once and checked against torch")
+        compiled = run_phase("compile", todo, slots)
+        ok = [a["config"] for a in compiled if a["status"] == "compiled"]
+        log(f"timing: {len(ok)} config(s) on {len(tgts)} device(s)")
+        run_phase("time", ok, [env for _, env in tgts])
+
+    last = journal.last()
+    for rec in last.values():
+        result.counts[rec["status"]] = result.counts.get(rec["status"], 0) + 1
+    timed = sorted((r for r in last.values() if r["status"] == "timed" and search.key(r["config"]) in
+                    {search.key(c) for c in cands}), key=lambda r: r["median_s"])
+    result.best = timed[:top_k]
+    result.default = last.get(search.key(cands[0]))
+    if result.best:
+        result.out_file = write_top(out_dir, problem, dev0, result.best, result.default)
+    return result
+
+
+def write_top(out_dir: Path, problem: Problem, dev: Any, best: list[dict[str, Any]],
+              default: dict[str, Any] | None) -> Path:
+    """Merge this problem's top-K into ``<out_dir>/<op>.json`` (the suites' and the policy's file)."""
+    from xrt.bench import suite
+    from xrt.pytorch.policy import shape_bucket
+
+    path = out_dir / f"{problem.op}.json"
+    rows: list[dict[str, Any]] = []
+    if path.is_file():
+        try:
+            rows = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise TuneError(f"{path}: not valid JSON ({e}); fix or remove it, the tuner merges into it") from e
+    device = dev.model_key
+    bucket = shape_bucket(suite.parse_shape(problem.shape))
+    same = (problem.space, device, problem.dtype, bucket)
+    rows = [r for r in rows if (r.get("op"), r.get("device"), r.get("dtype"), r.get("shape")) != same]
+    base = default.get("median_s") if default and default.get("status") == "timed" else None
+    for rank, r in enumerate(best, 1):
+        rows.append({"op": problem.space, "device": device, "dtype": problem.dtype, "shape": bucket,
+                     "problem_shape": problem.shape, "config": r["config"], "rank": rank, "median_s": r["median_s"],
+                     "default_median_s": base, "speedup_vs_default": (base / r["median_s"]) if base else None,
+                     "machine": r.get("machine"), "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    rows.sort(key=lambda r: (r.get("op", ""), r.get("device", ""), r.get("dtype", ""), r.get("shape", ""),
+                             r.get("rank", 0)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rows, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
