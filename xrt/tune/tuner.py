@@ -185,6 +185,9 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         raise TuneError(f"--dtype {problem.dtype!r} is not a torch dtype")
     tgts = targets(gpus)
     dev0 = tgts[0][0]
+    models = sorted({d.name for d, _ in tgts})
+    if len(models) > 1:  # one ranking from several GPUs is only fair between identical ones
+        raise TuneError(f"--gpus {gpus}: the GPUs differ ({', '.join(models)}); tune on one model at a time")
     machine = machine_name(dev0)
     journal_path = out_dir / "journal" / machine / f"{problem.name}.jsonl"
     journal = Journal(journal_path)
@@ -209,7 +212,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 tail += f": {rec['error'][:160]}"
             log(f"  {phase} [{n_done[0]}/{total}] {rec['key']}: {tail}")
 
-    def run_phase(phase: str, cfgs: list[dict[str, Any]], slots: list[dict[str, str]]) -> list[dict[str, Any]]:
+    def run_phase(phase: str, cfgs: list[dict[str, Any]],
+                  slots: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
         q: queue.Queue = queue.Queue()
         for c in cfgs:
             q.put(c)
@@ -217,7 +221,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         n_done = [0]
         failures: list[BaseException] = []
 
-        def loop(slot: int, env: dict[str, str]) -> None:
+        def loop(slot: int, where: str, env: dict[str, str]) -> None:
             w = Worker(problem, phase, {**base_env, **env}, journal_path.parent / f"{problem.name}.{phase}{slot}.log",
                        start_timeout=max(timeout, 300.0))
             try:
@@ -230,7 +234,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                         ans = w.ask(cfg, timeout)
                     except WorkerGone as e:
                         ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
-                    ans.update(key=search.key(cfg), phase=phase, machine=machine, at=time.time())
+                    # machine: whose search this is; ran_on: the device that ran this config
+                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=where, at=time.time())
                     answers.append(ans)
                     if phase == "time" or ans["status"] != "compiled":
                         record(ans, phase, n_done, len(cfgs))
@@ -244,7 +249,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             finally:
                 w.stop()
 
-        threads = [threading.Thread(target=loop, args=(i, env), daemon=True) for i, env in enumerate(slots)]
+        threads = [threading.Thread(target=loop, args=(i, where, env), daemon=True)
+                   for i, (where, env) in enumerate(slots)]
         for t in threads:
             t.start()
         for t in threads:
@@ -254,12 +260,13 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         return answers
 
     if todo:
-        slots = [tgts[i % len(tgts)][1] for i in range(max(1, min(jobs, len(todo))))]
+        named = [(machine_name(d), env) for d, env in tgts]
+        slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(todo))))]
         log(f"compile pool: {len(slots)} worker(s), each config run once and checked against torch")
         compiled = run_phase("compile", todo, slots)
         ok = [a["config"] for a in compiled if a["status"] == "compiled"]
         log(f"timing: {len(ok)} config(s) on {len(tgts)} device(s)")
-        run_phase("time", ok, [env for _, env in tgts])
+        run_phase("time", ok, named)
 
     last = journal.last()
     for rec in last.values():
