@@ -111,3 +111,21 @@ def test_cuda_c_versions_on_gpu(version):
         b = torch.randn(4098, device="cuda")
         check(vector_add(a, b, {"version": version, "block": block}), a.double() + b.double(), a.dtype,
               scale=a.double().abs() + b.double().abs())
+
+
+def test_launchers_reject_bad_inputs_with_the_shared_messages():
+    # The launchers are entry points too (the tuner and the suites call them with configs).
+    from xrt.kernels.triton.layernorm import layernorm
+    from xrt.kernels.triton.vector_add import vector_add
+    from xrt.kernels.triton.window_sum import window_sum
+
+    with pytest.raises(ValueError, match=r"vector_add: a.shape=\(3,\) must equal b.shape=\(4,\)"):
+        vector_add(torch.ones(3), torch.ones(4))
+    with pytest.raises(ValueError, match=r"vector_add: a.dtype=torch.float32 must equal b.dtype=torch.float16"):
+        vector_add(torch.ones(3), torch.ones(3, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"window_sum needs x.shape\[-1\] >= 3, got x.shape=\(4, 2\)"):
+        window_sum(torch.ones(4, 2))
+    with pytest.raises(ValueError, match=r"x.shape\[-1\]=8 must equal bias.shape\[0\]; got bias.shape=\(7,\)"):
+        layernorm(torch.ones(2, 8), torch.ones(8), torch.ones(7), 1e-5)
+    with pytest.raises(ValueError, match=r"layernorm kernels take x as \[M, N\]; got x.shape=\(8,\)"):
+        layernorm(torch.ones(8), torch.ones(8), torch.ones(8), 1e-5)

@@ -7,18 +7,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from xrt.kernels import cuda, spaces
+from xrt.kernels import checks, cuda, spaces
 from xrt.kernels.cuda.softmax import check_device, kernel_name, row_plan
 from xrt.kernels.cuda.square import _SUFFIX
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, *others: tuple[str, torch.Tensor]) -> tuple[int, int]:
     check_device("layernorm", x)
-    if x.dim() != 2:
-        raise ValueError(f"layernorm kernels take x as [M, N]; got x.shape={tuple(x.shape)}")
-    m, n = x.shape
-    if tuple(weight.shape) != (n,):
-        raise ValueError(f"x.shape[-1]={n} must equal weight.shape[0]; got weight.shape={tuple(weight.shape)}")
+    m, n = checks.rows_and_vectors(x, weight=weight)
     for name, t in (("weight", weight), *others):
         if t.dtype != x.dtype or t.device != x.device:
             raise ValueError(f"{name} must match x: {name} is {t.dtype} on {t.device}, x is {x.dtype} on {x.device}")
@@ -37,13 +33,9 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
               config: dict[str, Any] | None = None):
     """``(y, mean, rstd)`` for ``x`` ``[M, N]``, ``weight``/``bias`` ``[N]`` of x's dtype."""
     m, n = _check(x, weight, ("bias", bias))
-    if tuple(bias.shape) != (n,):
-        raise ValueError(f"x.shape[-1]={n} must equal bias.shape[0]; got bias.shape={tuple(bias.shape)}")
+    checks.rows_and_vectors(x, bias=bias)
     cfg = spaces.check("layernorm.cuda", config or {})
-    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
-    y = torch.empty_like(x)
-    mean = torch.empty(m, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
     if m == 0 or n == 0:
         return y, mean, rstd
     version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"],

@@ -7,17 +7,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from xrt.kernels import cuda, spaces
+from xrt.kernels import checks, cuda, spaces
 from xrt.kernels.cuda.square import _SUFFIX
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` with ``vector_add_<version>_<dtype>``; ``config`` from the ``vector_add.cuda`` space."""
-    if a.device.type != "cuda" or b.device != a.device:
-        raise ValueError(f"CUDA C vector_add needs a and b on one CUDA device, got {a.device} and {b.device}")
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f"vector_add needs one shape and dtype: a is {tuple(a.shape)} {a.dtype}, "
-                         f"b is {tuple(b.shape)} {b.dtype}")
+    checks.same("vector_add", a, b)
+    if a.device.type != "cuda":
+        raise ValueError(f"CUDA C vector_add needs CUDA tensors, got them on {a.device}")
     if a.dtype not in _SUFFIX:
         raise ValueError(f"CUDA C vector_add supports {', '.join(map(str, _SUFFIX))}; got {a.dtype}")
     cfg = spaces.check("vector_add.cuda", config or {})

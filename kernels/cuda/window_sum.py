@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xrt.kernels import cuda, spaces
+from xrt.kernels import checks, cuda, spaces
 from xrt.kernels.cuda.square import _SUFFIX
 
 
@@ -17,9 +17,7 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
         raise ValueError(f"CUDA C window_sum needs a CUDA tensor, got one on {x.device}")
     if x.dtype not in _SUFFIX:
         raise ValueError(f"CUDA C window_sum supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
-    n = x.shape[-1] if x.dim() else 0
-    if n < 3:
-        raise ValueError(f"window_sum needs x.shape[-1] >= 3, got x.shape={tuple(x.shape)}")
+    n = checks.window_width(x)
     cfg = spaces.check("window_sum.cuda", config or {})
     x = x.contiguous()
     rows = x.numel() // n

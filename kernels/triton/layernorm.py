@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import spaces
+from xrt.kernels import checks, spaces
 from xrt.kernels.triton.softmax import row_warps, rows_per_program
 
 MAX_N = 65536  # longest row (elements) kept in registers (forward)
@@ -243,12 +243,7 @@ def _sum_partials_kernel(
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[int, int]:
-    if x.dim() != 2:
-        raise ValueError(f"layernorm kernels take x as [M, N]; got x.shape={tuple(x.shape)}")
-    m, n = x.shape
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and tuple(t.shape) != (n,):
-            raise ValueError(f"x.shape[-1]={n} must equal {name}.shape[0]; got {name}.shape={tuple(t.shape)}")
+    m, n = checks.rows_and_vectors(x, weight=weight, bias=bias)
     if n > MAX_N:
         raise ValueError(f"Triton layernorm keeps a row in registers: x.shape[-1]={n} must be <= {MAX_N}")
     return m, n
@@ -259,10 +254,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     """``(y, mean, rstd)`` for ``x`` ``[M, N]``, ``weight``/``bias`` ``[N]``; config from ``layernorm.triton``."""
     m, n = _check(x, weight, bias)
     cfg = spaces.check("layernorm.triton", config or {})
-    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
-    y = torch.empty_like(x)
-    mean = torch.empty(m, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
     if m == 0 or n == 0:
         return y, mean, rstd
     block = triton.next_power_of_2(n)

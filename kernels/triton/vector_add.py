@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import spaces
+from xrt.kernels import checks, spaces
 
 
 @triton.jit
@@ -29,9 +29,7 @@ def _vector_add_kernel(
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` for two tensors of one shape and dtype; ``config`` from ``vector_add.triton``."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f"vector_add needs one shape and dtype: a is {tuple(a.shape)} {a.dtype}, "
-                         f"b is {tuple(b.shape)} {b.dtype}")
+    checks.same("vector_add", a, b)
     cfg = spaces.check("vector_add.triton", config or {})
     a, b = a.contiguous(), b.contiguous()
     y = torch.empty_like(a)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import spaces
+from xrt.kernels import checks, spaces
 
 
 @triton.jit
@@ -37,9 +37,7 @@ def _window_sum_kernel(
 
 def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """The 3-wide window sum over the last dim: ``[..., n]`` -> ``[..., n - 2]``."""
-    n = x.shape[-1] if x.dim() else 0
-    if n < 3:
-        raise ValueError(f"window_sum needs x.shape[-1] >= 3, got x.shape={tuple(x.shape)}")
+    n = checks.window_width(x)
     cfg = spaces.check("window_sum.triton", config or {})
     x = x.contiguous()
     rows = x.numel() // n

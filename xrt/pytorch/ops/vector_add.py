@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from xrt.kernels import checks
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks as C
 from xrt.pytorch.ops import _providers as P
@@ -47,7 +48,7 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None)
     tensor([1.5000, 1.0000])
     """
     a, b = cast_for_hint(C.floating("a", "vector_add", a)), cast_for_hint(C.floating("b", "vector_add", b))
-    C.same("vector_add", a, b)
+    checks.same("vector_add", a, b)
     chosen = P.choose("vector_add", a, provider)
     with P.op_range("vector_add", chosen.name):
         return _vector_add_op(a, b, chosen.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from xrt.kernels import checks
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks as C
 from xrt.pytorch.ops import _providers as P
@@ -52,8 +53,7 @@ def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     tensor([6., 9.])
     """
     x = cast_for_hint(C.floating("x", "window_sum", x))
-    if x.dim() == 0 or x.shape[-1] < 3:
-        raise ValueError(f"window_sum needs x.shape[-1] >= 3, got x.shape={tuple(x.shape)}")
+    checks.window_width(x)
     chosen = P.choose("window_sum", x, provider)
     with P.op_range("window_sum", chosen.name):
         return _window_sum_op(x, chosen.name)

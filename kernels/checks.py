@@ -1,0 +1,48 @@
+"""Argument checks and output buffers that an op's launchers share (Triton, CUDA C, the op layer).
+
+Every launcher is a public entry point (the ops call them, and so do the tuner and the suites with
+explicit configs), so each checks its inputs; the checks and messages live here once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def same(op: str, a: torch.Tensor, b: torch.Tensor, an: str = "a", bn: str = "b") -> None:
+    """``a`` and ``b`` have one shape, dtype and device."""
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: {an}.shape={tuple(a.shape)} must equal {bn}.shape={tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{op}: {an}.dtype={a.dtype} must equal {bn}.dtype={b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{op}: {an} is on {a.device} but {bn} is on {b.device}")
+
+
+def window_width(x: torch.Tensor) -> int:
+    """``x.shape[-1]`` of a ``window_sum`` input, which needs at least the 3 the window spans."""
+    n = x.shape[-1] if x.dim() else 0
+    if n < 3:
+        raise ValueError(f"window_sum needs x.shape[-1] >= 3, got x.shape={tuple(x.shape)}")
+    return n
+
+
+def rows_and_vectors(x: torch.Tensor, **vectors: torch.Tensor | None) -> tuple[int, int]:
+    """``(M, N)`` of a row kernel's ``x`` ``[M, N]``; each named vector (``weight=w``) must be ``[N]``."""
+    if x.dim() != 2:
+        raise ValueError(f"layernorm kernels take x as [M, N]; got x.shape={tuple(x.shape)}")
+    m, n = x.shape
+    for name, t in vectors.items():
+        if t is not None and tuple(t.shape) != (n,):
+            raise ValueError(f"x.shape[-1]={n} must equal {name}.shape[0]; got {name}.shape={tuple(t.shape)}")
+    return m, n
+
+
+def layernorm_outputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+    """Contiguous ``x, weight, bias`` and the forward's empty ``y`` (x's dtype) and fp32 ``mean, rstd``."""
+    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
+    m = x.shape[0]
+    y = torch.empty_like(x)
+    mean = torch.empty(m, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    return x, weight, bias, y, mean, rstd
