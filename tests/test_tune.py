@@ -118,7 +118,7 @@ def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, interpreter):
+def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, capsys, interpreter):
     import xrt.pytorch as xp
     from xrt.bench import suite
     from xrt.pytorch import policy
@@ -134,6 +134,16 @@ def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, int
     assert config("square", "square.triton", x) == best  # rank 1 only, on this CPU's model
     assert config("square", "square.cuda", x) == spaces.default("square.cuda")  # not CUDA C's config
     torch.testing.assert_close(xp.ops.square(x, provider="triton"), x * x)
+    # compare: the op with and without the file, side by side; it names the config the ops used.
+    from xrt.tune import compare
+
+    monkeypatch.delenv("XRT_TUNED")
+    assert compare.main(["square", "--tuned", str(out_dir), "--shape", "1000", "--dtype", "float32",
+                         "--provider", "triton"]) == 0
+    (row,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 1000 | triton |")]
+    assert row.endswith(f"| {best} |") and float(row.split("|")[3]) > 0 and float(row.split("|")[5]) > 0
+    assert "XRT_TUNED" not in os.environ  # compare leaves the environment as it found it
+    monkeypatch.setenv("XRT_TUNED", str(out_dir))
     # The suites time every kept config as an extra parameter.
     monkeypatch.setenv("XRT_TUNED_DIR", str(out_dir))
     keys = suite.tuned_configs("square")
@@ -188,3 +198,15 @@ def test_tunes_the_layernorm_backward(tmp_path, interpreter):
     assert res.counts == {"timed": 2}
     (row, *_) = json.loads((tmp_path / "layernorm_bwd.json").read_text())
     assert row["op"] == "layernorm_bwd.triton" and row["shape"] == "4x1024"
+
+
+def test_bad_gpus_and_a_broken_top_k_file_are_named(tmp_path):
+    from xrt.device import cpu_info
+    from xrt.tune.tuner import targets, write_top
+
+    with pytest.raises(TuneError, match="--gpus '0,x': give all or GPU indices"):
+        targets("0,x")
+    (tmp_path / "square.json").write_text('{"op": "square"}')
+    with pytest.raises(TuneError, match="expected a JSON list"):
+        write_top(tmp_path, Problem("square", "triton", "64", "float32"), cpu_info(),
+                  [{"config": {}, "median_s": 1.0}], None)

@@ -369,18 +369,24 @@ def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any =
     one keyed by the op, unless that one's parameter names are those of another of the op's
     kernels (``{"block": 512}`` is CUDA C's, not Triton's).
     """
-    from xrt.kernels import spaces
-
-    mine = set(spaces.space(space))
-    others = [set(spaces.space(k)) for k in spaces.SPACES if k.split(".", 1)[0] == op and k != space]
     for layer in _layers():
         hit = layer.tuned_config(space, device=device, dtype=dtype, shape=shape)
         if hit is not None:
             return hit
         hit = layer.tuned_config(op, device=device, dtype=dtype, shape=shape)
-        if hit is not None and (set(hit) <= mine or not any(set(hit) <= o for o in others)):
+        if hit is not None and not _for_another_kernel(op, space, hit):
             return hit
     return None
+
+
+def _for_another_kernel(op: str, space: str, config: dict[str, Any]) -> bool:
+    """Do ``config``'s names fit another of ``op``'s tuning spaces but not ``space``?"""
+    from xrt.kernels import spaces
+
+    names = set(config)
+    if names <= set(spaces.space(space)):
+        return False
+    return any(names <= set(spaces.space(k)) for k in spaces.SPACES if k.split(".", 1)[0] == op and k != space)
 
 
 def lookup_tuned(op: str, *, device: Any = None, dtype: Any = None,

@@ -34,23 +34,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{a.op} {a.dtype} on {dev.name}: default config vs XRT_TUNED={a.tuned}")
     print("| shape | provider | default (us) | GB/s | tuned (us) | GB/s | tuned config |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
-    for key in a.shape:
-        shape = suite.parse_shape(key)
-        args = spec.make_inputs(shape, dtype, dev.torch_device)
-        nbytes = spec.bytes_moved(shape, args[0].element_size())
-        for prov in a.provider or sorted(spec.spaces):
-            row = []
-            for tuned in (None, a.tuned):
-                if tuned:
-                    os.environ["XRT_TUNED"] = tuned
-                else:
-                    os.environ.pop("XRT_TUNED", None)
-                cfg = config(a.op, spec.spaces[prov], args[0])
-                m = timer.measure(functools.partial(spec.call, args, prov, None), dev.torch_device)
-                row.append((m.median_s, cfg))
-            (t0, _), (t1, cfg) = row
-            print(f"| {key} | {prov} | {t0 * 1e6:.2f} | {nbytes / t0 / 1e9:.0f} | {t1 * 1e6:.2f} | "
-                  f"{nbytes / t1 / 1e9:.0f} | {cfg} |")
+    before = os.environ.get("XRT_TUNED")
+    try:
+        for key in a.shape:
+            shape = suite.parse_shape(key)
+            args = spec.make_inputs(shape, dtype, dev.torch_device)
+            nbytes = spec.bytes_moved(shape, args[0].element_size())
+            for prov in a.provider or sorted(spec.spaces):
+                row = []
+                for tuned in (None, a.tuned):
+                    if tuned:
+                        os.environ["XRT_TUNED"] = tuned
+                    else:
+                        os.environ.pop("XRT_TUNED", None)
+                    cfg = config(a.op, spec.spaces[prov], args[0])
+                    m = timer.measure(functools.partial(spec.call, args, prov, None), dev.torch_device)
+                    row.append((m.median_s, cfg))
+                (t0, _), (t1, cfg) = row
+                print(f"| {key} | {prov} | {t0 * 1e6:.2f} | {nbytes / t0 / 1e9:.0f} | {t1 * 1e6:.2f} | "
+                      f"{nbytes / t1 / 1e9:.0f} | {cfg} |")
+    finally:  # leave the caller's environment as it was
+        if before is None:
+            os.environ.pop("XRT_TUNED", None)
+        else:
+            os.environ["XRT_TUNED"] = before
     return 0
 
 

@@ -157,11 +157,16 @@ def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
     from xrt.device import default_device, discover
 
     if gpus:
+        want: list[int] = []
+        if gpus != "all":
+            try:
+                want = [int(g) for g in gpus.split(",")]
+            except ValueError:
+                raise TuneError(f"--gpus {gpus!r}: give all or GPU indices like 0,1") from None
         found = [d for d in discover() if d.kind == "cuda"]
         if not found:
             raise TuneError("--gpus: torch sees no CUDA GPU on this machine")
-        if gpus != "all":
-            want = [int(g) for g in gpus.split(",")]
+        if want:
             bad = [g for g in want if g not in {d.index for d in found}]
             if bad:
                 raise TuneError(f"--gpus {gpus}: no GPU {bad}; GPUs here: {[d.index for d in found]}")
@@ -293,6 +298,9 @@ def write_top(out_dir: Path, problem: Problem, dev: Any, best: list[dict[str, An
             rows = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise TuneError(f"{path}: not valid JSON ({e}); fix or remove it, the tuner merges into it") from e
+        if not isinstance(rows, list):
+            raise TuneError(f"{path}: expected a JSON list of tuned configs; fix or remove it, "
+                            "the tuner merges into it")
     device = dev.model_key
     bucket = shape_bucket(suite.parse_shape(problem.shape))
     same = (problem.space, device, problem.dtype, bucket)
