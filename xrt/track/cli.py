@@ -45,10 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
     g.add_argument("--base", required=True, metavar="REV")
     g.add_argument("--head", required=True, metavar="REV")
-    g.add_argument("--threshold", type=float, default=0.05,
-                   help="slowdown that fails: a fraction (0.05) or a ratio (1.05) [0.05]")
-    g.add_argument("--alpha", type=float, default=0.002, help="Mann-Whitney p-value bar [0.002]")
-    g.add_argument("--min-samples", type=int, default=5, help="samples needed on each side [5]")
+    # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
+    g.add_argument("--threshold", default="0.05",
+                   help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
+    g.add_argument("--alpha", default="0.002", help="Mann-Whitney p-value bar, in (0, 1) [0.002]")
+    g.add_argument("--min-samples", default="5",
+                   help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
     g.add_argument("--machine", help="only this machine")
     g.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
     g.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
@@ -154,25 +156,24 @@ def run_show(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace) -> int:
     from xrt.track import gate
 
-    thr = args.threshold - 1 if args.threshold >= 1 else args.threshold
-    if not Path(args.db).exists():
-        print(f"xrt gate: cannot judge: {args.db}: no such database", file=sys.stderr)
+    def cannot_judge(msg: str) -> int:
+        msg = (msg.strip().splitlines() or ["(no message)"])[0]  # one line: the verdict, not a dump
+        print(f"xrt gate: cannot judge: {msg}")
+        if args.summary:
+            with args.summary.open("a") as f:
+                f.write(f"## xrt gate: ⚠️ cannot judge\n\n{msg}\n")
         return gate.CANNOT_JUDGE
-    try:
+
+    try:  # fail closed: whatever goes wrong, nothing was judged, and that is exit 2 (never 0, never 1)
+        cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-    except ValueError as e:
-        print(f"xrt gate: cannot judge: {e}")
-        if args.summary:
-            args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\n{e}\n")
-        return gate.CANNOT_JUDGE
-    try:
-        v = gate.judge(args.db, base, head, threshold=thr, alpha=args.alpha, min_samples=args.min_samples,
+        v = gate.judge(args.db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
                        machine=args.machine, history=not args.no_history)
-    except Exception as e:  # fail closed: a gate that crashed has judged nothing, and must not read as exit 1
-        print(f"xrt gate: cannot judge: internal error: {type(e).__name__}: {e}")
-        if args.summary:
-            args.summary.open("a").write(f"## xrt gate: ⚠️ cannot judge\n\ninternal error: {e}\n")
-        return gate.CANNOT_JUDGE
+    except (ValueError, OSError) as e:
+        return cannot_judge(str(e))
+    except Exception as e:  # a gate that crashed has judged nothing, and must not read as a regression
+        kind = type(e).__name__
+        return cannot_judge(str(e) if kind == "DatabaseError" else f"internal error: {kind}: {e}")
     print(gate.report(v))
     if args.summary:
         gate.write_summary(args.summary, v)

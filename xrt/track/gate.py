@@ -1,18 +1,23 @@
 """``xrt gate``: head against base, exit 0 (pass), 1 (regression) or 2 (cannot judge).
 
-It fails closed: a base or head without results on a machine, an ingest error on either's
-files, a benchmark that ran at base but failed or is missing at head, or fewer than
-``min_samples`` samples on a side, is exit 2, never a pass. A regression wins over "cannot
-judge" (exit 1 is the more useful news; both fail the build).
+It fails closed. The gate exits 0 only when every series it was asked to judge (every machine x
+benchmark x parameters measured at base or head, on the machines in scope) was compared on enough
+valid samples on both sides; a slowdown is exit 1; anything else is exit 2 with the reasons listed.
+The situations and their exits are the table in ``docs/regressions.md`` ("The gate's rule"); each
+series gets one :class:`Outcome` below, whose ``blocks`` says whether it stops a pass.
 
 A series regresses when head is worse than base by at least ``threshold`` (default 5 %, the
 ratio of the medians of the samples) and a Mann-Whitney U test of the samples gives
-p ≤ ``alpha`` (0.002, asv compare's bar). Where cycles were recorded on both sides and they
+p <= ``alpha`` (0.002, asv compare's bar). "Enough samples" means at least ``min_samples`` per
+side *and* enough for the test to be able to reach ``alpha`` at all (8 per side at 0.002: with
+5 against 5 even a 2x slowdown gives p = 0.012). Where cycles were recorded on both sides and they
 did not move (less than half the threshold), the slowdown is a clock change: listed, not failing.
+A regression wins over "cannot judge" (exit 1 is the more useful news; both fail the build).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -29,6 +34,28 @@ from xrt.track.load import columns
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How one series was judged: the words the report uses, and whether it stops a pass."""
+
+    name: str
+    text: str
+    blocks: bool
+
+
+COMPARED = Outcome("compared", "compared", False)
+NEW_AT_HEAD = Outcome("new", "new at head (no baseline yet; judged from the next commit on)", False)
+SKIPPED_BOTH = Outcome("skipped", "skipped at base and head (asv skip: not applicable)", False)
+FAILED_AT_BASE = Outcome("failed-base", "failed at base: nothing to compare head with", True)
+FAILED_AT_HEAD = Outcome("failed-head", "failed at head", True)
+MISSING_AT_HEAD = Outcome("missing-head", "missing at head (ran at base)", True)
+SKIPPED_AT_HEAD = Outcome("skipped-head", "skipped at head (ran at base)", True)
+INVALID = Outcome("invalid", "invalid samples", True)
+TOO_FEW = Outcome("too-few", "too few samples", True)
+OUTCOMES = (COMPARED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD, SKIPPED_AT_HEAD,
+            INVALID, TOO_FEW)
+
+
 @dataclass
 class Verdict:
     code: int = PASS
@@ -38,7 +65,78 @@ class Verdict:
     clock: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     compared: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
+    notes: list[str] = field(default_factory=list)  # what was not judged and does not block
     history: list[Any] = field(default_factory=list)  # detector steps between base and head
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The gate's knobs, validated: a bad value is a ``ValueError`` naming the option and the value."""
+
+    threshold: float = 0.05  # a fraction: 0.05 = 5 % slower fails
+    alpha: float = 0.002
+    min_samples: int = 5
+
+    def __post_init__(self) -> None:
+        for option, value in (("--threshold", self.threshold), ("--alpha", self.alpha),
+                              ("--min-samples", self.min_samples)):
+            if (why := _knob_problem(option, value)) is not None:
+                raise ValueError(f"{option} {value!r}: {why}")
+
+    @classmethod
+    def from_text(cls, threshold: str, alpha: str, min_samples: str) -> Settings:
+        """The command line's words; an error quotes the word as the user typed it."""
+        thr = parse_threshold(threshold)
+        out = []
+        for option, text, kind in (("--alpha", alpha, float), ("--min-samples", min_samples, int)):
+            try:
+                value = kind(text)
+            except (TypeError, ValueError):
+                raise ValueError(f"{option} {text!r}: not a{'' if kind is float else ' whole'} number") from None
+            if (why := _knob_problem(option, value)) is not None:
+                raise ValueError(f"{option} {text!r}: {why}")
+            out.append(value)
+        return cls(thr, *out)
+
+    @property
+    def samples_needed(self) -> int:
+        """Per side: ``min_samples``, and enough for Mann-Whitney to reach ``alpha`` at all."""
+        return max(self.min_samples, stats.samples_needed(self.alpha))
+
+
+def _knob_problem(option: str, value: float | int) -> str | None:
+    """Why ``value`` cannot be ``option`` (None: it can). A knob that would pass anything is refused."""
+    if option == "--threshold" and not (isinstance(value, float | int) and math.isfinite(value) and 0 < value <= 9):
+        return "need a slowdown fraction in (0, 9] (0.05 = 5 %)"
+    if option == "--alpha" and not (isinstance(value, float | int) and math.isfinite(value) and 0 < value < 1):
+        return "need a p-value bar in (0, 1), such as 0.002"
+    if option == "--min-samples" and not (isinstance(value, int) and value >= 2):
+        return "need a whole number >= 2"
+    return None
+
+
+def parse_threshold(text: str) -> float:
+    """``--threshold``: a fraction (``0.05``) or a ratio (``1.05``), as a fraction.
+
+    ``1`` (0 %: any noise fails) and anything not finite and positive are refused, never guessed.
+    """
+    try:
+        t = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"--threshold {text!r}: not a number (a fraction such as 0.05 or a ratio such as 1.05)") \
+            from None
+    if not math.isfinite(t) or t <= 0:
+        raise ValueError(f"--threshold {text!r}: need a fraction in (0, 1) such as 0.05 or a ratio above 1 "
+                         "such as 1.05")
+    if t == 1:
+        raise ValueError(f"--threshold {text!r}: ambiguous (a ratio of 1 would fail on any noise); give a "
+                         "fraction such as 0.05 or a ratio such as 1.05")
+    frac = t - 1 if t > 1 else t
+    if frac > 9:
+        raise ValueError(f"--threshold {text!r}: a slowdown of more than 10x passes nearly anything; "
+                         "need a ratio up to 10")
+    return frac
 
 
 def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> str:
@@ -55,6 +153,7 @@ def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> 
 
 
 def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
+    """Every result row of ``commit`` (on ``machine``), pooled per series: statuses, samples, cycles."""
     rc, runc = columns(con, "results"), columns(con, "runs")
     cyc = "r.cycles" if "cycles" in rc else "NULL::DOUBLE[]"
     sm = [x for x, ok in (("r.sm_mhz", "sm_mhz" in rc), ("ru.sm_clock_mhz", "sm_clock_mhz" in runc)) if ok]
@@ -66,14 +165,23 @@ def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
     for m, bn, pk, params, status, value, samples, cycles, clock, unit in con.execute(
             sql, [commit] + ([machine] if machine else [])).fetchall():
-        d = out.setdefault((m, bn, pk), {"params": params, "unit": unit, "ok": False, "samples": [], "cycles": []})
-        if status == "ok" and value is not None:
-            d["ok"] = True
+        d = out.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
+                                         "cycles": []})
+        ok = status == "ok" and value is not None
+        d["status"].add("ok" if ok else ("skipped" if status == "skipped" else "failed"))
+        if ok:
             smp = list(samples) if samples else [value]
+            if samples and not _valid(value):
+                smp.append(value)  # an impossible summary value spoils the run like an impossible sample
             d["samples"] += smp
             # cycles per sample where recorded, else time x the run's SM clock
             d["cycles"] += list(cycles) if cycles else ([x * clock for x in smp] if clock else [])
     return out
+
+
+def _valid(x: Any) -> bool:
+    """A time or a rate can only be a finite number above 0."""
+    return isinstance(x, float | int) and math.isfinite(x) and x > 0
 
 
 def _errors(con: Any, commit: str) -> list[str]:
@@ -82,56 +190,107 @@ def _errors(con: Any, commit: str) -> list[str]:
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 
+def _outcome(b: dict | None, h: dict | None) -> Outcome | None:
+    """The outcome decided by the statuses alone; ``None``: both sides ran, look at the samples."""
+    bs, hs = (b or {}).get("status", set()), (h or {}).get("status", set())
+    if "ok" in bs:
+        if "ok" in hs:
+            return None
+        return FAILED_AT_HEAD if "failed" in hs else (SKIPPED_AT_HEAD if "skipped" in hs else MISSING_AT_HEAD)
+    if "failed" in bs:
+        return FAILED_AT_BASE
+    if "failed" in hs:  # skipped or absent at base, broken at head
+        return FAILED_AT_HEAD
+    return NEW_AT_HEAD if "ok" in hs else SKIPPED_BOTH
+
+
 def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.05, alpha: float = 0.002,
           min_samples: int = 5, machine: str | None = None, history: bool = True) -> Verdict:
-    v = Verdict(base=base, head=head)
+    """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all)."""
+    cfg = Settings(threshold, alpha, min_samples)
+    need = cfg.samples_needed
+    v = Verdict(base=base, head=head, counts={o.name: 0 for o in OUTCOMES})
+    where = f" on {machine}" if machine else ""
+    if base == head:
+        v.problems.append(f"base and head are the same commit ({head[:10]}): nothing new to judge "
+                          "(identical results on both sides are not evidence of anything)")
+        v.code = CANNOT_JUDGE
+        return v
     with store.read(db) as con:
         b_rows, h_rows = _rows(con, base, machine), _rows(con, head, machine)
         for c in (base, head):
             v.problems += _errors(con, c)
     if not b_rows:
-        v.problems.append(f"base {base[:10]} has no results{' on ' + machine if machine else ''} (never measured)")
+        v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
-        v.problems.append(f"head {head[:10]} has no results{' on ' + machine if machine else ''} (never measured)")
-    for m in sorted({k[0] for k in b_rows} - {k[0] for k in h_rows}):
-        if h_rows:
-            v.problems.append(f"head {head[:10]} was not measured on {m}")
-    eff = np.log1p(threshold)
-    for key, b in sorted(b_rows.items()):
+        v.problems.append(f"head {head[:10]} has no results{where} (never measured)")
+    b_machines, h_machines = {k[0] for k in b_rows}, {k[0] for k in h_rows}
+    if b_rows and h_rows:
+        for m in sorted(b_machines - h_machines):
+            v.problems.append(f"head {head[:10]} was not measured on {m} "
+                              f"({sum(k[0] == m for k in b_rows)} series at base not judged)")
+        for m in sorted(h_machines - b_machines):
+            v.problems.append(f"base {base[:10]} was not measured on {m} "
+                              f"({sum(k[0] == m for k in h_rows)} series at head not judged)")
+    eff = np.log1p(cfg.threshold)
+    for key in sorted(set(b_rows) | set(h_rows), key=lambda k: tuple(str(x) for x in k)):
         m, bn, pk = key
-        h = h_rows.get(key)
-        if not b["ok"] or m not in {k[0] for k in h_rows}:
-            continue
+        if m not in b_machines or m not in h_machines:
+            continue  # the whole machine is missing on one side: one problem line above
+        b, h = b_rows.get(key), h_rows.get(key)
         label = f"{m} {bn} [{pk or '-'}]"
-        if h is None or not h["ok"]:
-            v.problems.append(f"{label}: {'missing' if h is None else 'failed'} at head")
-            continue
-        xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
-        if len(xs) < min_samples or len(ys) < min_samples:
-            v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; need {min_samples})")
-            continue
-        v.compared += 1
-        ratio = float(np.median(ys) / np.median(xs))
-        worse = np.log(ratio) * (-1 if higher_is_better(b["unit"]) else 1)
-        if worse < eff:
-            continue
-        p, _ = stats.mannwhitney(xs, ys)
-        if p > alpha:
-            continue
-        item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
-                "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys))}
-        bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)
-        hc = [c for c in h["cycles"] or [] if c is not None]
-        if len(bc) >= min_samples and len(hc) >= min_samples:
-            item["cycles_ratio"] = float(np.median(hc) / np.median(bc))
-            if abs(np.log(item["cycles_ratio"])) < eff / 2:
-                v.clock.append(item)
-                continue
-        v.regressions.append(item)
+        out = _outcome(b, h)
+        if out is None:
+            xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+            bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
+                   if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
+            if bad:
+                out = INVALID
+                v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
+            elif len(xs) < need or len(ys) < need:
+                out = TOO_FEW
+                why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer" if need > cfg.min_samples
+                                        else "")
+                v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why})")
+            else:
+                out = COMPARED
+                _compare(v, cfg, eff, key, b, h, xs, ys)
+        elif out.blocks:
+            v.problems.append(f"{label}: {out.text}")
+        v.counts[out.name] += 1
+    v.compared = v.counts[COMPARED.name]
+    for o in (NEW_AT_HEAD, SKIPPED_BOTH):
+        if v.counts[o.name]:
+            v.notes.append(f"{v.counts[o.name]} series {o.text}")
+    if b_rows and h_rows and not v.compared and not v.problems:
+        v.problems.append("no series was compared (nothing ran at both base and head)")
     if history and b_rows and h_rows:
         v.history = _history(db, base, head, machine)
     v.code = REGRESSION if v.regressions else (CANNOT_JUDGE if v.problems else PASS)
     return v
+
+
+def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
+             ys: np.ndarray) -> None:
+    """One series with enough valid samples on both sides: a regression, a clock change or nothing."""
+    m, bn, pk = key
+    ratio = float(np.median(ys) / np.median(xs))
+    worse = np.log(ratio) * (-1 if higher_is_better(b["unit"]) else 1)
+    if worse < eff:
+        return
+    p, _ = stats.mannwhitney(xs, ys)
+    if p > cfg.alpha:
+        return
+    item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
+            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys))}
+    bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)
+    hc = [c for c in h["cycles"] or [] if c is not None]
+    if len(bc) >= cfg.min_samples and len(hc) >= cfg.min_samples:
+        item["cycles_ratio"] = float(np.median(hc) / np.median(bc))
+        if abs(np.log(item["cycles_ratio"])) < eff / 2:
+            v.clock.append(item)
+            return
+    v.regressions.append(item)
 
 
 def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -> list[Any]:
@@ -153,6 +312,7 @@ def report(v: Verdict) -> str:
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"cannot judge: {p}" for p in v.problems]
+    lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
     lines.append(f"xrt gate: {word}: head {v.head[:10]} vs base {v.base[:10]}: {v.compared} series compared, "
                  f"{len(v.regressions)} regression(s), {len(v.problems)} problem(s) (exit {v.code})")
@@ -177,6 +337,8 @@ def summary_markdown(v: Verdict) -> str:
         if len(v.problems) > 50:
             out.append(f"- … and {len(v.problems) - 50} more")
         out.append("")
+    if v.notes:
+        out += ["Not judged (does not block):", ""] + [f"- {n}" for n in v.notes] + [""]
     if v.history:
         out += ["Steps the detector found between base and head (`xrt regressions show ID`):", ""]
         out += [f"- `{r.id}` {r.machine} `{r.benchmark}` [{r.param_key or '-'}] {r.ratio:.3f} at `{r.commit[:10]}`"

@@ -49,6 +49,28 @@ def mannwhitney(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return min(1.0, p), effect
 
 
+def min_p(n1: int, n2: int) -> float:
+    """The smallest p-value :func:`mannwhitney` can give with ``n1`` and ``n2`` samples (no ties).
+
+    With few samples even complete separation is not significant (5 against 5: p = 0.012), so a
+    gate that asks for p <= alpha must also ask for enough samples to reach it.
+    """
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    n = n1 + n2
+    mu = n1 * n2 / 2.0
+    z = (mu - 0.5) / math.sqrt(n1 * n2 / 12.0 * (n + 1))
+    return min(1.0, math.erfc(z / math.sqrt(2.0)))
+
+
+def samples_needed(alpha: float, limit: int = 10_000) -> int:
+    """The least n such that n samples on each side can reach p <= ``alpha``."""
+    n = 2
+    while min_p(n, n) > alpha and n < limit:
+        n += 1
+    return n
+
+
 def run_noise(y: np.ndarray, floor: float = 1e-4) -> float:
     """Commit-to-commit standard deviation of log values ``y``.
 
