@@ -27,7 +27,8 @@ def django_db(tmp_path_factory):
 
 
 def test_regressions_json_on_real_data(django_db, capsys):
-    assert main(["regressions", "--db", str(django_db), "--format", "json", "--kind", "all", "--no-save"]) == 0
+    assert main(["regressions", "--db", str(django_db), "--format", "json", "--kind", "all", "--no-save",
+                 "--flat"]) == 0
     recs = json.loads(capsys.readouterr().out)
     assert recs, "the two machines' histories have level shifts"
     names = {r for (r,) in query(django_db, "SELECT DISTINCT benchmark FROM results")[1]}
@@ -44,7 +45,7 @@ def test_gate_on_real_data(django_db, capsys):
                          "WHERE r.machine = 'ubuntu-22.04' GROUP BY r.commit_hash HAVING count(r.value) > 0 AND "
                          "count(r.samples) = count(r.value) ORDER BY max(u.commit_date) DESC LIMIT 2")[1]
     base = ["gate", "--db", str(django_db), "--machine", "ubuntu-22.04", "--no-history"]
-    assert main(base + ["--base", c1, "--head", c1]) == 0  # the same run: nothing moved
+    assert main(base + ["--base", c1, "--head", c1]) == 2  # the same commit: nothing new to judge
     assert main(base + ["--base", c2, "--head", "f" * 40]) == 2  # head never measured
     out = capsys.readouterr().out
     assert "matches 0 commits" in out
@@ -53,3 +54,20 @@ def test_gate_on_real_data(django_db, capsys):
     assert code in (0, 1, 2) and "xrt gate:" in out
     # django's removed benchmarks left unknown-benchmark errors on some files: those commits cannot be judged
     assert (code == 2) == ("cannot judge" in out)
+
+
+def test_grouped_alerts_on_real_data(django_db, capsys):
+    """One alert per (machine, commit); django's files record no environment: the cause cannot be told."""
+    assert main(["regressions", "--db", str(django_db), "--format", "json", "--no-save", "--flat"]) == 0
+    flat = json.loads(capsys.readouterr().out)
+    assert main(["regressions", "--db", str(django_db), "--format", "json", "--no-save"]) == 0
+    alerts = json.loads(capsys.readouterr().out)
+    assert sum(len(a["records"]) for a in alerts) == len(flat)
+    assert len(alerts) == len({(r["machine"], r["commit"]) for r in flat}) < len(flat)
+    for a in alerts:
+        assert a["cause"] == "unknown" and a["env_changes"] == []
+        assert {(r["machine"], r["commit"]) for r in a["records"]} == {(a["machine"], a["commit"])}
+    assert main(["regressions", "--db", str(django_db), "--no-save"]) == 0
+    out = capsys.readouterr().out
+    assert "cause cannot be told (no environment recorded)" in out
+    assert f"({len(alerts)} alerts, {len(flat)} steps)" in out

@@ -127,7 +127,7 @@ def test_regressions_json_lifecycle_and_show(tmp_path, capsys):
         slow = 1.10 if 10 <= i < 20 else 1.0
         synth.write_run(root, "h100", c, synth.samples(rng, 50e-6 * slow), synth.samples(rng, 5e-6), i, 1980)
     _ingest(root, db, repo)
-    assert main(["regressions", "--db", str(db), "--format", "json", "--kind", "all"]) == 0
+    assert main(["regressions", "--db", str(db), "--format", "json", "--kind", "all", "--flat"]) == 0
     recs = json.loads(capsys.readouterr().out)
     assert [(r["kind"], r["commit"]) for r in recs] == [("regression", commits[10]), ("improvement", commits[20])]
     reg = recs[0]
@@ -140,7 +140,7 @@ def test_regressions_json_lifecycle_and_show(tmp_path, capsys):
     # acknowledge, and the note survives the next detection run
     assert main(["regressions", "ack", reg["id"][:6], "--note", "known", "--status", "ignored", "--db", str(db)]) == 0
     capsys.readouterr()
-    assert main(["regressions", "--db", str(db), "--format", "json"]) == 0
+    assert main(["regressions", "--db", str(db), "--format", "json", "--flat"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again[0]["status"] == "ignored" and again[0]["note"] == "known"
     assert main(["regressions", "--db", str(db), "show", reg["id"]]) == 0

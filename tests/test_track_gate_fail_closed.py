@@ -274,3 +274,36 @@ def test_every_outcome_is_in_the_documented_table():
     table = doc[doc.index("## The gate's rule"):]
     for o in gate.OUTCOMES:
         assert f"`{o.name}`" in table, o.name
+
+
+# --- a machine that changed under its name (issue #19) -------------------------------------------------------
+
+def test_a_slowdown_on_a_changed_machine_is_not_a_regression(world, capsys):
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-2], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 0, 1980)
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 60e-6), synth.samples(rng, 5e-6), 1, 1980,
+                    torch="2.6.0")
+    _ingest(root, db, repo)
+    code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
+    assert code == 2, out
+    assert "machine changed on h100 between base and head (torch: 2.5.1 → 2.6.0)" in out
+    assert "REGRESSION" not in out.replace("CANNOT JUDGE", "")
+    assert f"slower on a changed machine (not judged as a regression): {synth.OP}" in out
+
+
+def test_the_same_slowdown_on_an_unchanged_machine_fails(world, capsys):
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-2], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 0, 1980)
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 60e-6), synth.samples(rng, 5e-6), 1, 1980)
+    _ingest(root, db, repo)
+    code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
+    assert code == 1 and "machine changed" not in out, out
+
+
+def test_without_a_recorded_environment_the_gate_says_it_cannot_tell(world, capsys):
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-2], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 0)
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 1)
+    _ingest(root, db, repo)
+    code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
+    assert code == 0 and "h100: no environment recorded at base or head" in out, out

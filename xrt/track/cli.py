@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--min-effect", type=float, default=None, help="smallest reported change, fraction [0.02]")
     r.add_argument("--effects", type=Path, help="JSON or TOML {regex: min_effect} per benchmark")
     r.add_argument("--no-save", action="store_true", help="do not update the stored regressions table")
+    r.add_argument("--flat", action="store_true",
+                   help="one row per step [default: one alert per machine and commit, with its cause]")
     r.set_defaults(func=run_regressions)
     rsub = r.add_subparsers(dest="reg_command", metavar="SUBCOMMAND")
     a = rsub.add_parser("ack", help="acknowledge (or ignore, or reopen) a stored regression")
@@ -113,7 +115,7 @@ def run_regressions(args: argparse.Namespace) -> int:
         recs = [r for r in recs if r.status in ("new", "acknowledged")]
     elif args.status != "all":
         recs = [r for r in recs if r.status == args.status]
-    sys.stdout.write(R.render(recs, args.format))
+    sys.stdout.write(R.render(recs, args.format) if args.flat else R.render_alerts(R.alerts(db, recs), args.format))
     return 0
 
 

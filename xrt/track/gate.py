@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from xrt.db import store
+from xrt.track import env as envmod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
 from xrt.track.load import columns
@@ -63,6 +64,7 @@ class Verdict:
     head: str = ""
     regressions: list[dict] = field(default_factory=list)
     clock: list[dict] = field(default_factory=list)
+    changed_machine: list[dict] = field(default_factory=list)  # slower, on a machine whose environment changed
     problems: list[str] = field(default_factory=list)
     compared: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
@@ -220,6 +222,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         b_rows, h_rows = _rows(con, base, machine), _rows(con, head, machine)
         for c in (base, head):
             v.problems += _errors(con, c)
+        envs = envmod.environments(con, machine, commits=[base, head])
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -232,6 +235,16 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         for m in sorted(h_machines - b_machines):
             v.problems.append(f"base {base[:10]} was not measured on {m} "
                               f"({sum(k[0] == m for k in h_rows)} series at head not judged)")
+    changed = set()  # machines whose recorded environment differs between base and head
+    for m in sorted(b_machines & h_machines):
+        diff = envmod.changes(envs.get((m, base)), envs.get((m, head)))
+        if diff:
+            changed.add(m)
+            v.problems.append(f"machine changed on {m} between base and head ({'; '.join(diff)}): a slowdown "
+                              "there cannot be told from the change; measure base again on this environment")
+        elif diff is None:
+            v.notes.append(f"{m}: no environment recorded at base or head, so a slowdown cannot be told from a "
+                           "machine change")
     eff = np.log1p(cfg.threshold)
     for key in sorted(set(b_rows) | set(h_rows), key=lambda k: tuple(str(x) for x in k)):
         m, bn, pk = key
@@ -254,7 +267,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why})")
             else:
                 out = COMPARED
-                _compare(v, cfg, eff, key, b, h, xs, ys)
+                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed)
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
         v.counts[out.name] += 1
@@ -271,7 +284,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
 
 
 def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
-             ys: np.ndarray) -> None:
+             ys: np.ndarray, machine_changed: bool = False) -> None:
     """One series with enough valid samples on both sides: a regression, a clock change or nothing."""
     m, bn, pk = key
     ratio = float(np.median(ys) / np.median(xs))
@@ -290,7 +303,7 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
         if abs(np.log(item["cycles_ratio"])) < eff / 2:
             v.clock.append(item)
             return
-    v.regressions.append(item)
+    (v.changed_machine if machine_changed else v.regressions).append(item)
 
 
 def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -> list[Any]:
@@ -311,6 +324,8 @@ def report(v: Verdict) -> str:
              f"(machine {r['machine']}, p={r['p_value']:.1e})" for r in v.regressions]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
+    lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
+              f"{r['ratio']:.3f} (machine {r['machine']})" for r in v.changed_machine]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
@@ -332,6 +347,10 @@ def summary_markdown(v: Verdict) -> str:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
                 f"cycles {r['cycles_ratio']:.3f}" for r in v.clock] + [""]
+    if v.changed_machine:
+        out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
+        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
+                for r in v.changed_machine] + [""]
     if v.problems:
         out += ["Cannot judge:", ""] + [f"- {p}" for p in v.problems[:50]]
         if len(v.problems) > 50:

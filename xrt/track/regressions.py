@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xrt.db import store
+from xrt.track import env as envmod
 from xrt.track.detect import DetectConfig, Step, detect
 from xrt.track.load import load_series
 
@@ -54,6 +56,63 @@ class Record:
 
     def as_json(self) -> dict:
         return asdict(self)
+
+
+# an alert's cause: what moved at its commit (xrt.track.env decides between the first two)
+CAUSES = {"code": "code change",
+          "environment": "environment change (not a code regression)",
+          "unknown": "cause cannot be told (no environment recorded)"}
+
+
+@dataclass
+class Alert:
+    """Every step one machine saw at one commit: one thing for a team to read (Perfherder's summary)."""
+
+    machine: str
+    commit: str
+    previous_commit: str
+    cause: str  # a key of CAUSES
+    env_changes: list[str] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(r.kind for r in self.records))
+
+    def headline(self) -> str:
+        n = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in sorted(self.counts.items()))
+        what = CAUSES[self.cause] + (f": {'; '.join(self.env_changes)}" if self.env_changes else "")
+        return f"{self.machine} at {self.commit[:10]} (from {self.previous_commit[:10]}): {n}; {what}"
+
+    def as_json(self) -> dict:
+        return {"machine": self.machine, "commit": self.commit, "previous_commit": self.previous_commit,
+                "cause": self.cause, "env_changes": self.env_changes, "counts": self.counts,
+                "records": [r.as_json() for r in self.records]}
+
+
+def group(records: list[Record], envs: dict[tuple[str, str], envmod.Env | None]) -> list[Alert]:
+    """One alert per (machine, commit), its cause from the environments recorded on both sides."""
+    by: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        by.setdefault((r.machine, r.commit), []).append(r)
+    out = []
+    for (m, c), recs in by.items():
+        prev = Counter(r.previous_commit for r in recs).most_common(1)[0][0]
+        diff = envmod.changes(envs.get((m, prev)), envs.get((m, c)))
+        cause = "unknown" if diff is None else ("environment" if diff else "code")
+        recs = sorted(recs, key=lambda r: (r.kind, -abs(r.ratio - 1) if r.ratio == r.ratio else 0, r.benchmark))
+        out.append(Alert(m, c, prev, cause, diff or [], recs))
+    return sorted(out, key=lambda a: (-len(a.records), a.machine, a.commit))
+
+
+def alerts(db: str | os.PathLike, records: list[Record]) -> list[Alert]:
+    """:func:`group` with the environments read from the database."""
+    if not records:
+        return []
+    commits = {r.commit for r in records} | {r.previous_commit for r in records}
+    with store.read(db) as con:
+        envs = envmod.environments(con, commits=commits)
+    return group(records, envs)
 
 
 def record_id(machine: str, benchmark: str, param_key: str, commit: str, kind: str) -> str:
@@ -184,6 +243,24 @@ def set_status(db: str | os.PathLike, rid: str, status: str, note: str | None) -
 
 def _fmt_params(r: Record) -> str:
     return r.param_key or "-"
+
+
+def render_alerts(groups: list[Alert], fmt: str) -> str:
+    """The grouped view: one heading per alert, its steps below it (``render`` for flat rows)."""
+    if fmt == "json":
+        return json.dumps([a.as_json() for a in groups], indent=1) + "\n"
+    if fmt not in ("table", "markdown"):
+        raise ValueError(f"--format {fmt!r}: expected json, table or markdown")
+    n = sum(len(a.records) for a in groups)
+    parts = []
+    for a in groups:
+        body = render(a.records, fmt).rstrip("\n").splitlines()
+        if fmt == "markdown":
+            parts.append(f"#### {a.headline()}\n\n" + "\n".join(body) + "\n")
+        else:
+            parts.append(a.headline() + "\n" + "\n".join("    " + ln for ln in body[:-1]) + "\n")
+    tail = f"({len(groups)} alert{'s' if len(groups) != 1 else ''}, {n} step{'s' if n != 1 else ''})\n"
+    return "\n".join(parts) + ("\n" if parts else "") + tail
 
 
 def render(records: list[Record], fmt: str) -> str:
