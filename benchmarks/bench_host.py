@@ -6,13 +6,10 @@ device wait inside, built by :func:`xrt.bench.suite.make_host_suite`. A module o
 its processes never build the device series' case (the pilot measurement) and vice versa.
 """
 
-try:
-    import torch  # noqa: F401  (loaded once by asv's forkserver; see bench_ops)
-except ImportError:  # pragma: no cover
-    pass
-
 from xrt.bench import specs
-from xrt.bench.suite import make_host_suite
+from xrt.bench.suite import make_host_suite, preload
+
+preload()  # see bench_ops
 
 _MODULE = __name__.split(".", 1)[-1]  # asv names benchmarks relative to benchmarks/
 

@@ -46,6 +46,23 @@ def host_timer() -> float:
     return HOST_CLOCK[0]
 
 
+def preload() -> None:
+    """Import, in asv's forkserver, what every benchmark process would otherwise import for itself.
+
+    asv forks one process per benchmark x parameter combination from a server that imported the
+    suites. The first call of an xrt op (a ``torch.library`` custom op) imports ``torch._dynamo``:
+    2-3 s per process on a CPU runner, more than the measurement itself. Imported here once, every
+    forked process starts with it. None of this initialises CUDA (``torch.cuda.is_initialized()``
+    stays False), so the forked processes can still use the GPU.
+    """
+    try:
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
+    except ImportError:  # pragma: no cover - the suites need torch to run, not to be listed
+        return
+    import xrt.pytorch  # noqa: F401
+
+
 def profile() -> str:
     """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import."""
     value = os.environ.get("XRT_BENCH_PROFILE", "full")
