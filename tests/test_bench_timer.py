@@ -120,7 +120,7 @@ def test_host_calls_per_sample_follow_the_sample_time_and_cap():
     import time
 
     clock = timer._Clock("cpu")
-    assert clock.host_calls(lambda: None, sample_time=0.002, max_calls=64) == 64  # capped
+    assert clock.host_calls(lambda: time.sleep(1e-4), sample_time=1.0, max_calls=64) == 64  # capped
     assert clock.host_calls(lambda: time.sleep(0.004), sample_time=0.002, max_calls=64) == 1
     n = []
     clock.host_calls(lambda: n.append(1), sample_time=1.0, max_calls=8, warmup_time=0.0)

@@ -34,7 +34,7 @@ from xrt.bench import specs, timer
 
 OPS = ["square", "vector_add", "window_sum", "softmax", "layernorm", "layernorm_bwd"]
 QUICK = {"max_time": 0.15}  # the config sweep: shorter per config than the default table
-HOST_SAMPLES = 5
+HOST_SAMPLES = 20
 
 
 def _first(out: Any) -> Any:

@@ -31,7 +31,7 @@ from typing import Any
 from xrt.bench import specs
 
 MAX_ASV_SAMPLES = 300
-HOST_SAMPLES = 20  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
+HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 DEVICE_CLOCK = [0.0]  # seconds of device time measured so far in this process
 HOST_CLOCK = [0.0]  # host seconds per call measured so far in this process
 
