@@ -81,22 +81,27 @@ def test_host_suite_samples_advance_the_host_clock_and_write_the_sidecar(monkeyp
     b = cls()
     p = ("4096", "float32", "torch", "default")
     b.setup(*p)
-    assert cls.repeat == (suite.HOST_SAMPLES,) * 2 + (30.0,)
+    assert cls.repeat == (suite.HOST_MIN_SAMPLES, suite.HOST_SAMPLES, suite.HOST_MAX_TIME)
     case = suite._HOST_CASES[("square", *p)]
     assert 1 <= case.calls <= 64
     calls = []
     real = case.fn
     case.fn = lambda: (calls.append(1), real())
-    for i in range(suite.HOST_SAMPLES):
+    d0 = suite.device_timer()
+    for i in range(suite.HOST_SAMPLES):  # as asv does: setup, one sample, teardown
+        b.setup(*p)
         t0 = suite.host_timer()
         b.time_host(*p)
         assert suite.host_timer() > t0 and len(calls) == (i + 1) * case.calls  # one sample: `calls` calls
-    assert suite.device_timer() == suite.device_timer()  # the device clock is not this series'
-    b.teardown(*p)
+        b.teardown(*p)
+        # asv may stop from HOST_MIN_SAMPLES on (its time cap): the sidecar is there from then on
+        assert bool(list(tmp_path.glob("*.json"))) == (i + 1 >= suite.HOST_MIN_SAMPLES)
+    assert suite.device_timer() == d0  # the device clock is not this series'
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert rec["benchmark"] == "bench_host.Square.time_host" and rec["series"] == "host"
     assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
     assert len(rec["samples_s"]) == suite.HOST_SAMPLES and rec["calls_per_sample"] == case.calls
+    assert suite.HOST_MIN_SAMPLES >= 5  # the gate's minimum a side
     # No bytes (no bandwidth from host time) and no clocks: cycles are given, all None.
     assert "bytes" not in rec and rec["cycles"] == [None] * suite.HOST_SAMPLES
     with pytest.raises(NotImplementedError, match="cannot run here"):

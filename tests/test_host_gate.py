@@ -70,3 +70,12 @@ def test_planted_50us_of_python_fails_the_gate_on_the_host_series(tmp_path):
     flagged = [ln for ln in gate.stdout.splitlines() if ln.startswith("REGRESSION ")]
     host = [ln for ln in flagged if "bench_host.Square.time_host" in ln and "'torch'" in ln]
     assert host, gate.stdout
+    # The host series carries no clocks: its cycles are stored as nulls (so none are derived from a
+    # run's SM clock, and a host slowdown is never read as a clock change), and no bytes.
+    q = _run("db", "query", "--db", str(db), "--format", "json",
+             "SELECT count(*) AS n, count(*) FILTER (WHERE bytes IS NULL AND cycles IS NOT NULL AND "
+             "len(cycles) = len(samples) AND list_count(cycles) = 0) AS clockless FROM results "
+             "WHERE benchmark LIKE 'bench_host.%' AND status = 'ok'", cwd=clone, env=env)
+    assert q.returncode == 0, q.stderr
+    (counts,) = json.loads(q.stdout)
+    assert counts["n"] >= 4 and counts["clockless"] == counts["n"], counts
