@@ -56,8 +56,8 @@ def preload() -> None:
     asv forks one process per benchmark x parameter combination from a server that imported the
     suites. The first call of an xrt op (a ``torch.library`` custom op) imports ``torch._dynamo``:
     2-3 s per process on a CPU runner, more than the measurement itself. Imported here once, every
-    forked process starts with it. None of this initialises CUDA (``torch.cuda.is_initialized()``
-    stays False), so the forked processes can still use the GPU.
+    forked process starts with it. None of these imports touches a device, so CUDA is first
+    initialised in the forked processes (verified on CPU builds of torch only, see docs/timing.md).
     """
     try:
         import torch  # noqa: F401
