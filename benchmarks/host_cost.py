@@ -374,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure_rows(build_rows(args.device, tuned, not args.no_compile), args.device, args.calls, args.repeats,
                         args.warmup)
     db = [] if args.no_do_bench else do_bench_rows(args.device)
+    import xrt
+
     result = {"device": args.device, "device_name": name, "torch": torch.__version__, "triton": triton_version,
+              "xrt_source": str(Path(xrt.__file__).resolve().parents[1]),
               "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
               "xrt_tuned": None if tuned is None else str(tuned),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db}

@@ -108,6 +108,16 @@ def test_host_suite_samples_advance_the_host_clock_and_write_the_sidecar(monkeyp
         cls().setup("4096", "float32", "cuda", "default")
 
 
+def test_bench_measure_reports_device_and_host_time(capsys, monkeypatch):
+    from xrt import cli
+
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    assert cli.main(["bench", "measure", "square", "--shape", "4096", "--provider", "torch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["median_s"] > 0 and out["n"] >= 10
+    assert out["host"]["median_s"] > 0 and out["host"]["n"] == 50 and 1 <= out["host"]["calls_per_sample"] <= 64
+
+
 def test_diag_prints_what_it_checked_and_what_to_change(interpreter, tmp_path):
     checks = diag.diagnose("square", shape="100", provider="triton", config="BLOCK_SIZE=4096", warmup=1,
                            profile_dir=tmp_path, nvml=FakeNVML())
