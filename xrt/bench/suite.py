@@ -18,6 +18,11 @@ How it fits together, per parameter combination (op × shape × dtype × provide
 * every sample's SM / memory clock and throttle reasons, the bytes and FLOPs, and the pilot's
   summary go to a sidecar file in ``$XRT_SIDECAR_DIR`` (set by ``xrt bench run``), which the
   database ingests beside asv's results.
+
+The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the same glue around
+:func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
+``bench_ops.<Op>.time_op``, each asv sample the host seconds per call of a few back-to-back calls
+(docs/timing.md, "Host time").
 """
 
 from __future__ import annotations
