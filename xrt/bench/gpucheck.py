@@ -76,7 +76,7 @@ def measure_row(op: str, set_name: str, shape, dtype_name: str, provider: str, c
     dtype = getattr(torch, dtype_name)
     row = {"op": op, "set": set_name, "shape": "x".join(map(str, shape)), "dtype": dtype_name,
            "provider": provider, "config": config, "us": None, "tbs": None, "pct_copy": None,
-           "host_us": None, "timing": "gpu" if set_name == "small" else "gpu, L2 flushed",
+           "host_us": None, "timing": "device" if set_name == "small" else "device, L2 flushed",
            "err_vs_torch": None, "error": None}
     try:
         key = (op, tuple(shape), dtype_name)
