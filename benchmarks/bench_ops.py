@@ -7,15 +7,12 @@ profile (tiny shapes, no CUDA C); ``full`` (the default) the GPU shape sets. Not
 a device at import: inputs are made in ``setup``.
 """
 
-try:
-    # Imported (not initialised: no CUDA call) here so that asv's forkserver loads torch once and
-    # every benchmark process forked from it starts with torch already in memory.
-    import torch  # noqa: F401
-except ImportError:  # pragma: no cover - the suites need torch to run, not to be listed
-    pass
-
 from xrt.bench import specs
-from xrt.bench.suite import make_suite
+from xrt.bench.suite import make_suite, preload
+
+# Imported (not initialised: no CUDA call) here so that asv's forkserver loads torch, torch._dynamo
+# and xrt.pytorch once and every benchmark process forked from it starts with them in memory.
+preload()
 
 _MODULE = __name__.split(".", 1)[-1]  # asv names benchmarks relative to benchmarks/
 

@@ -74,6 +74,50 @@ def test_suite_samples_advance_the_device_clock_and_write_the_sidecar(monkeypatc
         cls().setup("4096", "float32", "torch", "BLOCK_SIZE=256")
 
 
+def test_host_suite_samples_advance_the_host_clock_and_write_the_sidecar(monkeypatch, tmp_path, interpreter):
+    monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    cls = suite.make_host_suite("square", "Square", "bench_host")
+    assert cls.params == suite.params_for("square")[0] and cls.timer() == suite.host_timer()
+    b = cls()
+    p = ("4096", "float32", "torch", "default")
+    b.setup(*p)
+    assert cls.repeat == (suite.HOST_MIN_SAMPLES, suite.HOST_SAMPLES, suite.HOST_MAX_TIME)
+    case = suite._HOST_CASES[("square", *p)]
+    assert 1 <= case.calls <= 64
+    calls = []
+    real = case.fn
+    case.fn = lambda: (calls.append(1), real())
+    d0 = suite.device_timer()
+    for i in range(suite.HOST_SAMPLES):  # as asv does: setup, one sample, teardown
+        b.setup(*p)
+        t0 = suite.host_timer()
+        b.time_host(*p)
+        assert suite.host_timer() > t0 and len(calls) == (i + 1) * case.calls  # one sample: `calls` calls
+        b.teardown(*p)
+        # asv may stop from HOST_MIN_SAMPLES on (its time cap): the sidecar is there from then on
+        assert bool(list(tmp_path.glob("*.json"))) == (i + 1 >= suite.HOST_MIN_SAMPLES)
+    assert suite.device_timer() == d0  # the device clock is not this series'
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert rec["benchmark"] == "bench_host.Square.time_host" and rec["series"] == "host"
+    assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
+    assert len(rec["samples_s"]) == suite.HOST_SAMPLES and rec["calls_per_sample"] == case.calls
+    assert suite.HOST_MIN_SAMPLES >= 5  # the gate's minimum a side
+    # No bytes (no bandwidth from host time) and no clocks: cycles are given, all None.
+    assert "bytes" not in rec and rec["cycles"] == [None] * suite.HOST_SAMPLES
+    with pytest.raises(NotImplementedError, match="cannot run here"):
+        cls().setup("4096", "float32", "cuda", "default")
+
+
+def test_bench_measure_reports_device_and_host_time(capsys, monkeypatch):
+    from xrt import cli
+
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    assert cli.main(["bench", "measure", "square", "--shape", "4096", "--provider", "torch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["median_s"] > 0 and out["n"] >= 10
+    assert out["host"]["median_s"] > 0 and out["host"]["n"] == 50 and 1 <= out["host"]["calls_per_sample"] <= 64
+
+
 def test_diag_prints_what_it_checked_and_what_to_change(interpreter, tmp_path):
     checks = diag.diagnose("square", shape="100", provider="triton", config="BLOCK_SIZE=4096", warmup=1,
                            profile_dir=tmp_path, nvml=FakeNVML())
@@ -105,11 +149,23 @@ def test_diag_names_a_provider_that_cannot_run(monkeypatch):
         diag.diagnose("square", shape="100", provider="triton")
 
 
+def clone_repo(src: Path, dest: Path) -> Path:
+    """A clone of ``src`` that asv accepts: asv.conf.json names branch ``main``, which a clone of a
+    checkout on another branch (a worktree's) has only as ``origin/main``."""
+    subprocess.run(["git", "clone", "-q", str(src), str(dest)], check=True)
+    has_main = subprocess.run(["git", "-C", str(dest), "rev-parse", "--verify", "-q", "refs/heads/main"],
+                              capture_output=True).returncode == 0
+    if not has_main:
+        start = "origin/main" if subprocess.run(["git", "-C", str(dest), "rev-parse", "--verify", "-q", "origin/main"],
+                                                capture_output=True).returncode == 0 else "HEAD"
+        subprocess.run(["git", "-C", str(dest), "branch", "-q", "main", start], check=True)
+    return dest
+
+
 @pytest.mark.slow
 def test_bench_run_quick_profile_end_to_end(tmp_path):
     """`xrt bench run` on a clone: asv per commit in the existing env, results + sidecar collected."""
-    clone = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    clone = clone_repo(ROOT, tmp_path / "repo")
     head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     env = dict(os.environ, HOME=str(tmp_path))  # asv keeps its machine file in ~
@@ -130,10 +186,15 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     assert any(isinstance(v, float) and v > 0 for v in values)
     samples = result["results"]["bench_ops.Square.time_op"][cols.index("samples")]
     assert any(s and len(s) >= 10 for s in samples)
+    # The host series of the same combinations, beside the device series (docs/timing.md, "Host time").
+    host = result["results"]["bench_host.Square.time_host"]
+    assert host[1] == params and [bool(s) for s in host[cols.index("samples")]] == [bool(s) for s in samples]
     side = json.loads(Path(files[0]).with_suffix(".xrt").read_text())
     assert side["commit"] == head and side["machine"] == mach and side["cases"]
-    assert all(c["benchmark"] == "bench_ops.Square.time_op" for c in side["cases"])
-    assert (clone / "results" / "asv" / "benchmarks.json").is_file()
+    assert {c["benchmark"] for c in side["cases"]} == {"bench_ops.Square.time_op", "bench_host.Square.time_host"}
+    assert {c["series"] for c in side["cases"] if c["benchmark"].endswith("time_host")} == {"host"}
+    benchmarks = json.loads((clone / "results" / "asv" / "benchmarks.json").read_text())
+    assert benchmarks["bench_host.Square.time_host"]["unit"] == "seconds"
 
 
 def test_each_target_sees_only_its_gpu_by_uuid():
@@ -150,8 +211,7 @@ def test_bench_run_parallel_targets_write_their_own_machines(tmp_path, monkeypat
     """`--all-gpus` on the CPU: two targets (two "hosts"), two asv processes at once, two machines."""
     from xrt.bench import runner
 
-    clone = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    clone = clone_repo(ROOT, tmp_path / "repo")
     monkeypatch.setenv("HOME", str(tmp_path))  # asv keeps its machine file in ~
     cpus = [DeviceInfo(kind="cpu", index=0, name="cpu", host=h) for h in ("node-a", "node-b")]
     monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner._pin(d)) for d in cpus])

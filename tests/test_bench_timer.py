@@ -96,3 +96,45 @@ def test_device_clocks_without_nvml_never_raise():
     clk = xnvml.DeviceClocks(0, Broken())
     assert not clk.available
     assert clk.read().sm_mhz is None and clk.read().reasons == 0
+
+
+def test_host_time_is_back_to_back_calls_with_the_device_waits_outside():
+    """A host sample: sync, N calls with nothing between them, sync; only the calls are timed."""
+    import time
+
+    clock = timer._Clock("cpu")
+    clock.kind = "fake-gpu"  # a device whose synchronize is slow and recorded
+    events = []
+
+    def sync():
+        events.append("sync")
+        time.sleep(0.05)
+
+    clock.sync = sync
+    per_call = clock.host_batch(lambda: events.append("call"), 5)
+    assert events == ["sync"] + ["call"] * 5 + ["sync"]
+    assert per_call < 0.05 / 5 / 2  # neither 50 ms synchronize is inside the interval
+
+
+def test_host_calls_per_sample_follow_the_sample_time_and_cap():
+    import time
+
+    clock = timer._Clock("cpu")
+    assert clock.host_calls(lambda: time.sleep(1e-4), sample_time=1.0, max_calls=64) == 64  # capped
+    assert clock.host_calls(lambda: time.sleep(0.004), sample_time=0.002, max_calls=64) == 1
+    n = []
+    clock.host_calls(lambda: n.append(1), sample_time=1.0, max_calls=8, warmup_time=0.0)
+    assert len(n) >= 2  # warm-up: at least two calls (the first may compile)
+
+
+def test_measure_host_on_cpu():
+    import torch
+
+    x = torch.randn(1000)
+    m = timer.measure_host(lambda: x * x, "cpu", samples=7)
+    assert m.n == 7 and m.stopped_by == "samples" and 1 <= m.calls_per_sample <= 64
+    assert m.median_s > 0 and m.median_cycles is None and m.sm_mhz == []
+    with pytest.raises(ValueError, match="unknown host-timer setting"):
+        timer.measure_host(lambda: None, "cpu", calls=3)
+    with pytest.raises(ValueError, match="out of range"):
+        timer.measure_host(lambda: None, "cpu", samples=1)

@@ -80,14 +80,17 @@ def run_measure(args: argparse.Namespace) -> int:
     spec.runnable(inputs, args.provider)
     fn = lambda: spec.call(inputs, args.provider, cfg)  # noqa: E731
     m = timer.measure(fn, dev.torch_device, graph=args.graph, target_noise=args.target_noise)
+    h = timer.measure_host(fn, dev.torch_device)
     s = m.summary()
     s["gbps"] = spec.bytes_moved(shape, inputs[0].element_size()) / m.median_s / 1e9
+    s["host"] = {"median_s": h.median_s, "n": h.n, "calls_per_sample": h.calls_per_sample, "wall_s": h.wall_s}
     if args.json:
         print(json.dumps(s))
     else:
         print(f"{args.op} {args.shape} {args.dtype} {args.provider} {args.config}: median {m.median_s * 1e6:.2f} us, "
               f"{s['gbps']:.1f} GB/s, noise {m.rel_noise:.3%} over {m.n} samples ({m.stopped_by}), "
-              f"throttled {m.throttled_share:.0%}, wall {m.wall_s:.2f} s")
+              f"throttled {m.throttled_share:.0%}, wall {m.wall_s:.2f} s; host {h.median_s * 1e6:.2f} us a call "
+              f"({h.n} samples of {h.calls_per_sample} back-to-back calls)")
     return 0
 
 

@@ -18,6 +18,11 @@ How it fits together, per parameter combination (op × shape × dtype × provide
 * every sample's SM / memory clock and throttle reasons, the bytes and FLOPs, and the pilot's
   summary go to a sidecar file in ``$XRT_SIDECAR_DIR`` (set by ``xrt bench run``), which the
   database ingests beside asv's results.
+
+The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the same glue around
+:func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
+``bench_ops.<Op>.time_op``, each asv sample the host seconds per call of a few back-to-back calls
+(docs/timing.md, "Host time").
 """
 
 from __future__ import annotations
@@ -31,12 +36,40 @@ from typing import Any
 from xrt.bench import specs
 
 MAX_ASV_SAMPLES = 300
+HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
+# ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
+# seconds of sampling once it has HOST_MIN_SAMPLES (the gate needs 5 a side).
+HOST_MIN_SAMPLES = 10
+HOST_MAX_TIME = 0.5
 DEVICE_CLOCK = [0.0]  # seconds of device time measured so far in this process
+HOST_CLOCK = [0.0]  # host seconds per call measured so far in this process
 
 
 def device_timer() -> float:
     """asv's ``timer``: the device-time clock (advanced only by :meth:`Case.sample`)."""
     return DEVICE_CLOCK[0]
+
+
+def host_timer() -> float:
+    """asv's ``timer`` of the host series: advanced only by :meth:`HostCase.sample`."""
+    return HOST_CLOCK[0]
+
+
+def preload() -> None:
+    """Import, in asv's forkserver, what every benchmark process would otherwise import for itself.
+
+    asv forks one process per benchmark x parameter combination from a server that imported the
+    suites. The first call of an xrt op (a ``torch.library`` custom op) imports ``torch._dynamo``:
+    2-3 s per process on a CPU runner, more than the measurement itself. Imported here once, every
+    forked process starts with it. None of these imports touches a device, so CUDA is first
+    initialised in the forked processes (verified on CPU builds of torch only, see docs/timing.md).
+    """
+    try:
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
+    except ImportError:  # pragma: no cover - the suites need torch to run, not to be listed
+        return
+    import xrt.pytorch  # noqa: F401
 
 
 def profile() -> str:
@@ -97,22 +130,21 @@ def tuned_configs(op: str) -> list[str]:
 
 
 _CASES: dict[tuple, Case] = {}
+_HOST_CASES: dict[tuple, HostCase] = {}
 
 
-class Case:
-    """One parameter combination, set up once per process."""
+class _Inputs:
+    """One parameter combination's inputs and call, loaded (compiled) once: what both series time."""
 
     def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
         import torch
 
-        from xrt.bench import timer
         from xrt.device import default_device
         from xrt.pytorch.ops import providers
 
         self.spec = specs.get(op)
         self.params = [shape, dtype, provider, config]
         self.dev = default_device()
-        device = self.dev.torch_device
         self.shape = parse_shape(shape)
         self.dtype = getattr(torch, dtype)
         cfg = parse_config(config)
@@ -125,16 +157,44 @@ class Case:
             if not set(cfg) <= set(spaces.space(space)):  # the tuner's file holds every provider's configs
                 raise NotImplementedError(f"config {config} is not one of {space}'s")
             spaces.check(space, cfg)
-        self.args = self.spec.make_inputs(self.shape, self.dtype, device)
+        self.args = self.spec.make_inputs(self.shape, self.dtype, self.dev.torch_device)
         prov = providers(op).get(provider)
         why = "not registered" if prov is None else prov.missing(self.args[0])
         if why:
             raise NotImplementedError(f"{op}[{provider}] cannot run here: {why}")  # asv: skipped
         self.fn = lambda: self.spec.call(self.args, provider, cfg)
+        self.fn()  # compile / load now, outside any timing
+        self.samples: list[float] = []
+        self._written = -1
+        self.expected = 10
+
+    def record(self, benchmark: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write_sidecar(self, benchmark: str) -> None:
+        out = os.environ.get("XRT_SIDECAR_DIR")
+        if not out or self._written == len(self.samples):
+            return
+        path = Path(out)
+        path.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", benchmark + "-" + "-".join(self.params))
+        tmp = path / (name + ".tmp")
+        tmp.write_text(json.dumps(self.record(benchmark)))
+        os.replace(tmp, path / (name + ".json"))
+        self._written = len(self.samples)
+
+
+class Case(_Inputs):
+    """One parameter combination's device-time series, set up once per process."""
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+        from xrt.bench import timer
+
+        super().__init__(op, shape, dtype, provider, config)
+        device = self.dev.torch_device
         # Small shapes run in CUDA-graph mode, except CUDA C: pycuda's launches cannot be captured.
         self.graph = (self.dev.kind == "cuda" and provider != "cuda"
                       and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])})
-        self.fn()  # compile / load now, outside any timing
         self.pilot = timer.measure(self.fn, device, graph=self.graph)
         self.clock = timer._Clock(device)
         self.target, self.per = self.fn, 1
@@ -142,12 +202,9 @@ class Case:
             self.target, self.per = timer._graphed(self.fn, self.pilot.calls_per_sample, self.clock.device), \
                 self.pilot.calls_per_sample
         self.clock.calibrate(self.target)
-        self.samples: list[float] = []
         self.sm_mhz: list[int | None] = []
         self.mem_mhz: list[int | None] = []
         self.reasons: list[int] = []
-        self._written = -1
-        self.expected = 10
 
     def sample(self) -> None:
         t = self.clock.batch(self.target, 1)[0] / self.per
@@ -167,6 +224,7 @@ class Case:
             "benchmark": benchmark,
             "params": [repr(p) for p in self.params],
             "op": self.spec.op,
+            "series": "device",
             "bytes": self.spec.bytes_moved(self.shape, esize),
             "flops": self.spec.flops(self.shape),
             "graph": self.graph,
@@ -181,17 +239,39 @@ class Case:
             "xrt_source": _xrt_source(),
         }
 
-    def write_sidecar(self, benchmark: str) -> None:
-        out = os.environ.get("XRT_SIDECAR_DIR")
-        if not out or self._written == len(self.samples):
-            return
-        path = Path(out)
-        path.mkdir(parents=True, exist_ok=True)
-        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", benchmark + "-" + "-".join(self.params))
-        tmp = path / (name + ".tmp")
-        tmp.write_text(json.dumps(self.record(benchmark)))
-        os.replace(tmp, path / (name + ".json"))
-        self._written = len(self.samples)
+
+class HostCase(_Inputs):
+    """One parameter combination's host-time series (:func:`xrt.bench.timer.measure_host`'s samples)."""
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+        from xrt.bench import timer
+
+        super().__init__(op, shape, dtype, provider, config)
+        self.clock = timer._Clock(self.dev.torch_device, flush=False)
+        cfg = timer.HOST_DEFAULTS
+        self.calls = self.clock.host_calls(self.fn, cfg["sample_time"], cfg["max_calls"], cfg["warmup_time"])
+        self.expected = HOST_MIN_SAMPLES  # the sidecar is (re)written from here on
+
+    def sample(self) -> None:
+        t = self.clock.host_batch(self.fn, self.calls)
+        self.samples.append(t)
+        HOST_CLOCK[0] += t
+
+    def record(self, benchmark: str) -> dict[str, Any]:
+        # No bytes, FLOPs or clocks: host time is not moved by the GPU's clock, and bandwidth from
+        # it means nothing. ``cycles`` is given, all None, so that nothing derives cycles for this
+        # series from the run's SM clock (the gate would then read a host slowdown that coincides
+        # with a clock drop as a clock change).
+        return {
+            "benchmark": benchmark,
+            "params": [repr(p) for p in self.params],
+            "op": self.spec.op,
+            "series": "host",
+            "calls_per_sample": self.calls,
+            "samples_s": self.samples,
+            "cycles": [None] * len(self.samples),
+            "xrt_source": _xrt_source(),
+        }
 
 
 def _xrt_source() -> str:
@@ -209,6 +289,13 @@ def case(op: str, *params: str) -> Case:
     if key not in _CASES:
         _CASES[key] = Case(op, *params)
     return _CASES[key]
+
+
+def host_case(op: str, *params: str) -> HostCase:
+    key = (op, *params)
+    if key not in _HOST_CASES:
+        _HOST_CASES[key] = HostCase(op, *params)
+    return _HOST_CASES[key]
 
 
 def make_suite(op: str, class_name: str, module: str) -> type:
@@ -243,4 +330,40 @@ def make_suite(op: str, class_name: str, module: str) -> type:
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
     Suite.__doc__ = f"{op}: device time per call (asv samples are single device-timed calls)."
+    return Suite
+
+
+def make_host_suite(op: str, class_name: str, module: str) -> type:
+    """The host-time twin of :func:`make_suite`: ``<module>.<class_name>.time_host``, same params.
+
+    Each asv sample is the host seconds per call of one :meth:`HostCase.sample` (``calls_per_sample``
+    back-to-back calls, no device wait inside; docs/timing.md, "Host time").
+    """
+    params, names = params_for(op)
+    bench_name = f"{module}.{class_name}.time_host"
+
+    class Suite:
+        timer = staticmethod(host_timer)
+        number = 1
+        warmup_time = 0.0  # the HostCase warmed up already
+        rounds = 1
+        min_run_count = 1
+        repeat = (HOST_MIN_SAMPLES, HOST_SAMPLES, HOST_MAX_TIME)
+        timeout = 300
+
+        def setup(self, *p: str) -> None:
+            host_case(op, *p)
+
+        def teardown(self, *p: str) -> None:
+            # asv may stop anywhere from HOST_MIN_SAMPLES on: the sidecar follows each new sample.
+            c = _HOST_CASES.get((op, *p))
+            if c is not None and len(c.samples) >= c.expected:
+                c.write_sidecar(bench_name)
+
+        def time_host(self, *p: str) -> None:
+            _HOST_CASES[(op, *p)].sample()
+
+    Suite.params, Suite.param_names = params, names
+    Suite.__name__ = Suite.__qualname__ = class_name
+    Suite.__doc__ = f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls)."
     return Suite

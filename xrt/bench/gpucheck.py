@@ -1,18 +1,17 @@
 """One GPU run that times every memory-bound op x provider beside torch, plus the copy baseline.
 
-    python -m xrt.kernels.gpucheck --out DIR [--ops softmax,layernorm] [--sets large]
+    python -m xrt.bench.gpucheck --out DIR [--ops softmax,layernorm] [--sets large]
         [--dtypes bfloat16] [--shapes 2048x32768] [--providers torch,triton,cuda]
         [--sweep-ops layernorm_bwd] [--sweep PARAM=V1/V2,...] [--budget 200] [--no-configs]
 
-Every row is GPU time only (``gpu_time``): the timed calls are queued behind a
-``torch.cuda._sleep`` long enough for the host to enqueue all of them, so the host cost of a call
-(the public op's dispatch, policy lookup and launch: 50-400 us on the H100 host) never shows in
-the events; L2 is flushed (256 MiB written) before each large-shape call, as ``do_bench`` does.
-The first H100 run timed the public op with plain ``do_bench``: when the host cost of a call
-came near the GPU time of flush + kernel, the GPU starved between the start event and the
-kernel, and the same config read 95 us in the sweep but 134 us as the default. The host cost of a
-call is reported beside (column "host µs"). Small shapes are timed the same way without the flush
-(CUDA C included, which CUDA graphs cannot capture).
+Every time here comes from xrt's one timer, :mod:`xrt.bench.timer` (docs/timing.md), so these
+tables read the same as the asv suites and ``xrt bench measure``: the "µs" column is
+:func:`~xrt.bench.timer.measure`'s median device time (L2 flushed, 2 x the L2, before each
+large-shape call; small shapes without the flush, CUDA C included; the batch queued behind a
+``torch.cuda._sleep`` so the host cost of a call never shows in the events); the "host µs" column
+is :func:`~xrt.bench.timer.measure_host`'s median host time per call (back-to-back calls, no
+device wait inside). Until this module moved here from ``kernels/`` it had a timer of its own (a
+256 MiB flush, a measured sleep), and its tables were not comparable with the suites'.
 TB/s = bytes_moved (``xrt.bench.specs``) / time; "% copy" against ``y.copy_(x)`` of 1 GiB fp16,
 measured in the same run. After the default-config table, the tuning configs of
 ``kernels/spaces.py`` are swept on the large bf16 shapes (or ``--dtypes``' first) until the time
@@ -31,90 +30,22 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from xrt.bench import specs, timer
+
 OPS = ["square", "vector_add", "window_sum", "softmax", "layernorm", "layernorm_bwd"]
+QUICK = {"max_time": 0.15}  # the config sweep: shorter per config than the default table
+HOST_SAMPLES = 20
 
 
 def _first(out: Any) -> Any:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-_FLUSH: list = []
-_CYCLES_PER_MS: list[float] = []
-
-
-def _cycles_per_ms() -> float:
-    """Clock cycles of ``torch.cuda._sleep`` per millisecond (measured once)."""
-    import torch
-
-    if not _CYCLES_PER_MS:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1000)
-        a.record()
-        torch.cuda._sleep(20_000_000)
-        b.record()
-        torch.cuda.synchronize()
-        _CYCLES_PER_MS.append(20_000_000 / max(a.elapsed_time(b), 1e-3))
-    return _CYCLES_PER_MS[0]
-
-
-def gpu_time(fn, flush: bool = True, reps: int | None = None, target_ms: float = 60.0) -> tuple[float, float]:
-    """``(median GPU ms of fn, host ms per call)``; the host cost is kept out of the GPU time.
-
-    All ``reps`` calls (each after an L2 flush when ``flush``) are enqueued while the GPU runs a
-    ``torch.cuda._sleep`` longer than the enqueueing takes, so no start event ever waits on the
-    host. The sleep is sized from a measured host cost; if the GPU still caught up with the host
-    (the sleep ended before the last call was queued), the run is repeated with a longer sleep.
-    """
-    import statistics
-
-    import torch
-
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda"))
-    cache = _FLUSH[0]
-    fn()
-    torch.cuda.synchronize()
-    # host cost of one call, with the GPU busy so that nothing waits on it
-    torch.cuda._sleep(int(_cycles_per_ms() * 10))
-    t0 = time.perf_counter()
-    for _ in range(5):
-        if flush:
-            cache.zero_()
-        fn()
-    host_ms = (time.perf_counter() - t0) * 1e3 / 5
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(3):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    est = max(a.elapsed_time(b) / 3, 1e-3)
-    if reps is None:
-        # at most 60: a call is up to ~7 queue entries, and the launch queue holds about 1000
-        reps = int(min(60, max(10, target_ms / (est + (0.09 if flush else 0.0)))))
-    for attempt in range(3):
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        slept = torch.cuda.Event(enable_timing=True)
-        sleep_ms = (1.5 * reps * host_ms + 5.0) * (2 ** attempt)
-        torch.cuda._sleep(int(_cycles_per_ms() * sleep_ms))
-        slept.record()
-        t0 = time.perf_counter()
-        for i in range(reps):
-            if flush:
-                cache.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        enqueue_ms = (time.perf_counter() - t0) * 1e3
-        torch.cuda.synchronize()
-        # The sleep covered the enqueueing when the first start event came after it by no more
-        # than one flush, and the host finished before the sleep did (sleep_ms is GPU time).
-        if enqueue_ms < sleep_ms * 0.9:
-            break
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return statistics.median(times), enqueue_ms / reps
+def gpu_time(fn, device: str = "cuda", flush: bool = True, quick: bool = False) -> tuple[float, float]:
+    """``(median device ms of fn, median host ms per call)``, both from :mod:`xrt.bench.timer`."""
+    m = timer.measure(fn, device, flush_l2=flush, **(QUICK if quick else {}))
+    h = timer.measure_host(fn, device, samples=HOST_SAMPLES)
+    return m.median_s * 1e3, h.median_s * 1e3
 
 
 def copy_bandwidth() -> float:
@@ -123,7 +54,7 @@ def copy_bandwidth() -> float:
 
     bufs = [torch.randn(1 << 29, device="cuda", dtype=torch.float16)]
     bufs.append(torch.empty_like(bufs[0]))
-    ms, _ = gpu_time(lambda: bufs[1].copy_(bufs[0]), reps=20)
+    ms = timer.measure(lambda: bufs[1].copy_(bufs[0]), "cuda").median_s * 1e3
     nbytes = 2 * bufs[0].numel() * bufs[0].element_size()
     bufs.clear()
     torch.cuda.empty_cache()
@@ -136,31 +67,32 @@ def _err(out: Any, ref: Any) -> float:
     return float(((a - b).abs() / (b.abs() + 1e-2)).max()) if b.numel() else 0.0
 
 
-def measure(op: str, set_name: str, shape, dtype_name: str, provider: str, config: dict | None,
-            copy_tbs: float, cache: dict, quick: bool = False) -> dict:
+def measure_row(op: str, set_name: str, shape, dtype_name: str, provider: str, config: dict | None,
+                copy_tbs: float, cache: dict, quick: bool = False, device: str = "cuda") -> dict:
     import torch
 
-    from xrt.bench import specs
-
     spec = specs.get(op)
+    cuda = device.startswith("cuda")
     dtype = getattr(torch, dtype_name)
     row = {"op": op, "set": set_name, "shape": "x".join(map(str, shape)), "dtype": dtype_name,
            "provider": provider, "config": config, "us": None, "tbs": None, "pct_copy": None,
-           "host_us": None, "timing": "gpu" if set_name == "small" else "gpu, L2 flushed",
+           "host_us": None, "timing": "device" if set_name == "small" else "device, L2 flushed",
            "err_vs_torch": None, "error": None}
     try:
         key = (op, tuple(shape), dtype_name)
         if key not in cache:
             cache.clear()  # one input set alive at a time: large shapes are GiBs
-            torch.cuda.empty_cache()
-            args = spec.make_inputs(tuple(shape), dtype, "cuda")
+            if cuda:
+                torch.cuda.empty_cache()
+            args = spec.make_inputs(tuple(shape), dtype, device)
             cache[key] = (args, spec.call(args, "torch", None))
         args, ref = cache[key]
         fn = (lambda: spec.call(args, provider, config))
         out = fn()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         row["err_vs_torch"] = _err(out, ref)
-        ms, host_ms = gpu_time(fn, flush=set_name != "small", target_ms=25.0 if quick else 60.0)
+        ms, host_ms = gpu_time(fn, device, flush=set_name != "small", quick=quick)
         esize = torch.empty((), dtype=dtype).element_size()
         tbs = spec.bytes_moved(tuple(shape), esize) / (ms * 1e-3) / 1e12
         row.update(us=round(ms * 1e3, 2), tbs=round(tbs, 3), pct_copy=round(100 * tbs / copy_tbs, 1),
@@ -203,7 +135,7 @@ def _parse_sweep(text: str) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xrt.kernels.gpucheck", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m xrt.bench.gpucheck", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--sets", default="large,small", help="shape sets of the default-config table")
@@ -218,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from xrt.bench import specs
     from xrt.kernels import spaces
 
     if not torch.cuda.is_available():
@@ -249,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for dt in dtypes:
                     for prov in provs:
-                        r = measure(op, set_name, shape, dt, prov, None, copy_tbs, cache)
+                        r = measure_row(op, set_name, shape, dt, prov, None, copy_tbs, cache)
                         rows.append(r)
                         print(_table([r], "").splitlines()[-1], flush=True)
     cache.clear()
@@ -273,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         if time.monotonic() - t0 > args.budget:
                             break
-                        r = measure(op, "large", shape, dt, prov, cfg, copy_tbs, cache, quick=True)
+                        r = measure_row(op, "large", shape, dt, prov, cfg, copy_tbs, cache, quick=True)
                         tuned.append(r)
                         if r["tbs"] is not None:
                             cands.append(r)
@@ -284,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config sweep stopped at the {args.budget:.0f} s budget", flush=True)
     summary = (f"Copy baseline (1 GiB fp16, `y.copy_(x)`): **{copy_tbs:.3f} TB/s**. "
                f"torch {torch.__version__}; run took {time.monotonic() - t0:.0f} s. "
-               "GPU time only (host cost queued behind a sleep); host µs: the host cost of a call.")
+               "µs: device time (xrt.bench.timer.measure); host µs: host time per call "
+               "(xrt.bench.timer.measure_host); docs/timing.md defines both.")
     md = [f"# xrt kernels on {dev}", "", summary, "",
           _table(rows, "Default configs, side by side with torch")]
     if best:
