@@ -28,9 +28,10 @@ import numpy as np
 
 from xrt.db import store
 from xrt.track import env as envmod
+from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
-from xrt.track.load import columns
+from xrt.track.load import columns, order_expr
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
@@ -51,10 +52,11 @@ FAILED_AT_BASE = Outcome("failed-base", "failed at base: nothing to compare head
 FAILED_AT_HEAD = Outcome("failed-head", "failed at head", True)
 MISSING_AT_HEAD = Outcome("missing-head", "missing at head (ran at base)", True)
 SKIPPED_AT_HEAD = Outcome("skipped-head", "skipped at head (ran at base)", True)
+HISTORY = Outcome("history", "judged against its history (too few samples to test: one value a run)", False)
 INVALID = Outcome("invalid", "invalid samples", True)
 TOO_FEW = Outcome("too-few", "too few samples", True)
-OUTCOMES = (COMPARED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD, SKIPPED_AT_HEAD,
-            INVALID, TOO_FEW)
+OUTCOMES = (COMPARED, HISTORY, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
+            SKIPPED_AT_HEAD, INVALID, TOO_FEW)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Verdict:
     regressions: list[dict] = field(default_factory=list)
     clock: list[dict] = field(default_factory=list)
     changed_machine: list[dict] = field(default_factory=list)  # slower, on a machine whose environment changed
+    within_noise: list[dict] = field(default_factory=list)  # slower by the samples, within the run-to-run noise
     problems: list[str] = field(default_factory=list)
     compared: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
@@ -181,6 +184,27 @@ def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
     return out
 
 
+def _history_values(con: Any, base: str, machine: str | None,
+                    window: int = noisemod.WINDOW) -> dict[tuple, list[float]]:
+    """Per series, the per-commit values (median over runs) of the last ``window`` commits up to and
+    including ``base`` in history order, oldest first: what the noise model learns from."""
+    order, where_order = order_expr(con)
+    row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
+    if row is None or row[0] is None:
+        return {}
+    sql = (f"SELECT machine, benchmark, param_key, ord, v FROM ("
+           f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
+           f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
+           f"  FROM results r JOIN commits c ON c.hash = r.commit_hash"
+           f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
+           + (" AND r.machine = ?" if machine else "") +
+           f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
+    out: dict[tuple, list[float]] = {}
+    for m, bn, pk, _, v in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
+        out.setdefault((m, bn, pk), []).append(v)
+    return out
+
+
 def _valid(x: Any) -> bool:
     """A time or a rate can only be a finite number above 0."""
     return isinstance(x, float | int) and math.isfinite(x) and x > 0
@@ -223,6 +247,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         for c in (base, head):
             v.problems += _errors(con, c)
         envs = envmod.environments(con, machine, commits=[base, head])
+        history_values = _history_values(con, base, machine)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -261,17 +286,25 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = INVALID
                 v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
             elif len(xs) < need or len(ys) < need:
-                out = TOO_FEW
-                why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer" if need > cfg.min_samples
-                                        else "")
-                v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why})")
+                model = noisemod.from_values(history_values.get(key, []))
+                if model is not None:
+                    out = HISTORY
+                    _against_history(v, eff, key, b, ys, model, m in changed)
+                else:
+                    out = TOO_FEW
+                    why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
+                                            if need > cfg.min_samples else "")
+                    v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
+                                      f"and too little history to judge it otherwise (fewer than "
+                                      f"{noisemod.MIN_HISTORY} commits)")
             else:
                 out = COMPARED
-                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed)
+                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
+                         noisemod.from_values(history_values.get(key, [])))
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
         v.counts[out.name] += 1
-    v.compared = v.counts[COMPARED.name]
+    v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name]
     for o in (NEW_AT_HEAD, SKIPPED_BOTH):
         if v.counts[o.name]:
             v.notes.append(f"{v.counts[o.name]} series {o.text}")
@@ -283,9 +316,26 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
     return v
 
 
+def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,
+                     machine_changed: bool) -> None:
+    """A series with too few samples to test: head's value against the level of its recent history."""
+    m, bn, pk = key
+    y = float(np.log(np.median(ys)))
+    ratio = float(np.exp(y - model.level))
+    worse = np.log(ratio) * (-1 if higher_is_better(b["unit"]) else 1)
+    z = model.z_head(y)
+    if worse < eff or z < noisemod.Z:
+        return
+    item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
+            "p_value": None, "z": z, "judged": f"against history ({model.describe()})",
+            "before": float(np.exp(model.level)), "after": float(np.median(ys))}
+    (v.changed_machine if machine_changed else v.regressions).append(item)
+
+
 def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
-             ys: np.ndarray, machine_changed: bool = False) -> None:
-    """One series with enough valid samples on both sides: a regression, a clock change or nothing."""
+             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None) -> None:
+    """One series with enough valid samples on both sides: a regression, a clock change, a slowdown
+    within the series' run-to-run noise (``model``, from its history), or nothing."""
     m, bn, pk = key
     ratio = float(np.median(ys) / np.median(xs))
     worse = np.log(ratio) * (-1 if higher_is_better(b["unit"]) else 1)
@@ -295,7 +345,13 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     if p > cfg.alpha:
         return
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
-            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys))}
+            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
+    if model is not None:
+        item["z"] = model.z_pair(float(np.log(ratio)))
+        if item["z"] < noisemod.Z:
+            item["judged"] = f"within run-to-run noise ({model.describe()}, z {item['z']:.1f} < {noisemod.Z:g})"
+            v.within_noise.append(item)
+            return
     bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)
     hc = [c for c in h["cycles"] or [] if c is not None]
     if len(bc) >= cfg.min_samples and len(hc) >= cfg.min_samples:
@@ -321,17 +377,24 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
     lines = [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-             f"(machine {r['machine']}, p={r['p_value']:.1e})" for r in v.regressions]
+             f"(machine {r['machine']}, {_evidence(r)})" for r in v.regressions]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
               f"{r['ratio']:.3f} (machine {r['machine']})" for r in v.changed_machine]
+    lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
+              f"(machine {r['machine']}, {r['judged']})" for r in v.within_noise]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
-    lines.append(f"xrt gate: {word}: head {v.head[:10]} vs base {v.base[:10]}: {v.compared} series compared, "
+    lines.append(f"xrt gate: {word}: head {v.head[:10]} vs base {v.base[:10]}: {v.compared} series compared"
+                 + (f" ({v.counts.get(HISTORY.name, 0)} against history)" if v.counts.get(HISTORY.name) else "") + ", "
                  f"{len(v.regressions)} regression(s), {len(v.problems)} problem(s) (exit {v.code})")
     return "\n".join(lines)
+
+
+def _evidence(r: dict) -> str:
+    return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
 def summary_markdown(v: Verdict) -> str:
@@ -341,12 +404,16 @@ def summary_markdown(v: Verdict) -> str:
     if v.regressions:
         out += ["| machine | benchmark | params | before | after | ratio | p |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
-                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {r['p_value']:.1e} |" for r in v.regressions]
+                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in v.regressions]
         out.append("")
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
                 f"cycles {r['cycles_ratio']:.3f}" for r in v.clock] + [""]
+    if v.within_noise:
+        out += ["Slower, but within the series' run-to-run noise (not failing):", ""]
+        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}, {r['judged']}"
+                for r in v.within_noise] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"

@@ -1,0 +1,61 @@
+"""Run-to-run noise of one series, from its history: the one model the gate and the newest-commit
+judgement share (the detector computes the same σ over its segments with :func:`stats.run_noise`).
+
+Samples taken inside one run are not independent of each other: a process that landed on a slow
+core, a GPU at another clock, a CPU runner under load, moves *every* sample of the run. A test on
+the samples alone (Mann-Whitney) then calls that run's offset a regression. The history of the
+series says how far whole runs move: σ is the commit-to-commit standard deviation of the log
+per-commit value (first differences, largest 10 % trimmed, :func:`stats.run_noise`), over the last
+``window`` commits before the one being judged.
+
+Two uses:
+
+- **A bar per series** (:meth:`Noise.z_pair`): base and head are two runs, so their log difference
+  has standard deviation σ·√2; a slowdown whose z is below ``z`` is within what this series does
+  from run to run, and is not a regression however small the p-value of its samples.
+- **A verdict without samples** (:meth:`Noise.z_head`): a series that stores one value per run
+  (asv ``track_`` benchmarks, or runs that kept no samples) cannot be tested on samples; its head
+  is judged against the level of its recent history instead, with the same σ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xrt.track import stats
+
+WINDOW = 20        # commits of history (the detector's window)
+MIN_HISTORY = 5    # fewer commits than this: no model (4 differences are too few to trust a σ)
+Z = 4.0            # the detector's commit-level bar (DetectConfig.z_commit)
+
+
+@dataclass(frozen=True)
+class Noise:
+    sigma: float  # standard deviation of one run's log value
+    level: float  # median log value over the window
+    n: int        # commits of history used
+
+    def z_pair(self, log_ratio: float) -> float:
+        """The z of a log difference between two runs of this series."""
+        return abs(log_ratio) / (self.sigma * math.sqrt(2.0))
+
+    def z_head(self, log_value: float) -> float:
+        """The z of one run's log value against the history's level (the median's own error included)."""
+        return abs(log_value - self.level) / (self.sigma * math.sqrt(1.0 + math.pi / 2.0 / self.n))
+
+    def describe(self) -> str:
+        return f"σ {math.expm1(self.sigma) * 100:.2g} % a run over {self.n} commits"
+
+
+def from_values(values: np.ndarray | list[float], window: int = WINDOW) -> Noise | None:
+    """The model from a series' per-commit values, oldest first (only the last ``window`` are used);
+    ``None`` when fewer than :data:`MIN_HISTORY` valid values exist."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)][-window:]
+    if len(v) < MIN_HISTORY:
+        return None
+    y = np.log(v)
+    return Noise(stats.run_noise(y), float(np.median(y)), len(y))
