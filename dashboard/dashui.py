@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import sys
 from typing import Any
 
 import dashdata as D
@@ -97,6 +100,38 @@ def text(label: str, key: str, default: str = "", where=st, **kw) -> str:
     else:
         st.query_params.pop(_qp(key), None)
     return v
+
+
+# ---------------------------------------------------------------------- may this server write?
+
+def _loopback(addr: str | None) -> bool:
+    """Whether Streamlit bound only this machine: a loopback address or ``localhost`` (no DNS asked).
+    An empty address is Streamlit's default, every interface."""
+    a = (addr or "").strip().strip("[]")
+    if a.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(a).is_loopback
+    except ValueError:
+        return False
+
+
+def writes() -> tuple[bool, str]:
+    """Whether the acknowledge / ignore form is offered, and if not, why (one sentence).
+
+    Read-only when ``XRT_DASHBOARD_READONLY`` is set (``xrt dashboard --read-only``); else writable
+    when the server is bound to loopback, or when the operator said so for an exposed server
+    (``XRT_DASHBOARD_WRITES=1``, or ``streamlit run dashboard/app.py -- --allow-writes``)."""
+    if os.environ.get("XRT_DASHBOARD_READONLY"):
+        return False, "This dashboard is served read-only (XRT_DASHBOARD_READONLY)."
+    addr = st.get_option("server.address")
+    if _loopback(addr):
+        return True, ""
+    if os.environ.get("XRT_DASHBOARD_WRITES") == "1" or "--allow-writes" in sys.argv[1:]:
+        return True, ""
+    where = f"`{addr}`" if addr else "every interface"
+    return False, (f"This dashboard is served beyond this machine ({where}), so it is read-only. Whoever "
+                   "starts it can allow the form with `XRT_DASHBOARD_WRITES=1` (or `-- --allow-writes`).")
 
 
 def footer(r: D.Reader) -> None:

@@ -172,9 +172,10 @@ def test_overview_filters_and_deep_link(db):
 
 # ---------------------------------------------------------------------- detail and the ack flow
 
-def test_detail_deep_link_chart_commits_and_ack_flow(db):
+def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     from xrt.track import regressions as R
 
+    served_at("127.0.0.1")  # the shipped config's address, whatever directory pytest runs from
     rid = stepped_id(db)
     at = app("detail", id=rid[:6])  # a prefix is enough
     assert at.subheader[0].value == f"{BENCH} [{STEPPED[1]}] on gpu-a"
@@ -337,3 +338,154 @@ def test_cli_serves_app_on_localhost(tmp_path):
     assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--client.showErrorDetails") + 1] == "none"
     assert "not shipped in the wheel" in build_parser()._subparsers._group_actions[0].choices["dashboard"].description
+
+
+# ---------------------------------------------------------------------- served by hand: bind, stats, writes
+
+CONFIGS = [ROOT / ".streamlit" / "config.toml", ROOT / "dashboard" / ".streamlit" / "config.toml"]
+
+
+def _clean_env(home: Path) -> dict:
+    """No STREAMLIT_* settings and an empty ~/.streamlit: only the repository's config files speak."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
+    env["HOME"] = str(home)
+    return env
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=["repo-root", "beside-app"])
+def test_streamlit_config_binds_loopback_and_gathers_no_stats(path):
+    import tomllib
+
+    cfg = tomllib.loads(path.read_text())
+    assert cfg["server"]["address"] == "127.0.0.1"
+    assert cfg["browser"]["gatherUsageStats"] is False
+    assert cfg["client"]["showErrorDetails"] == "none"
+    assert path.read_text() == CONFIGS[0].read_text()  # one setting, two places Streamlit looks
+
+
+@pytest.mark.parametrize("where", ["repo-root", "elsewhere"])
+def test_streamlit_finds_the_config_where_the_documented_command_runs(tmp_path, where):
+    """What Streamlit itself resolves for `streamlit run dashboard/app.py`: from the repository root
+    (the documented cwd) through .streamlit/, from anywhere else through dashboard/.streamlit/."""
+    from streamlit import config
+
+    if where == "elsewhere" and not hasattr(config, "_main_script_path"):
+        pytest.skip("this Streamlit reads no config beside the script")
+    code = f"""
+from streamlit import config
+config._main_script_path = {str(APP)!r}
+from streamlit.web import bootstrap
+bootstrap.load_config_options(flag_options={{}})
+print(repr(config.get_option("server.address")), config.get_option("browser.gatherUsageStats"))
+"""
+    cwd = ROOT if where == "repo-root" else tmp_path
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_clean_env(tmp_path), capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["'127.0.0.1'", "False"], out.stderr[-2000:]
+
+
+def _listening(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp writes them) of the sockets listening on ``port``."""
+    found = []
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(f).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, _, p = local.rpartition(":")
+            if state == "0A" and int(p, 16) == port:  # 0A: LISTEN
+                found.append(addr)
+    return found
+
+
+def test_documented_manual_start_binds_loopback_only(tmp_path, xdb):
+    """`streamlit run dashboard/app.py` from the repository root, no flags but headless and a port."""
+    import socket
+    import time
+    import urllib.request
+
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("reads the listening sockets from /proc/net/tcp")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(_clean_env(tmp_path), XRT_DB=str(xdb[0]))
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
+            time.sleep(0.2)
+        bound = _listening(port)
+        # 127.0.0.1 (IPv4) or ::1 / ::ffff:127.0.0.1 (IPv6); never 0.0.0.0 or ::
+        assert bound and set(bound) <= {"0100007F", "00000000000000000000000001000000",
+                                        "0000000000000000FFFF00000100007F"}, bound
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def served_at(monkeypatch):
+    """Pretend the server was started with ``--server.address ADDR`` (AppTest runs the app in this process)."""
+    from streamlit import config
+
+    old = config.get_option("server.address")
+
+    def set_address(addr):
+        config.set_option("server.address", addr)
+
+    monkeypatch.delenv("XRT_DASHBOARD_READONLY", raising=False)
+    monkeypatch.delenv("XRT_DASHBOARD_WRITES", raising=False)
+    yield set_address
+    config.set_option("server.address", old)
+
+
+def _has_ack_form(at: AppTest) -> bool:
+    return any(b.label == "Save" for b in at.button) or bool(at.text_input)
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0", "", "::", "192.168.1.7", "dashboard.example.com"])
+def test_exposed_dashboard_is_read_only_without_the_flag(db, served_at, addr):
+    served_at(addr)
+    at = app("detail", id=stepped_id(db))
+    assert not _has_ack_form(at)
+    assert any("read-only" in c.value and "XRT_DASHBOARD_WRITES=1" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1", "localhost", "::1", "127.0.1.1"])
+def test_loopback_dashboard_can_write(db, served_at, addr):
+    served_at(addr)
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+
+
+def test_exposed_dashboard_writes_only_when_told(db, served_at, monkeypatch):
+    served_at("0.0.0.0")
+    monkeypatch.setenv("XRT_DASHBOARD_WRITES", "1")
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+    monkeypatch.setenv("XRT_DASHBOARD_WRITES", "0")
+    assert not _has_ack_form(app("detail", id=stepped_id(db)))
+    monkeypatch.delenv("XRT_DASHBOARD_WRITES")
+    monkeypatch.setattr(sys, "argv", ["dashboard/app.py", "--allow-writes"])  # `streamlit run app.py -- --allow-writes`
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+    # --read-only (XRT_DASHBOARD_READONLY) wins over everything
+    monkeypatch.setenv("XRT_DASHBOARD_READONLY", "1")
+    served_at("127.0.0.1")
+    at = app("detail", id=stepped_id(db))
+    assert not _has_ack_form(at) and any("XRT_DASHBOARD_READONLY" in c.value for c in at.caption)

@@ -3,8 +3,6 @@ the ``--diag`` checklist, and acknowledge / ignore with a note."""
 
 from __future__ import annotations
 
-import os
-
 import altair as alt
 import dashdata as D
 import dashui as U
@@ -118,9 +116,9 @@ for chk in rec["diag"]:
     st.markdown(line)
 
 st.markdown("**Acknowledge or ignore**")
-if os.environ.get("XRT_DASHBOARD_READONLY"):
-    st.caption("This dashboard is served read-only (XRT_DASHBOARD_READONLY): use "
-               f"`xrt regressions ack {rec['id']} --note TEXT`.")
+can_write, why = U.writes()
+if not can_write:
+    st.caption(f"{why} Use `xrt regressions ack {rec['id']} --note TEXT` on the database's host.")
 else:
     with st.form("ack"):
         choice = st.radio("Mark as", ["acknowledged", "ignored", "new"], horizontal=True,
