@@ -4,30 +4,56 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import sys
 from typing import Any
 
 import dashdata as D
 import streamlit as st
 
+# ---------------------------------------------------------------------- strings from users and data
+
+_PLAIN = re.compile(r"[^\W_][\w-]*(?: [^\W_][\w-]*)*")
+
+
+def lit(s: Any, limit: int | None = 200, code: bool = False) -> str:
+    """``s`` (a name, a parameter, a message, a note, a URL's value) for a Markdown body or a label,
+    shown as it is: never a link, an image, HTML, emphasis, a directive, an icon or a formula.
+
+    Words (letters, digits, ``-`` and ``_`` inside words, single spaces) stay plain unless ``code``;
+    anything else becomes one inline code span whose fence is longer than any run of backticks
+    inside (CommonMark), so nothing in it is parsed. Whitespace runs, newlines included, become one
+    space (a blank line would end the span); past ``limit`` characters it is cut with "…".
+    """
+    t = " ".join(str(s).split())
+    if limit and len(t) > limit:
+        t = t[: limit - 1] + "…"
+    if not t:
+        return ""
+    if not code and _PLAIN.fullmatch(t):
+        return t
+    fence = "`" * (max((len(m) for m in re.findall("`+", t)), default=0) + 1)
+    return f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
+
 
 def reader() -> D.Reader | None:
     """The database, or an empty state that says what to run (and ``None``)."""
     r = D.Reader.open()
     if r is None:
-        st.info(f"No results database at `{D.db_path()}` yet. Build one with "
+        st.info(f"No results database at {lit(D.db_path(), code=True)} yet. Build one with "
                 "`xrt db ingest results/asv --db results/xrt.duckdb` (after `xrt bench run`), or run `make demo`; "
                 "or open another with `XRT_DB=path/to/xrt.duckdb streamlit run dashboard/app.py`.")
         return None
     if r.n_results() == 0:
-        st.info(f"`{r.path}` holds no benchmark results yet. Run `xrt bench run` and then "
-                f"`xrt db ingest results/asv --db {r.path}`.")
+        st.info(f"{lit(r.path, code=True)} holds no benchmark results yet. Run `xrt bench run` and then "
+                f"{lit(f'xrt db ingest results/asv --db {r.path}', None, code=True)}.")
         return None
     return r
 
 
 def no_regressions_yet(r: D.Reader) -> None:
-    st.info(f"Regressions have not been computed for this database yet. Run `xrt regressions --db {r.path}` "
+    st.info(f"Regressions have not been computed for this database yet. Run "
+            f"{lit(f'xrt regressions --db {r.path}', None, code=True)} "
             "(it detects every step, stores them and keeps their status); then reload this page.")
 
 
@@ -129,13 +155,13 @@ def writes() -> tuple[bool, str]:
         return True, ""
     if os.environ.get("XRT_DASHBOARD_WRITES") == "1" or "--allow-writes" in sys.argv[1:]:
         return True, ""
-    where = f"`{addr}`" if addr else "every interface"
+    where = lit(addr, code=True) if addr else "every interface"
     return False, (f"This dashboard is served beyond this machine ({where}), so it is read-only. Whoever "
                    "starts it can allow the form with `XRT_DASHBOARD_WRITES=1` (or `-- --allow-writes`).")
 
 
 def footer(r: D.Reader) -> None:
-    st.caption(f"Database `{r.path}` · read-only, each query on its own short-lived connection · "
+    st.caption(f"Database {lit(r.path, None, code=True)} · read-only, each query on its own short-lived connection · "
                "the address bar's link reopens this view as it is.")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -37,19 +38,23 @@ N_COMMITS, STEP_AT = 30, 20
 STEPPED = ("gpu-a", "'4096', 'float32', 'triton', 'default'")
 
 
-def build(db: Path) -> list[str]:
+def build(db: Path, bench: str = BENCH, names: list = NAMES, params: list = PARAMS, machines: dict = MACHINES,
+          message: str = "commit {i}: change things") -> list[str]:
+    """The database; the hostile-strings tests pass other names (the step is on the first machine,
+    second shape, first dtype, second provider, first config, as STEPPED)."""
+    stepped = (list(machines)[0], ", ".join([params[0][1], params[1][0], params[2][1], params[3][0]]))
     rng = np.random.default_rng(5)
     hashes = [f"{i:02d}" + "ab" * 19 for i in range(N_COMMITS)]
     t0 = datetime(2026, 1, 1)
 
     def fill(con):
         con.executemany("INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [[h, i, i, t0 + timedelta(days=i), "Dev <d@x>", f"commit {i}: change things",
+                        [[h, i, i, t0 + timedelta(days=i), "Dev <d@x>", message.format(i=i),
                           [hashes[i - 1]] if i else [], "git"] for i, h in enumerate(hashes)])
         con.execute("INSERT INTO benchmarks (name, type, unit, params, param_names, version) VALUES "
-                    "(?, 'time', 'seconds', ?, ?, 'v1')", [BENCH, json.dumps(PARAMS), NAMES])
+                    "(?, 'time', 'seconds', ?, ?, 'v1')", [bench, json.dumps(params), names])
         rid = 0
-        for m, gpu in MACHINES.items():
+        for m, gpu in machines.items():
             con.execute("INSERT INTO machines (machine, gpu_model) VALUES (?, ?)", [m, gpu])
             for i, h in enumerate(hashes):
                 rid += 1
@@ -59,14 +64,14 @@ def build(db: Path) -> list[str]:
                             [rid, f"{m}/{h[:8]}.json", h, m, h, t0 + timedelta(days=i), gpu,
                              t0 + timedelta(days=i, hours=3)])
                 rows = []
-                for k, combo in enumerate(itertools.product(*PARAMS)):
+                for k, combo in enumerate(itertools.product(*params)):
                     pk = ", ".join(combo)
-                    n = 1024 if combo[0] == "'1024'" else 4096
-                    level = n * 1e-9 * (1 + 0.3 * k / 16) * (1.2 if (m, pk) == STEPPED and i >= STEP_AT else 1.0)
+                    n = 1024 if combo[0] == params[0][0] else 4096
+                    level = n * 1e-9 * (1 + 0.3 * k / 16) * (1.2 if (m, pk) == stepped and i >= STEP_AT else 1.0)
                     smp = list(level * rng.lognormal(0, 0.01, 10))
                     v = float(np.median(smp))
                     nbytes = 8.0 * n
-                    rows.append([rid, m, h, "env", BENCH, k, list(combo), pk, v, "ok", smp, "seconds", "v1",
+                    rows.append([rid, m, h, "env", bench, k, list(combo), pk, v, "ok", smp, "seconds", "v1",
                                  nbytes, nbytes / v / 1e9])
                 con.executemany("INSERT INTO results (run_id, machine, commit_hash, env_name, benchmark, param_index,"
                                 " params, param_key, value, status, samples, unit, version, bytes, gbps) VALUES "
@@ -178,7 +183,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     served_at("127.0.0.1")  # the shipped config's address, whatever directory pytest runs from
     rid = stepped_id(db)
     at = app("detail", id=rid[:6])  # a prefix is enough
-    assert at.subheader[0].value == f"{BENCH} [{STEPPED[1]}] on gpu-a"
+    assert at.subheader[0].value == f"` {BENCH} ` [` {STEPPED[1]} `] on gpu-a"  # names as code: never Markdown
     assert at.metric[0].value.startswith("1.2") and at.metric[4].value == "new"
     assert len(charts(at)) == 2  # the series with the change point, the before/after samples
     commits = at.dataframe[0].value
@@ -489,3 +494,222 @@ def test_exposed_dashboard_writes_only_when_told(db, served_at, monkeypatch):
     served_at("127.0.0.1")
     at = app("detail", id=stepped_id(db))
     assert not _has_ack_form(at) and any("XRT_DASHBOARD_READONLY" in c.value for c in at.caption)
+
+
+# ---------------------------------------------------------------------- strings from users and data are text
+
+EVIL_NOTE = "![x](http://evil/x.png) <img src=http://evil/y>"
+EVIL_BENCH = "evil_suite.Op[l](http://evil/l)<img src=http://evil/o>.time_op"
+EVIL_NAMES = ["shape", "dtype ![d](http://evil/d.png)", "provider", "config"]
+EVIL_PARAMS = [["'1024'", "'4096 ![s](http://evil/s.png)'"], ["'float32 <img src=http://evil/t>'"],
+               ["'torch'", "'triton [p](http://evil/p)'"],
+               ["'default'", "'BLOCK=128,num_warps=4'", "'BLOCK=256,![k](http://evil/k.png)=4'",
+                "'BLOCK=128,num_warps=8'"]]
+EVIL_MACHINES = {"gpu-a ![m](http://evil/m.png)": "NVIDIA <img src=http://evil/g>",
+                 "gpu-b :red[www.evil.example] $x$": "NVIDIA H200"}
+EVIL_MESSAGE = "commit {i}: ![c](http://evil/c.png) see www.evil.example `x` **bold**"
+
+
+def outside_code(md: str) -> str:
+    """A Markdown string without its code spans (CommonMark: a run of N backticks opens a span that
+    the next run of exactly N closes; a run with no partner is literal)."""
+    runs = [(m.start(), m.end()) for m in re.finditer(r"`+", md)]
+    out, pos, j = [], 0, 0
+    while j < len(runs):
+        s, e = runs[j]
+        close = next((k for k in range(j + 1, len(runs)) if runs[k][1] - runs[k][0] == e - s), None)
+        if close is None:
+            j += 1
+            continue
+        out.append(md[pos:s])
+        pos, j = runs[close][1], close + 1
+    return "".join(out) + md[pos:]
+
+
+def markdown_strings(at: AppTest) -> list[str]:
+    """Every string the page hands Streamlit's Markdown renderer: bodies, headings, alerts, captions,
+    metric labels and values, widget labels and help."""
+    out = []
+    for node in at._tree:
+        t = getattr(node, "type", None)
+        if t in ("markdown", "title", "header", "subheader", "error", "warning", "info", "success", "toast"):
+            out.append(node.value)
+        elif t == "metric":
+            out += [node.label, node.value, node.proto.delta]
+        elif hasattr(node, "label") and isinstance(getattr(node, "label", None), str):
+            out += [node.label, getattr(node, "help", "") or ""]
+    return [s for s in out if s]
+
+
+def assert_no_markup(at: AppTest, needle: str = "evil") -> None:
+    bad = [s for s in markdown_strings(at) if needle in outside_code(s)]
+    assert not bad, bad
+
+
+def test_outside_code_follows_commonmark():
+    assert outside_code("a `b` c") == "a  c"
+    assert outside_code("a `` b ` c `` d") == "a  d"
+    assert outside_code("a ` b") == "a ` b"
+    assert outside_code("`a`` b") == "`a`` b"
+
+
+def test_note_is_shown_as_text(db, served_at):
+    from xrt.track import regressions as R
+
+    served_at("127.0.0.1")
+    rid = stepped_id(db)
+    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    at = app("detail", id=rid)
+    assert any(EVIL_NOTE in t.value for t in at.text)  # literally, as typed
+    assert at.text_input[0].value == EVIL_NOTE  # the form keeps it for editing
+    assert_no_markup(at)
+
+
+@pytest.fixture(scope="module")
+def evil_db(tmp_path_factory):
+    from xrt.track import regressions as R
+
+    db = tmp_path_factory.mktemp("evil") / "xrt.duckdb"
+    hashes = build(db, EVIL_BENCH, EVIL_NAMES, EVIL_PARAMS, EVIL_MACHINES, EVIL_MESSAGE)
+
+    def tuning(con):
+        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
+                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+        con.executemany("INSERT INTO tuning_results VALUES (?, ?, ?, ?, 'triton', ?, ?, 100)",
+                        [["op ![o](http://evil/o.png)", list(EVIL_MACHINES)[0], "4096", "bf16",
+                          json.dumps({"BLOCK.x": b, "w:Q [k](http://evil/k)": w}), 1e-5 * b / w]
+                         for b in (64, 128) for w in (2, 4)])
+
+    store.write(db, tuning)
+    recs = R.detect_db(db)
+    R.save(db, recs)
+    (rid,) = [r.id for r in recs if r.kind == "regression"]
+    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    return db, hashes, rid
+
+
+@pytest.mark.parametrize("page", ["overview", "detail", "explorer", "compare", "tuning"])
+def test_names_params_machines_and_messages_are_shown_as_text(evil_db, monkeypatch, served_at, page):
+    db, hashes, rid = evil_db
+    monkeypatch.setenv("XRT_DB", str(db))
+    served_at("127.0.0.1")
+    m = list(EVIL_MACHINES)
+    query = {"detail": {"id": rid}, "explorer": {"m": m},
+             "compare": {"ma": m[0], "ca": hashes[STEP_AT - 1], "mb": m[0], "cb": hashes[STEP_AT], "rows": "all"},
+             }.get(page, {})
+    at = app(None if page == "overview" else page, **query)
+    assert_no_markup(at)
+    strings = " ".join(markdown_strings(at))
+    if page == "detail":
+        assert "Op[l](http://evil/l)" in strings  # the benchmark is named, inside a code span
+        assert any(EVIL_NOTE in t.value for t in at.text)
+    if page == "explorer":
+        assert "Dtype ![d](http://evil/d.png)" in strings and len(charts(at)) == 1
+    if page == "compare":
+        assert len(at.dataframe[0].value) == 16
+    if page == "tuning":
+        assert "tuning_results table" in at.caption[0].value and len(charts(at)) == 1
+
+
+@pytest.mark.parametrize("s", [EVIL_NOTE, EVIL_BENCH, EVIL_MESSAGE, "`", "``x``", " `a` b`", "a\n\nb ![x](http://evil/z)",
+                               "www.evil.example", ":red[x] :material/home: $x^2$", "-x", "1. x", "# h", "> q",
+                               "x" * 500, "plain words", "gpu-a", "under_score"])
+def test_lit_shows_any_string_as_it_is(s):
+    sys.path.insert(0, str(ROOT / "dashboard"))
+    import dashui as U
+
+    out = U.lit(s)
+    words = " ".join(s.split())
+    if outside_code(out) == out:  # left plain: words only (letters, digits, inner - and _)
+        assert out == words and re.fullmatch(r"[^\W_][\w-]*( [^\W_][\w-]*)*", out)
+    else:  # one code span around all of it; CommonMark drops one space each side
+        assert outside_code(out) == ""
+        fence = re.match(r"`+", out).group()
+        assert out.endswith(fence) and out[len(fence)] == " " and out[-len(fence) - 1] == " "
+        body = out[len(fence) + 1:-len(fence) - 1]
+        assert body == (words if len(words) <= 200 else words[:199] + "…")
+
+
+@pytest.fixture
+def evil_served(evil_db, tmp_path):
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, XRT_DB=str(evil_db[0]))
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read().strip() == b"ok":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
+def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
+    """In a real headless Chromium: no <img> or <a> points at the hostile host, no request goes to it,
+    and the note reads as typed."""
+    from urllib.parse import quote, urlsplit
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    m = list(EVIL_MACHINES)
+    pages = {"Regression detail": f"/regression?id={evil_db[2]}",
+             "Series explorer": "/explorer?" + "&".join(f"m={quote(x)}" for x in m),
+             "Tuning": "/tuning", "Regressions": "/overview"}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions"])
+        try:
+            for title, path in pages.items():
+                page = browser.new_page(viewport={"width": 1400, "height": 1500})
+                requests: list[str] = []
+                page.on("request", lambda rq, seen=requests: seen.append(rq.url))
+                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(evil_served)
+                           else route.abort())
+                page.goto(evil_served + path, wait_until="domcontentloaded")
+                page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
+                page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg, "
+                             ".vega-embed canvas, .vega-embed svg").first.wait_for(timeout=30_000)
+                page.wait_for_timeout(1000)
+                text = page.inner_text("body")
+                assert "could not be shown" not in text and "Traceback" not in text, (title, text[:2000])
+                # anchors and this app's own links may carry the names in their path or query: only
+                # the host matters
+                linked = page.eval_on_selector_all(
+                    "img, a, [src], [href], [srcset]", "els => els.map(e => e.getAttribute('src') || "
+                    "e.getAttribute('href') || e.getAttribute('srcset')).filter(u => u && "
+                    "new URL(u, document.baseURI).hostname.includes('evil'))")
+                assert not linked, (title, linked)
+                # (Streamlit itself fetches its page icon from fonts.gstatic.com: not the data's doing)
+                assert not [u for u in requests if "evil" in (urlsplit(u).hostname or "")], (title, requests)
+                if title == "Regression detail":
+                    assert EVIL_NOTE in text and "Op[l](http://evil/l)" in text
+                page.close()
+        finally:
+            browser.close()

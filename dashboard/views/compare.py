@@ -27,7 +27,7 @@ def pick_side(col, tag: str, default_machine: str, nth: int) -> tuple[str, str |
     m = U.select(f"Machine {tag}", machines, f"cmp:m{tag.lower()}", default=default_machine, where=col)
     commits = r.commits_of(m)
     if commits.empty:
-        col.info(f"{m} has no runs.")
+        col.info(f"{U.lit(m)} has no runs.")
         return m, None
     labels = {h: f"{D.short(h)}  {str(d)[:10]}  {D.first_line(msg, 50)}" for h, d, msg in
               zip(commits["hash"], commits["author_date"], commits["message"])}

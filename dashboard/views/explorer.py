@@ -54,7 +54,7 @@ for i, name in enumerate(pnames):
     values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
     pretty = {v: D.unquote(v) for v in values}
     opts = [pretty[v] for v in values]
-    picked = U.multi(name.capitalize(), opts, f"ex:p.{name}", default=opts[:1], where=side)
+    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=opts[:1], where=side)
     back = {b: a for a, b in pretty.items()}
     chosen.append([back[v] for v in picked])
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
@@ -98,7 +98,7 @@ chart = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(si
                  tooltip=["series", "machine", "param_key", "commit", "commit_date:T", "msg",
                           alt.Tooltip("y:Q", format=".4g", title=ytitle)])
          .properties(height=420).interactive())
-st.subheader(f"{bench}")
+st.subheader(U.lit(bench, code=True))
 st.altair_chart(chart, width="stretch")
 
 summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),
@@ -110,5 +110,5 @@ st.dataframe(summ, hide_index=True, width="stretch",
                             for c in ("first", "last", "best")} |
              {"last / first": st.column_config.NumberColumn(format="%.3f×")})
 if metric == "time" and D.higher_is_better(unit):
-    st.caption(f"Unit {unit}: higher is better.")
+    st.caption(f"Unit {U.lit(unit, 40)}: higher is better.")
 U.footer(r)
