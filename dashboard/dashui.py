@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import sys
@@ -69,12 +70,52 @@ def _qp(key: str) -> str:
     return key.rsplit(":", 1)[-1]
 
 
+def _choices(options: list, n: int = 6) -> str:
+    shown = ", ".join(lit(o, 40) for o in options[:n])
+    return f"one of {shown}" + (f" (or {len(options) - n} more)" if len(options) > n else "")
+
+
+def bad_param(name: str, value: Any, why: str, fallback: Any = None) -> None:
+    """One warning for a link's query parameter that cannot be used: its name, the value (cut,
+    shown literally), why, and what the page shows instead."""
+    if isinstance(value, list):
+        shown = ", ".join("(empty)" if v == "" else lit(v, 60, code=True) for v in value[:4])
+    else:
+        shown = "(empty)" if value == "" else lit(value, 80, code=True)
+    if isinstance(fallback, list):
+        instead = ", ".join(lit(v, 60) for v in fallback) or "nothing selected"
+    else:
+        instead = None if fallback is None else lit(fallback, 80)
+    st.warning(f"The link's {lit(name, 60, code=True)} = {shown} was ignored: {why}."
+               + (f" Showing {instead} instead." if instead else ""))
+
+
+def one(name: str) -> str | None:
+    """The value of a one-value query parameter, or ``None`` when absent (or given more than once,
+    which is warned about)."""
+    vals = st.query_params.get_all(name)
+    if len(vals) > 1:
+        bad_param(name, vals, f"given {len(vals)} times; it takes one value")
+        return None
+    return vals[0] if vals else None
+
+
+def _choice(q: str | None, name: str, options: list, default: Any) -> Any:
+    fallback = default if default in options else options[0]
+    if q is None:
+        return fallback
+    if q in options:
+        return q
+    bad_param(name, q, f"expected {_choices(options)}", fallback)
+    return fallback
+
+
 def select(label: str, options: list, key: str, default: Any = None, fmt=None, where=st, **kw) -> Any:
-    """A selectbox whose value is the query parameter ``key`` (so the URL reopens it)."""
+    """A selectbox whose value is the query parameter ``key`` (so the URL reopens it). A value that
+    is not an option is warned about and the default shown."""
     if not options:
         return None
-    q = st.query_params.get(_qp(key))
-    want = q if q in options else (default if default in options else options[0])
+    want = _choice(one(_qp(key)), _qp(key), options, default)
     if st.session_state.get(key) not in options:
         st.session_state.pop(key, None)
     _seed(key, want)
@@ -84,9 +125,14 @@ def select(label: str, options: list, key: str, default: Any = None, fmt=None, w
 
 
 def multi(label: str, options: list, key: str, default: list | None = None, where=st, **kw) -> list:
-    """A multiselect bound to the repeated query parameter ``key``."""
-    q = [v for v in st.query_params.get_all(_qp(key)) if v in options]
-    want = q or [v for v in (default or []) if v in options]
+    """A multiselect bound to the repeated query parameter ``key``; values that are not options are
+    warned about and dropped (the default when none is left)."""
+    given = st.query_params.get_all(_qp(key))
+    good = [v for v in dict.fromkeys(given) if v in options]
+    want = good or [v for v in (default or []) if v in options]
+    wrong = [v for v in given if v not in options]
+    if wrong:
+        bad_param(_qp(key), wrong, f"expected {_choices(options)}", want)
     cur = st.session_state.get(key)
     if cur is not None and not all(v in options for v in cur):
         st.session_state.pop(key)
@@ -97,8 +143,7 @@ def multi(label: str, options: list, key: str, default: list | None = None, wher
 
 
 def radio(label: str, options: list, key: str, default: Any = None, where=st, **kw) -> Any:
-    q = st.query_params.get(_qp(key))
-    want = q if q in options else (default if default in options else options[0])
+    want = _choice(one(_qp(key)), _qp(key), options, default)
     if st.session_state.get(key) not in options:
         st.session_state.pop(key, None)
     _seed(key, want)
@@ -108,23 +153,29 @@ def radio(label: str, options: list, key: str, default: Any = None, where=st, **
 
 
 def number(label: str, key: str, default: float, where=st, **kw) -> float:
-    try:
-        want = float(st.query_params.get(_qp(key), default))
-    except ValueError:
-        want = default
+    """A number input bound to the query parameter ``key``: a finite number within the widget's
+    ``min_value`` / ``max_value`` (a whole one when ``default`` is an int), else the default."""
+    q, lo, hi = one(_qp(key)), kw.get("min_value"), kw.get("max_value")
+    whole = isinstance(default, int)
+    want = default
+    if q is not None:
+        try:
+            x = float(q)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x):
+            why = "not a finite number"
+        elif (lo is not None and x < lo) or (hi is not None and x > hi):
+            why = f"outside {lo if lo is not None else '-∞'} … {hi if hi is not None else '∞'}"
+        elif whole and x != int(x):
+            why = "not a whole number"
+        else:
+            why, want = None, int(x) if whole else x
+        if why:
+            bad_param(_qp(key), q, why, default)
     _seed(key, want)
     v = where.number_input(label, key=key, **kw)
     st.query_params[_qp(key)] = str(v)
-    return v
-
-
-def text(label: str, key: str, default: str = "", where=st, **kw) -> str:
-    _seed(key, st.query_params.get(_qp(key), default))
-    v = where.text_input(label, key=key, **kw)
-    if v:
-        st.query_params[_qp(key)] = v
-    else:
-        st.query_params.pop(_qp(key), None)
     return v
 
 

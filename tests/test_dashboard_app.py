@@ -207,7 +207,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
 
 def test_detail_unknown_id_offers_the_open_ones(db):
     at = app("detail", id="ffffffff")
-    assert "No stored regression has the id" in at.warning[0].value
+    assert "` id ` = ` ffffffff ` was ignored: no stored regression has this id" in at.warning[0].value
     assert len(at.selectbox[0].options) == 1
 
 
@@ -713,3 +713,162 @@ def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
                 page.close()
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------------- deep links: every parameter validated
+
+LONG = "9" * 40 + "x" * 4000
+HOSTILE = {"nan": "nan", "inf": "inf", "neg": "-5", "huge": "1e308", "empty": "", "long": LONG,
+           "unknown": "not-a-choice"}
+# page, parameter, a valid value ("LIST" repeats it: a list for a one-value parameter), widget key and
+# the value it falls back to (None: no widget to check), whether the parameter takes several values
+H = "{hash}"
+PARAMS_OF_PAGES = [
+    ("overview", "m", "gpu-a", "ov:m", [], True),
+    ("overview", "kind", "clock", "ov:kind", ["regression", "clock"], True),
+    ("overview", "status", "all", "ov:status", "open", False),
+    ("detail", "id", "{rid}", None, None, False),
+    ("explorer", "op", "Square", "ex:op", "Square", False),
+    ("explorer", "bench", BENCH, "ex:bench", BENCH, False),
+    ("explorer", "m", "gpu-b", "ex:m", ["gpu-a"], True),
+    ("explorer", "p.shape", "4096", "ex:p.shape", ["1024"], True),
+    ("explorer", "p.config", "default", "ex:p.config", ["default"], True),
+    ("explorer", "metric", "GB/s", "ex:metric", "time", False),
+    ("explorer", "x", "date", "ex:x", "commit", False),
+    ("explorer", "pk", STEPPED[1], None, None, False),
+    ("compare", "ma", "gpu-b", "cmp:ma", "gpu-a", False),
+    ("compare", "ca", H, "cmp:ca", "{second}", False),
+    ("compare", "mb", "gpu-b", "cmp:mb", "gpu-a", False),
+    ("compare", "cb", H, "cmp:cb", "{newest}", False),
+    ("compare", "thr", "10", "cmp:thr", 5.0, False),
+    ("compare", "alpha", "0.01", "cmp:alpha", 0.002, False),
+    ("compare", "rows", "all", "cmp:rows", "changed", False),
+    ("tuning", "op", "Square", "tun:op", "Square", False),
+    ("tuning", "dev", "gpu-b", "tun:dev", "gpu-a", False),
+    ("tuning", "shape", "4096", "tun:shape", "1024", False),
+    ("tuning", "dtype", "float32", "tun:dtype", "float32", False),
+    ("tuning", "prov", "triton", "tun:prov", "torch", False),
+    ("tuning", "hx", "num_warps", "tun:hx", "BLOCK", False),
+    ("tuning", "hy", "num_warps", "tun:hy", "num_warps", False),
+    ("tuning", "k", "3", "tun:k", 5, False),
+]
+TITLES = {"overview": "Regressions", "detail": "Regression detail", "explorer": "Series explorer",
+          "compare": "Compare", "tuning": "Tuning"}
+
+
+def open_page(page: str, query: dict) -> AppTest:
+    """A fresh session opened on ``page`` by a link with exactly ``query`` (as a browser would)."""
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page != "overview":
+        at.run()
+        at.switch_page(f"views/{page}.py")
+        at.query_params.clear()
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title[0].value == TITLES[page]
+    return at
+
+
+def _fill(v, db, hashes):
+    subs = {"{rid}": stepped_id(db), H: hashes[STEP_AT][:10], "{second}": hashes[-2], "{newest}": hashes[-1]}
+    return subs.get(v, v) if isinstance(v, str) else v
+
+
+def _hostile(bad: str, good, several: bool):
+    if bad == "list":  # a one-value parameter given twice (valid alone); a list parameter with a bad member
+        return [good, "nan"] if several else [good, good]
+    return [HOSTILE[bad]] if several else HOSTILE[bad]
+
+
+def _shown(bad: str, several: bool) -> str:
+    """What the warning must quote of the bad value."""
+    if bad == "list":
+        return "nan" if several else "given 2 times"
+    return HOSTILE[bad][:20] or "(empty)"
+
+
+def went_on(at: AppTest, page: str) -> None:
+    """The page rendered its content after the warnings."""
+    if page == "detail":
+        assert at.selectbox[0].label == "Regression"  # the open ones, to pick from
+    elif page == "compare":
+        assert len(at.metric) == 5  # compared both sides (the default commits: nothing moved)
+    elif page in ("explorer", "tuning"):
+        assert len(at.dataframe) == 1 and len(charts(at)) == 1
+    else:  # the machines, then the regressions of the selection (or the message that there are none)
+        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 2 or at.success)
+
+
+def _widgets(at: AppTest) -> list:
+    return [*at.get("selectbox"), *at.get("multiselect"), *at.get("radio"), *at.get("number_input")]
+
+
+@pytest.mark.parametrize("bad", ["nan", "list"])
+@pytest.mark.parametrize(("page", "name", "good", "key", "fallback", "several"), PARAMS_OF_PAGES,
+                         ids=[f"{p}-{n}" for p, n, *_ in PARAMS_OF_PAGES])
+def test_each_link_parameter_warns_and_falls_back(db, xdb, page, name, good, key, fallback, several, bad):
+    """One bad parameter at a time: one warning naming it and quoting the value, the default shown."""
+    good, fallback = _fill(good, db, xdb[1]), _fill(fallback, db, xdb[1])
+    at = open_page(page, {name: _hostile(bad, good, several)})
+    warned = [w.value for w in at.warning if f"` {name} `" in w.value]
+    assert len(warned) == 1 and _shown(bad, several) in warned[0], [w.value for w in at.warning]
+    if key is not None:
+        (w,) = [w for w in _widgets(at) if w.key == key]
+        assert w.value == ([good] if bad == "list" and several else fallback)
+    went_on(at, page)
+    # the address bar no longer holds the bad value: the next run (a click, a reload) is clean
+    assert name not in at.query_params or _shown(bad, several) not in str(at.query_params[name])
+    at.run()
+    assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
+    went_on(at, page)
+
+
+@pytest.mark.parametrize("bad", [*HOSTILE, "list"])
+@pytest.mark.parametrize("page", list(TITLES))
+def test_every_hostile_value_on_every_parameter_at_once(db, xdb, page, bad):
+    """nan, inf, -5, 1e308, empty, 4,000 characters, an unknown choice, a list: every parameter of
+    the page at once; each is named in one warning and the page still renders."""
+    params = [p_ for p_ in PARAMS_OF_PAGES if p_[0] == page]
+    at = open_page(page, {n: _hostile(bad, _fill(g, db, xdb[1]), sev) for _, n, g, _, _, sev in params})
+    for _, name, _, _, _, several in params:
+        warned = [w.value for w in at.warning if f"` {name} `" in w.value]
+        assert len(warned) == 1 and _shown(bad, several) in warned[0], (name, [w.value for w in at.warning])
+    assert_no_markup(at, "xxxx")  # the long value is quoted in code spans only
+    went_on(at, page)
+
+
+def test_explorer_link_to_a_parameter_the_benchmark_lacks(db):
+    at = open_page("explorer", {"p.shape": ["4096"], "p.bogus": ["1", "2"], "p.": ["nan"]})
+    assert at.sidebar.multiselect(key="ex:p.shape").value == ["4096"]
+    for q, shown in (("p.bogus", "` 1 `, ` 2 `"), ("p.", "` nan `")):
+        (w,) = [w.value for w in at.warning if f"` {q} `" in w.value]
+        assert shown in w and "has no parameter" in w and "shape, dtype, provider, config" in w
+    assert "p.bogus" not in at.query_params and len(at.warning) == 2
+    went_on(at, "explorer")
+
+
+@pytest.mark.parametrize("page", list(TITLES))
+def test_valid_links_warn_nothing(db, xdb, page):
+    query = {p_[1]: _fill(p_[2], db, xdb[1]) for p_ in PARAMS_OF_PAGES if p_[0] == page and p_[1] not in ("hy",)}
+    if page == "explorer":
+        query.pop("pk")
+    at = open_page(page, query)
+    assert not at.warning, [w.value for w in at.warning]
+
+
+def test_tuning_list_valued_and_mixed_configs_render(db):
+    def fn(con):
+        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
+                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+        cfgs = [{"BLOCK": [64, 128], "num_warps": 4}, {"BLOCK": 64, "num_warps": 8}, {"BLOCK": "auto", "num_warps": 2},
+                {"BLOCK": {"x": 1}, "num_warps": [1, 2]}, [1, 2], {"BLOCK": None, "num_warps": 4}]
+        con.executemany("INSERT INTO tuning_results VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",
+                        [[json.dumps(c), 1e-5 * (i + 1)] for i, c in enumerate(cfgs)])
+
+    store.write(db, fn)
+    at = open_page("tuning", {})
+    assert len(charts(at)) == 1 and len(at.dataframe[0].value) == 5
+    assert at.dataframe[0].value["config"].iloc[0] == json.dumps({"BLOCK": [64, 128], "num_warps": 4})

@@ -32,9 +32,9 @@ def pick_side(col, tag: str, default_machine: str, nth: int) -> tuple[str, str |
     labels = {h: f"{D.short(h)}  {str(d)[:10]}  {D.first_line(msg, 50)}" for h, d, msg in
               zip(commits["hash"], commits["author_date"], commits["message"])}
     key = f"c{tag.lower()}"
-    q = st.query_params.get(key, "")
-    if q and q not in labels:  # a hash prefix in a shared link
-        full = [h for h in labels if h.startswith(q)]
+    q = st.query_params.get_all(key)
+    if len(q) == 1 and q[0] and q[0] not in labels:  # a hash prefix in a shared link (else U.select warns)
+        full = [h for h in labels if h.startswith(q[0])]
         if len(full) == 1:
             st.query_params[key] = full[0]
     hashes = list(labels)

@@ -21,13 +21,15 @@ flash = st.session_state.pop("ack_flash", None)
 if flash:
     st.success(flash)  # built below from the stored id and status, through U.lit
 
-rid = st.query_params.get("id", "")
-rec = r.regression(rid) if rid else None
+rid = U.one("id")
+rec = r.regression(rid) if rid and len(rid) <= 64 else None
 if rec is None:
     regs = r.regressions(list(D.OPEN), ["regression", "clock"])
-    if rid:
-        st.warning(f"No stored regression has the id {U.lit(rid, 80, code=True)} (it may have been dropped by a later "
-                   "`xrt regressions` run). Pick one of the open ones:")
+    if rid is not None:
+        U.bad_param("id", rid, "no stored regression has this id, or more than one starts with it (a later "
+                    "`xrt regressions` run may have dropped it); pick one of the open ones below")
+    if "id" in st.query_params:  # a bad id (or several) leaves the address bar
+        del st.query_params["id"]
     if regs.empty:
         st.info("No open regressions. The overview lists every step (status: all).")
         st.stop()

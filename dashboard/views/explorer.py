@@ -43,10 +43,18 @@ width = max((len(p) for p in plist), default=0)
 pnames = names.get(bench, [])
 if len(pnames) != width:
     pnames = [f"parameter {i + 1}" for i in range(width)]
-pk = st.query_params.get("pk")  # a deep link to one series (from the regression page)
-if pk is not None:
+for q in [q for q in st.query_params if q.startswith("p.") and q[2:] not in pnames]:
+    U.bad_param(q, st.query_params.get_all(q), f"{U.lit(bench, 120, code=True)} has no parameter "
+                f"{U.lit(q[2:], 60, code=True)}" + (f"; its parameters are {', '.join(map(U.lit, pnames))}"
+                                                    if pnames else "; it takes none"))
+    del st.query_params[q]
+pk = U.one("pk")  # a deep link to one series (from the regression page)
+if "pk" in st.query_params:
     del st.query_params["pk"]
+if pk is not None:
     hit = [p for p, k in zip(plist, rows["param_key"]) if k == pk]
+    if not hit:
+        U.bad_param("pk", pk, f"no series of {U.lit(bench, 120, code=True)} has these parameters")
     for i, name in enumerate(pnames if hit else []):
         st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
 chosen: list[list[str]] = []

@@ -7,6 +7,8 @@ latest commit per series); else an empty state saying what to run.
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import dashdata as D
 import dashui as U
@@ -58,7 +60,9 @@ t = t[t["dtype"] == dtype]
 prov = U.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
 t = t[t["provider"] == prov].copy()
 
-cfg = pd.DataFrame([D.parse_config(x) for x in t["config"]], index=t.index)
+# a config's values as the cells of one column each: a list or an object (JSON) becomes its JSON text
+cfg = pd.DataFrame([{k: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+                     for k, v in D.parse_config(x).items()} for x in t["config"]], index=t.index)
 knobs = [k for k in cfg.columns if cfg[k].notna().any()]
 t = pd.concat([t, cfg.add_prefix("cfg.")], axis=1)
 t["time_us"] = t["median_s"] * 1e6
@@ -70,7 +74,7 @@ if len(knobs) >= 2:
     py = U.select("Heat map: y", [k for k in knobs if k != px], "tun:hy", where=k2)
     # best (lowest) time per cell over the other parameters; the knobs' names come from the data, so
     # the chart's fields are fixed names (a "." or ":" in a name means something to Vega-Lite)
-    cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False)["time_us"].min().reset_index()
+    cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False, sort=False)["time_us"].min().reset_index()
             .set_axis(["hx", "hy", "time_us"], axis=1))
     cell["hx"], cell["hy"] = cell["hx"].astype(str), cell["hy"].astype(str)
     heat = (alt.Chart(cell).mark_rect().encode(
