@@ -764,10 +764,11 @@ TITLES = {"overview": "Regressions", "detail": "Regression detail", "explorer": 
 def open_page(page: str, query: dict) -> AppTest:
     """A fresh session opened on ``page`` by a link with exactly ``query`` (as a browser would)."""
     at = AppTest.from_file(str(APP), default_timeout=60)
-    if page != "overview":
+    if page == "detail":  # its url_path (regression) is not its file's name: switch after a first run
         at.run()
-        at.switch_page(f"views/{page}.py")
         at.query_params.clear()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")  # the (next) run lands there, as the link's path does
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
