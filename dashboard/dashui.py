@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import math
 import os
 import re
@@ -11,6 +12,8 @@ from typing import Any
 
 import dashdata as D
 import streamlit as st
+
+log = logging.getLogger("xrt.dashboard")
 
 # ---------------------------------------------------------------------- strings from users and data
 
@@ -45,7 +48,14 @@ def reader() -> D.Reader | None:
                 "`xrt db ingest results/asv --db results/xrt.duckdb` (after `xrt bench run`), or run `make demo`; "
                 "or open another with `XRT_DB=path/to/xrt.duckdb streamlit run dashboard/app.py`.")
         return None
-    if r.n_results() == 0:
+    try:  # the first query opens the file: not DuckDB, damaged, a newer schema, no permission
+        n = r.n_results()
+    except Exception as e:  # noqa: BLE001 - any failure to open is the same one line for the viewer
+        log.warning("cannot read %s: %s", r.path, e)
+        st.error(f"The results database {lit(r.path, None, code=True)} cannot be read: "
+                 f"{lit(f'{type(e).__name__}: {e}', 300, code=True)}. Check `XRT_DB` (or `xrt dashboard --db`).")
+        return None
+    if n == 0:
         st.info(f"{lit(r.path, code=True)} holds no benchmark results yet. Run `xrt bench run` and then "
                 f"{lit(f'xrt db ingest results/asv --db {r.path}', None, code=True)}.")
         return None

@@ -878,3 +878,20 @@ def test_tuning_list_valued_and_mixed_configs_render(db):
     at = open_page("tuning", {})
     assert len(charts(at)) == 1 and len(at.dataframe[0].value) == 5
     assert at.dataframe[0].value["config"].iloc[0] == json.dumps({"BLOCK": [64, 128], "num_warps": 4})
+
+
+@pytest.mark.parametrize("page", list(TITLES))
+def test_unreadable_database_is_one_line_naming_it(tmp_path, monkeypatch, page):
+    bad = tmp_path / "not a database.duckdb"
+    bad.write_text("this is not a DuckDB file\n" * 100)
+    monkeypatch.setenv("XRT_DB", str(bad))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page == "detail":
+        at.run()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")
+    at.run()
+    assert not at.exception
+    (err,) = at.error
+    assert f"` {bad} `" in err.value and "cannot be read" in err.value and "could not be shown" not in err.value
+    assert len(err.value.splitlines()) == 1
