@@ -48,7 +48,7 @@ def reader() -> D.Reader | None:
                 "`xrt db ingest results/asv --db results/xrt.duckdb` (after `xrt bench run`), or run `make demo`; "
                 "or open another with `XRT_DB=path/to/xrt.duckdb streamlit run dashboard/app.py`.")
         return None
-    try:  # the first query opens the file: not DuckDB, damaged, a newer schema, no permission
+    try:  # the first query opens the file: not DuckDB, damaged, no permission
         n = r.n_results()
     except Exception as e:  # noqa: BLE001 - any failure to open is the same one line for the viewer
         log.warning("cannot read %s: %s", r.path, e)
