@@ -40,5 +40,7 @@ try:
     page.run()
 except Exception as e:  # viewers see one plain line; the traceback goes to the server's log
     log.exception("dashboard page %s failed", page.title)
-    st.error(f"This view could not be shown: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. "
+    import dashui as U
+
+    st.error(f"This view could not be shown: {U.lit(f'{type(e).__name__}: {e}', 300, code=True)}. "
              "The details are in the server's log.")

@@ -2,29 +2,69 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import math
+import os
+import re
+import sys
 from typing import Any
 
 import dashdata as D
 import streamlit as st
+
+log = logging.getLogger("xrt.dashboard")
+
+# ---------------------------------------------------------------------- strings from users and data
+
+_PLAIN = re.compile(r"[^\W_][\w-]*(?: [^\W_][\w-]*)*")
+
+
+def lit(s: Any, limit: int | None = 200, code: bool = False) -> str:
+    """``s`` (a name, a parameter, a message, a note, a URL's value) for a Markdown body or a label,
+    shown as it is: never a link, an image, HTML, emphasis, a directive, an icon or a formula.
+
+    Words (letters, digits, ``-`` and ``_`` inside words, single spaces) stay plain unless ``code``;
+    anything else becomes one inline code span whose fence is longer than any run of backticks
+    inside (CommonMark), so nothing in it is parsed. Whitespace runs, newlines included, become one
+    space (a blank line would end the span); past ``limit`` characters it is cut with "…".
+    """
+    t = " ".join(str(s).split())
+    if limit and len(t) > limit:
+        t = t[: limit - 1] + "…"
+    if not t:
+        return ""
+    if not code and _PLAIN.fullmatch(t):
+        return t
+    fence = "`" * (max((len(m) for m in re.findall("`+", t)), default=0) + 1)
+    return f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
 
 
 def reader() -> D.Reader | None:
     """The database, or an empty state that says what to run (and ``None``)."""
     r = D.Reader.open()
     if r is None:
-        st.info(f"No results database at `{D.db_path()}` yet. Build one with "
+        st.info(f"No results database at {lit(D.db_path(), code=True)} yet. Build one with "
                 "`xrt db ingest results/asv --db results/xrt.duckdb` (after `xrt bench run`), or run `make demo`; "
                 "or open another with `XRT_DB=path/to/xrt.duckdb streamlit run dashboard/app.py`.")
         return None
-    if r.n_results() == 0:
-        st.info(f"`{r.path}` holds no benchmark results yet. Run `xrt bench run` and then "
-                f"`xrt db ingest results/asv --db {r.path}`.")
+    try:  # the first query opens the file: not DuckDB, damaged, no permission
+        n = r.n_results()
+    except Exception as e:  # noqa: BLE001 - any failure to open is the same one line for the viewer
+        log.warning("cannot read %s: %s", r.path, e)
+        st.error(f"The results database {lit(r.path, None, code=True)} cannot be read: "
+                 f"{lit(f'{type(e).__name__}: {e}', 300, code=True)}. Check `XRT_DB` (or `xrt dashboard --db`).")
+        return None
+    if n == 0:
+        st.info(f"{lit(r.path, code=True)} holds no benchmark results yet. Run `xrt bench run` and then "
+                f"{lit(f'xrt db ingest results/asv --db {r.path}', None, code=True)}.")
         return None
     return r
 
 
 def no_regressions_yet(r: D.Reader) -> None:
-    st.info(f"Regressions have not been computed for this database yet. Run `xrt regressions --db {r.path}` "
+    st.info(f"Regressions have not been computed for this database yet. Run "
+            f"{lit(f'xrt regressions --db {r.path}', None, code=True)} "
             "(it detects every step, stores them and keeps their status); then reload this page.")
 
 
@@ -40,12 +80,52 @@ def _qp(key: str) -> str:
     return key.rsplit(":", 1)[-1]
 
 
+def _choices(options: list, n: int = 6) -> str:
+    shown = ", ".join(lit(o, 40) for o in options[:n])
+    return f"one of {shown}" + (f" (or {len(options) - n} more)" if len(options) > n else "")
+
+
+def bad_param(name: str, value: Any, why: str, fallback: Any = None) -> None:
+    """One warning for a link's query parameter that cannot be used: its name, the value (cut,
+    shown literally), why, and what the page shows instead."""
+    if isinstance(value, list):
+        shown = ", ".join("(empty)" if v == "" else lit(v, 60, code=True) for v in value[:4])
+    else:
+        shown = "(empty)" if value == "" else lit(value, 80, code=True)
+    if isinstance(fallback, list):
+        instead = ", ".join(lit(v, 60) for v in fallback) or "nothing selected"
+    else:
+        instead = None if fallback is None else lit(fallback, 80)
+    st.warning(f"The link's {lit(name, 60, code=True)} = {shown} was ignored: {why}."
+               + (f" Showing {instead} instead." if instead else ""))
+
+
+def one(name: str) -> str | None:
+    """The value of a one-value query parameter, or ``None`` when absent (or given more than once,
+    which is warned about)."""
+    vals = st.query_params.get_all(name)
+    if len(vals) > 1:
+        bad_param(name, vals, f"given {len(vals)} times; it takes one value")
+        return None
+    return vals[0] if vals else None
+
+
+def _choice(q: str | None, name: str, options: list, default: Any) -> Any:
+    fallback = default if default in options else options[0]
+    if q is None:
+        return fallback
+    if q in options:
+        return q
+    bad_param(name, q, f"expected {_choices(options)}", fallback)
+    return fallback
+
+
 def select(label: str, options: list, key: str, default: Any = None, fmt=None, where=st, **kw) -> Any:
-    """A selectbox whose value is the query parameter ``key`` (so the URL reopens it)."""
+    """A selectbox whose value is the query parameter ``key`` (so the URL reopens it). A value that
+    is not an option is warned about and the default shown."""
     if not options:
         return None
-    q = st.query_params.get(_qp(key))
-    want = q if q in options else (default if default in options else options[0])
+    want = _choice(one(_qp(key)), _qp(key), options, default)
     if st.session_state.get(key) not in options:
         st.session_state.pop(key, None)
     _seed(key, want)
@@ -55,9 +135,14 @@ def select(label: str, options: list, key: str, default: Any = None, fmt=None, w
 
 
 def multi(label: str, options: list, key: str, default: list | None = None, where=st, **kw) -> list:
-    """A multiselect bound to the repeated query parameter ``key``."""
-    q = [v for v in st.query_params.get_all(_qp(key)) if v in options]
-    want = q or [v for v in (default or []) if v in options]
+    """A multiselect bound to the repeated query parameter ``key``; values that are not options are
+    warned about and dropped (the default when none is left)."""
+    given = st.query_params.get_all(_qp(key))
+    good = [v for v in dict.fromkeys(given) if v in options]
+    want = good or [v for v in (default or []) if v in options]
+    wrong = [v for v in given if v not in options]
+    if wrong:
+        bad_param(_qp(key), wrong, f"expected {_choices(options)}", want)
     cur = st.session_state.get(key)
     if cur is not None and not all(v in options for v in cur):
         st.session_state.pop(key)
@@ -68,8 +153,7 @@ def multi(label: str, options: list, key: str, default: list | None = None, wher
 
 
 def radio(label: str, options: list, key: str, default: Any = None, where=st, **kw) -> Any:
-    q = st.query_params.get(_qp(key))
-    want = q if q in options else (default if default in options else options[0])
+    want = _choice(one(_qp(key)), _qp(key), options, default)
     if st.session_state.get(key) not in options:
         st.session_state.pop(key, None)
     _seed(key, want)
@@ -79,28 +163,66 @@ def radio(label: str, options: list, key: str, default: Any = None, where=st, **
 
 
 def number(label: str, key: str, default: float, where=st, **kw) -> float:
-    try:
-        want = float(st.query_params.get(_qp(key), default))
-    except ValueError:
-        want = default
+    """A number input bound to the query parameter ``key``: a finite number within the widget's
+    ``min_value`` / ``max_value`` (a whole one when ``default`` is an int), else the default."""
+    q, lo, hi = one(_qp(key)), kw.get("min_value"), kw.get("max_value")
+    whole = isinstance(default, int)
+    want = default
+    if q is not None:
+        try:
+            x = float(q)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x):
+            why = "not a finite number"
+        elif (lo is not None and x < lo) or (hi is not None and x > hi):
+            why = f"outside {lo if lo is not None else '-∞'} … {hi if hi is not None else '∞'}"
+        elif whole and x != int(x):
+            why = "not a whole number"
+        else:
+            why, want = None, int(x) if whole else x
+        if why:
+            bad_param(_qp(key), q, why, default)
     _seed(key, want)
     v = where.number_input(label, key=key, **kw)
     st.query_params[_qp(key)] = str(v)
     return v
 
 
-def text(label: str, key: str, default: str = "", where=st, **kw) -> str:
-    _seed(key, st.query_params.get(_qp(key), default))
-    v = where.text_input(label, key=key, **kw)
-    if v:
-        st.query_params[_qp(key)] = v
-    else:
-        st.query_params.pop(_qp(key), None)
-    return v
+# ---------------------------------------------------------------------- may this server write?
+
+def _loopback(addr: str | None) -> bool:
+    """Whether Streamlit bound only this machine: a loopback address or ``localhost`` (no DNS asked).
+    An empty address is Streamlit's default, every interface."""
+    a = (addr or "").strip().strip("[]")
+    if a.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(a).is_loopback
+    except ValueError:
+        return False
+
+
+def writes() -> tuple[bool, str]:
+    """Whether the acknowledge / ignore form is offered, and if not, why (one sentence).
+
+    Read-only when ``XRT_DASHBOARD_READONLY`` is set (``xrt dashboard --read-only``); else writable
+    when the server is bound to loopback, or when the operator said so for an exposed server
+    (``XRT_DASHBOARD_WRITES=1``, or ``streamlit run dashboard/app.py -- --allow-writes``)."""
+    if os.environ.get("XRT_DASHBOARD_READONLY"):
+        return False, "This dashboard is served read-only (XRT_DASHBOARD_READONLY)."
+    addr = st.get_option("server.address")
+    if _loopback(addr):
+        return True, ""
+    if os.environ.get("XRT_DASHBOARD_WRITES") == "1" or "--allow-writes" in sys.argv[1:]:
+        return True, ""
+    where = lit(addr, code=True) if addr else "every interface"
+    return False, (f"This dashboard is served beyond this machine ({where}), so it is read-only. Whoever "
+                   "starts it can allow the form with `XRT_DASHBOARD_WRITES=1` (or `-- --allow-writes`).")
 
 
 def footer(r: D.Reader) -> None:
-    st.caption(f"Database `{r.path}` · read-only, each query on its own short-lived connection · "
+    st.caption(f"Database {lit(r.path, None, code=True)} · read-only, each query on its own short-lived connection · "
                "the address bar's link reopens this view as it is.")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -37,19 +38,23 @@ N_COMMITS, STEP_AT = 30, 20
 STEPPED = ("gpu-a", "'4096', 'float32', 'triton', 'default'")
 
 
-def build(db: Path) -> list[str]:
+def build(db: Path, bench: str = BENCH, names: list = NAMES, params: list = PARAMS, machines: dict = MACHINES,
+          message: str = "commit {i}: change things") -> list[str]:
+    """The database; the hostile-strings tests pass other names (the step is on the first machine,
+    second shape, first dtype, second provider, first config, as STEPPED)."""
+    stepped = (list(machines)[0], ", ".join([params[0][1], params[1][0], params[2][1], params[3][0]]))
     rng = np.random.default_rng(5)
     hashes = [f"{i:02d}" + "ab" * 19 for i in range(N_COMMITS)]
     t0 = datetime(2026, 1, 1)
 
     def fill(con):
         con.executemany("INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [[h, i, i, t0 + timedelta(days=i), "Dev <d@x>", f"commit {i}: change things",
+                        [[h, i, i, t0 + timedelta(days=i), "Dev <d@x>", message.format(i=i),
                           [hashes[i - 1]] if i else [], "git"] for i, h in enumerate(hashes)])
         con.execute("INSERT INTO benchmarks (name, type, unit, params, param_names, version) VALUES "
-                    "(?, 'time', 'seconds', ?, ?, 'v1')", [BENCH, json.dumps(PARAMS), NAMES])
+                    "(?, 'time', 'seconds', ?, ?, 'v1')", [bench, json.dumps(params), names])
         rid = 0
-        for m, gpu in MACHINES.items():
+        for m, gpu in machines.items():
             con.execute("INSERT INTO machines (machine, gpu_model) VALUES (?, ?)", [m, gpu])
             for i, h in enumerate(hashes):
                 rid += 1
@@ -59,14 +64,14 @@ def build(db: Path) -> list[str]:
                             [rid, f"{m}/{h[:8]}.json", h, m, h, t0 + timedelta(days=i), gpu,
                              t0 + timedelta(days=i, hours=3)])
                 rows = []
-                for k, combo in enumerate(itertools.product(*PARAMS)):
+                for k, combo in enumerate(itertools.product(*params)):
                     pk = ", ".join(combo)
-                    n = 1024 if combo[0] == "'1024'" else 4096
-                    level = n * 1e-9 * (1 + 0.3 * k / 16) * (1.2 if (m, pk) == STEPPED and i >= STEP_AT else 1.0)
+                    n = 1024 if combo[0] == params[0][0] else 4096
+                    level = n * 1e-9 * (1 + 0.3 * k / 16) * (1.2 if (m, pk) == stepped and i >= STEP_AT else 1.0)
                     smp = list(level * rng.lognormal(0, 0.01, 10))
                     v = float(np.median(smp))
                     nbytes = 8.0 * n
-                    rows.append([rid, m, h, "env", BENCH, k, list(combo), pk, v, "ok", smp, "seconds", "v1",
+                    rows.append([rid, m, h, "env", bench, k, list(combo), pk, v, "ok", smp, "seconds", "v1",
                                  nbytes, nbytes / v / 1e9])
                 con.executemany("INSERT INTO results (run_id, machine, commit_hash, env_name, benchmark, param_index,"
                                 " params, param_key, value, status, samples, unit, version, bytes, gbps) VALUES "
@@ -172,12 +177,13 @@ def test_overview_filters_and_deep_link(db):
 
 # ---------------------------------------------------------------------- detail and the ack flow
 
-def test_detail_deep_link_chart_commits_and_ack_flow(db):
+def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     from xrt.track import regressions as R
 
+    served_at("127.0.0.1")  # the shipped config's address, whatever directory pytest runs from
     rid = stepped_id(db)
     at = app("detail", id=rid[:6])  # a prefix is enough
-    assert at.subheader[0].value == f"{BENCH} [{STEPPED[1]}] on gpu-a"
+    assert at.subheader[0].value == f"` {BENCH} ` [` {STEPPED[1]} `] on gpu-a"  # names as code: never Markdown
     assert at.metric[0].value.startswith("1.2") and at.metric[4].value == "new"
     assert len(charts(at)) == 2  # the series with the change point, the before/after samples
     commits = at.dataframe[0].value
@@ -201,7 +207,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db):
 
 def test_detail_unknown_id_offers_the_open_ones(db):
     at = app("detail", id="ffffffff")
-    assert "No stored regression has the id" in at.warning[0].value
+    assert "` id ` = ` ffffffff ` was ignored: no stored regression has this id" in at.warning[0].value
     assert len(at.selectbox[0].options) == 1
 
 
@@ -337,3 +343,555 @@ def test_cli_serves_app_on_localhost(tmp_path):
     assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--client.showErrorDetails") + 1] == "none"
     assert "not shipped in the wheel" in build_parser()._subparsers._group_actions[0].choices["dashboard"].description
+
+
+# ---------------------------------------------------------------------- served by hand: bind, stats, writes
+
+CONFIGS = [ROOT / ".streamlit" / "config.toml", ROOT / "dashboard" / ".streamlit" / "config.toml"]
+
+
+def _clean_env(home: Path) -> dict:
+    """No STREAMLIT_* settings and an empty ~/.streamlit: only the repository's config files speak."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
+    env["HOME"] = str(home)
+    return env
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=["repo-root", "beside-app"])
+def test_streamlit_config_binds_loopback_and_gathers_no_stats(path):
+    import tomllib
+
+    cfg = tomllib.loads(path.read_text())
+    assert cfg["server"]["address"] == "127.0.0.1"
+    assert cfg["browser"]["gatherUsageStats"] is False
+    assert cfg["client"]["showErrorDetails"] == "none"
+    assert path.read_text() == CONFIGS[0].read_text()  # one setting, two places Streamlit looks
+
+
+@pytest.mark.parametrize("where", ["repo-root", "elsewhere"])
+def test_streamlit_finds_the_config_where_the_documented_command_runs(tmp_path, where):
+    """What Streamlit itself resolves for `streamlit run dashboard/app.py`: from the repository root
+    (the documented cwd) through .streamlit/, from anywhere else through dashboard/.streamlit/."""
+    from streamlit import config
+
+    if where == "elsewhere" and not hasattr(config, "_main_script_path"):
+        pytest.skip("this Streamlit reads no config beside the script")
+    code = f"""
+from streamlit import config
+config._main_script_path = {str(APP)!r}
+from streamlit.web import bootstrap
+bootstrap.load_config_options(flag_options={{}})
+print(repr(config.get_option("server.address")), config.get_option("browser.gatherUsageStats"))
+"""
+    cwd = ROOT if where == "repo-root" else tmp_path
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_clean_env(tmp_path), capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["'127.0.0.1'", "False"], out.stderr[-2000:]
+
+
+def _listening(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp writes them) of the sockets listening on ``port``."""
+    found = []
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(f).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, _, p = local.rpartition(":")
+            if state == "0A" and int(p, 16) == port:  # 0A: LISTEN
+                found.append(addr)
+    return found
+
+
+def test_documented_manual_start_binds_loopback_only(tmp_path, xdb):
+    """`streamlit run dashboard/app.py` from the repository root, no flags but headless and a port."""
+    import socket
+    import time
+    import urllib.request
+
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("reads the listening sockets from /proc/net/tcp")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(_clean_env(tmp_path), XRT_DB=str(xdb[0]))
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
+            time.sleep(0.2)
+        bound = _listening(port)
+        # 127.0.0.1 (IPv4) or ::1 / ::ffff:127.0.0.1 (IPv6); never 0.0.0.0 or ::
+        assert bound and set(bound) <= {"0100007F", "00000000000000000000000001000000",
+                                        "0000000000000000FFFF00000100007F"}, bound
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def served_at(monkeypatch):
+    """Pretend the server was started with ``--server.address ADDR`` (AppTest runs the app in this process)."""
+    from streamlit import config
+
+    old = config.get_option("server.address")
+
+    def set_address(addr):
+        config.set_option("server.address", addr)
+
+    monkeypatch.delenv("XRT_DASHBOARD_READONLY", raising=False)
+    monkeypatch.delenv("XRT_DASHBOARD_WRITES", raising=False)
+    yield set_address
+    config.set_option("server.address", old)
+
+
+def _has_ack_form(at: AppTest) -> bool:
+    return any(b.label == "Save" for b in at.button) or bool(at.text_input)
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0", "", "::", "192.168.1.7", "dashboard.example.com"])
+def test_exposed_dashboard_is_read_only_without_the_flag(db, served_at, addr):
+    served_at(addr)
+    at = app("detail", id=stepped_id(db))
+    assert not _has_ack_form(at)
+    assert any("read-only" in c.value and "XRT_DASHBOARD_WRITES=1" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1", "localhost", "::1", "127.0.1.1"])
+def test_loopback_dashboard_can_write(db, served_at, addr):
+    served_at(addr)
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+
+
+def test_exposed_dashboard_writes_only_when_told(db, served_at, monkeypatch):
+    served_at("0.0.0.0")
+    monkeypatch.setenv("XRT_DASHBOARD_WRITES", "1")
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+    monkeypatch.setenv("XRT_DASHBOARD_WRITES", "0")
+    assert not _has_ack_form(app("detail", id=stepped_id(db)))
+    monkeypatch.delenv("XRT_DASHBOARD_WRITES")
+    monkeypatch.setattr(sys, "argv", ["dashboard/app.py", "--allow-writes"])  # `streamlit run app.py -- --allow-writes`
+    assert _has_ack_form(app("detail", id=stepped_id(db)))
+    # --read-only (XRT_DASHBOARD_READONLY) wins over everything
+    monkeypatch.setenv("XRT_DASHBOARD_READONLY", "1")
+    served_at("127.0.0.1")
+    at = app("detail", id=stepped_id(db))
+    assert not _has_ack_form(at) and any("XRT_DASHBOARD_READONLY" in c.value for c in at.caption)
+
+
+# ---------------------------------------------------------------------- strings from users and data are text
+
+EVIL_NOTE = "![x](http://evil/x.png) <img src=http://evil/y>"
+EVIL_BENCH = "evil_suite.Op[l](http://evil/l)<img src=http://evil/o>.time_op"
+EVIL_NAMES = ["shape", "dtype ![d](http://evil/d.png)", "provider", "config"]
+EVIL_PARAMS = [["'1024'", "'4096 ![s](http://evil/s.png)'"], ["'float32 <img src=http://evil/t>'"],
+               ["'torch'", "'triton [p](http://evil/p)'"],
+               ["'default'", "'BLOCK=128,num_warps=4'", "'BLOCK=256,![k](http://evil/k.png)=4'",
+                "'BLOCK=128,num_warps=8'"]]
+EVIL_MACHINES = {"gpu-a ![m](http://evil/m.png)": "NVIDIA <img src=http://evil/g>",
+                 "gpu-b :red[www.evil.example] $x$": "NVIDIA H200"}
+EVIL_MESSAGE = "commit {i}: ![c](http://evil/c.png) see www.evil.example `x` **bold**"
+
+
+def outside_code(md: str) -> str:
+    """A Markdown string without its code spans (CommonMark: a run of N backticks opens a span that
+    the next run of exactly N closes; a run with no partner is literal)."""
+    runs = [(m.start(), m.end()) for m in re.finditer(r"`+", md)]
+    out, pos, j = [], 0, 0
+    while j < len(runs):
+        s, e = runs[j]
+        close = next((k for k in range(j + 1, len(runs)) if runs[k][1] - runs[k][0] == e - s), None)
+        if close is None:
+            j += 1
+            continue
+        out.append(md[pos:s])
+        pos, j = runs[close][1], close + 1
+    return "".join(out) + md[pos:]
+
+
+def markdown_strings(at: AppTest) -> list[str]:
+    """Every string the page hands Streamlit's Markdown renderer: bodies, headings, alerts, captions,
+    metric labels and values, widget labels and help."""
+    out = []
+    for node in at._tree:
+        t = getattr(node, "type", None)
+        if t in ("markdown", "title", "header", "subheader", "error", "warning", "info", "success", "toast"):
+            out.append(node.value)
+        elif t == "metric":
+            out += [node.label, node.value, node.proto.delta]
+        elif hasattr(node, "label") and isinstance(getattr(node, "label", None), str):
+            out += [node.label, getattr(node, "help", "") or ""]
+    return [s for s in out if s]
+
+
+def assert_no_markup(at: AppTest, needle: str = "evil") -> None:
+    bad = [s for s in markdown_strings(at) if needle in outside_code(s)]
+    assert not bad, bad
+
+
+def test_outside_code_follows_commonmark():
+    assert outside_code("a `b` c") == "a  c"
+    assert outside_code("a `` b ` c `` d") == "a  d"
+    assert outside_code("a ` b") == "a ` b"
+    assert outside_code("`a`` b") == "`a`` b"
+
+
+def test_note_is_shown_as_text(db, served_at):
+    from xrt.track import regressions as R
+
+    served_at("127.0.0.1")
+    rid = stepped_id(db)
+    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    at = app("detail", id=rid)
+    assert any(EVIL_NOTE in t.value for t in at.text)  # literally, as typed
+    assert at.text_input[0].value == EVIL_NOTE  # the form keeps it for editing
+    assert_no_markup(at)
+
+
+@pytest.fixture(scope="module")
+def evil_db(tmp_path_factory):
+    from xrt.track import regressions as R
+
+    db = tmp_path_factory.mktemp("evil") / "xrt.duckdb"
+    hashes = build(db, EVIL_BENCH, EVIL_NAMES, EVIL_PARAMS, EVIL_MACHINES, EVIL_MESSAGE)
+
+    def tuning(con):
+        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
+                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+        con.executemany("INSERT INTO tuning_results VALUES (?, ?, ?, ?, 'triton', ?, ?, 100)",
+                        [["op ![o](http://evil/o.png)", list(EVIL_MACHINES)[0], "4096", "bf16",
+                          json.dumps({"BLOCK.x": b, "w:Q [k](http://evil/k)": w}), 1e-5 * b / w]
+                         for b in (64, 128) for w in (2, 4)])
+
+    store.write(db, tuning)
+    recs = R.detect_db(db)
+    R.save(db, recs)
+    (rid,) = [r.id for r in recs if r.kind == "regression"]
+    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    return db, hashes, rid
+
+
+@pytest.mark.parametrize("page", ["overview", "detail", "explorer", "compare", "tuning"])
+def test_names_params_machines_and_messages_are_shown_as_text(evil_db, monkeypatch, served_at, page):
+    db, hashes, rid = evil_db
+    monkeypatch.setenv("XRT_DB", str(db))
+    served_at("127.0.0.1")
+    m = list(EVIL_MACHINES)
+    query = {"detail": {"id": rid}, "explorer": {"m": m},
+             "compare": {"ma": m[0], "ca": hashes[STEP_AT - 1], "mb": m[0], "cb": hashes[STEP_AT], "rows": "all"},
+             }.get(page, {})
+    at = app(None if page == "overview" else page, **query)
+    assert_no_markup(at)
+    strings = " ".join(markdown_strings(at))
+    if page == "detail":
+        assert "Op[l](http://evil/l)" in strings  # the benchmark is named, inside a code span
+        assert any(EVIL_NOTE in t.value for t in at.text)
+    if page == "explorer":
+        assert "Dtype ![d](http://evil/d.png)" in strings and len(charts(at)) == 1
+    if page == "compare":
+        assert len(at.dataframe[0].value) == 16
+    if page == "tuning":
+        assert "tuning_results table" in at.caption[0].value and len(charts(at)) == 1
+
+
+@pytest.mark.parametrize("s", [EVIL_NOTE, EVIL_BENCH, EVIL_MESSAGE, "`", "``x``", " `a` b`", "a\n\nb ![x](http://evil/z)",
+                               "www.evil.example", ":red[x] :material/home: $x^2$", "-x", "1. x", "# h", "> q",
+                               "x" * 500, "plain words", "gpu-a", "under_score"])
+def test_lit_shows_any_string_as_it_is(s):
+    sys.path.insert(0, str(ROOT / "dashboard"))
+    import dashui as U
+
+    out = U.lit(s)
+    words = " ".join(s.split())
+    if outside_code(out) == out:  # left plain: words only (letters, digits, inner - and _)
+        assert out == words and re.fullmatch(r"[^\W_][\w-]*( [^\W_][\w-]*)*", out)
+    else:  # one code span around all of it; CommonMark drops one space each side
+        assert outside_code(out) == ""
+        fence = re.match(r"`+", out).group()
+        assert out.endswith(fence) and out[len(fence)] == " " and out[-len(fence) - 1] == " "
+        body = out[len(fence) + 1:-len(fence) - 1]
+        assert body == (words if len(words) <= 200 else words[:199] + "…")
+
+
+@pytest.fixture
+def evil_served(evil_db, tmp_path):
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, XRT_DB=str(evil_db[0]))
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read().strip() == b"ok":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
+def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
+    """In a real headless Chromium: no <img> or <a> points at the hostile host, no request goes to it,
+    and the note reads as typed."""
+    from urllib.parse import quote, urlsplit
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    m, h = list(EVIL_MACHINES), evil_db[1]
+    pages = {"Regression detail": f"/regression?id={evil_db[2]}",
+             "Series explorer": "/explorer?" + "&".join(f"m={quote(x)}" for x in m),
+             "Tuning": "/tuning", "Regressions": "/overview",
+             "Compare": f"/compare?ma={quote(m[0])}&ca={h[STEP_AT - 1]}&mb={quote(m[0])}&cb={h[STEP_AT]}&rows=all"}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions"])
+        try:
+            for title, path in pages.items():
+                page = browser.new_page(viewport={"width": 1400, "height": 1500})
+                requests: list[str] = []
+                page.on("request", lambda rq, seen=requests: seen.append(rq.url))
+                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(evil_served)
+                           else route.abort())
+                page.goto(evil_served + path, wait_until="domcontentloaded")
+                page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
+                page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg, "
+                             ".vega-embed canvas, .vega-embed svg, [data-testid='stMetric']").first.wait_for(
+                    timeout=30_000)
+                page.wait_for_timeout(1000)
+                text = page.inner_text("body")
+                assert "could not be shown" not in text and "Traceback" not in text, (title, text[:2000])
+                # anchors and this app's own links may carry the names in their path or query: only
+                # the host matters
+                linked = page.eval_on_selector_all(
+                    "img, a, [src], [href], [srcset]", "els => els.map(e => e.getAttribute('src') || "
+                    "e.getAttribute('href') || e.getAttribute('srcset')).filter(u => u && "
+                    "new URL(u, document.baseURI).hostname.includes('evil'))")
+                assert not linked, (title, linked)
+                # (Streamlit itself fetches its page icon from fonts.gstatic.com: not the data's doing)
+                assert not [u for u in requests if "evil" in (urlsplit(u).hostname or "")], (title, requests)
+                if title == "Regression detail":
+                    assert EVIL_NOTE in text and "Op[l](http://evil/l)" in text
+                if title == "Compare":  # the pickers hold the commits' messages; the table is drawn
+                    assert "slower (+)" in text
+                    page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=30_000)
+                page.close()
+        finally:
+            browser.close()
+
+
+# ---------------------------------------------------------------------- deep links: every parameter validated
+
+LONG = "9" * 40 + "x" * 4000
+HOSTILE = {"nan": "nan", "inf": "inf", "neg": "-5", "huge": "1e308", "empty": "", "long": LONG,
+           "unknown": "not-a-choice"}
+# page, parameter, a valid value ("LIST" repeats it: a list for a one-value parameter), widget key and
+# the value it falls back to (None: no widget to check), whether the parameter takes several values
+H = "{hash}"
+PARAMS_OF_PAGES = [
+    ("overview", "m", "gpu-a", "ov:m", [], True),
+    ("overview", "kind", "clock", "ov:kind", ["regression", "clock"], True),
+    ("overview", "status", "all", "ov:status", "open", False),
+    ("detail", "id", "{rid}", None, None, False),
+    ("explorer", "op", "Square", "ex:op", "Square", False),
+    ("explorer", "bench", BENCH, "ex:bench", BENCH, False),
+    ("explorer", "m", "gpu-b", "ex:m", ["gpu-a"], True),
+    ("explorer", "p.shape", "4096", "ex:p.shape", ["1024"], True),
+    ("explorer", "p.config", "default", "ex:p.config", ["default"], True),
+    ("explorer", "metric", "GB/s", "ex:metric", "time", False),
+    ("explorer", "x", "date", "ex:x", "commit", False),
+    ("explorer", "pk", STEPPED[1], None, None, False),
+    ("compare", "ma", "gpu-b", "cmp:ma", "gpu-a", False),
+    ("compare", "ca", H, "cmp:ca", "{second}", False),
+    ("compare", "mb", "gpu-b", "cmp:mb", "gpu-a", False),
+    ("compare", "cb", H, "cmp:cb", "{newest}", False),
+    ("compare", "thr", "10", "cmp:thr", 5.0, False),
+    ("compare", "alpha", "0.01", "cmp:alpha", 0.002, False),
+    ("compare", "rows", "all", "cmp:rows", "changed", False),
+    ("tuning", "op", "Square", "tun:op", "Square", False),
+    ("tuning", "dev", "gpu-b", "tun:dev", "gpu-a", False),
+    ("tuning", "shape", "4096", "tun:shape", "1024", False),
+    ("tuning", "dtype", "float32", "tun:dtype", "float32", False),
+    ("tuning", "prov", "triton", "tun:prov", "torch", False),
+    ("tuning", "hx", "num_warps", "tun:hx", "BLOCK", False),
+    ("tuning", "hy", "num_warps", "tun:hy", "num_warps", False),
+    ("tuning", "k", "3", "tun:k", 5, False),
+]
+TITLES = {"overview": "Regressions", "detail": "Regression detail", "explorer": "Series explorer",
+          "compare": "Compare", "tuning": "Tuning"}
+
+
+def open_page(page: str, query: dict) -> AppTest:
+    """A fresh session opened on ``page`` by a link with exactly ``query`` (as a browser would)."""
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page == "detail":  # its url_path (regression) is not its file's name: switch after a first run
+        at.run()
+        at.query_params.clear()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")  # the (next) run lands there, as the link's path does
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title[0].value == TITLES[page]
+    return at
+
+
+def _fill(v, db, hashes):
+    subs = {"{rid}": stepped_id(db), H: hashes[STEP_AT][:10], "{second}": hashes[-2], "{newest}": hashes[-1]}
+    return subs.get(v, v) if isinstance(v, str) else v
+
+
+def _hostile(bad: str, good, several: bool):
+    if bad == "list":  # a one-value parameter given twice (valid alone); a list parameter with a bad member
+        return [good, "nan"] if several else [good, good]
+    return [HOSTILE[bad]] if several else HOSTILE[bad]
+
+
+def _shown(bad: str, several: bool) -> str:
+    """What the warning must quote of the bad value."""
+    if bad == "list":
+        return "nan" if several else "given 2 times"
+    return HOSTILE[bad][:20] or "(empty)"
+
+
+def went_on(at: AppTest, page: str) -> None:
+    """The page rendered its content after the warnings."""
+    if page == "detail":
+        assert at.selectbox[0].label == "Regression"  # the open ones, to pick from
+    elif page == "compare":
+        assert len(at.metric) == 5  # compared both sides (the default commits: nothing moved)
+    elif page in ("explorer", "tuning"):
+        assert len(at.dataframe) == 1 and len(charts(at)) == 1
+    else:  # the machines, then the regressions of the selection (or the message that there are none)
+        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 2 or at.success)
+
+
+def _widgets(at: AppTest) -> list:
+    return [*at.get("selectbox"), *at.get("multiselect"), *at.get("radio"), *at.get("number_input")]
+
+
+@pytest.mark.parametrize("bad", ["nan", "list"])
+@pytest.mark.parametrize(("page", "name", "good", "key", "fallback", "several"), PARAMS_OF_PAGES,
+                         ids=[f"{p}-{n}" for p, n, *_ in PARAMS_OF_PAGES])
+def test_each_link_parameter_warns_and_falls_back(db, xdb, page, name, good, key, fallback, several, bad):
+    """One bad parameter at a time: one warning naming it and quoting the value, the default shown."""
+    good, fallback = _fill(good, db, xdb[1]), _fill(fallback, db, xdb[1])
+    at = open_page(page, {name: _hostile(bad, good, several)})
+    warned = [w.value for w in at.warning if f"` {name} `" in w.value]
+    assert len(warned) == 1 and _shown(bad, several) in warned[0], [w.value for w in at.warning]
+    if key is not None:
+        (w,) = [w for w in _widgets(at) if w.key == key]
+        assert w.value == ([good] if bad == "list" and several else fallback)
+    went_on(at, page)
+    # the address bar no longer holds the bad value: the next run (a click, a reload) is clean
+    assert name not in at.query_params or _shown(bad, several) not in str(at.query_params[name])
+    at.run()
+    assert not at.exception and not at.error and not at.warning, [w.value for w in at.warning]
+    went_on(at, page)
+
+
+@pytest.mark.parametrize("bad", [*HOSTILE, "list"])
+@pytest.mark.parametrize("page", list(TITLES))
+def test_every_hostile_value_on_every_parameter_at_once(db, xdb, page, bad):
+    """nan, inf, -5, 1e308, empty, 4,000 characters, an unknown choice, a list: every parameter of
+    the page at once; each is named in one warning and the page still renders."""
+    params = [p_ for p_ in PARAMS_OF_PAGES if p_[0] == page]
+    at = open_page(page, {n: _hostile(bad, _fill(g, db, xdb[1]), sev) for _, n, g, _, _, sev in params})
+    for _, name, _, _, _, several in params:
+        warned = [w.value for w in at.warning if f"` {name} `" in w.value]
+        assert len(warned) == 1 and _shown(bad, several) in warned[0], (name, [w.value for w in at.warning])
+    assert_no_markup(at, "xxxx")  # the long value is quoted in code spans only
+    went_on(at, page)
+
+
+def test_explorer_link_to_a_parameter_the_benchmark_lacks(db):
+    at = open_page("explorer", {"p.shape": ["4096"], "p.bogus": ["1", "2"], "p.": ["nan"]})
+    assert at.sidebar.multiselect(key="ex:p.shape").value == ["4096"]
+    for q, shown in (("p.bogus", "` 1 `, ` 2 `"), ("p.", "` nan `")):
+        (w,) = [w.value for w in at.warning if f"` {q} `" in w.value]
+        assert shown in w and "has no parameter" in w and "shape, dtype, provider, config" in w
+    assert "p.bogus" not in at.query_params and len(at.warning) == 2
+    went_on(at, "explorer")
+
+
+@pytest.mark.parametrize("page", list(TITLES))
+def test_valid_links_warn_nothing(db, xdb, page):
+    query = {p_[1]: _fill(p_[2], db, xdb[1]) for p_ in PARAMS_OF_PAGES if p_[0] == page and p_[1] not in ("hy",)}
+    if page == "explorer":
+        query.pop("pk")
+    at = open_page(page, query)
+    assert not at.warning, [w.value for w in at.warning]
+
+
+def test_tuning_list_valued_and_mixed_configs_render(db):
+    def fn(con):
+        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
+                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+        cfgs = [{"BLOCK": [64, 128], "num_warps": 4}, {"BLOCK": 64, "num_warps": 8}, {"BLOCK": "auto", "num_warps": 2},
+                {"BLOCK": {"x": 1}, "num_warps": [1, 2]}, [1, 2], {"BLOCK": None, "num_warps": 4}]
+        con.executemany("INSERT INTO tuning_results VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",
+                        [[json.dumps(c), 1e-5 * (i + 1)] for i, c in enumerate(cfgs)])
+
+    store.write(db, fn)
+    at = open_page("tuning", {})
+    assert len(charts(at)) == 1 and len(at.dataframe[0].value) == 5
+    assert at.dataframe[0].value["config"].iloc[0] == json.dumps({"BLOCK": [64, 128], "num_warps": 4})
+
+
+@pytest.mark.parametrize("page", list(TITLES))
+def test_unreadable_database_is_one_line_naming_it(tmp_path, monkeypatch, page):
+    bad = tmp_path / "not a database.duckdb"
+    bad.write_text("this is not a DuckDB file\n" * 100)
+    monkeypatch.setenv("XRT_DB", str(bad))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page == "detail":
+        at.run()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")
+    at.run()
+    assert not at.exception
+    (err,) = at.error
+    assert f"` {bad} `" in err.value and "cannot be read" in err.value and "could not be shown" not in err.value
+    assert len(err.value.splitlines()) == 1

@@ -27,14 +27,14 @@ def pick_side(col, tag: str, default_machine: str, nth: int) -> tuple[str, str |
     m = U.select(f"Machine {tag}", machines, f"cmp:m{tag.lower()}", default=default_machine, where=col)
     commits = r.commits_of(m)
     if commits.empty:
-        col.info(f"{m} has no runs.")
+        col.info(f"{U.lit(m)} has no runs.")
         return m, None
     labels = {h: f"{D.short(h)}  {str(d)[:10]}  {D.first_line(msg, 50)}" for h, d, msg in
               zip(commits["hash"], commits["author_date"], commits["message"])}
     key = f"c{tag.lower()}"
-    q = st.query_params.get(key, "")
-    if q and q not in labels:  # a hash prefix in a shared link
-        full = [h for h in labels if h.startswith(q)]
+    q = st.query_params.get_all(key)
+    if len(q) == 1 and q[0] and q[0] not in labels:  # a hash prefix in a shared link (else U.select warns)
+        full = [h for h in labels if h.startswith(q[0])]
         if len(full) == 1:
             st.query_params[key] = full[0]
     hashes = list(labels)

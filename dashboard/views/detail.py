@@ -3,8 +3,6 @@ the ``--diag`` checklist, and acknowledge / ignore with a note."""
 
 from __future__ import annotations
 
-import os
-
 import altair as alt
 import dashdata as D
 import dashui as U
@@ -21,19 +19,21 @@ if not r.has_regressions():
 
 flash = st.session_state.pop("ack_flash", None)
 if flash:
-    st.success(flash)
+    st.success(flash)  # built below from the stored id and status, through U.lit
 
-rid = st.query_params.get("id", "")
-rec = r.regression(rid) if rid else None
+rid = U.one("id")
+rec = r.regression(rid) if rid and len(rid) <= 64 else None
 if rec is None:
     regs = r.regressions(list(D.OPEN), ["regression", "clock"])
-    if rid:
-        st.warning(f"No stored regression has the id `{rid}` (it may have been dropped by a later "
-                   "`xrt regressions` run). Pick one of the open ones:")
+    if rid is not None:
+        U.bad_param("id", rid, "no stored regression has this id, or more than one starts with it (a later "
+                    "`xrt regressions` run may have dropped it); pick one of the open ones below")
+    if "id" in st.query_params:  # a bad id (or several) leaves the address bar
+        del st.query_params["id"]
     if regs.empty:
         st.info("No open regressions. The overview lists every step (status: all).")
         st.stop()
-    labels = {i: f"{i}  {b} [{p or '-'}] on {m}  {x:.3f}×" for i, b, p, m, x in
+    labels = {i: f"{i}  {b} [{p or '-'}] on {m}  {x:.3f}×" for i, b, p, m, x in  # plain text: not Markdown
               zip(regs["id"], regs["benchmark"], regs["param_key"], regs["machine"], regs["ratio"])}
     pick = st.selectbox("Regression", list(labels), format_func=labels.get, index=None, placeholder="choose one")
     if pick is None:
@@ -42,19 +42,23 @@ if rec is None:
     rec = r.regression(pick)
 st.query_params["id"] = rec["id"]
 
+# Names, parameters, machines, the unit, the status and the note come from the database: they reach
+# Markdown (headings, metrics, captions) only through U.lit, and the note is plain text.
 unit = rec.get("unit") or ""
-st.subheader(f"{rec['benchmark']} [{rec['param_key'] or '-'}] on {rec['machine']}")
+st.subheader(f"{U.lit(rec['benchmark'], code=True)} [{U.lit(rec['param_key'] or '-')}] on {U.lit(rec['machine'])}")
 c = st.columns(5)
 c[0].metric("ratio (after / before)", f"{rec['ratio']:.3f}×")
-c[1].metric("before", f"{rec['before']:.4g} {unit}")
-c[2].metric("after", f"{rec['after']:.4g} {unit}")
+c[1].metric("before", f"{rec['before']:.4g} {U.lit(unit, 40)}")
+c[2].metric("after", f"{rec['after']:.4g} {U.lit(unit, 40)}")
 c[3].metric("p (Mann-Whitney)", f"{rec['p_value']:.1e}")
-c[4].metric("status", rec["status"] + (" (fixed)" if rec.get("fixed_by") else ""))
-st.caption(f"{rec['kind']} first seen at commit `{D.short(rec['commit'])}` "
-           f"(previous `{D.short(rec['previous_commit'])}`); "
-           f"judged on {rec['n_before']} commits before and {rec['n_after']} after; id `{rec['id']}`"
-           + (f"; fixed by `{D.short(rec['fixed_by'])}`" if rec.get("fixed_by") else "")
-           + (f"; note: {rec['note']}" if rec.get("note") else ""))
+c[4].metric("status", U.lit(rec["status"], 40) + (" (fixed)" if rec.get("fixed_by") else ""))
+st.caption(f"{U.lit(rec['kind'], 40)} first seen at commit {U.lit(D.short(rec['commit']), code=True)} "
+           f"(previous {U.lit(D.short(rec['previous_commit']), code=True)}); "
+           f"judged on {rec['n_before']} commits before and {rec['n_after']} after; "
+           f"id {U.lit(rec['id'], code=True)}"
+           + (f"; fixed by {U.lit(D.short(rec['fixed_by']), code=True)}" if rec.get("fixed_by") else ""))
+if rec.get("note"):
+    st.text(f"Note: {rec['note']}")
 st.page_link("views/explorer.py", label="Open this series in the explorer", icon=":material/show_chart:",
              query_params={"bench": rec["benchmark"], "op": D.op_of(rec["benchmark"]), "m": rec["machine"],
                            "pk": rec["param_key"]})
@@ -110,17 +114,17 @@ else:
 
 st.markdown("**Likely causes** (`xrt regressions show ID`'s checklist, computed when the step was first seen)")
 if not rec["diag"]:
-    st.caption(f"No checklist stored for this step. `xrt regressions show {rec['id']} --db {r.path}` computes it.")
+    show = f"xrt regressions show {rec['id']} --db {r.path}"
+    st.caption(f"No checklist stored for this step. {U.lit(show, None, code=True)} computes it.")
 for chk in rec["diag"]:
-    line = f"{U.STATUS_ICON.get(chk.get('status'), '•')} **{chk.get('name')}**: {chk.get('detail', '')}"
-    if chk.get("advice"):
-        line += f"  \n  → {chk['advice']}"
-    st.markdown(line)
+    st.markdown(f"{U.STATUS_ICON.get(chk.get('status'), '•')} **{U.lit(chk.get('name'), 80)}**")
+    st.text(str(chk.get("detail") or "") + (f"\n→ {chk['advice']}" if chk.get("advice") else ""))
 
 st.markdown("**Acknowledge or ignore**")
-if os.environ.get("XRT_DASHBOARD_READONLY"):
-    st.caption("This dashboard is served read-only (XRT_DASHBOARD_READONLY): use "
-               f"`xrt regressions ack {rec['id']} --note TEXT`.")
+can_write, why = U.writes()
+if not can_write:
+    ack = f"xrt regressions ack {rec['id']} --note TEXT"
+    st.caption(f"{why} Use {U.lit(ack, None, code=True)} on the database's host.")
 else:
     with st.form("ack"):
         choice = st.radio("Mark as", ["acknowledged", "ignored", "new"], horizontal=True,
@@ -132,8 +136,8 @@ else:
             try:
                 out = set_status(r.path, rec["id"], choice, note.strip() or None)
             except (ValueError, RuntimeError, OSError) as e:
-                st.error(f"Not saved: {e}")
+                st.error(f"Not saved: {U.lit(e, 300, code=True)}")
             else:
-                st.session_state["ack_flash"] = f"Saved: {out['id']} is now {out['status']}."
+                st.session_state["ack_flash"] = f"Saved: {U.lit(out['id'])} is now {U.lit(out['status'])}."
                 st.rerun()
 U.footer(r)

@@ -43,10 +43,18 @@ width = max((len(p) for p in plist), default=0)
 pnames = names.get(bench, [])
 if len(pnames) != width:
     pnames = [f"parameter {i + 1}" for i in range(width)]
-pk = st.query_params.get("pk")  # a deep link to one series (from the regression page)
-if pk is not None:
+for q in [q for q in st.query_params if q.startswith("p.") and q[2:] not in pnames]:
+    U.bad_param(q, st.query_params.get_all(q), f"{U.lit(bench, 120, code=True)} has no parameter "
+                f"{U.lit(q[2:], 60, code=True)}" + (f"; its parameters are {', '.join(map(U.lit, pnames))}"
+                                                    if pnames else "; it takes none"))
+    del st.query_params[q]
+pk = U.one("pk")  # a deep link to one series (from the regression page)
+if "pk" in st.query_params:
     del st.query_params["pk"]
+if pk is not None:
     hit = [p for p, k in zip(plist, rows["param_key"]) if k == pk]
+    if not hit:
+        U.bad_param("pk", pk, f"no series of {U.lit(bench, 120, code=True)} has these parameters")
     for i, name in enumerate(pnames if hit else []):
         st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
 chosen: list[list[str]] = []
@@ -54,7 +62,7 @@ for i, name in enumerate(pnames):
     values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
     pretty = {v: D.unquote(v) for v in values}
     opts = [pretty[v] for v in values]
-    picked = U.multi(name.capitalize(), opts, f"ex:p.{name}", default=opts[:1], where=side)
+    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=opts[:1], where=side)
     back = {b: a for a, b in pretty.items()}
     chosen.append([back[v] for v in picked])
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
@@ -98,7 +106,7 @@ chart = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(si
                  tooltip=["series", "machine", "param_key", "commit", "commit_date:T", "msg",
                           alt.Tooltip("y:Q", format=".4g", title=ytitle)])
          .properties(height=420).interactive())
-st.subheader(f"{bench}")
+st.subheader(U.lit(bench, code=True))
 st.altair_chart(chart, width="stretch")
 
 summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),
@@ -110,5 +118,5 @@ st.dataframe(summ, hide_index=True, width="stretch",
                             for c in ("first", "last", "best")} |
              {"last / first": st.column_config.NumberColumn(format="%.3f×")})
 if metric == "time" and D.higher_is_better(unit):
-    st.caption(f"Unit {unit}: higher is better.")
+    st.caption(f"Unit {U.lit(unit, 40)}: higher is better.")
 U.footer(r)

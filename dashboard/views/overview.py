@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import altair as alt
 import dashdata as D
 import dashui as U
@@ -59,7 +61,7 @@ regs = regs.assign(
     params=regs["param_key"].replace("", "—"),
     first_slow=regs["commit"].map(D.short) + "  " + regs["message"].map(lambda s: D.first_line(s, 60)),
     slower_pct=(regs["ratio"] - 1.0),
-    link="regression?id=" + regs["id"])
+    link="regression?id=" + regs["id"].map(lambda i: quote(str(i), safe="")))
 table = regs[["link", "ratio", "slower_pct", "machine", "benchmark", "params", "first_slow", "commit_date", "status",
               "kind", "p_value"]]
 event = st.dataframe(

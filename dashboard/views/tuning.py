@@ -7,6 +7,8 @@ latest commit per series); else an empty state saying what to run.
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import dashdata as D
 import dashui as U
@@ -58,7 +60,9 @@ t = t[t["dtype"] == dtype]
 prov = U.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
 t = t[t["provider"] == prov].copy()
 
-cfg = pd.DataFrame([D.parse_config(x) for x in t["config"]], index=t.index)
+# a config's values as the cells of one column each: a list or an object (JSON) becomes its JSON text
+cfg = pd.DataFrame([{k: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+                     for k, v in D.parse_config(x).items()} for x in t["config"]], index=t.index)
 knobs = [k for k in cfg.columns if cfg[k].notna().any()]
 t = pd.concat([t, cfg.add_prefix("cfg.")], axis=1)
 t["time_us"] = t["median_s"] * 1e6
@@ -68,21 +72,23 @@ topk = int(U.number("Top K", "tun:k", 5, where=k3, min_value=1, max_value=100, s
 if len(knobs) >= 2:
     px = U.select("Heat map: x", knobs, "tun:hx", default=knobs[0], where=k1)
     py = U.select("Heat map: y", [k for k in knobs if k != px], "tun:hy", where=k2)
-    # best (lowest) time per cell over the other parameters
-    cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False)["time_us"].min().reset_index()
-            .rename(columns={f"cfg.{px}": px, f"cfg.{py}": py}))
-    cell[px], cell[py] = cell[px].astype(str), cell[py].astype(str)
+    # best (lowest) time per cell over the other parameters; the knobs' names come from the data, so
+    # the chart's fields are fixed names (a "." or ":" in a name means something to Vega-Lite)
+    cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False, sort=False)["time_us"].min().reset_index()
+            .set_axis(["hx", "hy", "time_us"], axis=1))
+    cell["hx"], cell["hy"] = cell["hx"].astype(str), cell["hy"].astype(str)
     heat = (alt.Chart(cell).mark_rect().encode(
-        x=alt.X(f"{px}:O", title=px), y=alt.Y(f"{py}:O", title=py),
+        x=alt.X("hx:O", title=px), y=alt.Y("hy:O", title=py),
         color=alt.Color("time_us:Q", title="best time (µs)", scale=alt.Scale(scheme="viridis", reverse=True)),
-        tooltip=[px, py, alt.Tooltip("time_us:Q", format=".4g", title="best time (µs)")])
+        tooltip=[alt.Tooltip("hx:O", title=px), alt.Tooltip("hy:O", title=py),
+                 alt.Tooltip("time_us:Q", format=".4g", title="best time (µs)")])
         + alt.Chart(cell).mark_text(fontSize=11, color="white").encode(
-        x=f"{px}:O", y=f"{py}:O", text=alt.Text("time_us:Q", format=".3g")))
-    st.markdown(f"**Configs tried**: best time (µs) for each ({px}, {py}), over the other parameters. "
-                "Darker is faster.")
+        x="hx:O", y="hy:O", text=alt.Text("time_us:Q", format=".3g")))
+    st.markdown(f"**Configs tried**: best time (µs) for each ({U.lit(px, 80)}, {U.lit(py, 80)}), over the other "
+                "parameters. Darker is faster.")
     st.altair_chart(heat.properties(height=320), width="stretch")
 elif knobs:
-    st.markdown(f"**Configs tried** over `{knobs[0]}` (only one tunable parameter).")
+    st.markdown(f"**Configs tried** over {U.lit(knobs[0], 80, code=True)} (only one tunable parameter).")
     bar = alt.Chart(t.assign(v=t[f"cfg.{knobs[0]}"].astype(str))).mark_bar().encode(
         x=alt.X("v:O", title=knobs[0]), y=alt.Y("time_us:Q", title="time (µs)"))
     st.altair_chart(bar.properties(height=280), width="stretch")
