@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on a lent GPU host (no network; torch, triton and pytest already there): install the
+# carried wheels (.whl/: asv, duckdb, pycuda, gitpython, ...) and xrt itself into the host's Python,
+# then run the named steps, writing full logs under $OUT.
+#
+#   bash scripts/gpu_run.sh tests host gate gpucheck
+#
+# tests    : the runtime's GPU tests (dispatch, policy, ops, kernels, timer, gpucheck)
+# host     : benchmarks/host_cost.py, host cost per call side by side with torch (docs/runtime.md)
+# gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
+# gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl >"$OUT/pip.log" 2>&1 \
+  && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/pip.log" 2>&1 \
+  || { tail -20 "$OUT/pip.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks_event_reasons.active --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+rc=0
+for step in "$@"; do
+  start=$(date +%s)
+  case $step in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider tests/test_dispatch.py tests/test_policy.py tests/test_runtime.py \
+        tests/test_square.py tests/test_kernels_elementwise.py tests/test_kernels_softmax.py \
+        tests/test_kernels_layernorm.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
+        tests/test_bench_gpucheck.py 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
+    host)
+      python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-h100.json" --md "$OUT/host_cost-h100.md" \
+        2>&1 | tee "$OUT/host.log" | tail -45 ;;
+    gate)
+      XRT_TEST_PLANT_US=50 python3 -m pytest -q -p no:cacheprovider -rA tests/test_host_gate.py 2>&1 \
+        | tee "$OUT/gate.log" | tail -30 ;;
+    gpucheck)
+      python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
+    *) echo "unknown step $step"; rc=2 ;;
+  esac
+  s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s
+  echo "== $step: exit $s in $(( $(date +%s) - start )) s"
+done
+exit $rc
