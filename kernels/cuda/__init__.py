@@ -14,8 +14,9 @@ from xrt.kernels import source
 INSTALL_HINT = "pip install xpuruntime[cuda] (builds pycuda from source; needs the CUDA toolkit)"
 
 
+@functools.cache
 def missing() -> str | None:
-    """Why CUDA C kernels cannot run here, or ``None`` when they can."""
+    """Why CUDA C kernels cannot run here, or ``None`` when they can (asked once a process)."""
     try:
         import torch
     except ImportError:

@@ -374,6 +374,16 @@ def state() -> _Merged:
     return _merged()
 
 
+def tuned_state() -> _Merged:
+    """:func:`state`, after a look (at most every ``TUNED_RECHECK_S``) at the ``XRT_TUNED`` files."""
+    m = _merged()
+    if m.env[1] is not None:
+        _refresh_tuned(m.env[1])
+        if m.version != _version:
+            m = _merged()
+    return m
+
+
 def _sync_switches() -> None:
     """Make PyTorch's switches (matmul, attention, conv) say what the merged policy says.
 
@@ -644,10 +654,7 @@ def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any =
     """
     if torch.compiler.is_compiling():
         return _lookup_tuned_kernel(_layers(), op, space, device, dtype, shape)
-    m = _merged()
-    _refresh_tuned(m.env[1])
-    if m.version != _version:
-        m = _merged()
+    m = tuned_state()
     key = ("tuned", op, space, _device_memo_key(device), dtype_key(dtype), None if shape is None else tuple(shape))
     try:
         hit = m.memo[key]
