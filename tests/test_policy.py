@@ -388,3 +388,21 @@ def test_policy_scope_is_traced_by_torch_compile():
         with pytest.raises(Exception, match="provider 'cuda' is unavailable"):
             f(x)
     torch.testing.assert_close(f(x), x * x + 1)
+
+
+def test_a_tuned_file_caught_half_written_keeps_the_last_good_read(monkeypatch, tmp_path):
+    import os
+
+    monkeypatch.setattr(pol, "TUNED_RECHECK_S", 0.0)
+    f = tmp_path / "t.json"
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 256}).save_tuned(f)
+    monkeypatch.setenv("XRT_TUNED", str(f))
+    look = lambda: pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32, shape=(8,))
+    assert look() == {"BLOCK_SIZE": 256}
+    f.write_text('[{"op": "square.triton", "con')
+    os.utime(f, ns=(3, 3))
+    with pytest.warns(RuntimeWarning, match="keeping the tuned configs read before"):
+        assert look() == {"BLOCK_SIZE": 256}
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 512}).save_tuned(f)
+    os.utime(f, ns=(4, 4))
+    assert look() == {"BLOCK_SIZE": 512}

@@ -593,12 +593,17 @@ class _TunedFiles:
         stamp = self._stat()
         if stamp == self.stamp:
             return False
-        self.policy, self.stamp = self._load(), stamp
+        try:
+            policy = self._load()
+        except ValueError as e:  # a file caught half-written, say: keep the last good read, retry later
+            warnings.warn(f"{e}; keeping the tuned configs read before", RuntimeWarning, stacklevel=2)
+            return False
+        self.policy, self.stamp = policy, stamp
         return True
 
 
 TUNED_RECHECK_S = 1.0  # how often the XRT_TUNED files are looked at again for changes
-_ENV_TUNED: dict[str, _TunedFiles] = {}
+_ENV_TUNED: dict[Any, _TunedFiles] = {}  # by the value as a string, and as the raw bytes
 
 
 def _env_tuned(value: str) -> KernelPolicy:
@@ -611,13 +616,17 @@ def _env_tuned(value: str) -> KernelPolicy:
 
 
 def _refresh_tuned(value: Any) -> None:
-    """Called by tuned lookups: a changed ``XRT_TUNED`` file bumps the version (all threads)."""
+    """Called by tuned lookups: a changed ``XRT_TUNED`` file bumps the version (all threads).
+    ``value`` is the raw environment value (bytes on POSIX)."""
     if value is None:
         return
-    if isinstance(value, bytes):
-        value = os.fsdecode(value)
     entry = _ENV_TUNED.get(value)
-    if entry is not None and entry.refresh():
+    if entry is None:
+        entry = _ENV_TUNED.get(os.fsdecode(value) if isinstance(value, bytes) else value)
+        if entry is None:
+            return
+        _ENV_TUNED[value] = entry  # found by the raw value from now on
+    if entry.refresh():
         _bump()
 
 
