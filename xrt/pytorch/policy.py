@@ -305,7 +305,7 @@ def _parse_env_policy(text: str) -> KernelPolicy:
 # computed once per change and cached per thread under a stamp: the global version (bumped by
 # set/clear, by ``add_tuned``/``load_tuned`` on any policy, and by a changed ``XRT_TUNED`` file)
 # and the raw strings of ``XRT_KERNEL_POLICY`` and ``XRT_TUNED``. A thread's scope enter/exit
-# drops that thread's cache. Under ``torch.compile`` the uncached path runs instead, so Dynamo
+# drops that thread's cache only. Under ``torch.compile`` the uncached path runs instead, so Dynamo
 # reads (and guards on) the policy state itself.
 
 _global_policy: KernelPolicy | None = None
@@ -431,16 +431,19 @@ _APPLIED: dict[str, str] = {}  # switch op -> the choice xrt last applied
 _SAVED: dict[str, Any] = {}  # switch op -> PyTorch's setting before xrt took it over
 
 
-def _changed(rollback: Callable[[], None]) -> None:
-    """After a change of policy state: drop this thread's cache and sync the switches; on failure,
-    undo the change (``rollback``) and sync again, then raise."""
-    _bump()
+def _changed(rollback: Callable[[], None], everywhere: bool = True) -> None:
+    """After a change of policy state: drop the cached merged policy (every thread's, or only this
+    thread's for a change of its own scopes) and sync the switches; on failure, undo the change
+    (``rollback``), sync again and raise."""
+    if everywhere:
+        _bump()
     _tls.merged = None
     try:
         _sync_switches()
     except Exception:
         rollback()
-        _bump()
+        if everywhere:
+            _bump()
         _tls.merged = None
         _sync_switches()
         raise
@@ -494,7 +497,7 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
     scopes = _tls.scopes
     with _lock:
         scopes.append(scoped)
-        _changed(scopes.pop)
+        _changed(scopes.pop, everywhere=False)
     try:
         yield scoped
     finally:
