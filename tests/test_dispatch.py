@@ -43,6 +43,10 @@ def test_route_is_direct_only_in_plain_eager():
     seen = []
     torch.func.vmap(lambda t: seen.append(P.route(t)) or t)(torch.randn(2, 3))
     assert seen == [P.OP]
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():  # forward-mode AD: the custom op says it has no formula; no silent zero
+        assert P.route(fwAD.make_dual(torch.randn(3), torch.randn(3))) == P.OP
 
 
 def _custom_op_calls(monkeypatch, module, name):
@@ -437,3 +441,14 @@ def test_repeated_gpu_calls_stay_right(op, provider):
             for _ in range(2):
                 y = fn(x, x, provider=provider) if op == "vector_add" else fn(x, provider=provider)
                 torch.testing.assert_close(y, ref(x), rtol=2e-3, atol=2e-3)
+
+
+def test_host_grid_helpers_match_tritons():
+    import triton
+
+    from xrt.kernels.triton.launch import cdiv, next_power_of_2
+
+    for n in [*range(0, 70), 2**20 - 1, 2**20, 2**20 + 1, 2**40 + 3]:
+        assert next_power_of_2(n) == triton.next_power_of_2(n)
+        for b in (1, 3, 16, 1024):
+            assert cdiv(n, b) == triton.cdiv(n, b)

@@ -30,6 +30,19 @@ import torch
 from triton import knobs
 
 _LAUNCHERS: list[Launcher] = []
+_RUNTIME = knobs.runtime
+_Tensor = torch.Tensor
+
+
+def cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` for host code: Triton 3.6's is a constexpr function whose call wrapper costs
+    microseconds on every launch."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host code (0 for 0, 1 for 1), without its call wrapper."""
+    return n if n <= 1 else 1 << (n - 1).bit_length()
 
 
 def _spec(a: Any) -> Any:
@@ -87,8 +100,9 @@ class Launcher:
             return
         device = self._device() if self._device is not None else _current_device()
         try:
-            meta = tuple(constexprs[n] for n in self.constexprs)
-            key = (device, num_warps, num_stages, meta, tuple(map(_spec, args)))
+            meta = tuple([constexprs[n] for n in self.constexprs])
+            key = (device, num_warps, num_stages, meta,
+                   *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else _spec(a) for a in args])
             compiled = self.cache.get(key)
         except (KeyError, TypeError):  # a constexpr name it does not have, an unhashable argument
             self._slow(grid, args, num_warps, num_stages, constexprs)
@@ -103,7 +117,9 @@ class Launcher:
         stream = self._stream(device) if self._stream is not None else _current_stream(device)
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
-        enter, leave = _hooks()
+        enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+        if enter is not None or leave is not None:
+            enter, leave = _hooks()
         if enter is None and leave is None:
             compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *args, *meta)
@@ -124,7 +140,9 @@ class Launcher:
 
 
 def _current_device() -> int:
-    return torch.cuda.current_device()  # what Triton's driver answers: the current CUDA device
+    # What Triton's driver answers (torch.cuda.current_device), without its lazy-init check: the
+    # cached path runs only for CUDA tensors, so CUDA is initialised.
+    return torch._C._cuda_getDevice()
 
 
 def _current_stream(device: int) -> int:
@@ -133,7 +151,7 @@ def _current_stream(device: int) -> int:
 
 def _hooks() -> tuple[Any, Any]:
     """Triton's launch hooks, or ``None`` for an empty chain (the launcher then skips them)."""
-    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
     if enter is not None and not getattr(enter, "calls", True):
         enter = None
     if leave is not None and not getattr(leave, "calls", True):

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher
+from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
 from xrt.kernels.triton.softmax import row_warps, rows_per_program
 
 MAX_N = 65536  # longest row (elements) kept in registers (forward)
@@ -45,7 +45,7 @@ def fwd_plan(block: int, m: int, num_warps: Any, rows: Any) -> tuple[int, int]:
         r = 2 if block == 16384 else rows_per_program(block, m)
     else:
         r = int(rows)
-    r = max(1, min(r, triton.next_power_of_2(m)))
+    r = max(1, min(r, next_power_of_2(m)))
     if num_warps != "auto":
         return r, int(num_warps)
     elems = block * r
@@ -265,9 +265,9 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
     if m == 0 or n == 0:
         return y, mean, rstd
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
-    _fwd((triton.cdiv(m, rows),), x, weight, bias, y, mean, rstd, m, n, float(eps),
+    _fwd((cdiv(m, rows),), x, weight, bias, y, mean, rstd, m, n, float(eps),
          ROWS=rows, BLOCK=block, num_warps=warps)
     return y, mean, rstd
 
@@ -309,7 +309,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     db = torch.empty_like(weight)
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     tiled = (tile is not None or sum_block is not None or cfg["path"] == "tiled"
              or (cfg["path"] == "auto" and n > TILED_FROM))
     g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
@@ -323,12 +323,12 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
         auto = cfg["num_warps"] == "auto"
         _rowsum((m,), dy, x, weight, mean, rstd, c1, c2, n, BLOCK=step,
                 num_warps=row_warps(step) if auto else cfg["num_warps"])
-        _tiled((g, triton.cdiv(n, tile_n)), dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n,
-               triton.cdiv(m, g), TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
+        _tiled((g, cdiv(n, tile_n)), dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n,
+               cdiv(m, g), TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
     else:
         warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n, triton.cdiv(m, g),
+        _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n, cdiv(m, g),
              BLOCK=block, num_warps=warps)
     block_n = 128
-    _sum((triton.cdiv(n, block_n),), dw_part, db_part, dw, db, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
+    _sum((cdiv(n, block_n),), dw_part, db_part, dw, db, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
     return dx, dw, db

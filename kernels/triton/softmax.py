@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher
+from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
 
 MAX_FUSED = 32768  # longest row (elements) kept in registers
 LOOP_BLOCK = 4096  # elements per step of the looped kernel
@@ -34,7 +34,7 @@ def row_warps(block: int) -> int:
 
 def rows_per_program(block: int, rows: int) -> int:
     """Short rows share a program, up to 4096 elements each (powers of two, for tl.arange)."""
-    return max(1, min(4096 // block, triton.next_power_of_2(rows)))
+    return max(1, min(4096 // block, next_power_of_2(rows)))
 
 
 @triton.jit
@@ -101,11 +101,11 @@ def softmax(x: torch.Tensor, config: dict[str, Any] | None = None, *, loop_block
         return y
     n = x.shape[-1]
     m = x.numel() // n
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     if loop_block is None and block <= MAX_FUSED:
         rows = rows_per_program(block, m)
         warps = row_warps(block * rows) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _fused((triton.cdiv(m, rows),), x, y, m, n, ROWS=rows, BLOCK=block, num_warps=warps)
+        _fused((cdiv(m, rows),), x, y, m, n, ROWS=rows, BLOCK=block, num_warps=warps)
     else:
         step = loop_block or LOOP_BLOCK
         warps = row_warps(step) if cfg["num_warps"] == "auto" else cfg["num_warps"]

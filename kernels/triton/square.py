@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -41,6 +41,6 @@ def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tenso
     n = x.numel()
     if n == 0:
         return y
-    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
+    grid = (cdiv(n, cfg["BLOCK_SIZE"]),)
     _launch(grid, x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y

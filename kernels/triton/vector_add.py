@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -40,6 +40,6 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None =
     n = a.numel()
     if n == 0:
         return y
-    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
+    grid = (cdiv(n, cfg["BLOCK_SIZE"]),)
     _launch(grid, a, b, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -48,6 +48,6 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
     y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
-    grid = (rows, triton.cdiv(n - 2, cfg["BLOCK_SIZE"]))
+    grid = (rows, cdiv(n - 2, cfg["BLOCK_SIZE"]))
     _launch(grid, x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y
