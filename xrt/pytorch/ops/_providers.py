@@ -13,6 +13,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -79,6 +80,7 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 _profiling = torch._C._autograd._profiler_enabled
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_forward_ad = importlib.import_module("torch.autograd.forward_ad")
 
 
 OP, DIRECT, DIRECT_GRAD = 0, 1, 2
@@ -91,9 +93,11 @@ def route(*tensors: torch.Tensor | None) -> int:
 
     Direct only in plain eager PyTorch: not while torch.compile traces, not under a torch-function
     or dispatch mode (FakeTensorMode, ``with torch.device(...)``, functionalization), not inside a
-    functorch transform (vmap, grad), and only for plain tensors and parameters.
+    functorch transform (vmap, grad), not under forward-mode AD (``dual_level``), and only for plain
+    tensors and parameters.
     """
-    if _is_compiling() or _function_modes() or _dispatch_modes() or _functorch():
+    if (_is_compiling() or _function_modes() or _dispatch_modes() or _functorch()
+            or _forward_ad._current_level >= 0):
         return OP
     grad = False
     for t in tensors:
@@ -102,6 +106,27 @@ def route(*tensors: torch.Tensor | None) -> int:
                 return OP
             grad = grad or t.requires_grad
     return DIRECT_GRAD if grad and torch.is_grad_enabled() else DIRECT
+
+
+def eager_autograd(op: str, setup_context: Callable[..., None],
+                   backward: Callable[..., Any]) -> type[torch.autograd.Function]:
+    """An ``autograd.Function`` for the ``DIRECT_GRAD`` route of a one-output op: ``apply(*inputs,
+    provider)`` runs the provider's function, with the custom op's own ``setup_context`` and
+    ``backward`` (same ``inputs``, same saved tensors, same formula, so double backward behaves as
+    the custom op's does), without the custom op's dispatch."""
+
+    def forward(*args: Any) -> Any:
+        return get(op, args[-1]).fn(*args[:-1])
+
+    def setup(ctx: Any, inputs: Any, output: Any) -> None:
+        setup_context(ctx, inputs, output)
+
+    def back(ctx: Any, *grads: Any) -> Any:
+        return backward(ctx, *grads)
+
+    # Built with type() so that the graph node is named after the op (Eager_squareBackward).
+    return type(f"Eager_{op}", (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(back)})
 
 
 def profiling() -> bool:
