@@ -339,7 +339,8 @@ def _env_stamp() -> tuple[Any, Any]:
 
 def _bump() -> None:
     global _version
-    _version += 1
+    with _lock:
+        _version += 1
 
 
 class _Merged:
@@ -525,9 +526,9 @@ def _layers() -> list[KernelPolicy]:
     return layers
 
 
-def _choice_layers() -> list[KernelPolicy]:
-    """The layers that hold choices (not XRT_TUNED) for the switches; a malformed
-    XRT_KERNEL_POLICY is a warning here (the ops' resolve() raises it)."""
+def _choice_layers(strict: bool = False) -> list[KernelPolicy]:
+    """The layers that hold choices (not XRT_TUNED's configs). A malformed XRT_KERNEL_POLICY
+    raises when ``strict`` (an op's resolve), else is a warning (PyTorch's switches)."""
     layers = list(reversed(_tls.scopes))
     if _global_policy is not None:
         layers.append(_global_policy)
@@ -536,6 +537,8 @@ def _choice_layers() -> list[KernelPolicy]:
         try:
             layers.append(_env_policy(env))
         except ValueError as e:
+            if strict:
+                raise
             warnings.warn(f"{e}; PyTorch's switches ignore it", RuntimeWarning, stacklevel=4)
     return layers
 
@@ -645,7 +648,7 @@ def resolve(op: str, explicit: str | None = None) -> str:
     if op not in _OPS:
         _validate(op, AUTO)
     if torch.compiler.is_compiling():
-        for layer in _layers():  # Dynamo traces the state itself and guards on it
+        for layer in _choice_layers(strict=True):  # Dynamo traces the state itself and guards on it
             choice = layer.get(op)
             if choice is not None:
                 return choice
