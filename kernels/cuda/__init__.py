@@ -14,9 +14,17 @@ from xrt.kernels import source
 INSTALL_HINT = "pip install xpuruntime[cuda] (builds pycuda from source; needs the CUDA toolkit)"
 
 
-@functools.cache
+_MISSING: list[str | None] = []
+
+
 def missing() -> str | None:
     """Why CUDA C kernels cannot run here, or ``None`` when they can (asked once a process)."""
+    if not _MISSING:
+        _MISSING.append(_missing())
+    return _MISSING[0]
+
+
+def _missing() -> str | None:
     try:
         import torch
     except ImportError:

@@ -8,7 +8,6 @@ that can, in the device's preference order.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import os
 from collections.abc import Callable
@@ -149,9 +148,15 @@ def torch_missing(x: torch.Tensor) -> str | None:
     return None
 
 
-@functools.cache
+_HAVE: dict[str, bool] = {}
+
+
 def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Is ``module`` installed (asked once; a plain dict, which Dynamo traces without a warning)?"""
+    have = _HAVE.get(module)
+    if have is None:
+        have = _HAVE[module] = importlib.util.find_spec(module) is not None
+    return have
 
 
 def triton_missing(x: torch.Tensor) -> str | None:
