@@ -197,6 +197,25 @@ def test_op_sees_every_tuned_config_change(interpreter, monkeypatch, tmp_path):
     xp.ops.square(x, provider="triton")
 
 
+def test_tuned_files_are_read_once_and_looked_up_once_per_input_key(interpreter, monkeypatch, tmp_path):
+    f = tmp_path / "t.json"
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 256}).save_tuned(f)
+    monkeypatch.setenv("XRT_TUNED", str(f))
+    loads, lookups = [], []
+    real_load, real_lookup = xp.KernelPolicy.load_tuned, pol._lookup_tuned_kernel
+    monkeypatch.setattr(xp.KernelPolicy, "load_tuned", lambda self, p: loads.append(p) or real_load(self, p))
+    monkeypatch.setattr(pol, "_lookup_tuned_kernel", lambda *a: lookups.append(a[1:3]) or real_lookup(*a))
+    x, z = torch.randn(100), torch.randn(3, 100)
+    for _ in range(20):
+        torch.testing.assert_close(xp.ops.square(x, provider="triton"), x * x)
+        xp.ops.square(z, provider="triton")
+    assert len(loads) == 1
+    assert lookups == [("square", "square.triton")] * 2  # one per (device, dtype, shape) key
+    xp.set_kernel_policy(square="triton")  # any policy change: looked up again, files not re-read
+    xp.ops.square(x)
+    assert len(lookups) == 3 and len(loads) == 1
+
+
 def test_checked_configs_are_shared_and_read_only():
     a = checks.tuning("square.triton", {"BLOCK_SIZE": 256})
     assert a == {"BLOCK_SIZE": 256, "num_warps": 4}
@@ -487,3 +506,16 @@ def test_host_grid_helpers_match_tritons():
         assert next_power_of_2(n) == triton.next_power_of_2(n)
         for b in (1, 3, 16, 1024):
             assert cdiv(n, b) == triton.cdiv(n, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("provider", ["triton", "cuda"])
+def test_layernorm_training_on_gpu_with_the_committed_tuned_configs(provider, monkeypatch):
+    """XRT_TUNED=results/tuned: the tuner's configs reach the eager forward and backward."""
+    from pathlib import Path
+
+    tuned = Path(__file__).resolve().parents[1] / "results" / "tuned"
+    if not tuned.is_dir():
+        pytest.skip("no results/tuned in this checkout")
+    monkeypatch.setenv("XRT_TUNED", str(tuned))
+    test_layernorm_training_on_gpu_matches_torch(provider, torch.bfloat16)

@@ -674,6 +674,8 @@ def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any =
     try:
         hit = m.memo[key]
     except KeyError:
+        if len(m.memo) > 4096:
+            m.memo.clear()
         hit = m.memo[key] = _lookup_tuned_kernel(m.layers, op, space, device, dtype, shape)
     return None if hit is None else dict(hit)
 
