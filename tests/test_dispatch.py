@@ -423,7 +423,10 @@ def test_cuda_launch_on_the_default_stream_and_beside_it(monkeypatch):
 def test_cached_triton_handles_are_right_for_every_specialization():
     """The second call of each variant takes the cached handle; each result is checked."""
     import importlib
+    import os
 
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("compiled handles exist only without TRITON_INTERPRET=1")
     tsq = importlib.import_module("xrt.kernels.triton.square")
     assert tsq._launch.direct
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
