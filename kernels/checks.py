@@ -6,7 +6,11 @@ explicit configs), so each checks its inputs; the checks and messages live here 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from xrt.kernels import spaces
 
 
 def same(op: str, a: torch.Tensor, b: torch.Tensor, an: str = "a", bn: str = "b") -> None:
@@ -46,3 +50,38 @@ def layernorm_outputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor)
     mean = torch.empty(m, dtype=torch.float32, device=x.device)
     rstd = torch.empty(m, dtype=torch.float32, device=x.device)
     return x, weight, bias, y, mean, rstd
+
+
+class Tuning(dict):
+    """A config checked against its tuning space and filled from the defaults; read-only, since
+    one object is shared by every call that asked for it (``dict(cfg)`` makes an editable copy)."""
+
+    __slots__ = ("space",)
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"a checked {self.space} config is read-only; edit a copy: dict(config)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+_TUNINGS: dict[Any, Tuning] = {}
+
+
+def tuning(space: str, config: dict[str, Any] | None = None) -> Tuning:
+    """``spaces.check(space, config)``, once per distinct config: a :class:`Tuning` checked for
+    ``space`` passes straight through, others are checked (and the result kept)."""
+    if type(config) is Tuning and config.space == space:
+        return config
+    try:
+        key = (space, tuple(sorted(config.items())) if config else ())
+        hit = _TUNINGS.get(key)
+    except TypeError:  # an unhashable value: check it every time
+        key, hit = None, None
+    if hit is None:
+        hit = Tuning(spaces.check(space, dict(config) if config else {}))
+        hit.space = space
+        if key is not None:
+            if len(_TUNINGS) > 4096:
+                _TUNINGS.clear()
+            _TUNINGS[key] = hit
+    return hit

@@ -165,3 +165,244 @@ def test_tuned_config_is_used_by_the_op(interpreter):
     with xp.kernel_policy(xp.KernelPolicy(square="triton").add_tuned("square", {"BLOCK_SIZE": 3})):
         with pytest.raises(ValueError, match="BLOCK_SIZE=3 is outside the tuning space"):
             xp.ops.square(torch.randn(10))
+
+
+# -- policy state: PyTorch's switches, caches, threads (issue #14) -------------------------------
+
+def _sdpa() -> dict[str, bool]:
+    cuda = torch.backends.cuda
+    return {"flash": cuda.flash_sdp_enabled(), "mem_efficient": cuda.mem_efficient_sdp_enabled(),
+            "math": cuda.math_sdp_enabled(), "cudnn": cuda.cudnn_sdp_enabled()}
+
+
+MATH_ONLY = {"flash": False, "mem_efficient": False, "math": True, "cudnn": False}
+
+
+def test_env_policy_sets_the_sdpa_backends_at_import():
+    """XRT_KERNEL_POLICY=attention=math: the switches match resolve() from the import on."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, torch, xrt.pytorch as xp; from xrt.pytorch import policy as p; c = torch.backends.cuda; "
+            "print(json.dumps([p.resolve('attention'), c.flash_sdp_enabled(), c.mem_efficient_sdp_enabled(), "
+            "c.math_sdp_enabled()]))")
+    env = {**os.environ, "XRT_KERNEL_POLICY": "attention=math"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["math", False, False, True]
+
+
+@pytest.fixture
+def sdpa_restored():
+    saved = _sdpa()
+    yield
+    for flag, on in saved.items():
+        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
+
+
+def test_unrelated_scope_and_set_leave_the_env_attention_alone(monkeypatch, sdpa_restored):
+    monkeypatch.setenv("XRT_KERNEL_POLICY", "attention=math")
+    assert pol.resolve("attention") == "math"  # the changed variable is noticed, switches follow
+    assert _sdpa() == MATH_ONLY
+    with xp.kernel_policy(square="torch"):
+        assert _sdpa() == MATH_ONLY
+    assert _sdpa() == MATH_ONLY
+    xp.set_kernel_policy(square="torch")  # used to put every backend back on
+    assert _sdpa() == MATH_ONLY and pol.resolve("attention") == "math"
+    xp.clear_kernel_policy()
+    assert _sdpa() == MATH_ONLY
+    monkeypatch.delenv("XRT_KERNEL_POLICY")
+    assert pol.resolve("attention") == "default"
+    assert _sdpa()["flash"] and _sdpa()["mem_efficient"]
+
+
+def test_switches_xrt_does_not_name_are_left_to_their_owner(sdpa_restored):
+    torch.backends.cuda.enable_flash_sdp(False)  # the user's own setting
+    with xp.kernel_policy(square="torch"):
+        assert not torch.backends.cuda.flash_sdp_enabled()  # an unrelated scope used to turn it on
+    assert not torch.backends.cuda.flash_sdp_enabled()
+    with xp.kernel_policy(attention="flash_v2"):
+        assert _sdpa() == {"flash": True, "mem_efficient": False, "math": False, "cudnn": False}
+        with xp.kernel_policy(square="triton"):
+            assert torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+    # Out of every policy that names attention: what the user had, not PyTorch's defaults.
+    assert not torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+    xp.set_kernel_policy(attention="math")
+    assert _sdpa() == MATH_ONLY
+    xp.set_kernel_policy(square="torch")
+    assert not torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+
+
+def test_scope_overrides_global_switch_and_restores_it(sdpa_restored):
+    xp.set_kernel_policy(attention="math")
+    with xp.kernel_policy(attention="mem_efficient"):
+        assert _sdpa() == {"flash": False, "mem_efficient": True, "math": False, "cudnn": False}
+    assert _sdpa() == MATH_ONLY
+
+
+def _counting(monkeypatch, obj, name):
+    calls = []
+    real = getattr(obj, name)
+
+    def wrapped(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(obj, name, wrapped)
+    return calls
+
+
+def test_env_policy_is_parsed_once_per_value(monkeypatch):
+    calls = _counting(monkeypatch, pol, "_parse_env_policy")
+    monkeypatch.setenv("XRT_KERNEL_POLICY", "square=cuda,softmax=triton")
+    for _ in range(50):
+        assert pol.resolve("square") == "cuda"
+    assert len(calls) == 1
+    monkeypatch.setenv("XRT_KERNEL_POLICY", "square=torch")  # a new value is noticed at once
+    assert pol.resolve("square") == "torch" and pol.resolve("softmax") == "auto"
+    monkeypatch.setenv("XRT_KERNEL_POLICY", "square=cuda,softmax=triton")
+    assert pol.resolve("square") == "cuda"
+    assert len(calls) == 2  # each distinct value parsed once
+    monkeypatch.delenv("XRT_KERNEL_POLICY")
+    assert pol.resolve("square") == "auto"
+
+
+def test_resolve_follows_every_kind_of_policy_change(monkeypatch):
+    r = lambda: pol.resolve("square")
+    assert r() == "auto"
+    xp.set_kernel_policy(square="triton")
+    assert r() == "triton"
+    with xp.kernel_policy(square="torch"):
+        assert r() == "torch"
+        with xp.kernel_policy(square="cuda"):
+            assert r() == "cuda"
+            with xp.kernel_policy(layernorm="torch"):
+                assert r() == "cuda"
+            assert r() == "cuda"
+        assert r() == "torch"
+        xp.set_kernel_policy(square="xpu")  # a global change inside a scope: the scope still wins
+        assert r() == "torch"
+    assert r() == "xpu"
+    xp.clear_kernel_policy()
+    assert r() == "auto"
+    monkeypatch.setenv("XRT_KERNEL_POLICY", "square=cuda")
+    assert r() == "cuda"
+    xp.set_kernel_policy(xp.KernelPolicy(square="torch"))
+    assert r() == "torch"
+
+
+def test_a_scope_left_by_an_exception_is_popped():
+    with pytest.raises(KeyError):
+        with xp.kernel_policy(square="torch"):
+            raise KeyError("boom")
+    assert pol.resolve("square") == "auto"
+
+
+def test_tuned_lookup_is_memoized_and_follows_changes(monkeypatch, tmp_path):
+    calls = _counting(monkeypatch, pol, "_lookup_tuned_kernel")
+    look = lambda: pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32,
+                                           shape=(1000,))
+    assert look() is None
+    assert look() is None
+    assert len(calls) == 1
+    g = xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 256})
+    xp.set_kernel_policy(g)  # set
+    assert look() == {"BLOCK_SIZE": 256}
+    look()["BLOCK_SIZE"] = 7  # a copy: the memo is not edited through it
+    assert look() == {"BLOCK_SIZE": 256}
+    g.add_tuned("square.triton", {"BLOCK_SIZE": 512}, device=H100)  # a policy in force edited
+    assert look() == {"BLOCK_SIZE": 512}
+    with xp.kernel_policy(xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 2048})):  # enter
+        assert look() == {"BLOCK_SIZE": 2048}
+        with xp.kernel_policy(square="torch"):  # nested: names no config, the outer's still wins
+            assert look() == {"BLOCK_SIZE": 2048}
+        assert look() == {"BLOCK_SIZE": 2048}
+    assert look() == {"BLOCK_SIZE": 512}  # exit
+    xp.clear_kernel_policy()  # clear
+    assert look() is None
+    # XRT_TUNED: set, changed to another file, and a file rewritten in place.
+    monkeypatch.setattr(pol, "TUNED_RECHECK_S", 0.0)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 4096}).save_tuned(a)
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 8192}).save_tuned(b)
+    monkeypatch.setenv("XRT_TUNED", str(a))
+    assert look() == {"BLOCK_SIZE": 4096}
+    monkeypatch.setenv("XRT_TUNED", str(b))
+    assert look() == {"BLOCK_SIZE": 8192}
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 1024, "num_warps": 8}).save_tuned(b)
+    import os
+
+    os.utime(b, ns=(1, 1))  # a new mtime even on a coarse-clock filesystem
+    assert look() == {"BLOCK_SIZE": 1024, "num_warps": 8}
+    # A file added to an XRT_TUNED folder is seen too.
+    d = tmp_path / "dir"
+    d.mkdir()
+    monkeypatch.setenv("XRT_TUNED", str(d))
+    assert look() is None
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 512}).save_tuned(d / "t.json")
+    assert look() == {"BLOCK_SIZE": 512}
+    monkeypatch.delenv("XRT_TUNED")
+    assert look() is None
+
+
+def test_scopes_are_per_thread_and_the_global_policy_is_shared():
+    import threading
+
+    seen: dict[str, object] = {}
+    entered, release = threading.Event(), threading.Event()
+
+    def other():
+        with xp.kernel_policy(square="cuda"):
+            seen["other inside its scope"] = pol.resolve("square")
+            entered.set()
+            release.wait(10)
+        seen["other after its scope"] = pol.resolve("square")
+
+    xp.set_kernel_policy(square="triton", layernorm="torch")
+    t = threading.Thread(target=other)
+    with xp.kernel_policy(square="torch"):
+        t.start()
+        assert entered.wait(10)
+        seen["main inside its scope"] = pol.resolve("square")
+        release.set()
+        t.join(10)
+    seen["main after"] = pol.resolve("square")
+    assert seen == {"other inside its scope": "cuda", "main inside its scope": "torch",
+                    "other after its scope": "triton", "main after": "triton"}
+
+    # A second thread sees the global policy set by the first, and its changes are seen back.
+    out = []
+    t = threading.Thread(target=lambda: (out.append(pol.resolve("layernorm")), xp.set_kernel_policy(square="xpu")))
+    t.start()
+    t.join(10)
+    assert out == ["torch"] and pol.resolve("square") == "xpu"
+
+
+def test_policy_scope_is_traced_by_torch_compile():
+    f = torch.compile(lambda t: xp.ops.square(t) + 1.0, backend="aot_eager", fullgraph=True)
+    x = torch.randn(16)
+    with xp.kernel_policy(square="torch"):
+        torch.testing.assert_close(f(x), x * x + 1)
+    with xp.kernel_policy(square="cuda"):  # the state is guarded: this recompiles and refuses
+        with pytest.raises(Exception, match="provider 'cuda' is unavailable"):
+            f(x)
+    torch.testing.assert_close(f(x), x * x + 1)
+
+
+def test_a_tuned_file_caught_half_written_keeps_the_last_good_read(monkeypatch, tmp_path):
+    import os
+
+    monkeypatch.setattr(pol, "TUNED_RECHECK_S", 0.0)
+    f = tmp_path / "t.json"
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 256}).save_tuned(f)
+    monkeypatch.setenv("XRT_TUNED", str(f))
+    look = lambda: pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32, shape=(8,))
+    assert look() == {"BLOCK_SIZE": 256}
+    f.write_text('[{"op": "square.triton", "con')
+    os.utime(f, ns=(3, 3))
+    with pytest.warns(RuntimeWarning, match="keeping the tuned configs read before"):
+        assert look() == {"BLOCK_SIZE": 256}
+    xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 512}).save_tuned(f)
+    os.utime(f, ns=(4, 4))
+    assert look() == {"BLOCK_SIZE": 512}

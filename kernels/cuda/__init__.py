@@ -14,8 +14,17 @@ from xrt.kernels import source
 INSTALL_HINT = "pip install xpuruntime[cuda] (builds pycuda from source; needs the CUDA toolkit)"
 
 
+_MISSING: list[str | None] = []
+
+
 def missing() -> str | None:
-    """Why CUDA C kernels cannot run here, or ``None`` when they can."""
+    """Why CUDA C kernels cannot run here, or ``None`` when they can (asked once a process)."""
+    if not _MISSING:
+        _MISSING.append(_missing())
+    return _MISSING[0]
+
+
+def _missing() -> str | None:
     try:
         import torch
     except ImportError:
@@ -44,6 +53,52 @@ def function(name: str, kernel: str, device_index: int) -> Any:
 
     major, minor = torch.cuda.get_device_capability(device_index)
     return module(name, f"sm_{major}{minor}").get_function(kernel)
+
+
+@functools.cache
+def prepared(name: str, kernel: str, device_index: int, arg_types: str) -> Any:
+    """Kernel ``kernel`` of ``cuda/<name>.cu`` for a device, prepared once for its argument types
+    (pycuda struct codes: ``P`` a pointer, ``q`` int64, ``i`` int32, ``f`` float32), so a launch
+    packs its arguments with one ``struct.pack`` instead of marshalling each one."""
+    fn = function(name, kernel, device_index)
+    fn.prepare(arg_types)
+    return fn
+
+
+def launch(fn: Any, device: Any, grid: tuple[int, ...], block: tuple[int, int, int], *args: Any,
+           shared: int = 0) -> None:
+    """``fn.prepared_call`` on ``device`` (a CUDA ``torch.device``), ordered with torch's work.
+
+    On torch's default stream (the legacy stream, which pycuda launches on) that is the launch
+    alone; on another stream see :class:`on_torch_stream`. Pointers are plain ints
+    (``tensor.data_ptr()``).
+    """
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if torch.cuda.current_device() != index:
+        with torch.cuda.device(index):
+            launch(fn, device, grid, block, *args, shared=shared)
+        return
+    if torch._C._cuda_getCurrentRawStream(index) == 0:
+        fn.prepared_call(grid, block, *args, shared_size=shared)
+        return
+    with on_torch_stream():
+        fn.prepared_call(grid, block, *args, shared_size=shared)
+
+
+_SMS: dict[int, int] = {}
+
+
+def sm_count(device: Any) -> int:
+    """Multiprocessors of a CUDA ``torch.device`` (cached: launchers size grids by it every call)."""
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _SMS.get(index)
+    if sms is None:
+        sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return sms
 
 
 class on_torch_stream:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from xrt.kernels import checks, cuda, spaces
+from xrt.kernels import checks, cuda
 from xrt.kernels.cuda.softmax import check_device, kernel_name, row_plan
 from xrt.kernels.cuda.square import _SUFFIX
 
@@ -21,8 +20,8 @@ def _check(x: torch.Tensor, weight: torch.Tensor, *others: tuple[str, torch.Tens
     return m, n
 
 
-def _ptrs(*ts: torch.Tensor) -> list[np.uintp]:
-    return [np.uintp(t.data_ptr()) for t in ts]
+def _ptrs(*ts: torch.Tensor) -> list[int]:
+    return [t.data_ptr() for t in ts]
 
 
 def _aligned(*ts: torch.Tensor) -> bool:
@@ -34,15 +33,15 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     """``(y, mean, rstd)`` for ``x`` ``[M, N]``, ``weight``/``bias`` ``[N]`` of x's dtype."""
     m, n = _check(x, weight, ("bias", bias))
     checks.rows_and_vectors(x, bias=bias)
-    cfg = spaces.check("layernorm.cuda", config or {})
+    cfg = checks.tuning("layernorm.cuda", config)
     x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
     if m == 0 or n == 0:
         return y, mean, rstd
     version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"],
                                      _aligned(x, weight, bias, y))
-    fn = cuda.function("layernorm", kernel_name("layernorm_fwd", version, x.dtype, items), x.device.index or 0)
-    with torch.cuda.device(x.device), cuda.on_torch_stream():
-        fn(*_ptrs(x, weight, bias, y, mean, rstd), np.int64(n), np.float32(eps), block=(block, 1, 1), grid=(m, 1))
+    fn = cuda.prepared("layernorm", kernel_name("layernorm_fwd", version, x.dtype, items), x.device.index or 0,
+                       "PPPPPPqf")
+    cuda.launch(fn, x.device, (m, 1), (block, 1, 1), *_ptrs(x, weight, bias, y, mean, rstd), n, float(eps))
     return y, mean, rstd
 
 
@@ -52,7 +51,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     m, n = _check(x, weight, ("dy", dy))
     if dy.shape != x.shape:
         raise ValueError(f"dy.shape={tuple(dy.shape)} must equal x.shape={tuple(x.shape)}")
-    cfg = spaces.check("layernorm_bwd.cuda", config or {})
+    cfg = checks.tuning("layernorm_bwd.cuda", config)
     dy, x, weight = dy.contiguous(), x.contiguous(), weight.contiguous()
     mean, rstd = mean.contiguous().float(), rstd.contiguous().float()
     dx = torch.empty_like(x)
@@ -60,7 +59,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     db = torch.empty_like(weight)
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    sms = cuda.sm_count(x.device)
     pps = 2 if (cfg["programs_per_sm"] == "auto" and n <= 4096) else (
         1 if cfg["programs_per_sm"] == "auto" else int(cfg["programs_per_sm"]))
     groups = max(1, min(m, sms * pps))
@@ -70,25 +69,25 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     aligned = _aligned(dy, x, weight, dx)
     version, block, items = bwd_plan(n, x.element_size(), cfg["block"], cfg["version"], aligned)
     dev = x.device.index or 0
-    red = cuda.function("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev)
-    with torch.cuda.device(x.device), cuda.on_torch_stream():
-        if version == "v3":
-            vec = items > 0  # 16-byte vectors (n % VEC == 0, aligned rows)
-            width = 16 // x.element_size() if vec else 1
-            c1 = torch.empty(m, dtype=torch.float32, device=x.device)
-            c2 = torch.empty(m, dtype=torch.float32, device=x.device)
-            rowsum = cuda.function("layernorm", f"layernorm_bwd_rowsum_{'v2' if vec else 'v1'}_{_SUFFIX[x.dtype]}", dev)
-            tiled = cuda.function("layernorm", f"layernorm_bwd_v3{'_vec' if vec else ''}_{_SUFFIX[x.dtype]}", dev)
-            rowsum(*_ptrs(dy, x, weight, mean, rstd, c1, c2), np.int64(n), block=(ROWSUM_BLOCK, 1, 1), grid=(m, 1))
-            cols_per_block = block * width
-            tiled(*_ptrs(dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part), np.int64(m), np.int64(n),
-                  np.int64(per_block), block=(block, 1, 1), grid=(groups, (n + cols_per_block - 1) // cols_per_block))
-        else:
-            fn = cuda.function("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev)
-            fn(*_ptrs(dy, x, weight, mean, rstd, dx, dw_part, db_part), np.int64(m), np.int64(n),
-               np.int64(per_block), block=(block, 1, 1), grid=(groups, 1))
-        red(*_ptrs(dw_part, db_part, dw, db), np.int64(groups), np.int64(n), block=(256, 1, 1),
-            grid=((n + 255) // 256, 1))
+    red = cuda.prepared("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev, "PPPPqq")
+    if version == "v3":
+        vec = items > 0  # 16-byte vectors (n % VEC == 0, aligned rows)
+        width = 16 // x.element_size() if vec else 1
+        c1 = torch.empty(m, dtype=torch.float32, device=x.device)
+        c2 = torch.empty(m, dtype=torch.float32, device=x.device)
+        rowsum = cuda.prepared("layernorm", f"layernorm_bwd_rowsum_{'v2' if vec else 'v1'}_{_SUFFIX[x.dtype]}", dev,
+                               "PPPPPPPq")
+        tiled = cuda.prepared("layernorm", f"layernorm_bwd_v3{'_vec' if vec else ''}_{_SUFFIX[x.dtype]}", dev,
+                              "PPPPPPPPPPqqq")
+        cuda.launch(rowsum, x.device, (m, 1), (ROWSUM_BLOCK, 1, 1), *_ptrs(dy, x, weight, mean, rstd, c1, c2), n)
+        cols_per_block = block * width
+        cuda.launch(tiled, x.device, (groups, (n + cols_per_block - 1) // cols_per_block), (block, 1, 1),
+                    *_ptrs(dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part), m, n, per_block)
+    else:
+        fn = cuda.prepared("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev, "PPPPPPPPqqq")
+        cuda.launch(fn, x.device, (groups, 1), (block, 1, 1), *_ptrs(dy, x, weight, mean, rstd, dx, dw_part, db_part),
+                    m, n, per_block)
+    cuda.launch(red, x.device, ((n + 255) // 256, 1), (256, 1, 1), *_ptrs(dw_part, db_part, dw, db), groups, n)
     return dx, dw, db
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
-from xrt.kernels import cuda, spaces
+from xrt.kernels import checks, cuda
 from xrt.kernels.cuda.square import _SUFFIX
 
 ITEMS = (1, 2, 4, 8)  # the 16-byte vectors per thread that the v2 kernels are instantiated for
@@ -51,7 +50,7 @@ def check_device(op: str, x: torch.Tensor) -> None:
 def softmax(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """Softmax over the last dim with ``softmax_<version>_<dtype>[_<items>]``; config from ``softmax.cuda``."""
     check_device("softmax", x)
-    cfg = spaces.check("softmax.cuda", config or {})
+    cfg = checks.tuning("softmax.cuda", config)
     x = x.contiguous()
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -63,7 +62,6 @@ def softmax(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tens
     # and 16384; four a thread took 100 us against 95 at 16384).
     version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"], aligned,
                                      vecs_per_thread=2)
-    fn = cuda.function("softmax", kernel_name("softmax", version, x.dtype, items), x.device.index or 0)
-    with torch.cuda.device(x.device), cuda.on_torch_stream():
-        fn(np.uintp(x.data_ptr()), np.uintp(y.data_ptr()), np.int64(n), block=(block, 1, 1), grid=(rows, 1))
+    fn = cuda.prepared("softmax", kernel_name("softmax", version, x.dtype, items), x.device.index or 0, "PPq")
+    cuda.launch(fn, x.device, (rows, 1), (block, 1, 1), x.data_ptr(), y.data_ptr(), n)
     return y

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from xrt.kernels import cuda, spaces
+from xrt.kernels import checks, cuda
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
@@ -18,7 +17,7 @@ def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tenso
         raise ValueError(f"CUDA C square needs a CUDA tensor, got one on {x.device}")
     if x.dtype not in _SUFFIX:
         raise ValueError(f"CUDA C square supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
-    cfg = spaces.check("square.cuda", config or {})
+    cfg = checks.tuning("square.cuda", config)
     x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
@@ -28,14 +27,13 @@ def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tenso
     version = cfg["version"]
     if version == "v2" and (x.data_ptr() % 16 or y.data_ptr() % 16):
         version = "v1"  # v2's float4 accesses need 16-byte alignment
-    fn = cuda.function("square", f"square_{version}_{_SUFFIX[x.dtype]}", x.device.index or 0)
+    fn = cuda.prepared("square", f"square_{version}_{_SUFFIX[x.dtype]}", x.device.index or 0, "PPq")
     if version == "v1":
         grid = (n + block - 1) // block
     else:
         vec = 16 // x.element_size()
         # Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = cuda.sm_count(x.device)
         grid = max(1, min((n // vec + block - 1) // block, sms * 32))
-    with torch.cuda.device(x.device), cuda.on_torch_stream():
-        fn(np.uintp(x.data_ptr()), np.uintp(y.data_ptr()), np.int64(n), block=(block, 1, 1), grid=(grid, 1))
+    cuda.launch(fn, x.device, (grid, 1), (block, 1, 1), x.data_ptr(), y.data_ptr(), n)
     return y

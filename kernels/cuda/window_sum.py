@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from xrt.kernels import checks, cuda, spaces
+from xrt.kernels import checks, cuda
 from xrt.kernels.cuda.square import _SUFFIX
 
 
@@ -18,7 +17,7 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
     if x.dtype not in _SUFFIX:
         raise ValueError(f"CUDA C window_sum supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
     n = checks.window_width(x)
-    cfg = spaces.check("window_sum.cuda", config or {})
+    cfg = checks.tuning("window_sum.cuda", config)
     x = x.contiguous()
     rows = x.numel() // n
     y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
@@ -27,16 +26,17 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
     block, items, version = int(cfg["block"]), int(cfg["items"]), cfg["version"]
     if version == "v2" and x.data_ptr() % 16:
         version = "v1"  # v2's float4 fetch needs a 16-byte aligned base
-    fn = cuda.function("window_sum", f"window_sum_{version}_{_SUFFIX[x.dtype]}", x.device.index or 0)
-    with torch.cuda.device(x.device), cuda.on_torch_stream():
-        if version == "v1":
-            grid = (rows * (n - 2) + block - 1) // block
-            fn(np.uintp(x.data_ptr()), np.uintp(y.data_ptr()), np.int64(rows), np.int64(n),
-               block=(block, 1, 1), grid=(grid, 1))
-        else:
-            tile = block * items
-            vec = 16 // x.element_size()
-            shared = (tile + 2 + 2 * vec) * x.element_size()
-            fn(np.uintp(x.data_ptr()), np.uintp(y.data_ptr()), np.int64(rows), np.int64(n), np.int32(items),
-               block=(block, 1, 1), grid=(rows, (n - 2 + tile - 1) // tile), shared=shared)
+    kernel = f"window_sum_{version}_{_SUFFIX[x.dtype]}"
+    dev = x.device.index or 0
+    if version == "v1":
+        grid = (rows * (n - 2) + block - 1) // block
+        cuda.launch(cuda.prepared("window_sum", kernel, dev, "PPqq"), x.device, (grid, 1), (block, 1, 1),
+                    x.data_ptr(), y.data_ptr(), rows, n)
+    else:
+        tile = block * items
+        vec = 16 // x.element_size()
+        shared = (tile + 2 + 2 * vec) * x.element_size()
+        cuda.launch(cuda.prepared("window_sum", kernel, dev, "PPqqi"), x.device,
+                    (rows, (n - 2 + tile - 1) // tile), (block, 1, 1), x.data_ptr(), y.data_ptr(), rows, n, items,
+                    shared=shared)
     return y

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks, spaces
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
 from xrt.kernels.triton.softmax import row_warps, rows_per_program
 
 MAX_N = 65536  # longest row (elements) kept in registers (forward)
@@ -44,7 +45,7 @@ def fwd_plan(block: int, m: int, num_warps: Any, rows: Any) -> tuple[int, int]:
         r = 2 if block == 16384 else rows_per_program(block, m)
     else:
         r = int(rows)
-    r = max(1, min(r, triton.next_power_of_2(m)))
+    r = max(1, min(r, next_power_of_2(m)))
     if num_warps != "auto":
         return r, int(num_warps)
     elems = block * r
@@ -242,6 +243,13 @@ def _sum_partials_kernel(
     tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=cmask)
 
 
+_fwd = Launcher(_layernorm_fwd_kernel)
+_bwd = Launcher(_layernorm_bwd_kernel)
+_rowsum = Launcher(_layernorm_bwd_rowsum_kernel)
+_tiled = Launcher(_layernorm_bwd_tiled_kernel)
+_sum = Launcher(_sum_partials_kernel)
+
+
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[int, int]:
     m, n = checks.rows_and_vectors(x, weight=weight, bias=bias)
     if n > MAX_N:
@@ -253,21 +261,32 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
               config: dict[str, Any] | None = None):
     """``(y, mean, rstd)`` for ``x`` ``[M, N]``, ``weight``/``bias`` ``[N]``; config from ``layernorm.triton``."""
     m, n = _check(x, weight, bias)
-    cfg = spaces.check("layernorm.triton", config or {})
+    cfg = checks.tuning("layernorm.triton", config)
     x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
     if m == 0 or n == 0:
         return y, mean, rstd
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
-    _layernorm_fwd_kernel[(triton.cdiv(m, rows),)](x, weight, bias, y, mean, rstd, m, n, eps,
-                                                    ROWS=rows, BLOCK=block, num_warps=warps)
+    _fwd((cdiv(m, rows),), x, weight, bias, y, mean, rstd, m, n, float(eps),
+         ROWS=rows, BLOCK=block, num_warps=warps)
     return y, mean, rstd
 
 
 def partial_programs(x: torch.Tensor, m: int, programs_per_sm: int) -> int:
     """How many programs (blocks) share the rows of the backward: a few per SM, at most one a row."""
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda" else 2
+    sms = _sm_count(x.device) if x.is_cuda else 2
     return max(1, min(m, sms * programs_per_sm))
+
+
+_SMS: dict[Any, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (cached: read on every backward otherwise)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
 
 
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
@@ -282,7 +301,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     m, n = _check(x, weight)
     if dy.shape != x.shape:
         raise ValueError(f"dy.shape={tuple(dy.shape)} must equal x.shape={tuple(x.shape)}")
-    cfg = spaces.check("layernorm_bwd.triton", config or {})
+    cfg = checks.tuning("layernorm_bwd.triton", config)
     dy, x, weight = dy.contiguous(), x.contiguous(), weight.contiguous()
     mean, rstd = mean.contiguous(), rstd.contiguous()
     dx = torch.empty_like(x)
@@ -290,7 +309,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     db = torch.empty_like(weight)
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     tiled = (tile is not None or sum_block is not None or cfg["path"] == "tiled"
              or (cfg["path"] == "auto" and n > TILED_FROM))
     g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
@@ -302,16 +321,14 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
         c1 = torch.empty(m, dtype=torch.float32, device=x.device)
         c2 = torch.empty(m, dtype=torch.float32, device=x.device)
         auto = cfg["num_warps"] == "auto"
-        _layernorm_bwd_rowsum_kernel[(m,)](dy, x, weight, mean, rstd, c1, c2, n, BLOCK=step,
-                                           num_warps=row_warps(step) if auto else cfg["num_warps"])
-        _layernorm_bwd_tiled_kernel[(g, triton.cdiv(n, tile_n))](
-            dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n, triton.cdiv(m, g),
-            TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
+        _rowsum((m,), dy, x, weight, mean, rstd, c1, c2, n, BLOCK=step,
+                num_warps=row_warps(step) if auto else cfg["num_warps"])
+        _tiled((g, cdiv(n, tile_n)), dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n,
+               cdiv(m, g), TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
     else:
         warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _layernorm_bwd_kernel[(g,)](dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n,
-                                    triton.cdiv(m, g), BLOCK=block, num_warps=warps)
+        _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n, cdiv(m, g),
+             BLOCK=block, num_warps=warps)
     block_n = 128
-    _sum_partials_kernel[(triton.cdiv(n, block_n),)](dw_part, db_part, dw, db, g, n,
-                                                     BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
+    _sum((cdiv(n, block_n),), dw_part, db_part, dw, db, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
     return dx, dw, db

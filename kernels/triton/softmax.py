@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import spaces
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
 
 MAX_FUSED = 32768  # longest row (elements) kept in registers
 LOOP_BLOCK = 4096  # elements per step of the looped kernel
@@ -33,7 +34,7 @@ def row_warps(block: int) -> int:
 
 def rows_per_program(block: int, rows: int) -> int:
     """Short rows share a program, up to 4096 elements each (powers of two, for tl.arange)."""
-    return max(1, min(4096 // block, triton.next_power_of_2(rows)))
+    return max(1, min(4096 // block, next_power_of_2(rows)))
 
 
 @triton.jit
@@ -83,26 +84,30 @@ def _softmax_loop_kernel(
         tl.store(y_ptr + base + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+_fused = Launcher(_softmax_kernel)
+_looped = Launcher(_softmax_loop_kernel)
+
+
 def softmax(x: torch.Tensor, config: dict[str, Any] | None = None, *, loop_block: int | None = None,
             ) -> torch.Tensor:
     """Softmax over the last dim of ``x`` (any shape); ``config`` from ``softmax.triton``.
 
     ``loop_block`` forces the looped (two-read) kernel with that step, for tests of long rows.
     """
-    cfg = spaces.check("softmax.triton", config or {})
+    cfg = checks.tuning("softmax.triton", config)
     x = x.contiguous()
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
     n = x.shape[-1]
     m = x.numel() // n
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     if loop_block is None and block <= MAX_FUSED:
         rows = rows_per_program(block, m)
         warps = row_warps(block * rows) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _softmax_kernel[(triton.cdiv(m, rows),)](x, y, m, n, ROWS=rows, BLOCK=block, num_warps=warps)
+        _fused((cdiv(m, rows),), x, y, m, n, ROWS=rows, BLOCK=block, num_warps=warps)
     else:
         step = loop_block or LOOP_BLOCK
         warps = row_warps(step) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _softmax_loop_kernel[(m,)](x, y, n, BLOCK=step, num_warps=warps)
+        _looped((m,), x, y, n, BLOCK=step, num_warps=warps)
     return y

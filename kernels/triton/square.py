@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import spaces
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -29,14 +30,17 @@ def _square_kernel(
     tl.store(y_ptr + offs, x * x, mask=mask)
 
 
+_launch = Launcher(_square_kernel)
+
+
 def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``x * x`` for a tensor of any shape; ``config`` from the ``square.triton`` tuning space."""
-    cfg = spaces.check("square.triton", config or {})
+    cfg = checks.tuning("square.triton", config)
     x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
         return y
-    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
-    _square_kernel[grid](x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    grid = (cdiv(n, cfg["BLOCK_SIZE"]),)
+    _launch(grid, x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y

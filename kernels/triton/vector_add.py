@@ -8,7 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks, spaces
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -27,15 +28,18 @@ def _vector_add_kernel(
     tl.store(y_ptr + offs, a + b, mask=mask)
 
 
+_launch = Launcher(_vector_add_kernel)
+
+
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` for two tensors of one shape and dtype; ``config`` from ``vector_add.triton``."""
     checks.same("vector_add", a, b)
-    cfg = spaces.check("vector_add.triton", config or {})
+    cfg = checks.tuning("vector_add.triton", config)
     a, b = a.contiguous(), b.contiguous()
     y = torch.empty_like(a)
     n = a.numel()
     if n == 0:
         return y
-    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
-    _vector_add_kernel[grid](a, b, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    grid = (cdiv(n, cfg["BLOCK_SIZE"]),)
+    _launch(grid, a, b, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y

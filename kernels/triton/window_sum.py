@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks, spaces
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv
 
 
 @triton.jit
@@ -35,15 +36,18 @@ def _window_sum_kernel(
     tl.store(y_ptr + row * m + col, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+_launch = Launcher(_window_sum_kernel)
+
+
 def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """The 3-wide window sum over the last dim: ``[..., n]`` -> ``[..., n - 2]``."""
     n = checks.window_width(x)
-    cfg = spaces.check("window_sum.triton", config or {})
+    cfg = checks.tuning("window_sum.triton", config)
     x = x.contiguous()
     rows = x.numel() // n
     y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
-    grid = (rows, triton.cdiv(n - 2, cfg["BLOCK_SIZE"]))
-    _window_sum_kernel[grid](x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
+    grid = (rows, cdiv(n - 2, cfg["BLOCK_SIZE"]))
+    _launch(grid, x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y

@@ -24,6 +24,9 @@ import contextlib
 import json
 import math
 import os
+import threading
+import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,8 @@ class OpSpec:
     choices: tuple[str, ...]
     apply: Callable[[str], None] | None = None  # switch ops: flips PyTorch's own setting
     doc: str = ""
+    save: Callable[[], Any] | None = None  # switch ops: PyTorch's current setting
+    restore: Callable[[Any], None] | None = None  # switch ops: put back what save returned
 
 
 def _apply_matmul(choice: str) -> None:
@@ -75,25 +80,60 @@ def _apply_conv(choice: str) -> None:
     torch.backends.cudnn.benchmark = choice == "cudnn_benchmark"
 
 
+def _save_matmul() -> Any:
+    return torch.backends.cuda.preferred_blas_library() if torch.version.cuda is not None else None
+
+
+def _restore_matmul(saved: Any) -> None:
+    if saved is not None:
+        torch.backends.cuda.preferred_blas_library(saved)
+
+
+def _save_attention() -> dict[str, bool]:
+    return {flag: getattr(torch.backends.cuda, f"{flag}_sdp_enabled")() for flag in _SDPA_FLAGS
+            if hasattr(torch.backends.cuda, f"{flag}_sdp_enabled")}
+
+
+def _restore_attention(saved: dict[str, bool]) -> None:
+    for flag, on in saved.items():
+        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
+
+
+def _save_conv() -> bool:
+    return torch.backends.cudnn.benchmark
+
+
+def _restore_conv(saved: bool) -> None:
+    torch.backends.cudnn.benchmark = saved
+
+
 _OPS: dict[str, OpSpec] = {}
 
 
 def register_op(name: str, choices: Sequence[str], apply: Callable[[str], None] | None = None,
-                doc: str = "") -> OpSpec:
-    """Declare an op and its kernel choices (provider ops get ``auto`` added)."""
+                doc: str = "", save: Callable[[], Any] | None = None,
+                restore: Callable[[Any], None] | None = None) -> OpSpec:
+    """Declare an op and its kernel choices (provider ops get ``auto`` added).
+
+    A switch op (``apply``) also has ``save`` / ``restore``: the setting xrt found, put back when
+    no policy names the op any more.
+    """
     choices = tuple(choices)
     if apply is None and AUTO not in choices:
         choices = (AUTO,) + choices
-    spec = OpSpec(name, choices, apply, doc)
+    if apply is not None and (save is None or restore is None):
+        raise ValueError(f"switch op {name!r} needs save and restore as well as apply")
+    spec = OpSpec(name, choices, apply, doc, save, restore)
     _OPS[name] = spec
     return spec
 
 
 register_op("matmul", ("default", "cublas", "cublasLt"), _apply_matmul,
-            "torch.backends.cuda.preferred_blas_library")
+            "torch.backends.cuda.preferred_blas_library", _save_matmul, _restore_matmul)
 register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn"), _apply_attention,
-            "the scaled_dot_product_attention backends that stay enabled")
-register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark")
+            "the scaled_dot_product_attention backends that stay enabled", _save_attention, _restore_attention)
+register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark",
+            _save_conv, _restore_conv)
 # Provider ops; their implementations register providers in xrt.pytorch.ops.
 register_op("square", PROVIDERS)
 register_op("vector_add", PROVIDERS)
@@ -166,6 +206,7 @@ class KernelPolicy:
     def __init__(self, tuned: dict[TunedKey, dict[str, Any]] | None = None, **choices: str) -> None:
         self.choices: dict[str, str] = {op: _validate(op, c) for op, c in choices.items()}
         self.tuned: dict[TunedKey, dict[str, Any]] = {}
+        self._quiet = False
         for key, config in (tuned or {}).items():
             op, dev, dt, bucket = key
             self.add_tuned(op, config, device=dev, dtype=dt, shape=bucket)
@@ -196,6 +237,8 @@ class KernelPolicy:
             raise ValueError(f"tuned config for {op!r} must be a dict, got {type(config).__name__}")
         dev = device if isinstance(device, str) else _device_keys(device)[0]
         self.tuned[(op, dev, dtype_key(dtype), shape_bucket(shape))] = dict(config)
+        if not self._quiet:
+            _bump()  # this policy may be in force: cached lookups are stale
         return self
 
     def tuned_config(self, op: str, *, device: Any = None, dtype: Any = None,
@@ -255,16 +298,156 @@ def _parse_env_policy(text: str) -> KernelPolicy:
         raise ValueError(f"XRT_KERNEL_POLICY={text!r}: {e}") from e
 
 
-# The only global state of xrt: the policy store.
+# -- policy state -------------------------------------------------------------------------------
+#
+# The global policy is process-wide; ``kernel_policy(...)`` scopes are per thread (each thread has
+# its own stack). What the op calls read -- the merged choices and the tuned-config lookups -- is
+# computed once per change and cached per thread under a stamp: the global version (bumped by
+# set/clear, by ``add_tuned``/``load_tuned`` on any policy, and by a changed ``XRT_TUNED`` file)
+# and the raw strings of ``XRT_KERNEL_POLICY`` and ``XRT_TUNED``. A thread's scope enter/exit
+# drops that thread's cache only. Under ``torch.compile`` the uncached path runs instead, so Dynamo
+# reads (and guards on) the policy state itself.
+
 _global_policy: KernelPolicy | None = None
-# Scoped policies, innermost last. A plain list (not a ContextVar) so torch.compile can trace it.
-_scoped: list[KernelPolicy] = []
+_version = 0  # bumped by every change that is not an environment variable or a thread's scope
+_synced_env: list[Any] = [None]  # the raw XRT_KERNEL_POLICY the switches were last synced with
+_lock = threading.RLock()  # serialises changes of the global policy and of PyTorch's switches
 
 
-def _apply_switches(policy: KernelPolicy | None) -> None:
-    for op, spec in _OPS.items():
-        if spec.apply is not None:
-            spec.apply(policy.get(op) if policy and policy.get(op) else "default")
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.scopes: list[KernelPolicy] = []  # innermost last
+        self.merged: _Merged | None = None
+
+
+_tls = _ThreadState()
+
+# os.environ.get costs about a microsecond; the mapping behind it (bytes keys on POSIX) a tenth.
+try:
+    _ENV_DATA: dict | None = os.environ._data  # type: ignore[attr-defined]
+    _ENV_KEYS = (os.environ.encodekey("XRT_KERNEL_POLICY"), os.environ.encodekey("XRT_TUNED"))  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA = None
+
+
+def _env_stamp() -> tuple[Any, Any]:
+    """The raw values of ``XRT_KERNEL_POLICY`` and ``XRT_TUNED`` (compared, never parsed, per call)."""
+    if _ENV_DATA is not None:
+        return _ENV_DATA.get(_ENV_KEYS[0]), _ENV_DATA.get(_ENV_KEYS[1])
+    return os.environ.get("XRT_KERNEL_POLICY"), os.environ.get("XRT_TUNED")  # pragma: no cover
+
+
+def _bump() -> None:
+    global _version
+    with _lock:
+        _version += 1
+
+
+class _Merged:
+    """One thread's policy layers at one stamp, with the memoized answers computed from them."""
+
+    __slots__ = ("version", "env", "layers", "choices", "memo")
+
+    def __init__(self, version: int, env: tuple[Any, Any], layers: list[KernelPolicy]) -> None:
+        self.version, self.env, self.layers = version, env, layers
+        choices: dict[str, str] = {}
+        for layer in reversed(layers):
+            choices.update(layer.choices)
+        self.choices = choices  # op -> the choice of the highest layer that names it
+        self.memo: dict[Any, Any] = {}  # tuned-config lookups, and the ops' own per-input answers
+
+
+def _merged() -> _Merged:
+    """This thread's merged policy, rebuilt only when the stamp changed."""
+    st = _tls
+    m = st.merged
+    env = _env_stamp()
+    if m is not None and m.version == _version and m.env == env:
+        return m
+    if env[0] != _synced_env[0]:
+        _sync_switches_from_env()
+    m = st.merged = _Merged(_version, env, _layers())
+    return m
+
+
+def state() -> _Merged:
+    """The merged policy in force on this thread (cached); ``.memo`` is valid until it changes."""
+    return _merged()
+
+
+def tuned_state() -> _Merged:
+    """:func:`state`, after a look (at most every ``TUNED_RECHECK_S``) at the ``XRT_TUNED`` files."""
+    m = _merged()
+    if m.env[1] is not None:
+        _refresh_tuned(m.env[1])
+        if m.version != _version:
+            m = _merged()
+    return m
+
+
+def _sync_switches() -> None:
+    """Make PyTorch's switches (matmul, attention, conv) say what the merged policy says.
+
+    The one place they are set: at import, on set/clear, on scope enter and exit and when
+    ``XRT_KERNEL_POLICY`` changes. A switch op that no layer names is left to its owner: xrt puts
+    back the setting it found before it first took the switch over, and otherwise never touches it.
+    Raises (after putting nothing half-set) when a choice cannot be applied here.
+    """
+    with _lock:
+        _synced_env[0] = _env_stamp()[0]
+        merged: dict[str, str] = {}
+        for layer in reversed(_choice_layers()):
+            merged.update(layer.choices)
+        for op, spec in _OPS.items():
+            if spec.apply is None:
+                continue
+            want = merged.get(op)
+            if want == _APPLIED.get(op):
+                continue
+            if want is None:
+                spec.restore(_SAVED.pop(op))
+                del _APPLIED[op]
+                continue
+            if op not in _SAVED:
+                _SAVED[op] = spec.save()
+            try:
+                spec.apply(want)
+            except Exception:
+                if op not in _APPLIED:
+                    _SAVED.pop(op)
+                raise
+            _APPLIED[op] = want
+
+
+def _sync_switches_from_env() -> None:
+    """``XRT_KERNEL_POLICY`` changed (or is read for the first time, at import): the switches
+    follow. A choice this PyTorch cannot apply is a warning here, not an error of every op call."""
+    try:
+        _sync_switches()
+    except Exception as e:
+        warnings.warn(f"XRT_KERNEL_POLICY: {e}", RuntimeWarning, stacklevel=3)
+
+
+_APPLIED: dict[str, str] = {}  # switch op -> the choice xrt last applied
+_SAVED: dict[str, Any] = {}  # switch op -> PyTorch's setting before xrt took it over
+
+
+def _changed(rollback: Callable[[], None], everywhere: bool = True) -> None:
+    """After a change of policy state: drop the cached merged policy (every thread's, or only this
+    thread's for a change of its own scopes) and sync the switches; on failure, undo the change
+    (``rollback``), sync again and raise."""
+    if everywhere:
+        _bump()
+    _tls.merged = None
+    try:
+        _sync_switches()
+    except Exception:
+        rollback()
+        if everywhere:
+            _bump()
+        _tls.merged = None
+        _sync_switches()
+        raise
 
 
 def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> KernelPolicy | None:
@@ -281,8 +464,15 @@ def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Kern
     if policy is not None and not isinstance(policy, KernelPolicy):
         raise ValueError(f"set_kernel_policy expects a KernelPolicy, got {type(policy).__name__}")
     new = policy if policy is not None else (KernelPolicy(**kwargs) if kwargs else None)
-    _apply_switches(new)
-    _global_policy = new
+    with _lock:
+        old = _global_policy
+        _global_policy = new
+
+        def rollback() -> None:
+            global _global_policy
+            _global_policy = old
+
+        _changed(rollback)
     return new
 
 
@@ -292,60 +482,163 @@ def get_kernel_policy() -> KernelPolicy | None:
 
 
 def clear_kernel_policy() -> None:
-    """Forget the global policy and put PyTorch's switches back to their defaults."""
+    """Forget the global policy; PyTorch's switches go back to what they were before xrt set them
+    (unless a scope or ``XRT_KERNEL_POLICY`` still names them)."""
     set_kernel_policy(None)
 
 
 @contextlib.contextmanager
 def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator[KernelPolicy]:
-    """A policy for the ``with`` block only; it wins over the global one for the ops it names."""
+    """A policy for the ``with`` block only; it wins over the global one for the ops it names.
+
+    Scopes belong to the thread that enters them: another thread does not see them. The switch
+    ops (matmul, attention, conv) set PyTorch's own switches, which are process-wide.
+    """
     scoped = policy if policy is not None else KernelPolicy(**kwargs)
-    _scoped.append(scoped)
+    scopes = _tls.scopes
+    with _lock:
+        scopes.append(scoped)
+        _changed(scopes.pop, everywhere=False)
     try:
-        _apply_switches(effective_policy_for_switches())
         yield scoped
     finally:
-        _scoped.pop()
-        _apply_switches(effective_policy_for_switches())
+        with _lock:
+            # Pop this scope even if an inner one was left open (a generator never closed).
+            for i in range(len(scopes) - 1, -1, -1):
+                if scopes[i] is scoped:
+                    del scopes[i]
+                    break
+            _tls.merged = None
+            _sync_switches()
 
 
 def _layers() -> list[KernelPolicy]:
-    """Policies from highest to lowest precedence."""
-    layers = list(reversed(_scoped))
+    """This thread's policies from highest to lowest precedence (uncached)."""
+    layers = list(reversed(_tls.scopes))
     if _global_policy is not None:
         layers.append(_global_policy)
     env = os.environ.get("XRT_KERNEL_POLICY")
     if env:
-        layers.append(_parse_env_policy(env))
+        layers.append(_env_policy(env))
     tuned = os.environ.get("XRT_TUNED")
     if tuned:
         layers.append(_env_tuned(tuned))
     return layers
 
 
-_ENV_TUNED: dict[str, KernelPolicy] = {}
+def _choice_layers(strict: bool = False) -> list[KernelPolicy]:
+    """The layers that hold choices (not XRT_TUNED's configs). A malformed XRT_KERNEL_POLICY
+    raises when ``strict`` (an op's resolve), else is a warning (PyTorch's switches)."""
+    layers = list(reversed(_tls.scopes))
+    if _global_policy is not None:
+        layers.append(_global_policy)
+    env = os.environ.get("XRT_KERNEL_POLICY")
+    if env:
+        try:
+            layers.append(_env_policy(env))
+        except ValueError as e:
+            if strict:
+                raise
+            warnings.warn(f"{e}; PyTorch's switches ignore it", RuntimeWarning, stacklevel=4)
+    return layers
+
+
+_ENV_POLICY: dict[str, KernelPolicy] = {}
+
+
+def _env_policy(text: str) -> KernelPolicy:
+    """``XRT_KERNEL_POLICY``, parsed once per distinct value."""
+    pol = _ENV_POLICY.get(text)
+    if pol is None:
+        pol = _ENV_POLICY[text] = _parse_env_policy(text)
+    return pol
+
+
+class _TunedFiles:
+    """The policy of one ``XRT_TUNED`` value and the (mtime, size) of what it was read from."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.stamp = self._stat()
+        self.policy = self._load()
+        self.checked = time.monotonic()
+
+    def _paths(self) -> list[Path]:
+        paths = []
+        for item in filter(None, self.value.split(os.pathsep)):
+            p = Path(item)
+            if not p.exists():
+                raise ValueError(f"XRT_TUNED={self.value!r}: {item} does not exist")
+            paths.append(p)
+            if p.is_dir():
+                paths.extend(sorted(p.glob("*.json")))
+        return paths
+
+    def _stat(self) -> tuple[Any, ...]:
+        out = []
+        for p in self._paths():
+            st = p.stat()
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def _load(self) -> KernelPolicy:
+        pol = KernelPolicy()
+        pol._quiet = True  # building it is no policy change
+        for p in self._paths():
+            if not p.is_dir():
+                pol.load_tuned(p)
+        pol._quiet = False
+        return pol
+
+    def refresh(self) -> bool:
+        """Re-read the files if any changed (checked at most every ``TUNED_RECHECK_S``)."""
+        now = time.monotonic()
+        if now - self.checked < TUNED_RECHECK_S:
+            return False
+        self.checked = now
+        stamp = self._stat()
+        if stamp == self.stamp:
+            return False
+        try:
+            policy = self._load()
+        except ValueError as e:  # a file caught half-written, say: keep the last good read, retry later
+            warnings.warn(f"{e}; keeping the tuned configs read before", RuntimeWarning, stacklevel=2)
+            return False
+        self.policy, self.stamp = policy, stamp
+        return True
+
+
+TUNED_RECHECK_S = 1.0  # how often the XRT_TUNED files are looked at again for changes
+_ENV_TUNED: dict[Any, _TunedFiles] = {}  # by the value as a string, and as the raw bytes
 
 
 def _env_tuned(value: str) -> KernelPolicy:
-    """``XRT_TUNED``: tuned-config files or folders of them (``os.pathsep``-separated), read once."""
-    if value not in _ENV_TUNED:
-        pol = KernelPolicy()
-        for item in filter(None, value.split(os.pathsep)):
-            p = Path(item)
-            files = sorted(p.glob("*.json")) if p.is_dir() else [p]
-            if not p.exists():
-                raise ValueError(f"XRT_TUNED={value!r}: {item} does not exist")
-            for f in files:
-                pol.load_tuned(f)
-        _ENV_TUNED[value] = pol
-    return _ENV_TUNED[value]
+    """``XRT_TUNED``: tuned-config files or folders of them (``os.pathsep``-separated), read once
+    per value and again when a file changes (noticed within ``TUNED_RECHECK_S``)."""
+    entry = _ENV_TUNED.get(value)
+    if entry is None:
+        entry = _ENV_TUNED[value] = _TunedFiles(value)
+    return entry.policy
+
+
+def _refresh_tuned(value: Any) -> None:
+    """Called by tuned lookups: a changed ``XRT_TUNED`` file bumps the version (all threads).
+    ``value`` is the raw environment value (bytes on POSIX)."""
+    if value is None:
+        return
+    entry = _ENV_TUNED.get(value)
+    if entry is None:
+        entry = _ENV_TUNED.get(os.fsdecode(value) if isinstance(value, bytes) else value)
+        if entry is None:
+            return
+        _ENV_TUNED[value] = entry  # found by the raw value from now on
+    if entry.refresh():
+        _bump()
 
 
 def effective_policy_for_switches() -> KernelPolicy:
-    merged: dict[str, str] = {}
-    for layer in reversed(_layers()):
-        merged.update(layer.choices)
-    return KernelPolicy(**merged)
+    """The merged choices of this thread's layers, as one policy."""
+    return KernelPolicy(**_merged().choices)
 
 
 def resolve(op: str, explicit: str | None = None) -> str:
@@ -354,8 +647,13 @@ def resolve(op: str, explicit: str | None = None) -> str:
         return _validate(op, explicit)
     if op not in _OPS:
         _validate(op, AUTO)
-    for layer in _layers():
-        choice = layer.get(op)
+    if torch.compiler.is_compiling():
+        for layer in _choice_layers(strict=True):  # Dynamo traces the state itself and guards on it
+            choice = layer.get(op)
+            if choice is not None:
+                return choice
+    else:
+        choice = _merged().choices.get(op)
         if choice is not None:
             return choice
     return AUTO if _OPS[op].apply is None else "default"
@@ -367,9 +665,28 @@ def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any =
 
     In each policy, a config keyed by the kernel itself (what the tuner writes) comes first, then
     one keyed by the op, unless that one's parameter names are those of another of the op's
-    kernels (``{"block": 512}`` is CUDA C's, not Triton's).
+    kernels (``{"block": 512}`` is CUDA C's, not Triton's). Memoized until the policy changes.
     """
-    for layer in _layers():
+    if torch.compiler.is_compiling():
+        return _lookup_tuned_kernel(_layers(), op, space, device, dtype, shape)
+    m = tuned_state()
+    key = ("tuned", op, space, _device_memo_key(device), dtype_key(dtype), None if shape is None else tuple(shape))
+    try:
+        hit = m.memo[key]
+    except KeyError:
+        if len(m.memo) > 4096:
+            m.memo.clear()
+        hit = m.memo[key] = _lookup_tuned_kernel(m.layers, op, space, device, dtype, shape)
+    return None if hit is None else dict(hit)
+
+
+def _device_memo_key(device: Any) -> Any:
+    return device if device is None or isinstance(device, str) else tuple(_device_keys(device))
+
+
+def _lookup_tuned_kernel(layers: list[KernelPolicy], op: str, space: str, device: Any, dtype: Any,
+                         shape: Sequence[int] | None) -> dict[str, Any] | None:
+    for layer in layers:
         hit = layer.tuned_config(space, device=device, dtype=dtype, shape=shape)
         if hit is not None:
             return hit
@@ -392,8 +709,15 @@ def _for_another_kernel(op: str, space: str, config: dict[str, Any]) -> bool:
 def lookup_tuned(op: str, *, device: Any = None, dtype: Any = None,
                  shape: Sequence[int] | None = None) -> dict[str, Any] | None:
     """The tuned config for this call from the policies in force, most specific policy first."""
+    if not torch.compiler.is_compiling():
+        _refresh_tuned(_merged().env[1])
     for layer in _layers():
         hit = layer.tuned_config(op, device=device, dtype=dtype, shape=shape)
         if hit is not None:
             return hit
     return None
+
+
+# PyTorch's switches say what XRT_KERNEL_POLICY says from the start (a choice this PyTorch cannot
+# apply, matmul=cublasLt on a build without CUDA, is a warning at import).
+_sync_switches_from_env()

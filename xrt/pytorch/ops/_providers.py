@@ -7,10 +7,12 @@ that can, in the device's preference order.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -71,12 +73,71 @@ def choose(op: str, x: torch.Tensor, explicit: str | None = None) -> Provider:
     return get(op, "torch")
 
 
+_is_compiling = torch.compiler.is_compiling
+_function_modes = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_profiling = torch._C._autograd._profiler_enabled
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_forward_ad = importlib.import_module("torch.autograd.forward_ad")
+
+
+OP, DIRECT, DIRECT_GRAD = 0, 1, 2
+
+
+def route(*tensors: torch.Tensor | None) -> int:
+    """How an op call gets to its provider: ``DIRECT`` (call the provider's function itself,
+    skipping the custom op's dispatch), ``DIRECT_GRAD`` (likewise, but autograd records the call)
+    or ``OP`` (through the custom op).
+
+    Direct only in plain eager PyTorch: not while torch.compile traces, not under a torch-function
+    or dispatch mode (FakeTensorMode, ``with torch.device(...)``, functionalization), not inside a
+    functorch transform (vmap, grad), not under forward-mode AD (``dual_level``), and only for plain
+    tensors and parameters.
+    """
+    if (_is_compiling() or _function_modes() or _dispatch_modes() or _functorch()
+            or _forward_ad._current_level >= 0):
+        return OP
+    grad = False
+    for t in tensors:
+        if t is not None:
+            if type(t) not in _PLAIN:
+                return OP
+            grad = grad or t.requires_grad
+    return DIRECT_GRAD if grad and torch.is_grad_enabled() else DIRECT
+
+
+def eager_autograd(op: str, setup_context: Callable[..., None],
+                   backward: Callable[..., Any]) -> type[torch.autograd.Function]:
+    """An ``autograd.Function`` for the ``DIRECT_GRAD`` route of a one-output op: ``apply(*inputs,
+    provider)`` runs the provider's function, with the custom op's own ``setup_context`` and
+    ``backward`` (same ``inputs``, same saved tensors, same formula, so double backward behaves as
+    the custom op's does), without the custom op's dispatch."""
+
+    def forward(*args: Any) -> Any:
+        return get(op, args[-1]).fn(*args[:-1])
+
+    def setup(ctx: Any, inputs: Any, output: Any) -> None:
+        setup_context(ctx, inputs, output)
+
+    def back(ctx: Any, *grads: Any) -> Any:
+        return backward(ctx, *grads)
+
+    # Built with type() so that the graph node is named after the op (Eager_squareBackward).
+    return type(f"Eager_{op}", (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(back)})
+
+
+def profiling() -> bool:
+    """Is a profiler recording (then ops wrap their call in :func:`op_range`)?"""
+    return _profiling()
+
+
 def op_range(op: str, provider: str):
     """The profiler range ``xrt::<op>[<provider>]`` around an op call (none while compiling:
-    Dynamo drops record_function anyway, and says so on every call)."""
-    import contextlib
-
-    if torch.compiler.is_compiling():
+    Dynamo drops record_function anyway, and says so on every call; none while no profiler runs:
+    a range nobody records still costs microseconds of Python)."""
+    if _is_compiling() or not _profiling():
         return contextlib.nullcontext()
     return torch.profiler.record_function(f"xrt::{op}[{provider}]")
 
@@ -87,12 +148,23 @@ def torch_missing(x: torch.Tensor) -> str | None:
     return None
 
 
+_HAVE: dict[str, bool] = {}
+
+
+def _have(module: str) -> bool:
+    """Is ``module`` installed (asked once; a plain dict, which Dynamo traces without a warning)?"""
+    have = _HAVE.get(module)
+    if have is None:
+        have = _HAVE[module] = importlib.util.find_spec(module) is not None
+    return have
+
+
 def triton_missing(x: torch.Tensor) -> str | None:
-    if importlib.util.find_spec("triton") is None:
+    if not _have("triton"):
         return "triton is not installed (pip install xpuruntime[torch] on Linux x86_64)"
-    if x.device.type == "cuda":
+    if x.is_cuda:
         return None
-    if x.device.type == "cpu":
+    if x.is_cpu:
         if os.environ.get("TRITON_INTERPRET") == "1":
             if x.dtype == torch.bfloat16:  # numpy has no bfloat16: the interpreter returns NaNs
                 return "Triton's CPU interpreter (TRITON_INTERPRET=1) cannot compute in bfloat16"
@@ -109,7 +181,7 @@ def cuda_missing(x: torch.Tensor) -> str | None:
     why = cuda.missing()
     if why:
         return why
-    if x.device.type != "cuda":
+    if not x.is_cuda:
         return f"the tensor is on {x.device}, not on a CUDA device"
     return None
 
@@ -120,6 +192,6 @@ def xpu_missing(x: torch.Tensor) -> str | None:
         return "no Intel XPU is visible to torch.xpu (needs torch's XPU build and Intel's GPU driver)"
     if x.device.type != "xpu":
         return f"the tensor is on {x.device}, not on an XPU"
-    if importlib.util.find_spec("triton") is None:
+    if not _have("triton"):
         return "triton (Intel's XPU backend ships with torch's XPU wheels) is not installed"
     return None

@@ -35,13 +35,23 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     """The tuned config of ``op`` for this input (policy lookup), checked against ``space``.
 
     ``shape`` is the shape the configs are bucketed by (``x.shape`` unless given; ``square`` and
-    ``vector_add`` use ``(numel,)``, as their kernels see a flat tensor).
+    ``vector_add`` use ``(numel,)``, as their kernels see a flat tensor). Memoized per
+    (kernel, device, dtype, shape) until the policy in force changes; the answer is a read-only
+    :class:`xrt.kernels.checks.Tuning` that the launchers take without checking it again.
     """
-    from xrt.kernels import spaces
+    state = policy.tuned_state()
+    shape = tuple(x.shape) if shape is None else tuple(shape)
+    key = (space, x.is_cuda, x.get_device(), x.dtype, shape)
+    hit = state.memo.get(key)
+    if hit is None:
+        from xrt.kernels import checks
 
-    tuned = policy.lookup_tuned_kernel(op, space, device=device_info(x), dtype=x.dtype,
-                                       shape=tuple(x.shape) if shape is None else tuple(shape))
-    return spaces.check(space, tuned or {})
+        tuned = policy.lookup_tuned_kernel(op, space, device=device_info(x), dtype=x.dtype, shape=shape)
+        hit = checks.tuning(space, tuned)
+        if len(state.memo) > 4096:
+            state.memo.clear()
+        state.memo[key] = hit
+    return hit
 
 
 def register_kernels(op: str, module: str | None = None, fn: str | None = None,
@@ -58,16 +68,23 @@ def register_kernels(op: str, module: str | None = None, fn: str | None = None,
 
     module, fn = module or op, fn or op
 
+    found: dict[str, Callable[..., Any]] = {}
+
     def kernel(kind: str) -> Callable[..., Any]:
-        return getattr(importlib.import_module(f"xrt.kernels.{kind}.{module}"), fn)
+        f = found.get(kind)
+        if f is None:  # imported at first use (Triton, pycuda), then kept
+            f = found[kind] = getattr(importlib.import_module(f"xrt.kernels.{kind}.{module}"), fn)
+        return f
 
     def reference(*args: Any) -> Any:
         return kernel("reference")(*args)
 
     def tuned(kind: str, space: str) -> Callable[..., Any]:
+        key = f"{op}.{space}"
+
         def run(*args: Any) -> Any:
             x = args[0]
-            return kernel(kind)(*args, config(op, f"{op}.{space}", x, shape(x) if shape else None))
+            return kernel(kind)(*args, config(op, key, x, shape(x) if shape else None))
 
         run.__name__ = f"_{op}_{kind}"
         return run

@@ -71,6 +71,28 @@ def _backward(ctx, dy, _dmean, _drstd):
 _layernorm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _EagerLayerNorm(torch.autograd.Function):
+    """The custom op's forward and backward for eager training, without its dispatch: the same
+    provider functions, the same saved tensors, the backward's own kernel of the same provider.
+    (Under torch.compile, modes or functorch transforms the custom op runs instead.)"""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, n, eps, provider):
+        y, mean, rstd = P.get("layernorm", provider).fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
+        ctx.provider = provider
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        n = weight.numel()
+        dx, dw, db = P.get("layernorm_bwd", ctx.provider).fn(dy.contiguous().reshape(-1, n), x.reshape(-1, n),
+                                                            weight.reshape(n), mean, rstd)
+        return dx.view(x.shape), dw.view(weight.shape), db.view(weight.shape), None, None, None
+
+
 def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
                     weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                     eps: float = 1e-5, *, provider: str | None = None) -> torch.Tensor:
@@ -107,6 +129,14 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
         if t.device != x.device:
             raise ValueError(f"fused_layernorm: {name} is on {t.device} but input is on {x.device}")
     chosen = P.choose("layernorm", x, provider)
+    weight, bias = weight.to(x.dtype), bias.to(x.dtype)
     with P.op_range("layernorm", chosen.name):
-        y, _, _ = _layernorm_op(x, ns, weight.to(x.dtype), bias.to(x.dtype), float(eps), chosen.name)
+        route = P.route(x, weight, bias)
+        if route == P.DIRECT_GRAD:
+            return _EagerLayerNorm.apply(x, weight, bias, math.prod(ns), float(eps), chosen.name)
+        if route == P.DIRECT:  # what the custom op would run, without its dispatch
+            n = math.prod(ns)
+            y, _, _ = chosen.fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), float(eps))
+            return y.view(x.shape)
+        y, _, _ = _layernorm_op(x, ns, weight, bias, float(eps), chosen.name)
     return y

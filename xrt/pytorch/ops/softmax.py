@@ -34,6 +34,7 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 _softmax_op.register_autograd(_backward, setup_context=_setup_context)
+_eager = P.eager_autograd("softmax", _setup_context, _backward)  # the same, for eager training
 
 
 def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -53,5 +54,12 @@ def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension, got a 0-d tensor")
     chosen = P.choose("softmax", x, provider)
+    route = P.route(x)
+    if route == P.DIRECT and not P.profiling():
+        return chosen.fn(x)  # what the custom op would run, without its dispatch
     with P.op_range("softmax", chosen.name):
+        if route == P.DIRECT:
+            return chosen.fn(x)
+        if route == P.DIRECT_GRAD:
+            return _eager.apply(x, chosen.name)
         return _softmax_op(x, chosen.name)

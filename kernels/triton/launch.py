@@ -1,0 +1,159 @@
+"""Launch a ``@triton.jit`` kernel through its cached compiled handle.
+
+``kernel[grid](*args, **meta)`` in Triton 3.x binds the arguments, computes the specialization
+key and looks the kernel up on every call: tens of microseconds of Python for a kernel that runs
+for a few. :class:`Launcher` does that once per distinct key and then calls the
+``CompiledKernel``'s launcher directly, the way ``JITFunction.run`` does after its lookup
+(Triton 3.6: ``kernel.run(grid_x, grid_y, grid_z, stream, function, packed_metadata,
+launch_metadata, enter_hook, exit_hook, *all_args)``).
+
+The key holds everything that picks another compiled kernel: the device, ``num_warps``,
+``num_stages``, every constexpr, and for each runtime argument what Triton specializes it on
+(a tensor's dtype and whether its address is 16-byte aligned; an integer's equality to 1,
+divisibility by 16 and 32/64-bit range; the type of anything else). It is finer than Triton's own
+key, never coarser, so a cached handle is only reused where Triton would reuse it.
+
+Where there is no compiled handle -- Triton's CPU interpreter (``TRITON_INTERPRET=1``), a kernel
+whose constexprs are not its last parameters -- every call takes ``kernel[grid](...)``. Launch
+hooks (``triton.knobs.runtime.launch_enter_hook``, e.g. a profiler) are honoured: with any hook
+registered the cached path builds the launch metadata and calls them as Triton does.
+Triton settings read at compile time (``TRITON_DEBUG`` and the like) are read once; a process
+that flips them after a kernel's first launch calls :meth:`Launcher.clear`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from triton import knobs
+
+_LAUNCHERS: list[Launcher] = []
+_RUNTIME = knobs.runtime
+_Tensor = torch.Tensor
+
+
+def cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` for host code: Triton 3.6's is a constexpr function whose call wrapper costs
+    microseconds on every launch."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host code (0 for 0, 1 for 1), without its call wrapper."""
+    return n if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _spec(a: Any) -> Any:
+    """What Triton's specialization of argument ``a`` depends on (or finer)."""
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0)
+    t = type(a)
+    if t is bool:
+        return (bool, a)
+    if t is int:
+        return (int, a == 1, a % 16 == 0, -(2**31) <= a < 2**31, a < 2**63)
+    if t is float:
+        return float
+    if a is None:
+        return None
+    return (t, a)  # anything else: keyed by its value (hashable, or the key raises and we fall back)
+
+
+class Launcher:
+    """``Launcher(kernel)(grid, *args, num_warps=4, **constexprs)`` == ``kernel[grid](*args, ...)``."""
+
+    def __init__(self, kernel: Any, *, direct: bool | None = None,
+                 device: Callable[[], int] | None = None, stream: Callable[[int], int] | None = None) -> None:
+        self.kernel = kernel
+        self.cache: dict[Any, Any] = {}
+        self._device, self._stream = device, stream
+        self.constexprs: tuple[str, ...] = ()
+        self.nargs = 0
+        if direct is None:
+            from triton.runtime.jit import JITFunction
+
+            direct = isinstance(kernel, JITFunction)  # not the interpreter's InterpretedFunction
+        params = getattr(kernel, "params", None)
+        if direct and params is not None:
+            flags = [bool(p.is_constexpr) for p in params]
+            # The cached call passes the runtime arguments, then the constexprs, in signature order.
+            if flags != sorted(flags):
+                direct = False
+            self.constexprs = tuple(p.name for p in params if p.is_constexpr)
+            self.nargs = len(params) - len(self.constexprs)
+        self.direct = bool(direct)
+        self.compiles = 0  # first launches that went through kernel[grid] (tests read it)
+        _LAUNCHERS.append(self)
+
+    def clear(self) -> None:
+        self.cache.clear()
+
+    def __call__(self, grid: Sequence[int], *args: Any, num_warps: int = 4, num_stages: int | None = None,
+                 **constexprs: Any) -> None:
+        if (not self.direct or len(args) != self.nargs or len(constexprs) != len(self.constexprs)
+                or not (isinstance(args[0], torch.Tensor) and (args[0].is_cuda or self._device is not None))):
+            # The cached path speaks CUDA (torch's current device and stream); XPU and the
+            # interpreter take Triton's own.
+            self._slow(grid, args, num_warps, num_stages, constexprs)
+            return
+        device = self._device() if self._device is not None else _current_device()
+        try:
+            meta = tuple([constexprs[n] for n in self.constexprs])
+            key = (device, num_warps, num_stages, meta,
+                   *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else _spec(a) for a in args])
+            compiled = self.cache.get(key)
+        except (KeyError, TypeError):  # a constexpr name it does not have, an unhashable argument
+            self._slow(grid, args, num_warps, num_stages, constexprs)
+            return
+        if compiled is None:
+            compiled = self._slow(grid, args, num_warps, num_stages, constexprs)
+            if compiled is not None:
+                if hasattr(compiled, "result"):  # Triton's async compile mode hands back a future
+                    compiled = compiled.result()
+                self.cache[key] = compiled
+            return
+        stream = self._stream(device) if self._stream is not None else _current_stream(device)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+        if enter is not None or leave is not None:
+            enter, leave = _hooks()
+        if enter is None and leave is None:
+            compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *args, *meta)
+        else:
+            full = (*args, *meta)
+            launch_metadata = compiled.launch_metadata(tuple(grid), stream, *full)
+            compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, launch_metadata,
+                         enter, leave, *full)
+
+    def _slow(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
+              constexprs: dict[str, Any]) -> Any:
+        kw = dict(constexprs)
+        kw["num_warps"] = num_warps
+        if num_stages is not None:
+            kw["num_stages"] = num_stages
+        self.compiles += 1
+        return self.kernel[tuple(grid)](*args, **kw)
+
+
+def _current_device() -> int:
+    # What Triton's driver answers (torch.cuda.current_device), without its lazy-init check: the
+    # cached path runs only for CUDA tensors, so CUDA is initialised.
+    return torch._C._cuda_getDevice()
+
+
+def _current_stream(device: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device)  # Triton's driver.get_current_stream, for torch
+
+
+def _hooks() -> tuple[Any, Any]:
+    """Triton's launch hooks, or ``None`` for an empty chain (the launcher then skips them)."""
+    enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+    if enter is not None and not getattr(enter, "calls", True):
+        enter = None
+    if leave is not None and not getattr(leave, "calls", True):
+        leave = None
+    return enter, leave
