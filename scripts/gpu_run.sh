@@ -16,6 +16,14 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl >"$OUT/pip.log" 2>&1 \
   && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/pip.log" 2>&1 \
   || { tail -20 "$OUT/pip.log"; exit 1; }
+# The device's git history can stop before this tree (a copy of the working tree travels, not every
+# commit): tests that clone the repository must see this tree, so snapshot it in a throwaway commit.
+if [ -n "$(git status --porcelain --untracked-files=normal 2>/dev/null)" ]; then
+  git -c user.name=gpu-run -c user.email=gpu-run@localhost add -A . >/dev/null 2>&1
+  git -c user.name=gpu-run -c user.email=gpu-run@localhost commit -qm "gpu_run.sh: snapshot of the tree that was sent" \
+    >/dev/null 2>&1 && echo "snapshot commit $(git rev-parse --short HEAD) of the sent tree"
+fi
+git branch -f main HEAD >/dev/null 2>&1 || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks_event_reasons.active --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
