@@ -75,7 +75,7 @@ def scan(root: Path) -> dict[str, list[str]]:
 def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], int]:
     if not db.exists():
         return {}, {}, 0
-    with store.read(db) as con:
+    with store.read(db, empty_ok=True) as con:
         if schema.current_version(con) == 0:
             return {}, {}, 0
         files = {f: (h, s, r) for f, h, s, r in con.execute(
@@ -99,8 +99,8 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
     t0 = time.perf_counter()
     echo = echo or (lambda s: print(s, file=sys.stderr))
     rep = Report()
+    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
     root = find_root(results_dir)
-    db = Path(db_path)
     found = scan(root)
     prev, prev_errs, max_run = _previous(db)
     rep.files_total = sum(len(v) for k, v in found.items() if k != "sidecars")
