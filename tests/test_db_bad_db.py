@@ -308,3 +308,31 @@ def test_readers_in_the_writers_process_never_fail_nor_go_back(tmp_path):
     assert failures == []
     assert stale == []
     assert reads[0] > 20
+
+
+@pytest.mark.parametrize("name", ["bob's export", "x' (FORMAT csv); --", 'q"uote $(x) ; DROP TABLE results'])
+def test_export_to_any_folder_name_and_regressions_go_too(name, tmp_path, capsys):
+    from xrt.track import regressions as R
+
+    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1)),
+                                                 "m2/00000002-env.json": G.v2_file(G.sha(2), machine="m2")},
+                          machines=("m1", "m2"))
+    db = tmp_path / "x.duckdb"
+    ingest(root, db, echo=lambda s: None)
+    rec = R.Record("abc123def456", "m1", "suite.time_plain", [], "", G.sha(2), G.sha(1), 1.0, 2.0, 2.0, 1e-4, 5.0,
+                   "regression", "new", "seconds", 10, 10, None, None)
+    R.save(db, [rec])
+    R.set_status(db, "abc123", "acknowledged", "known: new allocator")
+    out = tmp_path / "exports" / name
+    out.parent.mkdir()
+    assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in out.parent.iterdir()) == [name]  # nothing written beside it
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["machine=m1", "machine=m2"]
+    got = duckdb.execute("SELECT count(*), count(DISTINCT machine) FROM read_parquet(?, hive_partitioning = true)",
+                         [f"{out}/results/*/*.parquet"]).fetchall()
+    with store.read(db) as con:
+        assert got == con.execute("SELECT count(*), count(DISTINCT machine) FROM results").fetchall()
+    reg = duckdb.execute("SELECT id, status, note FROM read_parquet(?)", [str(out / "regressions.parquet")]).fetchall()
+    assert reg == [("abc123def456", "acknowledged", "known: new allocator")]
+    assert not list(tmp_path.rglob("*.csv"))
