@@ -161,17 +161,18 @@ def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | Non
                 outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
                 continue
             status = cols["status"][pr.start:pr.end]
-            n_ok, n_failed = status.count("ok"), status.count("failed")
+            n_ok, n_failed, n_skipped = status.count("ok"), status.count("failed"), status.count("skipped")
             starts = [s for s in cols["started_at_ms"][pr.start:pr.end] if s is not None]
             run = {
                 "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
                 "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
                 "params": pr.params, "requirements": pr.requirements, "facts": pr.facts,
                 "n_values": pr.n, "n_ok": n_ok, "n_failed": n_failed,
-                "n_skipped": len(status) - n_ok - n_failed, "started_ms": min(starts) if starts else None,
+                "n_skipped": n_skipped, "started_ms": min(starts) if starts else None,
             }
             i = len(outcomes)
-            warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings] or None
+            warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings]
+            warnings = warnings + [("bad-value", r) for r in pr.bad_values] or None
             outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
                                         warnings=warnings))
             per_file.append((i, pr.start, pr.end))

@@ -201,7 +201,7 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
             err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
                 f"(rows kept): {_short(o.unknown_benchmarks)}")
         for kind, reason in o.warnings or ():
-            err(o.file, kind, f"{reason} (rows kept)")
+            err(o.file, kind, reason if kind == "bad-value" else f"{reason} (rows kept)")
     for i in good:
         r = outcomes[i].run
         rep.values_ok += r["n_ok"]
