@@ -106,3 +106,23 @@ def test_many_bad_values_are_counted_not_listed_one_by_one(tmp_path):
     assert q(db, "SELECT count(*) FROM results WHERE status = 'bad'") == [(50,)]
     errs = q(db, "SELECT reason FROM ingest_errors WHERE kind = 'bad-value'")
     assert len(errs) == 21 and "more bad values" in errs[-1][0]
+
+
+@pytest.mark.parametrize("head_row", [plain(-0.5, [-0.5] * 6), plain(0.5, [0.5, NAN, 0.5, 0.5, 0.5, 0.5]),
+                                      plain(True, [1.0] * 6)], ids=["negative", "nan-sample", "bool"])
+def test_the_gate_never_judges_a_bad_value(head_row, tmp_path):
+    """What the gate saw before: ratio -1.000 (negative times), ratio nan (a NaN sample), 1.0 for true."""
+    from xrt.track import gate
+
+    root = G.make_results(tmp_path / "results", {
+        "m1/00000001-env.json": G.v2_file(G.sha(1), date_ms=1_700_000_000_000,
+                                          results={"suite.time_a": plain(0.5, [0.5] * 6)}),
+        "m1/00000002-env.json": G.v2_file(G.sha(2), date_ms=1_700_000_001_000,
+                                          results={"suite.time_a": head_row})}, benchmarks=BENCH)
+    db = tmp_path / "x.duckdb"
+    ingest(root, db, echo=lambda s: None)
+    v = gate.judge(db, G.sha(1), G.sha(2), history=False)
+    ratios = [r["ratio"] for r in v.regressions + v.clock]
+    assert ratios == [] and v.compared == 0
+    assert v.code == gate.CANNOT_JUDGE  # fails closed: the head value is no measurement
+    assert any("suite.time_a" in p for p in v.problems)
