@@ -126,3 +126,15 @@ def test_the_gate_never_judges_a_bad_value(head_row, tmp_path):
     assert ratios == [] and v.compared == 0
     assert v.code == gate.CANNOT_JUDGE  # fails closed: the head value is no measurement
     assert any("suite.time_a" in p for p in v.problems)
+
+
+def test_real_zero_and_one_samples_and_negative_track_samples_stay_ok(tmp_path):
+    """Arrow reads JSON true/false as 1.0/0.0, so files with those samples are parsed again row by row:
+    real numbers 0.0 and 1.0 (and a track benchmark's negative samples) stay ok."""
+    results = {"suite.time_a": plain(1.0, [1.0, 0.0, 1.0]), "suite.track_neg": plain(-3, [-3, -2]),
+               "suite.time_b": plain(0.25, [0.25, 0.26])}
+    db, rep, _ = _ingest(tmp_path, results)
+    assert rep.errors == []
+    assert q(db, "SELECT benchmark, status, value, samples FROM results ORDER BY benchmark") == [
+        ("suite.time_a", "ok", 1.0, [1.0, 0.0, 1.0]), ("suite.time_b", "ok", 0.25, [0.25, 0.26]),
+        ("suite.track_neg", "ok", -3.0, [-3.0, -2.0])]
