@@ -32,8 +32,7 @@ def build(db: Path) -> None:
         con.execute("""UPDATE results SET value = value * 1.3, samples = list_transform(samples, lambda x: x * 1.3)
             WHERE machine = 'synthetic-0' AND benchmark = 'ops.Op7.time_op' AND param_index = 2
               AND commit_hash IN (SELECT hash FROM commits WHERE position >= 800)""")
-        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
-                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+        # tuning_results: created by the schema's migration 4 (xrt.db.schema)
         rows = [[f"op{o}", f"synthetic-{m}", str(1 << (10 + s)), "float32", "triton",
                  json.dumps({"BLOCK": 1 << (5 + b), "num_warps": 1 << w, "num_stages": st}),
                  1e-5 * (1 + (b - 3) ** 2 + w + st), 100.0]

@@ -159,7 +159,7 @@ def test_export_stats_and_migration_from_version_2(with_sidecar, tmp_path):
         assert schema.current_version(c) == 2
     rep, _ = run_ingest(root, db)
     assert rep.ingested == 1
-    assert q(db, "SELECT max(version) FROM schema_version") == [(3,)]
+    assert q(db, "SELECT max(version) FROM schema_version") == [(schema.LATEST,)]
     assert q(db, "SELECT count(cycles_median) FROM results_by_commit") == [(2,)]
     counts = export_parquet(db, tmp_path / "pq")
     assert counts["results"] == 9
@@ -167,7 +167,7 @@ def test_export_stats_and_migration_from_version_2(with_sidecar, tmp_path):
                      f"'{tmp_path}/pq/results/*/*.parquet', hive_partitioning = true)").fetchall()
     assert got == [(9, 2, 3, 2)]
     s = stats(db)
-    assert s["schema_version"] == 3 and s["values"] == 6
+    assert s["schema_version"] == schema.LATEST and s["values"] == 6
 
 
 def test_ingest_does_not_import_pandas_and_pandas_works_after(with_sidecar):

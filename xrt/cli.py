@@ -8,6 +8,7 @@ no torch, no DuckDB at import.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -15,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 
 from xrt import __version__
+from xrt.db.store import DatabaseError  # stdlib-only at import (no DuckDB)
 
 # (name, module that registers it, one-line help): the order of `xrt --help`.
 COMMANDS: list[tuple[str, str, str]] = [
@@ -83,7 +85,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xrt: interrupted", file=sys.stderr)
         return 130
-    except (CLIError, ValueError, RuntimeError, FileNotFoundError, PermissionError, ImportError) as e:
+    except DatabaseError as e:  # a --db that cannot be used: one line naming it
+        if os.environ.get("XRT_DEBUG"):
+            traceback.print_exc()
+        print(f"xrt: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, (FileNotFoundError, PermissionError)):
+            raise
+        if os.environ.get("XRT_DEBUG"):
+            traceback.print_exc()
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"xrt {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except (CLIError, ValueError, RuntimeError, ImportError) as e:
         if os.environ.get("XRT_DEBUG"):
             traceback.print_exc()
         print(f"xrt {args.command}: error: {e}", file=sys.stderr)

@@ -12,6 +12,7 @@ import re
 import time
 from typing import Any
 
+from xrt.db import sidecar_keys as SK
 from xrt.device import DeviceInfo
 
 
@@ -72,7 +73,7 @@ def _cpu_model() -> str | None:
 def sidecar(dev: DeviceInfo, **extra: Any) -> dict[str, Any]:
     """The GPU and software facts written beside each run's asv results (and ingested with them)."""
     facts = {
-        "schema": "xrt-sidecar/1",
+        SK.SCHEMA_KEY: SK.SCHEMA,
         "machine": machine_name(dev),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu_model": dev.name if dev.kind != "cpu" else None,

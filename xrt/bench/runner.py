@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench import machine as xmachine
+from xrt.db import sidecar_keys as SK
 from xrt.device import DeviceInfo
 
 
@@ -173,10 +174,10 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
         if foreign:
             raise BenchError(f"commit {commit[:10]}: benchmarks imported xrt from {foreign}, not from the commit's "
                              f"worktree {worktree}; refusing to record them as that commit's results")
-        side = {**facts, "commit": commit, "result_file": f.name, "cases": cases}
+        side = {**facts, SK.COMMIT: commit, SK.RESULT_FILE: f.name, SK.CASES: cases}
         tmp = dest / (f.stem + ".xrt.tmp")
         tmp.write_text(json.dumps(side))
-        os.replace(tmp, dest / (f.stem + ".xrt"))
+        os.replace(tmp, dest / (f.stem + SK.SUFFIX))
         copied.append(dest / f.name)
     return copied
 

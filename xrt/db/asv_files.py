@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xrt.db import sidecar_keys as SK
+
 # The column lists of a parsed run, in the order of the `results` table's raw part.
 VALUE_COLUMNS = (
     "benchmark", "param_index", "params", "param_key", "value", "status", "samples",
@@ -34,8 +36,8 @@ VALUE_COLUMNS = (
     "duration", "bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share",
 )
 
-SIDECAR_SUFFIX = ".xrt.json"  # the older, hand-written form
-SIDECAR_SUFFIXES = (".xrt", SIDECAR_SUFFIX)  # looked for in this order; the first found is the sidecar
+SIDECAR_SUFFIX = SK.LEGACY_SUFFIX  # the older, hand-written form
+SIDECAR_SUFFIXES = SK.SUFFIXES  # looked for in this order; the first found is the sidecar
 
 try:  # a C parser, 3-4x faster than json; asv's NaN (a skip) and inf are not JSON, so json reads those
     import orjson as _orjson
@@ -68,6 +70,7 @@ class ParsedRun:
     columns: dict[str, list] = field(default_factory=dict)
     unknown_benchmarks: list[str] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason): rows kept anyway
+    bad_values: list[str] = field(default_factory=list)  # values/samples stored as status 'bad' (no value), why
     start: int = 0
     end: int = 0
 
@@ -265,28 +268,29 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
     """
     if not isinstance(sc, dict):
         raise BadFile("bad-sidecar", "not a JSON object")
-    facts = {k: v for k, v in sc.items() if k != "cases"}
+    facts = {k: v for k, v in sc.items() if k != SK.CASES}
     cases: dict[tuple[str, tuple], CaseFacts] = {}
     problems: list[str] = []
-    raw = sc.get("cases")
+    raw = sc.get(SK.CASES)
     if raw is None:
         return facts, cases, problems
     if not isinstance(raw, list):
-        return facts, cases, ["'cases' is not a list"]
+        return facts, cases, [f"'{SK.CASES}' is not a list"]
     sm_all, mem_all, thr_all, bad = [], [], [], 0
     for c in raw:
-        params = c.get("params", []) if isinstance(c, dict) else None
-        if (not isinstance(c, dict) or not isinstance(c.get("benchmark"), str) or not isinstance(params, list)
+        params = c.get(SK.CASE_PARAMS, []) if isinstance(c, dict) else None
+        if (not isinstance(c, dict) or not isinstance(c.get(SK.CASE_BENCHMARK), str) or not isinstance(params, list)
                 or not all(isinstance(p, str) for p in params)):
             bad += 1
             continue
-        sm = c.get("sm_mhz") if isinstance(c.get("sm_mhz"), list) else []
-        mem = c.get("mem_mhz") if isinstance(c.get("mem_mhz"), list) else []
-        cyc = c.get("cycles")
+        sm = c.get(SK.CASE_SM_MHZ) if isinstance(c.get(SK.CASE_SM_MHZ), list) else []
+        mem = c.get(SK.CASE_MEM_MHZ) if isinstance(c.get(SK.CASE_MEM_MHZ), list) else []
+        cyc = c.get(SK.CASE_CYCLES)
         cyc = [_num(x) for x in cyc] if isinstance(cyc, list) else None
-        f = CaseFacts(bytes=_num(c.get("bytes")), flops=_num(c.get("flops")), sm_mhz=_median(sm), cycles=cyc,
-                      cycles_median=_median(cyc or []), throttled_share=_num(c.get("throttled_share")))
-        cases[(c["benchmark"], tuple(params))] = f
+        f = CaseFacts(bytes=_num(c.get(SK.CASE_BYTES)), flops=_num(c.get(SK.CASE_FLOPS)), sm_mhz=_median(sm),
+                      cycles=cyc, cycles_median=_median(cyc or []),
+                      throttled_share=_num(c.get(SK.CASE_THROTTLED_SHARE)))
+        cases[(c[SK.CASE_BENCHMARK], tuple(params))] = f
         if f.sm_mhz is not None:
             sm_all.append(f.sm_mhz)
         m = _median(mem)
@@ -295,8 +299,8 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
         if f.throttled_share is not None:
             thr_all.append(f.throttled_share)
     if bad:
-        problems.append(f"{bad} of {len(raw)} cases without a 'benchmark' name and a list of 'params' strings "
-                        "(ignored)")
+        problems.append(f"{bad} of {len(raw)} cases without a '{SK.CASE_BENCHMARK}' name and a list of "
+                        f"'{SK.CASE_PARAMS}' strings (ignored)")
     derived = {"sm_clock_mhz": _median(sm_all), "mem_clock_mhz": _median(mem_all),
                "throttle_share": statistics.fmean(thr_all) if thr_all else None}
     for k, v in derived.items():
@@ -354,8 +358,12 @@ def _num(v: Any) -> float | None:
 
 def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | None,
                  sidecar: dict[str, Any] | None = None, machine_facts: list[Any] | None = None,
-                 into: dict[str, list] | None = None) -> ParsedRun:
+                 into: dict[str, list] | None = None, rows_only: bool = False) -> ParsedRun:
     """Flatten one asv result file. ``known`` is benchmarks.json (None: not available).
+
+    ``rows_only``: skip the column-wise fast path for plain files, which leaves the samples'
+    check to the caller (``xrt.db.batch`` checks them on the Arrow column and re-parses a file
+    with a NaN, inf, negative or non-numeric sample this way, so that the row loop names it).
 
     The rows are appended to the column lists ``into`` (new ones when None); the run's rows are
     ``columns[c][start:end]``. On :class:`BadFile` nothing stays appended.
@@ -388,8 +396,9 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
         except BadFile as e:
             sidecar, problems = None, [str(e)]
         warnings += [("bad-sidecar", p) for p in problems]
+    bad: list[str] = []
     try:
-        unknown = _flatten_rows(cols, rows, known, sidecar, cl, cases)
+        unknown = _flatten_rows(cols, rows, known, sidecar, cl, cases, bad, not rows_only)
     except (TypeError, IndexError, KeyError, AttributeError, BadFile) as e:
         for c in VALUE_COLUMNS:
             del cl[c][start:]
@@ -405,7 +414,7 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
         date_ms=date if isinstance(date, int) and not isinstance(date, bool) else None,
         python=d.get("python"), schema=schema, params=rparams,
         requirements=d.get("requirements") if isinstance(d.get("requirements"), dict) else {},
-        facts=facts, columns=cl, unknown_benchmarks=unknown, warnings=warnings, start=start,
+        facts=facts, columns=cl, unknown_benchmarks=unknown, warnings=warnings, bad_values=bad, start=start,
         end=len(cl["benchmark"]),
     )
 
@@ -414,9 +423,83 @@ _STATS = ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_n
 _NO_PARAMS: list = []
 
 
+# Benchmarks whose values cannot be negative (times, sizes): by benchmarks.json's type, else asv's name prefix.
+_NONNEG_TYPES = frozenset(("time", "memory", "peakmemory", "mem", "peakmem"))
+_NONNEG_PREFIXES = ("time_", "timeraw_", "mem_", "peakmem_")
+BAD = "bad"  # status of a value that is no measurement (a boolean, a string, a negative time, bad samples)
+
+
+def _nonneg(name: str, b: Benchmark | None) -> bool:
+    t = b.type if b is not None else None
+    if t:
+        return t in _NONNEG_TYPES
+    return name.rsplit(".", 1)[-1].startswith(_NONNEG_PREFIXES)
+
+
+def _show(v: Any) -> str:
+    try:
+        s = json.dumps(v, allow_nan=True)
+    except (TypeError, ValueError):
+        s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _bad_value(v: Any, nonneg: bool) -> str | None:
+    """Why a result value (not None, NaN or inf: asv's failure and skip) is no measurement; None if it is one."""
+    c = v.__class__
+    if c is bool:
+        return f"value {_show(v)} is a boolean, not a number"
+    if c is not float and c is not int:
+        return f"value {_show(v)} is not a number"
+    if nonneg and v < 0:
+        return f"value {v!r} is negative"
+    return None
+
+
+def _bad_samples(sm: Any, nonneg: bool) -> str | None:
+    """Why a ``samples`` entry is not a list of finite (and, for times, non-negative) numbers; None if it is."""
+    if sm is None:
+        return None
+    if sm.__class__ is not list:
+        return f"samples {_show(sm)} is not a list"
+    if not sm:
+        return None
+    if set(map(type, sm)) <= {float, int}:  # the usual case, checked at C speed
+        t = sum(sm)
+        if t - t == 0.0 and (not nonneg or min(sm) >= 0):
+            return None
+    for x in sm:
+        c = x.__class__
+        if c is bool or (c is not float and c is not int):
+            return f"sample {_show(x)} is not a number"
+        if not x - x == 0.0:
+            return f"sample {_show(x)} is not finite"
+        if nonneg and x < 0:
+            return f"sample {x!r} is negative"
+    return None  # pragma: no cover - the fast check said otherwise
+
+
+_MAX_BAD_NAMED = 20  # per file; the rest are counted
+
+
+def _note_bad(bad: list[str] | None, name: str, combo: list, why: str) -> None:
+    if bad is None:
+        return
+    if len(bad) < _MAX_BAD_NAMED:
+        bad.append(f"{name}{' [' + ', '.join(combo) + ']' if combo else ''}: {why}; stored with status 'bad', "
+                   "no value")
+    elif len(bad) == _MAX_BAD_NAMED:
+        bad.append("more bad values in this file (not named one by one)")
+
+
 def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, sidecar: Any,
-                  cl: dict[str, list], cases: dict[tuple[str, tuple], CaseFacts] | None = None) -> list[str]:
-    """The hot loop of ingest: one entry per benchmark x parameter combination in each column list."""
+                  cl: dict[str, list], cases: dict[tuple[str, tuple], CaseFacts] | None = None,
+                  bad: list[str] | None = None, fast: bool = True) -> list[str]:
+    """The hot loop of ingest: one entry per benchmark x parameter combination in each column list.
+
+    A value that is no measurement (a boolean, a string, a negative time, or samples with NaN, inf,
+    a negative time or a non-number) becomes a row with status ``bad`` and no value, samples or
+    stats; ``bad`` collects why (benchmark, parameters, value)."""
     ncol = len(cols)
     pos = {c: i for i, c in enumerate(cols)}
     i_res = pos["result"]
@@ -427,8 +510,8 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
     sc_bench = sidecar.get("benchmarks") if isinstance(sidecar, dict) else None
     cases = cases or {}
     unknown: list[str] = [name for name in rows if name not in known] if known is not None else []
-    if _flatten_plain(rows, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur, i_smp,
-                      i_stats):
+    if fast and _flatten_plain(rows, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur,
+                               i_smp, i_stats):
         return unknown
     case_names = {b for b, _ in cases}
     (c_bench, c_pidx, c_params, c_pkey, c_value, c_status, c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep,
@@ -468,6 +551,13 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
                     st, v = ("skipped" if isnan(v) else "failed"), None
                 else:
                     st = "ok"
+                    nonneg = _nonneg(name, b)
+                    smp = row[i_smp]
+                    why = _bad_value(v, nonneg) or _bad_samples(smp[0] if isinstance(smp, list) and smp else None,
+                                                                nonneg)
+                    if why:
+                        _note_bad(bad, name, _NO_PARAMS, why)
+                        st, v = BAD, None
             c_bench.append(name)
             c_pidx.append(0)
             c_params.append(_NO_PARAMS)
@@ -477,7 +567,7 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             for c, i in ((c_samples, i_smp), (c_a, s_a), (c_b, s_b), (c_q25, s_q25), (c_q75, s_q75),
                          (c_num, s_num), (c_rep, s_rep)):
                 x = row[i]
-                c.append(x[0] if x else None)
+                c.append(x[0] if x and st != BAD else None)
             c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
@@ -512,28 +602,37 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
         if b is not None and len(b.params) == len(params) and n_combos(b.params) == n:
             fb, fl, fs = fb or b.bytes, fl or b.flops, fs or b.sol_s
         combos = [list(c) for c in itertools.product(*params)] if params else [_NO_PARAMS]
+        nonneg = _nonneg(name, b)
         for j, v in enumerate(values):
+            combo = combos[j]
+            sm = samples[j]
             if v is None:
                 st = "failed"
             elif v.__class__ is float and (isnan(v) or isinf(v)):
                 st, v = ("skipped" if isnan(v) else "failed"), None
             else:
                 st = "ok"
-            combo = combos[j]
+                why = _bad_value(v, nonneg) or _bad_samples(sm, nonneg)
+                if why:
+                    _note_bad(bad, name, combo, why)
+                    st, v = BAD, None
             c_bench.append(name)
             c_pidx.append(j)
             c_params.append(combo)
             c_pkey.append(", ".join(combo))
             c_value.append(v)
             c_status.append(st)
-            sm = samples[j]
-            c_samples.append(sm if isinstance(sm, list) else None)
-            c_a.append(stats[0][j])
-            c_b.append(stats[1][j])
-            c_q25.append(stats[2][j])
-            c_q75.append(stats[3][j])
-            c_num.append(stats[4][j])
-            c_rep.append(stats[5][j])
+            if st == BAD:
+                for c in (c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep):
+                    c.append(None)
+            else:
+                c_samples.append(sm if isinstance(sm, list) else None)
+                c_a.append(stats[0][j])
+                c_b.append(stats[1][j])
+                c_q25.append(stats[2][j])
+                c_q75.append(stats[3][j])
+                c_num.append(stats[4][j])
+                c_rep.append(stats[5][j])
             c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
@@ -604,11 +703,19 @@ def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_p
         return False
     names = list(rows)
     vals = [None if x is None else x[0] for x in res]
+    if not set(map(type, vals)) <= {float, int, type(None)}:
+        return False  # a boolean, a string...: the row loop names it
     try:
         s = sum(vals)  # finite only if every value is a finite number (None, NaN, inf: not)
         all_ok = s - s == 0.0
     except (TypeError, OverflowError):
         all_ok = False
+    if (min(vals) if all_ok else min([v for v in vals if v is not None and v == v], default=0)) < 0:
+        return False  # a negative value: the row loop decides (times cannot be, tracks can)
+    # The samples are not checked here, one Python object at a time (0.15 s of the django corpus):
+    # xrt.db.batch checks the whole Arrow column at once and re-parses a file with a bad sample
+    # (or a 0.0 / 1.0, which is what Arrow makes of a JSON false / true) row by row (rows_only).
+    smp = [x[0] if x else None for x in t[i_smp]]
     if all_ok:
         status = ["ok"] * n
     else:
@@ -621,7 +728,8 @@ def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_p
     cl["param_key"] += [""] * n
     cl["value"] += vals
     cl["status"] += status
-    for c, i in zip(("samples", "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"), (i_smp, *i_stats)):
+    cl["samples"] += smp
+    for c, i in zip(("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"), i_stats):
         cl[c] += [x[0] if x else None for x in t[i]]
     col = t[i_ver]
     cl["version"] += col if set(map(type, col)) == {str} else [x if x.__class__ is str else None for x in col]

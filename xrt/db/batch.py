@@ -117,82 +117,128 @@ def read_with_sidecar(path: str | os.PathLike, listed: set[str] | None = None,
     return data, None
 
 
+def _bad_sample_files(table) -> set[int]:
+    """``file_idx`` of the rows whose samples hold NaN, inf, a negative number or a null, checked on
+    the whole Arrow column at once (numpy). Also exactly 0.0 or 1.0: Arrow turns a JSON ``false`` /
+    ``true`` into those, so such a file is parsed again row by row, which tells them apart (and
+    finds nothing wrong with a real 1.0)."""
+    import numpy as np
+
+    col = table.column("samples").combine_chunks()
+    if col.null_count == len(col):
+        return set()
+    vals = col.values.to_numpy(zero_copy_only=False)  # a null element reads NaN
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(vals) & (vals > 0) & (vals != 1.0)
+    if ok.all():
+        return set()
+    offsets = col.offsets.to_numpy()
+    rows = np.searchsorted(offsets, np.flatnonzero(~ok), side="right") - 1
+    fidx = table.column("file_idx").combine_chunks().to_numpy()
+    return set(fidx[rows].tolist())
+
+
 def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
                 machine_facts: dict[str, list[Any]],
                 data: dict[str, tuple[bytes, bytes | None, str]] | None = None) -> tuple[list[FileOutcome], Any]:
     """Parse ``files`` (paths relative to ``root``; ``data`` may hold their bytes and content hash already).
 
-    Returns one outcome per file and one Arrow table of all their rows.
+    Returns one outcome per file and one Arrow table of all their rows. A file whose samples are
+    not all finite non-negative numbers (found on the Arrow column) is parsed again row by row,
+    which keeps the good rows, marks the bad ones ``bad`` and names them; so is one whose values
+    Arrow refuses to convert.
     """
     enabled = gc.isenabled()
     gc.disable()  # millions of small objects: the collector only costs time here
     try:
-        outcomes: list[FileOutcome] = []
-        cols: dict[str, list] = {c: [] for c in A.VALUE_COLUMNS}
-        file_idx: list[int] = []
-        per_file: list[tuple[int, int, int]] = []
+        got_all: dict[str, tuple[bytes, bytes | None, str] | OSError] = {}
         for rel in files:
             try:
                 got = data.pop(rel, None) if data is not None else None
-                if got is not None:
-                    data_b, sc_bytes, h = got
-                else:
+                if got is None:
                     data_b, sc_bytes = read_with_sidecar(f"{root}/{rel}")
-                    h = content_hash(data_b, sc_bytes)
+                    got = (data_b, sc_bytes, content_hash(data_b, sc_bytes))
             except OSError as e:
-                outcomes.append(FileOutcome(rel, "", kind="unreadable", reason=f"cannot read: {e.strerror}"))
-                continue
-            try:
-                sidecar, sc_problem = None, None
-                if sc_bytes is not None:
-                    try:
-                        sidecar = A.loads(sc_bytes)
-                    except (A.BadFile, RecursionError) as e:
-                        # the run's own results are fine: ingest them without the sidecar, and say so
-                        sc_problem = ("bad-sidecar", str(e) if isinstance(e, A.BadFile) else "JSON nested too deeply")
-                machine_dir = rel.split("/", 1)[0] if "/" in rel else ""
-                pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols)
-                if sc_problem:
-                    pr.warnings.insert(0, sc_problem)
-            except A.BadFile as e:
-                outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
-                continue
-            except RecursionError:
-                outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
-                continue
-            status = cols["status"][pr.start:pr.end]
-            n_ok, n_failed = status.count("ok"), status.count("failed")
-            starts = [s for s in cols["started_at_ms"][pr.start:pr.end] if s is not None]
-            run = {
-                "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
-                "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
-                "params": pr.params, "requirements": pr.requirements, "facts": pr.facts,
-                "n_values": pr.n, "n_ok": n_ok, "n_failed": n_failed,
-                "n_skipped": len(status) - n_ok - n_failed, "started_ms": min(starts) if starts else None,
-            }
-            i = len(outcomes)
-            warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings] or None
-            outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
-                                        warnings=warnings))
-            per_file.append((i, pr.start, pr.end))
-            file_idx.extend([i] * pr.n)
-        try:
-            table = _to_table(cols, file_idx) if file_idx else empty_table()
-        except Exception:  # a value of the wrong type somewhere: find the file, refuse it alone
-            import pyarrow as pa
-
-            tables = []
-            for i, a, b in per_file:
-                try:
-                    tables.append(_to_table({c: cols[c][a:b] for c in A.VALUE_COLUMNS}, [i] * (b - a)))
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
-                    o = outcomes[i]
-                    o.run, o.kind, o.reason = None, "unknown-format", f"a value of the wrong type: {e}"
-            table = pa.concat_tables(tables) if tables else empty_table()
+                got = e
+            got_all[rel] = got
+        outcomes, table, redo = _parse_files(root, files, got_all, known, machine_facts, frozenset())
+        if redo:
+            outcomes, table, _ = _parse_files(root, files, got_all, known, machine_facts, frozenset(redo))
         return outcomes, table
     finally:
         if enabled:
             gc.enable()
+
+
+def _parse_files(root: str, files: list[str], got_all: dict, known, machine_facts, rows_only: frozenset):
+    """(outcomes, table, files to parse again row by row: not in ``rows_only`` and with a bad sample or a
+    value Arrow refused)."""
+    outcomes: list[FileOutcome] = []
+    cols: dict[str, list] = {c: [] for c in A.VALUE_COLUMNS}
+    file_idx: list[int] = []
+    per_file: list[tuple[int, int, int]] = []
+    redo: set[str] = set()
+    for rel in files:
+        got = got_all[rel]
+        if isinstance(got, OSError):
+            outcomes.append(FileOutcome(rel, "", kind="unreadable", reason=f"cannot read: {got.strerror or got}"))
+            continue
+        data_b, sc_bytes, h = got
+        try:
+            sidecar, sc_problem = None, None
+            if sc_bytes is not None:
+                try:
+                    sidecar = A.loads(sc_bytes)
+                except (A.BadFile, RecursionError) as e:
+                    # the run's own results are fine: ingest them without the sidecar, and say so
+                    sc_problem = ("bad-sidecar", str(e) if isinstance(e, A.BadFile) else "JSON nested too deeply")
+            machine_dir = rel.split("/", 1)[0] if "/" in rel else ""
+            pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols,
+                                rows_only=rel in rows_only)
+            if sc_problem:
+                pr.warnings.insert(0, sc_problem)
+        except A.BadFile as e:
+            outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
+            continue
+        except RecursionError:
+            outcomes.append(FileOutcome(rel, h, kind="corrupt", reason="JSON nested too deeply"))
+            continue
+        status = cols["status"][pr.start:pr.end]
+        n_ok, n_failed, n_skipped = status.count("ok"), status.count("failed"), status.count("skipped")
+        starts = [s for s in cols["started_at_ms"][pr.start:pr.end] if s is not None]
+        run = {
+            "machine": pr.machine, "commit_hash": pr.commit_hash, "env_name": pr.env_name,
+            "date_ms": pr.date_ms, "python": pr.python, "asv_schema": pr.schema,
+            "params": pr.params, "requirements": pr.requirements, "facts": pr.facts,
+            "n_values": pr.n, "n_ok": n_ok, "n_failed": n_failed,
+            "n_skipped": n_skipped, "started_ms": min(starts) if starts else None,
+        }
+        i = len(outcomes)
+        warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings]
+        warnings = warnings + [("bad-value", r) for r in pr.bad_values] or None
+        outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
+                                    warnings=warnings))
+        per_file.append((i, pr.start, pr.end))
+        file_idx.extend([i] * pr.n)
+    try:
+        table = _to_table(cols, file_idx) if file_idx else empty_table()
+    except Exception:  # a value of the wrong type somewhere: find the file, refuse it alone
+        import pyarrow as pa
+
+        tables = []
+        for i, a, b in per_file:
+            try:
+                tables.append(_to_table({c: cols[c][a:b] for c in A.VALUE_COLUMNS}, [i] * (b - a)))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+                o = outcomes[i]
+                if o.file not in rows_only:
+                    redo.add(o.file)  # e.g. a string among the samples: the row loop names it
+                o.run, o.kind, o.reason = None, "unknown-format", f"a value of the wrong type: {e}"
+        table = pa.concat_tables(tables) if tables else empty_table()
+    if table.num_rows:
+        fast = {outcomes[i].file for i, _, _ in per_file} - rows_only
+        redo |= {outcomes[i].file for i in _bad_sample_files(table)} & fast
+    return outcomes, table, redo
 
 
 def parse_all(root: Path, files: list[str], known, machine_facts, jobs: int | None = None, progress=None,

@@ -51,31 +51,74 @@ def find_root(results_dir: str | Path) -> Path:
     return p
 
 
-def scan(root: Path) -> dict[str, list[str]]:
-    """Relative paths by kind: benchmarks, machine, results, and sidecars (``X.xrt`` / ``X.xrt.json``)."""
-    out: dict[str, list[str]] = {"benchmarks": [], "machine": [], "results": [], "sidecars": []}
-    if (root / "benchmarks.json").is_file():
-        out["benchmarks"].append("benchmarks.json")
+def _what(e: os.DirEntry) -> tuple[str | None, str | None]:
+    """("dir" | "file" | None, why it cannot be read): a symlink loop, a dangling link, a FIFO..."""
+    try:
+        if e.is_dir():
+            return "dir", None
+        if e.is_file():
+            return "file", None
+        if e.is_symlink():
+            return None, "a symbolic link to nothing (dangling)"
+        mode = e.stat().st_mode
+    except OSError as err:
+        return None, f"cannot follow: {err.strerror or err}"
+    return None, f"not a regular file ({store._kind_of(mode)})"
+
+
+def scan(root: Path) -> dict[str, list]:
+    """Relative paths by kind: benchmarks, machine, results, and sidecars (``X.xrt`` / ``X.xrt.json``).
+
+    ``problems``: ``(path, kind, reason)`` of what looks like one of those (or a machine folder)
+    but cannot be read: a symlink loop, a dangling link, a FIFO, a folder that cannot be listed.
+    They are reported and skipped; everything else is scanned.
+    """
+    out: dict[str, list] = {"benchmarks": [], "machine": [], "results": [], "sidecars": [], "problems": []}
+    dirs = []
     with os.scandir(root) as it:
-        dirs = sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
-    for d in dirs:
-        with os.scandir(root / d) as it:
-            names = sorted(e.name for e in it if e.is_file())
-        for name in names:
+        for e in it:
+            if e.name.startswith("."):
+                continue
+            what, why = _what(e)
+            if e.name == "benchmarks.json":
+                if what == "file":
+                    out["benchmarks"].append(e.name)
+                else:
+                    out["problems"].append((e.name, "unreadable", why or "a directory, not a file"))
+            elif what == "dir":
+                dirs.append(e.name)
+            elif what is None and why is not None:  # perhaps a machine folder: say why it is skipped
+                out["problems"].append((e.name + "/", "unreadable", why))
+    for d in sorted(dirs):
+        try:
+            with os.scandir(root / d) as it:
+                entries = sorted(((e.name, *_what(e)) for e in it), key=lambda x: x[0])
+        except OSError as err:
+            out["problems"].append((f"{d}/", "unreadable", f"cannot list the folder: {err.strerror or err}"))
+            continue
+        for name, what, why in entries:
             rel = f"{d}/{name}"
+            is_sidecar = name.endswith(A.SIDECAR_SUFFIXES)
+            if what != "file":
+                if why is not None and (name == "machine.json" or is_sidecar or A.is_result_file(Path(name))):
+                    out["problems"].append((rel, "unreadable", why))
+                elif what == "dir" and name.endswith(".json"):
+                    out["problems"].append((rel, "unreadable", "a directory, not a file"))
+                continue
             if name == "machine.json":
                 out["machine"].append(rel)
-            elif name.endswith(A.SIDECAR_SUFFIXES):
+            elif is_sidecar:
                 out["sidecars"].append(rel)
             elif A.is_result_file(Path(name)):
                 out["results"].append(rel)
+    out["problems"].sort()
     return out
 
 
 def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], int]:
     if not db.exists():
         return {}, {}, 0
-    with store.read(db) as con:
+    with store.read(db, empty_ok=True) as con:
         if schema.current_version(con) == 0:
             return {}, {}, 0
         files = {f: (h, s, r) for f, h, s, r in con.execute(
@@ -99,54 +142,81 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
     t0 = time.perf_counter()
     echo = echo or (lambda s: print(s, file=sys.stderr))
     rep = Report()
+    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
     root = find_root(results_dir)
-    db = Path(db_path)
     found = scan(root)
     prev, prev_errs, max_run = _previous(db)
-    rep.files_total = sum(len(v) for k, v in found.items() if k != "sidecars")
+    rep.files_total = sum(len(v) for k, v in found.items() if k not in ("sidecars", "problems"))
     sidecars = set(found["sidecars"])
 
-    def err(file: str, kind: str, reason: str) -> None:
+    def err(file: str, kind: str, reason: str, quiet: bool = False) -> None:
         rep.errors.append((file, kind, reason))
-        echo(f"xrt db ingest: {file}: {reason}")
+        if not quiet:
+            echo(f"xrt db ingest: {file}: {reason}")
+
+    # files that could not be scanned or read, and copies of ingested files: named, skipped
+    skipped: list[str] = []
+    for rel, kind, reason in found["problems"]:
+        err(rel, kind, reason)
+        skipped.append(rel)
 
     # --- which files changed (content hash; a refused file is always retried)
     hashes: dict[str, str] = {}
+    meta_bytes: dict[str, bytes] = {}
     for rel in found["benchmarks"] + found["machine"]:
-        hashes[rel] = batch.content_hash((root / rel).read_bytes())
+        try:
+            meta_bytes[rel] = (root / rel).read_bytes()
+        except OSError as e:
+            err(rel, "unreadable", f"cannot read: {e.strerror or e}")
+            skipped.append(rel)
+            continue
+        hashes[rel] = batch.content_hash(meta_bytes[rel])
+    found["benchmarks"] = [r for r in found["benchmarks"] if r in hashes]
+    found["machine"] = [r for r in found["machine"] if r in hashes]
     todo = []
     # bytes and hash of changed files, not to read or hash them twice
     kept: dict[str, tuple[bytes, bytes | None, str]] = {}
     root_s = str(root)
+    n_unreadable = 0
     for rel in found["results"]:
         try:
             data, sc = batch.read_with_sidecar(f"{root_s}/{rel}", sidecars, rel)
         except OSError as e:
-            err(rel, "unreadable", f"cannot read: {e.strerror}")
+            err(rel, "unreadable", f"cannot read: {e.strerror or e}")
+            skipped.append(rel)
+            n_unreadable += 1
             continue
         h = hashes[rel] = batch.content_hash(data, sc)
         old = prev.get(rel)
         if old is None or old[0] != h or old[1] != "ok":
             todo.append(rel)
             kept[rel] = (data, sc, h)
+    todo, dups = _copies(todo, kept, prev)
+    for rel, other in dups.items():
+        err(rel, "duplicate", f"same content as {other}, already ingested (machine folder renamed or copied?); "
+            "not ingested again", quiet=True)
+        skipped.append(rel)
+    _say_copies(dups, echo)
     meta_changed = [rel for rel in found["benchmarks"] + found["machine"]
                     if prev.get(rel, (None,))[0] != hashes[rel] or prev[rel][1] != "ok"]
-    rep.unchanged = len(found["results"]) - len(todo) - len(rep.errors)
+    # a file refused before whose content has not changed is refused again: not a change by itself
+    meta_new = [rel for rel in meta_changed if prev.get(rel, (None,))[0] != hashes[rel]]
+    rep.unchanged = len(found["results"]) - len(todo) - len(dups) - n_unreadable
 
     # --- benchmarks.json and machine.json (small; parsed every time, written when changed)
     known: dict[str, A.Benchmark] | None = None
     if found["benchmarks"]:
         try:
-            known = A.parse_benchmarks((root / "benchmarks.json").read_bytes())
+            known = A.parse_benchmarks(meta_bytes["benchmarks.json"])
         except A.BadFile as e:
             err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
-    elif todo:
+    elif todo and "benchmarks.json" not in skipped:  # (an unreadable one is named as such already)
         rep.notices.append(f"no benchmarks.json in {root}: types and units unknown, benchmarks not checked")
     machines: dict[str, dict] = {}
     machine_facts: dict[str, list[Any]] = {}
     for rel in found["machine"]:
         try:
-            m = A.parse_machine((root / rel).read_bytes())
+            m = A.parse_machine(meta_bytes[rel])
         except A.BadFile as e:
             err(rel, e.kind, str(e))
             continue
@@ -201,7 +271,7 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
             err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
                 f"(rows kept): {_short(o.unknown_benchmarks)}")
         for kind, reason in o.warnings or ():
-            err(o.file, kind, f"{reason} (rows kept)")
+            err(o.file, kind, reason if kind == "bad-value" else f"{reason} (rows kept)")
     for i in good:
         r = outcomes[i].run
         rep.values_ok += r["n_ok"]
@@ -213,9 +283,12 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
     new_errs: dict[str, set] = {}
     for f, k, r in rep.errors:
         new_errs.setdefault(f, set()).add((k, r))
-    same_errors = all(new_errs.get(o.file) == prev_errs.get(o.file) for o in outcomes) and all(
-        new_errs.get(f) == prev_errs.get(f) for f in meta_changed)
-    if not good and same_errors and not meta_changed and db.exists():
+    # problems found before (an unreadable file, a copy) and gone now: their rows go
+    gone = [f for f, ks in prev_errs.items() if f not in new_errs and f not in prev and any(
+        k in ("unreadable", "duplicate") for k, _ in ks)]
+    same_errors = all(new_errs.get(f) == prev_errs.get(f) for f in
+                      [o.file for o in outcomes] + meta_changed + skipped) and not gone
+    if not good and same_errors and not meta_new and db.exists():
         rep.seconds = time.perf_counter() - t0
         return rep
 
@@ -232,7 +305,7 @@ def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, j
     def write(con) -> None:
         _write(con, root=root, rep=rep, outcomes=outcomes, values=values, known=known, machines=machines,
                hashes=hashes, meta_changed=meta_changed, prev=prev, git_commits=git_commits, repo=repo,
-               t0=t0)
+               t0=t0, skipped=skipped + gone)
 
     store.write(db, write, fresh=not db.exists())
     rep.wrote = True
@@ -271,6 +344,35 @@ def _without_pandas():
         sys.meta_path.remove(finder)
 
 
+def _copies(todo: list[str], kept: dict, prev: dict) -> tuple[list[str], dict[str, str]]:
+    """Split off the result files whose content is that of another file: one already ingested (by
+    ``ingest_files``) or one earlier in this ingest. Returns (files to parse, {copy: original})."""
+    by_hash = {h: f for f, (h, st, run) in prev.items() if st == "ok" and run is not None}
+    keep, dups = [], {}
+    for rel in todo:
+        h = kept[rel][2]
+        other = by_hash.get(h)
+        if other is not None and other != rel:
+            dups[rel] = other
+            kept.pop(rel, None)
+            continue
+        by_hash.setdefault(h, rel)
+        keep.append(rel)
+    return keep, dups
+
+
+def _say_copies(dups: dict[str, str], echo: Callable[[str], None]) -> None:
+    """One line per (new folder, old folder): a renamed machine folder is hundreds of files."""
+    pairs: dict[tuple[str, str], int] = {}
+    for rel, other in dups.items():
+        key = (rel.rsplit("/", 1)[0] + "/", other.rsplit("/", 1)[0] + "/")
+        pairs[key] = pairs.get(key, 0) + 1
+    for (new, old), n in sorted(pairs.items()):
+        echo(f"xrt db ingest: {new}: {n} result file(s) with the same content as files of {old} already "
+             "ingested (machine folder renamed or copied?); not ingested again, named in ingest_errors "
+             "(kind duplicate)")
+
+
 def _short(names: list[str] | None, n: int | None = 3) -> str:
     names = names or []
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if n and len(names) > n else "")
@@ -281,13 +383,13 @@ def _ms_to_ts(ms: int | None) -> datetime | None:
 
 
 def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_changed, prev, git_commits, repo,
-           t0) -> None:
+           t0, skipped=()) -> None:
     import pyarrow as pa
 
     ingest_id = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()[0]
     base_run = con.execute("SELECT coalesce(max(run_id), 0) FROM runs").fetchone()[0] + 1
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    touched = [o.file for o in outcomes] + meta_changed
+    touched = [o.file for o in outcomes] + meta_changed + list(skipped)
 
     # benchmarks.json: the table is what the file says now; units of existing rows follow it.
     if "benchmarks.json" in meta_changed and known is not None:
@@ -374,8 +476,9 @@ def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_ch
     if files:
         con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [[f[0] for f in files]])
         _bulk(con, "ingest_files", files)
-    if rep.errors:
-        _bulk(con, "ingest_errors", [(f, k, r, ingest_id, now) for f, k, r in rep.errors])
+    if rep.errors:  # the errors of the files this ingest looked at (touched), each once
+        tset = set(touched)
+        _bulk(con, "ingest_errors", [(f, k, r, ingest_id, now) for f, k, r in rep.errors if f in tset])
     _commits(con, git_commits)
     con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
         ingest_id, now, time.perf_counter() - t0, str(root), repo, rep.ingested, rep.unchanged, len(rep.errors),

@@ -66,6 +66,19 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             SELECT r.*, c.position AS commit_position, c.author_date AS commit_date
             FROM results r LEFT JOIN commits c ON c.hash = r.commit_hash""",
     ]),
+    # Until version 4, xrt.track created `regressions` (and writers of tuning results created
+    # `tuning_results`) with CREATE TABLE IF NOT EXISTS: an older file may have either already.
+    (4, "tables: regressions (detected steps and their acknowledgements), tuning_results (the tuner's configs)", [
+        """CREATE TABLE IF NOT EXISTS regressions (
+            id VARCHAR PRIMARY KEY, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, params VARCHAR[],
+            kind VARCHAR, "commit" VARCHAR, previous_commit VARCHAR, before DOUBLE, after DOUBLE, ratio DOUBLE,
+            p_value DOUBLE, z DOUBLE, cycles_ratio DOUBLE, unit VARCHAR, n_before INTEGER, n_after INTEGER,
+            fixed_by VARCHAR, status VARCHAR, note VARCHAR, detected_at TIMESTAMP, updated_at TIMESTAMP,
+            still_detected BOOLEAN, diag JSON)""",
+        """CREATE TABLE IF NOT EXISTS tuning_results (
+            op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, provider VARCHAR, config JSON,
+            median_s DOUBLE, gbps DOUBLE)""",
+    ]),
 ]
 
 LATEST = MIGRATIONS[-1][0]

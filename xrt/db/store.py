@@ -7,8 +7,14 @@ both. So the live file is never opened for writing:
   file to ``.DB.tmp-PID`` in the same directory, runs the caller's function on it in one
   transaction, CHECKPOINTs, closes, fsyncs and ``os.replace``s it onto the live path (then fsyncs
   the directory). A reader sees the old file or the new one, whole.
-- :func:`read` opens the live path ``read_only=True`` for as long as the ``with`` block lasts. A
-  reader that opened before a swap keeps reading the old inode.
+- :func:`read` attaches the live path ``READ_ONLY`` to a fresh in-memory DuckDB for as long as the
+  ``with`` block lasts. A reader that opened before a swap keeps reading the old inode; one that
+  opens after it reads the new one. (Not ``duckdb.connect(path, read_only=True)``: DuckDB's
+  per-process instance cache hands a second connection to the same path the instance that is
+  already open, i.e. the OLD inode while any connection to it is still open in this process.)
+- Both validate the path first and raise :class:`DatabaseError` with one line naming it and what
+  is wrong (a directory, not a DuckDB file, no xrt tables, a newer schema, no space left, ...);
+  ``xrt``'s main prints that line and exits 2.
 - A writer killed at any point (even ``kill -9``) leaves the live file as it was; its temporary
   file is removed by the next writer, which holds the lock and so knows nobody else is writing.
 
@@ -23,9 +29,11 @@ Later layers (e.g. acknowledging a regression from the dashboard) write through 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +46,113 @@ T = TypeVar("T")
 
 # Test hook: seconds to sleep after the writer's changes, before the commit and the swap.
 SLEEP_ENV = "XRT_DB_TEST_SLEEP_MID_WRITE"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DUCKDB_MAGIC = b"DUCK"  # bytes 8-12 of every DuckDB file (after the header checksum)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+EMPTY_PATH = '""'  # how an empty --db is named in messages
+
+
+class DatabaseError(RuntimeError):
+    """A database path that cannot be used, said in one line that names it (no traceback): the
+    ``xrt`` command prints ``xrt: <message>`` and exits 2. Raised by :func:`read` and :func:`write`."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path = os.fspath(path)
+        self.problem = " ".join(str(problem).split())  # one line, whatever the cause said
+        super().__init__(f"{self.path or EMPTY_PATH}: {self.problem}")
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _describe(head: bytes) -> str:
+    """What a file that is not a DuckDB database looks like, from its first bytes."""
+    if head.startswith(_SQLITE_MAGIC):
+        return "SQLite file"
+    if head.startswith(b"PAR1"):
+        return "Parquet file"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "unrecognised binary content"
+    return "text file" if text.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in text) else (
+        "unrecognised binary content")
+
+
+def _header(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(16)
+
+
+def check_path(db_path: str | os.PathLike, *, write: bool = False) -> Path:
+    """The database path if it can be used, else :class:`DatabaseError` saying why.
+
+    A missing file is an error for a reader and fine for a writer (it creates it). An existing one
+    must be a regular, readable file that starts like a DuckDB database.
+    """
+    s = os.fspath(db_path)
+    if not s:
+        raise DatabaseError(s, "empty database path")
+    db = Path(s)
+    try:
+        st = os.stat(s)
+    except FileNotFoundError:
+        if write:
+            if not db.parent.exists() or db.parent.is_dir():
+                return db
+            raise DatabaseError(s, f"{db.parent} is not a directory") from None
+        raise DatabaseError(s, f"no such database (create it with `xrt db ingest RESULTS_DIR --db {s}`)") from None
+    except OSError as e:
+        raise DatabaseError(s, f"cannot access: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DatabaseError(s, "is a directory, not a database file")
+    if not stat.S_ISREG(st.st_mode):
+        raise DatabaseError(s, f"{_kind_of(st.st_mode)}, not a database file")
+    if st.st_size == 0:
+        raise DatabaseError(s, "empty file (0 bytes), not a DuckDB database")
+    try:
+        head = _header(s)
+    except OSError as e:
+        raise DatabaseError(s, f"cannot read: {e.strerror or e}") from None
+    if len(head) < 12 or head[8:12] != _DUCKDB_MAGIC:
+        raise DatabaseError(s, f"not a DuckDB database ({_describe(head)})")
+    return db
+
+
+def _check_version(db_path: str | os.PathLike, con: Any, *, write: bool) -> int:
+    """The file's schema version; :class:`DatabaseError` if it is newer than this xrt, or (for a
+    reader) if the file has no xrt tables."""
+    try:
+        v = schema.current_version(con)
+    except Exception as e:  # e.g. a schema_version table of another shape
+        raise DatabaseError(db_path, f"not an xrt database (schema_version unreadable: {_first_line(e)})") from None
+    if v > schema.LATEST:
+        raise DatabaseError(db_path, f"schema version {v} is newer than this xrt ({schema.LATEST}); upgrade xrt")
+    if v == 0:
+        n = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchone()[0]
+        if n:
+            raise DatabaseError(db_path, f"not an xrt database ({n} table(s) but no schema_version table)")
+        if not write:
+            raise DatabaseError(db_path, f"no xrt tables (empty database; run `xrt db ingest RESULTS_DIR --db "
+                                f"{os.fspath(db_path)}`)")
+    return v
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+def _no_space(e: BaseException) -> bool:
+    if isinstance(e, OSError):
+        return e.errno in _NO_SPACE
+    return "No space left on device" in str(e) or "Disk quota exceeded" in str(e)
 
 
 def _duckdb():
@@ -95,63 +210,119 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
     from an empty database instead of a copy. Returns what ``fn`` returns.
     """
     duckdb = _duckdb()
-    db = Path(db_path)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with lock(db, lock_timeout):
-        _clean_stale(db)
-        tmp = db.parent / f".{db.name}.tmp-{os.getpid()}"
+    db = check_path(db_path, write=True)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatabaseError(db, f"cannot create {db.parent}: {e.strerror or e}") from None
+    try:
+        with lock(db, lock_timeout):
+            check_path(db, write=True)  # again: it may have changed while we waited for the lock
+            return _write_locked(duckdb, db, fn, fresh)
+    except DatabaseError:
+        raise
+    except (OSError, duckdb.Error) as e:
+        if _no_space(e):
+            raise DatabaseError(db, "no space left on device while writing the new copy; the database is "
+                                "unchanged") from e
+        raise
+
+
+def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) -> T:
+    _clean_stale(db)
+    tmp = db.parent / f".{db.name}.tmp-{os.getpid()}"
+    try:
+        if db.exists() and not fresh:
+            shutil.copyfile(db, tmp)
+        con = duckdb.connect(str(tmp))
         try:
-            if db.exists() and not fresh:
-                shutil.copyfile(db, tmp)
-            con = duckdb.connect(str(tmp))
-            try:
-                con.execute("BEGIN")
-                schema.migrate(con)
-                out = fn(con)
-                if os.environ.get(SLEEP_ENV):
-                    print(f"xrt db: test hook: sleeping {os.environ[SLEEP_ENV]} s mid-write", file=sys.stderr,
-                          flush=True)
-                    time.sleep(float(os.environ[SLEEP_ENV]))
-                con.execute("COMMIT")
-                con.execute("CHECKPOINT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    con.execute("ROLLBACK")
-                raise
-            finally:
-                con.close()
-            _fsync(tmp)
-            os.replace(tmp, db)
-            _fsync(db.parent)
-            return out
+            con.execute("BEGIN")
+            _check_version(db, con, write=True)
+            schema.migrate(con)
+            out = fn(con)
+            if os.environ.get(SLEEP_ENV):
+                print(f"xrt db: test hook: sleeping {os.environ[SLEEP_ENV]} s mid-write", file=sys.stderr,
+                      flush=True)
+                time.sleep(float(os.environ[SLEEP_ENV]))
+            con.execute("COMMIT")
+            con.execute("CHECKPOINT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                con.execute("ROLLBACK")
+            raise
         finally:
-            for p in (tmp, Path(str(tmp) + ".wal")):
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
+            con.close()
+        _fsync(tmp)
+        os.replace(tmp, db)
+        _fsync(db.parent)
+        return out
+    finally:
+        for p in (tmp, Path(str(tmp) + ".wal")):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+
+_TRANSIENT = ("Could not read enough bytes", "Could not set lock", "No such file")
+
+
+def _attach(duckdb: Any, path: str) -> Any:
+    """A fresh in-memory DuckDB with ``path`` attached read-only as the default database.
+
+    Never ``duckdb.connect(path)``: that goes through DuckDB's per-process instance cache, which
+    returns the instance already open for that path (the old inode after a swap). ``TYPE duckdb``:
+    never let DuckDB guess another format (it would try to load the SQLite extension).
+    """
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("ATTACH ? AS xrt (TYPE duckdb, READ_ONLY)", [path])
+        con.execute("USE xrt")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns
 
 
 @contextlib.contextmanager
-def read(db_path: str | os.PathLike, *, retries: int = 20) -> Iterator[Any]:
+def read(db_path: str | os.PathLike, *, retries: int = 20, empty_ok: bool = False) -> Iterator[Any]:
     """A short-lived read-only connection to the live database file.
 
-    Never blocks a writer and is never blocked by one (see the module docstring). Opening is
-    retried briefly in case the file is being replaced at that instant.
+    Never blocks a writer and is never blocked by one (see the module docstring). Each call opens
+    the file anew (no instance shared with an earlier connection), so it reads the file that is
+    live now. Opening is retried briefly when the file was being replaced at that instant.
+    Raises :class:`DatabaseError` (one line) for a path that is not a usable xrt database;
+    ``empty_ok``: a DuckDB file with no tables at all is fine (a writer is about to initialise it).
     """
     duckdb = _duckdb()
-    db = Path(db_path)
-    if not db.exists():
-        raise FileNotFoundError(f"{db}: no such database (create it with `xrt db ingest RESULTS_DIR --db {db}`)")
+    db = check_path(db_path)
+    path = str(db)
     delay = 0.01
     for attempt in range(retries):
+        before = _identity(path)
         try:
-            con = duckdb.connect(str(db), read_only=True)
+            con = _attach(duckdb, path)
             break
-        except duckdb.IOException:
-            if attempt == retries - 1:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+        except duckdb.Error as e:
+            swapped = _identity(path) != before
+            if attempt == retries - 1 or not (swapped or any(t in str(e) for t in _TRANSIENT)):
+                check_path(db)  # e.g. it became a directory meanwhile: say that
+                raise DatabaseError(db, f"cannot open: {_first_line(e)}") from None
+            if not swapped:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
     try:
+        try:
+            _check_version(db, con, write=empty_ok)
+        except BaseException:
+            con.close()
+            raise
         yield con
     finally:
         con.close()

@@ -1,7 +1,7 @@
 """``xrt regressions``: every step of every series, as records; and their lifecycle.
 
-The ``regressions`` table is owned by ``xrt.track`` (created here with ``CREATE TABLE IF NOT
-EXISTS`` through :func:`xrt.db.store.write`; it is not one of xrt.db's migrations). A row is one
+The ``regressions`` table is defined by xrt.db's schema (migration 4, ``xrt.db.schema``): every
+:func:`xrt.db.store.write` has it; a reader of an older file may not (:func:`stored`). A row is one
 step: a regression, an improvement or a clock change. Status: ``new`` → ``acknowledged`` /
 ``ignored`` (by hand, ``xrt regressions ack ID``) and ``fixed`` (set by every detection run when
 the series came back to its old level; ``fixed_by`` names the commit).
@@ -22,14 +22,6 @@ from xrt.track.detect import DetectConfig, Step, detect
 from xrt.track.load import load_series
 
 STATUSES = ("new", "acknowledged", "ignored", "fixed")
-
-TABLE = """CREATE TABLE IF NOT EXISTS regressions (
-    id VARCHAR PRIMARY KEY, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, params VARCHAR[],
-    kind VARCHAR, "commit" VARCHAR, previous_commit VARCHAR, before DOUBLE, after DOUBLE, ratio DOUBLE,
-    p_value DOUBLE, z DOUBLE, cycles_ratio DOUBLE, unit VARCHAR, n_before INTEGER, n_after INTEGER,
-    fixed_by VARCHAR, status VARCHAR, note VARCHAR, detected_at TIMESTAMP, updated_at TIMESTAMP,
-    still_detected BOOLEAN, diag JSON)"""
-
 
 @dataclass
 class Record:
@@ -196,8 +188,7 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
                      r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
                      r.fixed_by, r.status, r.note, json.dumps(d) if d is not None else None])
 
-    def fn(con: Any) -> None:
-        con.execute(TABLE)
+    def fn(con: Any) -> None:  # store.write migrated the file: the regressions table exists
         con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected) "
                     "FROM regressions LIMIT 0")
         if rows:

@@ -1,0 +1,104 @@
+"""xrt.db.schema: regressions and tuning_results are migrations; files made before them migrate cleanly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
+import asvgen as G  # noqa: E402
+
+from xrt.db import schema, store  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
+
+# What xrt.track.regressions created (CREATE TABLE IF NOT EXISTS) before migration 4 existed.
+OLD_REGRESSIONS = """CREATE TABLE IF NOT EXISTS regressions (
+    id VARCHAR PRIMARY KEY, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, params VARCHAR[],
+    kind VARCHAR, "commit" VARCHAR, previous_commit VARCHAR, before DOUBLE, after DOUBLE, ratio DOUBLE,
+    p_value DOUBLE, z DOUBLE, cycles_ratio DOUBLE, unit VARCHAR, n_before INTEGER, n_after INTEGER,
+    fixed_by VARCHAR, status VARCHAR, note VARCHAR, detected_at TIMESTAMP, updated_at TIMESTAMP,
+    still_detected BOOLEAN, diag JSON)"""
+OLD_TUNING = ("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
+              "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
+
+
+def _tables(db) -> set[str]:
+    with store.read(db) as con:
+        return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() "
+                                          "WHERE database_name = current_database()").fetchall()}
+
+
+def test_a_new_database_has_regressions_and_tuning_results(tmp_path):
+    db = tmp_path / "x.duckdb"
+    store.write(db, lambda con: None)
+    assert {"regressions", "tuning_results"} <= _tables(db)
+    with store.read(db) as con:
+        assert schema.current_version(con) == schema.LATEST >= 4
+        cols = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
+                                          "'regressions' ORDER BY column_index").fetchall()]
+    assert cols[:3] == ["id", "machine", "benchmark"] and cols[-3:] == ["updated_at", "still_detected", "diag"]
+
+
+def test_version_3_file_with_both_tables_already_migrates_and_keeps_their_rows(tmp_path):
+    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    db = tmp_path / "x.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("BEGIN")
+    schema.migrate(con, upto=3)
+    con.execute(OLD_REGRESSIONS)
+    con.execute("INSERT INTO regressions (id, machine, status, note) VALUES ('abc', 'm1', 'acknowledged', 'known')")
+    con.execute(OLD_TUNING)
+    con.execute("INSERT INTO tuning_results (op, median_s) VALUES ('square', 1e-5)")
+    con.execute("COMMIT")
+    con.close()
+    rep = ingest(root, db, echo=lambda s: None)
+    assert rep.ingested == 1 and rep.errors == []
+    with store.read(db) as con:
+        assert schema.current_version(con) == schema.LATEST
+        assert con.execute("SELECT id, status, note FROM regressions").fetchall() == [("abc", "acknowledged",
+                                                                                        "known")]
+        assert con.execute("SELECT op, median_s FROM tuning_results").fetchall() == [("square", 1e-5)]
+        assert con.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [
+            (v,) for v in range(1, schema.LATEST + 1)]
+
+
+def test_version_3_file_without_them_gets_them(tmp_path):
+    db = tmp_path / "x.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("BEGIN")
+    schema.migrate(con, upto=3)
+    con.execute("COMMIT")
+    con.close()
+    assert "regressions" not in _tables(db)  # readers do not migrate
+    store.write(db, lambda con: None)
+    assert {"regressions", "tuning_results"} <= _tables(db)
+
+
+def test_regressions_save_and_ack_need_no_create_of_their_own(tmp_path):
+    from xrt.track import regressions as R
+
+    db = tmp_path / "x.duckdb"
+    store.write(db, lambda con: None)
+    rec = R.Record("abc123def456", "m1", "b", [], "", "c2", "c1", 1.0, 2.0, 2.0, 1e-4, 5.0, "regression", "new",
+                   "seconds", 10, 10, None, None)
+    R.save(db, [rec])
+    assert R.set_status(db, "abc", "ignored", "noise")["status"] == "ignored"
+    assert R.stored(db)["abc123def456"]["note"] == "noise"
+    assert not hasattr(R, "TABLE")  # one definition: the migration
+
+
+def test_released_migrations_are_unchanged():
+    """Append only: the statements of versions 1-3 as released (a digest of their text)."""
+    import hashlib
+
+    got = {v: hashlib.sha256("\n".join(st).encode()).hexdigest()[:16] for v, _, st in schema.MIGRATIONS if v <= 3}
+    assert [v for v, _, _ in schema.MIGRATIONS] == list(range(1, schema.LATEST + 1))
+    assert got == RELEASED
+
+
+RELEASED = {1: '38213623bc9cb80a', 2: '6c99e16daa0ee071', 3: '88d5c858ad3e9d5d'}

@@ -1,0 +1,51 @@
+"""The .xrt sidecar's names are defined once (xrt.db.sidecar_keys): the bench writer and the db reader agree."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from xrt.db import asv_files as A
+from xrt.db import sidecar_keys as SK
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_names_files_on_disk_already_use():
+    # files written before the names moved here must still read
+    assert SK.SCHEMA == "xrt-sidecar/1" and SK.SUFFIXES == (".xrt", ".xrt.json") and SK.CASES == "cases"
+    assert A.SIDECAR_SUFFIXES is SK.SUFFIXES and A.SIDECAR_SUFFIX == SK.LEGACY_SUFFIX
+
+
+def _record_keys() -> set[str]:
+    """The keys of the dict that xrt.bench.suite.Case.record returns (read from its source: no GPU needed)."""
+    tree = ast.parse((ROOT / "xrt" / "bench" / "suite.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "record":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Dict):
+                    return {k.value for k in sub.value.keys if isinstance(k, ast.Constant)}
+    raise AssertionError("Case.record not found in xrt/bench/suite.py")
+
+
+def test_the_case_writer_writes_every_key_the_reader_reads():
+    keys = _record_keys()
+    assert set(SK.CASE_KEYS_READ) <= keys, set(SK.CASE_KEYS_READ) - keys
+    assert SK.CASE_SAMPLES in keys
+
+
+def test_bench_and_db_import_the_one_definition():
+    for rel in ("xrt/bench/runner.py", "xrt/bench/machine.py", "xrt/db/asv_files.py"):
+        src = (ROOT / rel).read_text()
+        assert "from xrt.db import sidecar_keys as SK" in src, rel
+        assert '"xrt-sidecar/1"' not in src and '".xrt"' not in src, rel
+
+
+def test_reader_takes_a_case_written_with_these_names():
+    case = {SK.CASE_BENCHMARK: "b.time_x", SK.CASE_PARAMS: ["1"], SK.CASE_BYTES: 8.0, SK.CASE_FLOPS: 2.0,
+            SK.CASE_SM_MHZ: [1000, 1000], SK.CASE_MEM_MHZ: [2000, 2000], SK.CASE_CYCLES: [5.0, 7.0],
+            SK.CASE_THROTTLED_SHARE: 0.5}
+    facts, cases, problems = A.read_sidecar({SK.SCHEMA_KEY: SK.SCHEMA, SK.CASES: [case]})
+    assert problems == [] and facts[SK.SCHEMA_KEY] == SK.SCHEMA
+    f = cases[("b.time_x", ("1",))]
+    assert (f.bytes, f.flops, f.sm_mhz, f.cycles_median, f.throttled_share) == (8.0, 2.0, 1000, 6.0, 0.5)
