@@ -288,8 +288,6 @@ def test_tuning_from_results_heat_map_and_top_k(db):
 
 def test_tuning_prefers_the_tuner_table(db):
     def fn(con):
-        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
-                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
         con.executemany("INSERT INTO tuning_results VALUES ('layernorm', 'gpu-a', '4096x4096', 'bfloat16', 'triton', "
                         "?, ?, 100)", [[json.dumps({"BLOCK": b, "num_warps": w}), 1e-5 * b / w]
                                        for b in (64, 128, 256) for w in (2, 4, 8)])
@@ -573,8 +571,6 @@ def evil_db(tmp_path_factory):
     hashes = build(db, EVIL_BENCH, EVIL_NAMES, EVIL_PARAMS, EVIL_MACHINES, EVIL_MESSAGE)
 
     def tuning(con):
-        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
-                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
         con.executemany("INSERT INTO tuning_results VALUES (?, ?, ?, ?, 'triton', ?, ?, 100)",
                         [["op ![o](http://evil/o.png)", list(EVIL_MACHINES)[0], "4096", "bf16",
                           json.dumps({"BLOCK.x": b, "w:Q [k](http://evil/k)": w}), 1e-5 * b / w]
@@ -867,8 +863,6 @@ def test_valid_links_warn_nothing(db, xdb, page):
 
 def test_tuning_list_valued_and_mixed_configs_render(db):
     def fn(con):
-        con.execute("CREATE TABLE tuning_results (op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, "
-                    "provider VARCHAR, config JSON, median_s DOUBLE, gbps DOUBLE)")
         cfgs = [{"BLOCK": [64, 128], "num_warps": 4}, {"BLOCK": 64, "num_warps": 8}, {"BLOCK": "auto", "num_warps": 2},
                 {"BLOCK": {"x": 1}, "num_warps": [1, 2]}, [1, 2], {"BLOCK": None, "num_warps": 4}]
         con.executemany("INSERT INTO tuning_results VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",

@@ -117,20 +117,17 @@ def test_a_database_that_is_not_one_cannot_judge_in_one_line(world, capsys, kind
 
 
 def test_an_unreadable_database_cannot_judge(world, capsys, monkeypatch):
-    """Root reads any file, so the refusal is made by the operating system's answer, not by chmod."""
+    """Root reads any file, so the refusal is the operating system's answer to the header read
+    (``store._header``, where another user's read of a chmod 000 file fails), not chmod."""
     _, _, _, rng, db = world
     base, head = _runs(world, synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), synth.samples(rng, 50e-6),
                        synth.samples(rng, 5e-6))
-    import duckdb
+    import errno
 
-    real = duckdb.connect
+    def denied(path):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    def denied(path, *a, **k):
-        if str(path) == str(db):
-            raise duckdb.IOException(f'IO Error: Cannot open file "{db}": Permission denied')
-        return real(path, *a, **k)
-
-    monkeypatch.setattr(duckdb, "connect", denied)
+    monkeypatch.setattr(store, "_header", denied)
     code, out, err = _gate(capsys, db, base, head)
     assert code == 2 and "Permission denied" in _one_line(out, err)
 

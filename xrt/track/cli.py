@@ -74,7 +74,8 @@ def _common(p: argparse.ArgumentParser, default) -> None:
 
 
 def _db(args: argparse.Namespace) -> str:
-    return getattr(args, "db", None) or DEFAULT_DB
+    db = getattr(args, "db", None)  # only an absent --db means the default: "" is a bad path, named as such
+    return DEFAULT_DB if db is None else db
 
 
 def _config(args: argparse.Namespace):
@@ -158,9 +159,9 @@ def run_show(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace) -> int:
     from xrt.track import gate
 
-    def cannot_judge(msg: str) -> int:
+    def cannot_judge(msg: str, stream=sys.stdout) -> int:
         msg = (msg.strip().splitlines() or ["(no message)"])[0]  # one line: the verdict, not a dump
-        print(f"xrt gate: cannot judge: {msg}")
+        print(f"xrt gate: cannot judge: {msg}", file=stream)
         if args.summary:
             with args.summary.open("a") as f:
                 f.write(f"## xrt gate: ⚠️ cannot judge\n\n{msg}\n")
@@ -175,7 +176,9 @@ def run_gate(args: argparse.Namespace) -> int:
         return cannot_judge(str(e))
     except Exception as e:  # a gate that crashed has judged nothing, and must not read as a regression
         kind = type(e).__name__
-        return cannot_judge(str(e) if kind == "DatabaseError" else f"internal error: {kind}: {e}")
+        if kind == "DatabaseError":  # a bad --db is bad input, on stderr like every command's
+            return cannot_judge(str(e), sys.stderr)
+        return cannot_judge(f"internal error: {kind}: {e}")
     print(gate.report(v))
     if args.summary:
         gate.write_summary(args.summary, v)
@@ -183,9 +186,11 @@ def run_gate(args: argparse.Namespace) -> int:
 
 
 def run_bisect(args: argparse.Namespace) -> int:
+    from xrt.db import store
     from xrt.track import bisect as B
     from xrt.track import gate
 
+    store.check_path(args.db)  # a bad --db is one line and exit 2 (xrt.cli), before any git or bench work
     good = gate.resolve(args.repo, args.good, args.db)
     bad = gate.resolve(args.repo, args.bad, args.db)
     res = B.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
