@@ -101,7 +101,12 @@ class Reader:
             ORDER BY u.machine""")
 
     def has_regressions(self) -> bool:
-        return "regressions" in self.tables()
+        """Whether `xrt regressions` has stored its results here (an empty table is not that: the
+        schema creates it); databases from before ``detection_runs`` only had the table once it ran."""
+        tables = self.tables()
+        if "detection_runs" not in tables:
+            return "regressions" in tables
+        return bool(self.df("SELECT count(*) AS n FROM detection_runs")["n"].iloc[0])
 
     def regressions(self, statuses: list[str], kinds: list[str], machines: list[str] | None = None) -> pd.DataFrame:
         """Stored steps (``xrt regressions``), newest first slow commit first."""

@@ -102,3 +102,28 @@ def test_released_migrations_are_unchanged():
 
 
 RELEASED = {1: '38213623bc9cb80a', 2: '6c99e16daa0ee071', 3: '88d5c858ad3e9d5d'}
+
+
+def test_detection_runs_mark_a_detection_that_found_nothing(tmp_path):
+    """Since migration 4 the regressions table always exists: a run is recorded on its own (migration 5)."""
+    from xrt.track import regressions
+
+    db = tmp_path / "x.duckdb"
+    store.write(db, lambda con: None)
+    with store.read(db) as con:
+        assert con.execute("SELECT count(*) FROM detection_runs").fetchone()[0] == 0
+    regressions.save(db, [])
+    with store.read(db) as con:
+        assert con.execute("SELECT machine, steps FROM detection_runs").fetchall() == [(None, 0)]
+
+
+def test_migration_5_seeds_detection_runs_from_stored_steps():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    schema.migrate(con, upto=4)
+    con.execute("INSERT INTO regressions (id, status, updated_at) VALUES ('a', 'new', TIMESTAMP '2026-01-02')")
+    schema.migrate(con)
+    assert con.execute("SELECT run_at, steps FROM detection_runs").fetchall()[0][1] == 1
+    fresh = duckdb.connect()
+    schema.migrate(fresh)
+    assert fresh.execute("SELECT count(*) FROM detection_runs").fetchone()[0] == 0

@@ -79,6 +79,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, provider VARCHAR, config JSON,
             median_s DOUBLE, gbps DOUBLE)""",
     ]),
+    # Since 4 the regressions table exists in every file, so "was detection ever run here?" needs
+    # its own record (the dashboard says "run xrt regressions" only when it never ran). A file that
+    # already holds steps was detected at least once: seeded from them.
+    (5, "table: detection_runs (one row per stored `xrt regressions` run)", [
+        "CREATE TABLE detection_runs (run_at TIMESTAMP, machine VARCHAR, steps INTEGER)",
+        "INSERT INTO detection_runs SELECT max(updated_at), NULL, count(*) FROM regressions HAVING count(*) > 0",
+    ]),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -209,6 +209,7 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
                 fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
                 updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag""")
         con.execute("DROP TABLE new_rows")
+        con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
 
     store.write(db, fn)
 
