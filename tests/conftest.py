@@ -6,14 +6,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-DJANGO_TARBALL = SHARED / "datasets" / "django-asv-results.tar.gz"
+# The django-asv results corpus: DJANGO_ASV_CORPUS, else where CI unpacks its shared data beside the checkout.
+DJANGO_TARBALL = Path(os.environ.get("DJANGO_ASV_CORPUS")
+                      or ROOT.parent / "shared" / "datasets" / "django-asv-results.tar.gz")
 
 
 def extract_django(dest: Path, skip_machines: tuple[str, ...] = ()) -> Path:
     """Unpack the django-asv corpus into ``dest`` (without the named machines); skip if it is absent."""
     if not DJANGO_TARBALL.exists():
-        pytest.skip(f"corpus not found: {DJANGO_TARBALL} (CI puts shared/ beside the checkout)")
+        pytest.skip(f"corpus not found: {DJANGO_TARBALL} (set DJANGO_ASV_CORPUS to the django asv results .tar.gz)")
     with tarfile.open(DJANGO_TARBALL) as tf:
         keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in skip_machines)]
         tf.extractall(dest, members=keep, filter="data")

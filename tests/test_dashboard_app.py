@@ -24,6 +24,7 @@ pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit_server import streamlit_server  # noqa: E402
 
 from xrt.db import store  # noqa: E402
 
@@ -407,41 +408,14 @@ def _listening(port: int) -> list[str]:
 
 def test_documented_manual_start_binds_loopback_only(tmp_path, xdb):
     """`streamlit run dashboard/app.py` from the repository root, no flags but headless and a port."""
-    import socket
-    import time
-    import urllib.request
-
     if not Path("/proc/net/tcp").exists():
         pytest.skip("reads the listening sockets from /proc/net/tcp")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = dict(_clean_env(tmp_path), XRT_DB=str(xdb[0]))
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
-            time.sleep(0.2)
+    with streamlit_server("dashboard/app.py", tmp_path, env, ROOT) as (_, port):
         bound = _listening(port)
-        # 127.0.0.1 (IPv4) or ::1 / ::ffff:127.0.0.1 (IPv6); never 0.0.0.0 or ::
-        assert bound and set(bound) <= {"0100007F", "00000000000000000000000001000000",
-                                        "0000000000000000FFFF00000100007F"}, bound
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    # 127.0.0.1 (IPv4) or ::1 / ::ffff:127.0.0.1 (IPv6); never 0.0.0.0 or ::
+    assert bound and set(bound) <= {"0100007F", "00000000000000000000000001000000",
+                                    "0000000000000000FFFF00000100007F"}, bound
 
 
 @pytest.fixture
@@ -629,38 +603,11 @@ def test_lit_shows_any_string_as_it_is(s):
 @pytest.fixture
 def evil_served(evil_db, tmp_path):
     import os
-    import socket
-    import time
-    import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = dict(os.environ, XRT_DB=str(evil_db[0]))
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-                             "--server.address", "127.0.0.1", "--server.port", str(port),
-                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read().strip() == b"ok":
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "streamlit.log").read_text()
-            time.sleep(0.2)
+    with streamlit_server(APP, tmp_path, env, tmp_path, "--server.address", "127.0.0.1",
+                          "--browser.gatherUsageStats", "false") as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.slow

@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +20,7 @@ pytest.importorskip("pyarrow")
 
 from conftest import extract_django  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit_server import streamlit_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboard" / "app.py"
@@ -79,43 +75,13 @@ def test_explorer_works_on_foreign_benchmark_names(django_db, monkeypatch):
     assert len(at.get("vega_lite_chart")) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def served(django_db, tmp_path):
-    port = _free_port()
     env = dict(os.environ, XRT_DB=str(django_db), STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-                             "--server.address", "127.0.0.1", "--server.port", str(port),
-                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
-                             "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer"],
-                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read().strip() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail("streamlit did not come up:\n" + (tmp_path / "streamlit.log").read_text()[-3000:])
-            time.sleep(0.2)
+    with streamlit_server(APP, tmp_path, env, tmp_path, "--server.address", "127.0.0.1",
+                          "--browser.gatherUsageStats", "false", "--client.showErrorDetails", "none",
+                          "--client.toolbarMode", "viewer", timeout=30) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.slow

@@ -55,3 +55,17 @@ def test_perf_runs_on_a_tiny_size(tmp_path):
     assert all(q["rows"] > 0 for q in figures["queries"])
     md = perf.markdown(figures)
     assert "| query |" in md and "json.load" in md
+
+
+def test_perf_corpus_is_explicit(tmp_path, capsys):
+    """No default path outside the project: without --corpus the ingest timings are skipped and say so;
+    a --corpus that does not exist is one line and exit 2, not a silent skip."""
+    from xrt.cli import main
+
+    said: list[str] = []
+    figures = perf.run(values=500, repeat=1, workdir=str(tmp_path / "w"), echo=said.append)
+    assert "corpus" not in figures and "perf: no --corpus given: ingest timings skipped" in said
+    missing = tmp_path / "no-such-corpus.tar.gz"
+    assert main(["db", "perf", "--corpus", str(missing), "--values", "500", "--repeat", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(missing) in err[0] and "no such file or directory" in err[0]

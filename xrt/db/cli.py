@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_stats)
 
     f = dsub.add_parser("perf", help="measure ingest speed and the dashboard's queries (prints Markdown)")
-    f.add_argument("--corpus", help="asv results dir or .tar.gz (default: ../shared/datasets/django-asv-results"
-                   ".tar.gz beside the repository, if there)")
+    f.add_argument("--corpus", help="asv results dir or .tar.gz of one, for the ingest timings "
+                   "(e.g. a public project's asv results; without it only the query timings run)")
     f.add_argument("--values", type=int, default=1_000_000, help="values in the synthetic database")
     f.add_argument("--repeat", type=int, default=3, help="repetitions of each timing (the best is kept)")
     f.add_argument("--workdir", help="scratch folder (default: a temporary one)")

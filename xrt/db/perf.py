@@ -27,13 +27,14 @@ from typing import Any
 
 from xrt.db import asv_files, store
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "django-asv-results.tar.gz"
-
 
 def _corpus_dir(corpus: str | None, work: Path) -> Path | None:
-    src = Path(corpus) if corpus else DEFAULT_CORPUS
-    if not src.exists():
+    """The corpus as a results folder (a ``.tar.gz`` is unpacked into ``work``); None when none was named."""
+    if corpus is None:
         return None
+    src = Path(corpus)
+    if not src.exists():
+        raise ValueError(f"--corpus {corpus}: no such file or directory (an asv results folder or a .tar.gz of one)")
     if src.is_dir():
         return src
     out = work / "corpus"
@@ -209,7 +210,7 @@ def run(corpus: str | None = None, values: int = 1_000_000, repeat: int = 3, wor
                                    f"Python {platform.python_version()}, duckdb {_duckdb_version()}"}
         src = _corpus_dir(corpus, work)
         if src is None:
-            echo(f"perf: no corpus at {corpus or DEFAULT_CORPUS}: ingest timings skipped")
+            echo("perf: no --corpus given: ingest timings skipped")
         else:
             figures["corpus"] = time_corpus(src, work, repeat, echo)
         echo(f"perf: building a synthetic database of {values} values")

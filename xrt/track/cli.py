@@ -157,6 +157,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    from xrt.db.store import DatabaseError
     from xrt.track import gate
 
     def cannot_judge(msg: str, stream=sys.stdout) -> int:
@@ -172,13 +173,12 @@ def run_gate(args: argparse.Namespace) -> int:
         base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
         v = gate.judge(args.db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
                        machine=args.machine, history=not args.no_history)
+    except DatabaseError as e:  # a bad --db is bad input, on stderr like every command's
+        return cannot_judge(str(e), sys.stderr)
     except (ValueError, OSError) as e:
         return cannot_judge(str(e))
     except Exception as e:  # a gate that crashed has judged nothing, and must not read as a regression
-        kind = type(e).__name__
-        if kind == "DatabaseError":  # a bad --db is bad input, on stderr like every command's
-            return cannot_judge(str(e), sys.stderr)
-        return cannot_judge(f"internal error: {kind}: {e}")
+        return cannot_judge(f"internal error: {type(e).__name__}: {e}")
     print(gate.report(v))
     if args.summary:
         gate.write_summary(args.summary, v)

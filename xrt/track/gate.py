@@ -113,7 +113,7 @@ class Settings:
 def _knob_problem(option: str, value: float | int) -> str | None:
     """Why ``value`` cannot be ``option`` (None: it can). A knob that would pass anything is refused."""
     if option == "--threshold" and not (isinstance(value, float | int) and math.isfinite(value) and 0 < value <= 9):
-        return "need a slowdown fraction in (0, 9] (0.05 = 5 %)"
+        return "need a slowdown fraction in (0, 9] (0.05 = 5 %; 9 is a 10x ratio)"
     if option == "--alpha" and not (isinstance(value, float | int) and math.isfinite(value) and 0 < value < 1):
         return "need a p-value bar in (0, 1), such as 0.002"
     if option == "--min-samples" and not (isinstance(value, int) and value >= 2):
@@ -124,23 +124,19 @@ def _knob_problem(option: str, value: float | int) -> str | None:
 def parse_threshold(text: str) -> float:
     """``--threshold``: a fraction (``0.05``) or a ratio (``1.05``), as a fraction.
 
-    ``1`` (0 %: any noise fails) and anything not finite and positive are refused, never guessed.
+    ``1`` is refused as ambiguous (a ratio of 1 fails on any noise); the range is :func:`_knob_problem`'s.
     """
     try:
         t = float(text)
     except (TypeError, ValueError):
         raise ValueError(f"--threshold {text!r}: not a number (a fraction such as 0.05 or a ratio such as 1.05)") \
             from None
-    if not math.isfinite(t) or t <= 0:
-        raise ValueError(f"--threshold {text!r}: need a fraction in (0, 1) such as 0.05 or a ratio above 1 "
-                         "such as 1.05")
     if t == 1:
         raise ValueError(f"--threshold {text!r}: ambiguous (a ratio of 1 would fail on any noise); give a "
                          "fraction such as 0.05 or a ratio such as 1.05")
-    frac = t - 1 if t > 1 else t
-    if frac > 9:
-        raise ValueError(f"--threshold {text!r}: a slowdown of more than 10x passes nearly anything; "
-                         "need a ratio up to 10")
+    frac = t - 1 if t > 1 else t  # NaN and inf stay what they are, and are refused below
+    if (why := _knob_problem("--threshold", frac)) is not None:
+        raise ValueError(f"--threshold {text!r}: {why}; or a ratio above 1, such as 1.05")
     return frac
 
 
