@@ -40,6 +40,16 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                              "path": ["auto", "rows", "tiled"]},
     "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
                            "programs_per_sm": ["auto", 1, 2, 4]},
+    # Attention forward, Triton: queries a program (BLOCK_M), keys a step (BLOCK_N), warps, software
+    # pipeline stages; "warp_specialize" splits the key loop into producer / consumer warps (Triton's
+    # tl.range(warp_specialize=True)), honoured on Hopper and newer only, else the plain loop.
+    "attention.triton": {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
+                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True]},
+    # Attention backward: the dK/dV kernel holds BLOCK_N1 keys and steps BLOCK_M1 queries, the dQ
+    # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split).
+    "attention_bwd.triton": {"BLOCK_M1": [16, 32, 64], "BLOCK_N1": [16, 32, 64, 128],
+                             "BLOCK_M2": [16, 32, 64, 128], "BLOCK_N2": [16, 32, 64],
+                             "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -55,6 +65,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm.cuda": {"block": "auto", "version": "v2"},
     "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto", "path": "auto"},
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
+    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False},
+    "attention_bwd.triton": {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8,
+                             "num_stages": 2},
 }
 
 

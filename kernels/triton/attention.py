@@ -1,0 +1,429 @@
+"""``attention`` in Triton: flash-style forward and FlashAttention-2 backward, [B, H, S, D].
+
+Forward (one program per BLOCK_M queries of one (batch, head)): walk the keys BLOCK_N at a time,
+keep the running row max ``m``, the running sum ``l`` and the fp32 output accumulator, rescaling
+both by ``exp(m_old - m_new)`` when the max grows (online softmax); exponentials are ``exp2`` of
+scores pre-multiplied by ``scale * log2(e)``. Saves the natural-log log-sum-exp ``[B, H, S_q]``.
+
+Backward (after FlashAttention-2 and Triton's fused-attention tutorial): a preprocess computes
+``delta = rowsum(dO * O)``; one kernel holds a block of keys and values and walks the queries,
+accumulating dK and dV; another holds a block of queries and walks the keys, accumulating dQ.
+Probabilities are recomputed from the saved log-sum-exp, never stored.
+
+Every loop is split into blocks that need no mask (full blocks wholly visible under causality)
+and the few that do (the causal diagonal, the ragged end of a sequence not a multiple of the
+block), so the common case pays for no ``where``. Causal masking is top-left aligned, as
+``scaled_dot_product_attention(is_causal=True)``: query ``i`` sees keys ``j <= i`` also when
+``S_q != S_k``; under it every row sees key 0, so no row is ever empty.
+
+Inputs may have any strides (a ``[B, S, H, D]`` tensor viewed as ``[B, H, S, D]`` is read in
+place); outputs are contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv
+
+HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
+DTYPES = (torch.float16, torch.bfloat16)
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                offs_m, offs_d, lo, hi, S_k, qk_scale,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, WS: tl.constexpr):
+    """Keys ``[lo, hi)`` into the running (acc, l, m) of one query block."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        offs_n = start_n + offs_n0
+        kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < S_k, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            v = tl.load(v_ptrs)
+        s = tl.dot(q, kt) * qk_scale
+        if MASKED:
+            keep = offs_n[None, :] < S_k
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            s = tl.where(keep, s, float("-inf"))
+        # m stays finite: each row's first block holds key 0, which every row sees.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    q_ptr,  # [B, H, S_q, D] queries, any strides
+    k_ptr,  # [B, H, S_k, D] keys, any strides
+    v_ptr,  # [B, H, S_k, D] values, any strides
+    o_ptr,  # [B, H, S_q, D] output, q's dtype, any strides (contiguous from the launcher)
+    lse_ptr,  # [B, H, S_q] fp32, contiguous: natural-log log-sum-exp of each row's scores
+    sqb, sqh, sqm, sqd,  # q strides
+    skb, skh, skn, skd,  # k strides
+    svb, svh, svn, svd,  # v strides
+    sob, soh, som, sod,  # o strides
+    H, S_q, S_k,
+    qk_scale,  # scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
+):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = offs_m < S_q
+    q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=rmask[:, None], other=0.0)
+    k_base = k_ptr + b * skb + h * skh
+    v_base = v_ptr + b * svb + h * svh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # Keys [0, n_full) are whole blocks every query of this block sees; [n_full, hi) need masks.
+    if CAUSAL:
+        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
+        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
+    else:
+        hi = S_k
+        n_full = (S_k // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                                0, n_full, S_k, qk_scale, BLOCK_N, False, CAUSAL, WS)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                                n_full, hi, S_k, qk_scale, BLOCK_N, True, CAUSAL, WS)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+             out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # back to natural log
+    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, lse, mask=rmask)
+
+
+@triton.jit
+def _bwd_preprocess_kernel(
+    o_ptr,  # [B, H, S_q, D] forward output, any strides
+    do_ptr,  # [B, H, S_q, D] upstream gradient, any strides
+    delta_ptr,  # [B, H, S_q] fp32 output, contiguous: rowsum(dO * O)
+    sob, soh, som, sod,  # o strides
+    sdb, sdh, sdm, sdd,  # do strides
+    H, S_q,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = offs_m < S_q
+    o = tl.load(o_ptr + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+                mask=rmask[:, None], other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
+                 mask=rmask[:, None], other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh.to(tl.int64) * S_q + offs_m, tl.sum(o * do, 1), mask=rmask)
+
+
+@triton.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                 offs_n, offs_d, lo, hi, S_q, qk_scale,
+                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """Queries ``[lo, hi)`` into the dK, dV of one key block (scores transposed: [keys, queries])."""
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        qt_ptrs = q_base + offs_m[None, :] * sqm + offs_d[:, None] * sqd
+        do_ptrs = do_base + offs_m[:, None] * sdm + offs_d[None, :] * sdd
+        if MASKED:
+            cmask = offs_m < S_q
+            qt = tl.load(qt_ptrs, mask=cmask[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=cmask[:, None], other=0.0)
+            lse = tl.load(lse_base + offs_m, mask=cmask, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=cmask, other=0.0)
+        else:
+            qt = tl.load(qt_ptrs)
+            do = tl.load(do_ptrs)
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * 1.4426950408889634)[None, :])
+        if MASKED:
+            keep = offs_m[None, :] < S_q
+            if CAUSAL:
+                keep = keep & (offs_n[:, None] <= offs_m[None, :])
+            pt = tl.where(keep, pt, 0.0)
+        dv = tl.dot(pt.to(do.dtype), do, dv)
+        dpt = tl.dot(v, tl.trans(do))
+        dst = pt * (dpt - delta[None, :])
+        dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr,  # [B, H, S_q | S_k, D] forward inputs, any strides
+    do_ptr,  # [B, H, S_q, D] upstream gradient, any strides
+    lse_ptr,  # [B, H, S_q] fp32 from the forward, contiguous
+    delta_ptr,  # [B, H, S_q] fp32 from the preprocess, contiguous
+    dk_ptr, dv_ptr,  # [B, H, S_k, D] outputs, contiguous, k's dtype
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd,  # do strides
+    H, S_q, S_k,
+    sm_scale,  # the softmax scale (dS is in scaled scores)
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # queries a step
+    BLOCK_N: tl.constexpr,  # keys a program
+    CAUSAL: tl.constexpr,
+):
+    start_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    nmask = offs_n < S_k
+    k = tl.load(k_ptr + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                mask=nmask[:, None], other=0.0)
+    v = tl.load(v_ptr + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                mask=nmask[:, None], other=0.0)
+    q_base = q_ptr + b * sqb + h * sqh
+    do_base = do_ptr + b * sdb + h * sdh
+    lse_base = lse_ptr + bh.to(tl.int64) * S_q
+    delta_base = delta_ptr + bh.to(tl.int64) * S_q
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    # Queries: [lo, mid) the causal diagonal (masked), [mid, m_full) whole blocks that see every
+    # key here, [m_full, S_q) the ragged end (masked). Rows padded past S_k are never stored.
+    m_full = (S_q // BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        lo = tl.minimum((start_n * BLOCK_N // BLOCK_M) * BLOCK_M, m_full)
+        mid = tl.minimum(tl.cdiv((start_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M, m_full)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                              offs_n, offs_d, lo, mid, S_q, qk_scale, BLOCK_M, True, CAUSAL)
+    else:
+        mid = 0
+    dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                          offs_n, offs_d, mid, m_full, S_q, qk_scale, BLOCK_M, False, CAUSAL)
+    tail = m_full
+    if CAUSAL:
+        tail = tl.maximum(m_full, (start_n * BLOCK_N // BLOCK_M) * BLOCK_M)
+    dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                          offs_n, offs_d, tail, S_q, S_q, qk_scale, BLOCK_M, True, CAUSAL)
+    out = bh.to(tl.int64) * S_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(dk_ptr + out, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=nmask[:, None])
+    tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=nmask[:, None])
+
+
+@triton.jit
+def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
+               offs_m, offs_d, lo, hi, S_k, qk_scale,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """Keys ``[lo, hi)`` into the dQ of one query block."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kt_ptrs = k_base + offs_n[None, :] * skn + offs_d[:, None] * skd
+        vt_ptrs = v_base + offs_n[None, :] * svn + offs_d[:, None] * svd
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
+            vt = tl.load(vt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
+        p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
+        if MASKED:
+            keep = offs_n[None, :] < S_k
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, vt)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    q_ptr, k_ptr, v_ptr,  # [B, H, S_q | S_k, D] forward inputs, any strides
+    do_ptr,  # [B, H, S_q, D] upstream gradient, any strides
+    lse_ptr,  # [B, H, S_q] fp32 from the forward, contiguous
+    delta_ptr,  # [B, H, S_q] fp32 from the preprocess, contiguous
+    dq_ptr,  # [B, H, S_q, D] output, contiguous, q's dtype
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd,  # do strides
+    H, S_q, S_k,
+    sm_scale,
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # queries a program
+    BLOCK_N: tl.constexpr,  # keys a step
+    CAUSAL: tl.constexpr,
+):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = offs_m < S_q
+    q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=rmask[:, None], other=0.0)
+    do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
+                 mask=rmask[:, None], other=0.0)
+    lse2 = tl.load(lse_ptr + bh.to(tl.int64) * S_q + offs_m, mask=rmask, other=0.0) * 1.4426950408889634
+    delta = tl.load(delta_ptr + bh.to(tl.int64) * S_q + offs_m, mask=rmask, other=0.0)
+    k_base = k_ptr + b * skb + h * skh
+    v_base = v_ptr + b * svb + h * svh
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    if CAUSAL:
+        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
+        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
+    else:
+        hi = S_k
+        n_full = (S_k // BLOCK_N) * BLOCK_N
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                    0, n_full, S_k, qk_scale, BLOCK_N, False, CAUSAL)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                    n_full, hi, S_k, qk_scale, BLOCK_N, True, CAUSAL)
+    out = bh.to(tl.int64) * S_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(dq_ptr + out, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+_fwd = Launcher(_attn_fwd_kernel)
+_pre = Launcher(_bwd_preprocess_kernel)
+_dkdv = Launcher(_attn_bwd_dkdv_kernel)
+_dq = Launcher(_attn_bwd_dq_kernel)
+
+_WS_BROKEN: set[Any] = set()  # (device, config) where a warp-specialized compile failed
+
+
+def missing(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why these kernels cannot take ``q, k, v`` (shape, dtype), naming the value; else ``None``."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return (f"query, key, value must be [B, H, S, D]; got query.shape={tuple(q.shape)}, "
+                f"key.shape={tuple(k.shape)}, value.shape={tuple(v.shape)}")
+    if q.dtype not in DTYPES:
+        return f"query.dtype={q.dtype} is not one of float16, bfloat16"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"key.dtype={k.dtype} and value.dtype={v.dtype} must equal query.dtype={q.dtype}"
+    d = q.shape[-1]
+    if d not in HEAD_DIMS:
+        return f"head_dim={d} is not one of {HEAD_DIMS}"
+    if k.shape[-1] != d or v.shape[-1] != d:
+        return f"key.shape[-1]={k.shape[-1]} and value.shape[-1]={v.shape[-1]} must equal head_dim={d}"
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
+        return (f"query.shape={tuple(q.shape)}, key.shape={tuple(k.shape)}, value.shape={tuple(v.shape)} "
+                f"must share B and H, and key and value S_k")
+    if k.shape[2] == 0:
+        return "key has S_k=0 (no keys to attend to)"
+    return None
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    why = missing(q, k, v)
+    if why:
+        raise ValueError(f"Triton attention: {why}")
+
+
+def _ws(q: torch.Tensor, cfg: Any) -> bool:
+    """Warp specialization where asked for and the GPU is Hopper or newer (never the interpreter)."""
+    if not cfg.get("warp_specialize") or not q.is_cuda:
+        return False
+    return torch.cuda.get_device_capability(q.device)[0] >= 9 and (q.device, tuple(cfg.items())) not in _WS_BROKEN
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+              config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
+    _check(q, k, v)
+    cfg = checks.tuning("attention.triton", config)
+    bsz, h, s_q, d = q.shape
+    s_k = k.shape[2]
+    o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    grid = (cdiv(s_q, bm), bsz * h)
+    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, s_q, s_k,
+            float(scale) * LOG2E)
+    ws = _ws(q, cfg)
+    try:
+        _fwd(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=ws,
+             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    except Exception:
+        if not ws:
+            raise
+        # Triton's warp specialization does not compile this config here: plain loop from now on.
+        _WS_BROKEN.add((q.device, tuple(cfg.items())))
+        _fwd(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=False,
+             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return o, lse
+
+
+def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  lse: torch.Tensor, is_causal: bool, scale: float, config: dict[str, Any] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)``, contiguous, shaped as ``q, k, v``; config from ``attention_bwd.triton``."""
+    _check(q, k, v)
+    if do.shape != o.shape or o.shape != q.shape:
+        raise ValueError(f"do.shape={tuple(do.shape)} and o.shape={tuple(o.shape)} must equal "
+                         f"query.shape={tuple(q.shape)}")
+    cfg = checks.tuning("attention_bwd.triton", config)
+    bsz, h, s_q, d = q.shape
+    s_k = k.shape[2]
+    lse = lse.contiguous()
+    dq = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
+    dk = torch.empty((bsz, h, s_k, d), dtype=k.dtype, device=q.device)
+    dv = torch.empty((bsz, h, s_k, d), dtype=v.dtype, device=q.device)
+    if s_q == 0:
+        return dq, dk.zero_(), dv.zero_()
+    if dq.numel() == 0:
+        return dq, dk, dv
+    delta = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
+    pre_m = 64
+    _pre((cdiv(s_q, pre_m), bsz * h), o, do, delta, *o.stride(), *do.stride(), h, s_q,
+         HEAD_DIM=d, BLOCK_M=pre_m, num_warps=4)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    warps, stages = cfg["num_warps"], cfg["num_stages"]
+    causal = bool(is_causal)
+    _dkdv((cdiv(s_k, cfg["BLOCK_N1"]), bsz * h), q, k, v, do, lse, delta, dk, dv, *strides, h, s_q, s_k,
+          float(scale), float(scale) * LOG2E, HEAD_DIM=d, BLOCK_M=cfg["BLOCK_M1"], BLOCK_N=cfg["BLOCK_N1"],
+          CAUSAL=causal, num_warps=warps, num_stages=stages)
+    _dq((cdiv(s_q, cfg["BLOCK_M2"]), bsz * h), q, k, v, do, lse, delta, dq, *strides, h, s_q, s_k,
+        float(scale), float(scale) * LOG2E, HEAD_DIM=d, BLOCK_M=cfg["BLOCK_M2"], BLOCK_N=cfg["BLOCK_N2"],
+        CAUSAL=causal, num_warps=warps, num_stages=stages)
+    return dq, dk, dv
+
+
+def flops(b: int, h: int, s_q: int, s_k: int, d: int, causal: bool, backward: bool = False) -> float:
+    """FlashAttention's count: ``4 B H S_q S_k D`` forward (two matmuls), half of it when causal,
+    2.5x for the backward (its four matmuls plus the recomputed scores)."""
+    f = 4.0 * b * h * s_q * s_k * d
+    if causal:
+        f /= 2
+    return f * 2.5 if backward else f
+
