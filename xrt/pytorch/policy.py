@@ -62,7 +62,17 @@ def _apply_matmul(choice: str) -> None:
 _SDPA_FLAGS = ("flash", "mem_efficient", "math", "cudnn")
 
 
+# attention choices that pick no SDPA backend: xrt's Triton kernel ("triton"), SDPA with its own
+# backend choice ("torch"), or either ("auto"); the SDPA switches stay as the user had them.
+ATTENTION_OWN = ("triton", "torch", "auto")
+
+
 def _apply_attention(choice: str) -> None:
+    if choice in ATTENTION_OWN:
+        saved = _SAVED.get("attention")
+        if saved is not None:
+            _restore_attention(saved)
+        return
     keep = {
         "default": set(_SDPA_FLAGS),
         "flash_v2": {"flash"},
@@ -130,8 +140,12 @@ def register_op(name: str, choices: Sequence[str], apply: Callable[[str], None] 
 
 register_op("matmul", ("default", "cublas", "cublasLt"), _apply_matmul,
             "torch.backends.cuda.preferred_blas_library", _save_matmul, _restore_matmul)
-register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn"), _apply_attention,
-            "the scaled_dot_product_attention backends that stay enabled", _save_attention, _restore_attention)
+# attention is both: the SDPA-backend names flip PyTorch's switches (and route xrt's
+# fused_attention to SDPA); "triton", "torch" and "auto" leave them alone and pick fused_attention's
+# provider (xrt.pytorch.ops.attention).
+register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn") + ATTENTION_OWN,
+            _apply_attention, "the scaled_dot_product_attention backends that stay enabled, or "
+            "fused_attention's provider", _save_attention, _restore_attention)
 register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark",
             _save_conv, _restore_conv)
 # Provider ops; their implementations register providers in xrt.pytorch.ops.

@@ -1,10 +1,11 @@
 """xrt's custom ops. Each is a ``torch.library`` custom op with providers chosen by the policy."""
 
 from xrt.pytorch.ops._providers import providers
+from xrt.pytorch.ops.attention import fused_attention
 from xrt.pytorch.ops.layernorm import fused_layernorm
 from xrt.pytorch.ops.softmax import softmax
 from xrt.pytorch.ops.square import square
 from xrt.pytorch.ops.vector_add import vector_add
 from xrt.pytorch.ops.window_sum import window_sum
 
-__all__ = ["fused_layernorm", "providers", "softmax", "square", "vector_add", "window_sum"]
+__all__ = ["fused_attention", "fused_layernorm", "providers", "softmax", "square", "vector_add", "window_sum"]

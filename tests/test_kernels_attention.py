@@ -1,0 +1,269 @@
+"""``fused_attention`` forward and backward against float64 and SDPA; fallbacks; policy routing.
+
+The bound (flash-attention's test style): the kernel's worst error against float64 is at most 2x
+SDPA's own worst error at the same precision, plus a small floor. On the CPU the kernels run in
+Triton's interpreter, fp16 only (numpy has no bfloat16), with tiny blocks so that every loop
+region (whole blocks, the causal diagonal, a ragged end) runs on tiny shapes.
+"""
+
+import warnings
+
+import pytest
+import torch
+from kernel_checks import poisoned_outputs
+
+import xrt.pytorch as xp
+from xrt.kernels import spaces
+from xrt.pytorch.ops import attention as A
+from xrt.pytorch.ops.attention import _attention_bwd_op, _attention_op
+
+F = torch.nn.functional
+SMALL_FWD = {"BLOCK_M": 16, "BLOCK_N": 16}
+SMALL_BWD = {"BLOCK_M1": 16, "BLOCK_N1": 16, "BLOCK_M2": 16, "BLOCK_N2": 16}
+FLOOR = 1e-4  # absolute: SDPA's error can be 0 where ours is one rounding (S_k = 1)
+
+
+def _policy(fwd=None, bwd=None, **choices):
+    pol = xp.KernelPolicy(**choices)
+    if fwd:
+        pol.add_tuned("attention.triton", fwd)
+    if bwd:
+        pol.add_tuned("attention_bwd.triton", bwd)
+    return pol
+
+
+def _run(fn, q, k, v, do):
+    ts = [t.clone().requires_grad_() for t in (q, k, v)]
+    o = fn(*ts)
+    o.backward(do.to(o.dtype))
+    return [o.detach()] + [t.grad for t in ts]
+
+
+def _inputs(shape_q, s_k, dtype, device, d=64):
+    b, h, s_q = shape_q
+    q = torch.randn(b, h, s_q, d, device=device).to(dtype)
+    k = torch.randn(b, h, s_k, d, device=device).to(dtype)
+    v = torch.randn(b, h, s_k, d, device=device).to(dtype)
+    do = torch.randn(b, h, s_q, d, device=device).to(dtype)
+    return q, k, v, do
+
+
+def _check_against_sdpa(q, k, v, do, causal, provider="triton", policy=None):
+    """out, dq, dk, dv of fused_attention within 2x SDPA's error against float64."""
+    def mine(a, b, c):
+        return xp.ops.fused_attention(a, b, c, is_causal=causal, provider=provider)
+
+    def sdpa(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, is_causal=causal)
+
+    with poisoned_outputs(), xp.kernel_policy(policy or xp.KernelPolicy()):
+        got = _run(mine, q, k, v, do)
+    theirs = _run(sdpa, q, k, v, do)
+    ref = _run(sdpa, q.double(), k.double(), v.double(), do.double())
+    for name, g, s, r in zip(("out", "dq", "dk", "dv"), got, theirs, ref):
+        assert g.shape == r.shape and g.dtype == q.dtype, name
+        err = (g.double() - r).abs().max().item()
+        err_sdpa = (s.double() - r).abs().max().item()
+        assert err <= 2 * err_sdpa + FLOOR, f"{name}: error {err:.3g} > 2 x SDPA's {err_sdpa:.3g} + {FLOOR}"
+
+
+# (B, H, S_q), S_k: S = 1, 17, non-multiples of the block, S_q != S_k both ways.
+CPU_SHAPES = [((1, 2, 1), 1), ((1, 2, 17), 17), ((2, 1, 37), 37), ((1, 2, 37), 20), ((1, 2, 20), 45)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape_q,s_k", CPU_SHAPES, ids=str)
+def test_triton_under_interpreter(interpreter, shape_q, s_k, causal):
+    q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
+    _check_against_sdpa(q, k, v, do, causal, policy=_policy(SMALL_FWD, SMALL_BWD))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_default_config_under_interpreter(interpreter, causal):
+    """The default blocks (128 queries, 64 keys, bwd 32/128): a ragged 130 spans two of each."""
+    q, k, v, do = _inputs((1, 1, 130), 130, torch.float16, "cpu")
+    _check_against_sdpa(q, k, v, do, causal)
+
+
+def test_strided_inputs_and_lse(interpreter):
+    """[B, S, H, D] viewed as [B, H, S, D] is read in place and gives the contiguous result; the
+    saved lse is the rows' natural-log log-sum-exp."""
+    from xrt.kernels.triton.attention import attention
+
+    base = torch.randn(3, 1, 19, 2, 64).half()  # q, k, v stacked, [B, S, H, D] each
+    q, k, v = (base[i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    o, lse = attention(q, k, v, True, 0.125, SMALL_FWD)
+    o2, lse2 = attention(q.contiguous(), k.contiguous(), v.contiguous(), True, 0.125, SMALL_FWD)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    s = (q.double() @ k.double().transpose(-1, -2)) * 0.125
+    s = s.masked_fill(~torch.ones(19, 19, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), rtol=0, atol=1e-5)
+
+
+def test_torch_reference_matches_float64():
+    from xrt.kernels.reference.attention import attention, attention_bwd
+
+    q, k, v, do = _inputs((1, 2, 9), 13, torch.float64, "cpu", d=8)
+    for causal in (False, True):
+        o, lse = attention(q, k, v, causal, 0.3)
+        qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+        want = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=0.3)
+        want.backward(do)
+        torch.testing.assert_close(o, want.detach())
+        for got, t in zip(attention_bwd(do, q, k, v, o, lse, causal, 0.3), (qs, ks, vs)):
+            torch.testing.assert_close(got, t.grad)
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Fallback warnings start unsaid, and auto treats the CPU tensors as it would CUDA ones."""
+    monkeypatch.setattr(A, "_WARNED", set())
+    monkeypatch.setattr(A, "_auto_runs_triton", lambda q: True)
+
+
+@pytest.mark.parametrize("case", ["mask", "dropout", "head_dim_59"])
+def test_auto_falls_back_to_sdpa_with_one_warning(fresh_warnings, case):
+    d = 59 if case == "head_dim_59" else 64
+    q, k, v, _ = _inputs((1, 2, 7), 7, torch.float16, "cpu", d=d)
+    kw = {"attn_mask": torch.ones(7, 7, dtype=torch.bool).tril()} if case == "mask" else {}
+    if case == "dropout":
+        kw["dropout_p"] = 0.25
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.manual_seed(0)
+            got = xp.ops.fused_attention(q, k, v, provider="auto", **kw)
+    torch.manual_seed(0)
+    want = F.scaled_dot_product_attention(q, k, v, **kw)
+    assert torch.equal(got, want)
+    msgs = [str(w.message) for w in seen if "fused_attention" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert {"mask": "attn_mask", "dropout": "dropout_p=0.25", "head_dim_59": "head_dim=59"}[case] in msgs[0]
+
+
+@pytest.mark.parametrize("case,match", [("mask", "attn_mask"), ("dropout", "dropout_p=0.5"),
+                                        ("head_dim_59", "head_dim=59"), ("float32", "query.dtype=torch.float32"),
+                                        ("bfloat16", "cannot compute in bfloat16")])
+def test_forced_triton_raises_naming_the_value(interpreter, case, match):
+    d = 59 if case == "head_dim_59" else 64
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(case, torch.float16)
+    q, k, v, _ = _inputs((1, 1, 5), 5, dtype, "cpu", d=d)
+    kw = {"attn_mask": torch.ones(5, 5, dtype=torch.bool)} if case == "mask" else {}
+    if case == "dropout":
+        kw["dropout_p"] = 0.5
+    with pytest.raises(ValueError, match=match):
+        xp.ops.fused_attention(q, k, v, provider="triton", **kw)
+    with xp.kernel_policy(attention="triton"), pytest.raises(ValueError, match=match):
+        xp.ops.fused_attention(q, k, v, **kw)
+
+
+def test_policy_routing(monkeypatch):
+    """triton -> xrt's kernels; torch and SDPA backend names -> SDPA; auto on the CPU -> SDPA. The
+    backend names flip PyTorch's switches, triton / torch / auto leave them as they were."""
+    q, k, v, _ = _inputs((1, 1, 5), 5, torch.float16, "cpu")
+    flags = ("flash", "mem_efficient", "math")
+    before = {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags}
+    xp.clear_kernel_policy()
+    try:
+        assert A.choose(q, k, v) == "torch"  # nothing set: auto, and auto on the CPU is SDPA
+        for choice in ("triton", "torch", "auto"):
+            with xp.kernel_policy(attention=choice):
+                assert {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags} == before
+                if choice == "triton" and not _interpreting():
+                    continue
+                assert A.choose(q, k, v) == ("triton" if choice == "triton" else "torch")
+        with xp.kernel_policy(attention="math"):
+            assert A.choose(q, k, v) == "math"
+            assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+            assert torch.equal(xp.ops.fused_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+            assert A.choose(q, k, v, provider="torch") == "torch"  # the call's provider wins
+        xp.set_kernel_policy(attention="flash_v2")
+        assert A.choose(q, k, v) == "flash_v2" and not torch.backends.cuda.math_sdp_enabled()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):  # an explicit backend name runs SDPA with that backend only
+            want = F.scaled_dot_product_attention(q, k, v)
+        assert torch.equal(xp.ops.fused_attention(q, k, v, provider="math"), want)
+    finally:
+        xp.clear_kernel_policy()
+    assert {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags} == before
+    with pytest.raises(ValueError, match="'flash_v3'"):
+        xp.ops.fused_attention(q, k, v, provider="flash_v3")
+
+
+def _interpreting():
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def test_opcheck():
+    q, k, v, do = _inputs((1, 2, 6), 9, torch.float32, "cpu", d=8)
+    q.requires_grad_()
+    result = torch.library.opcheck(_attention_op, (q, k, v, True, 0.3, "torch"))
+    assert set(result.values()) == {"SUCCESS"}, result
+    o, lse = _attention_op(q.detach(), k, v, True, 0.3, "torch")
+    result = torch.library.opcheck(_attention_bwd_op, (do, q.detach(), k, v, o, lse, True, 0.3, "torch"))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_opcheck_triton(interpreter):
+    q, k, v, do = _inputs((1, 1, 17), 17, torch.float16, "cpu")
+    o, lse = _attention_op(q, k, v, False, 0.125, "triton")
+    result = torch.library.opcheck(_attention_bwd_op, (do, q, k, v, o, lse, False, 0.125, "triton"),
+                                   test_utils=("test_schema", "test_faketensor"))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_compile_fullgraph(interpreter):
+    """torch.compile(fullgraph=True) traces the custom op (forward and backward) without a break."""
+    q, k, v, do = _inputs((1, 1, 17), 17, torch.float16, "cpu")
+    f = torch.compile(lambda a, b, c: xp.ops.fused_attention(a, b, c, is_causal=True, provider="triton"),
+                      backend="aot_eager", fullgraph=True)
+    got = _run(f, q, k, v, do)
+    want = _run(lambda a, b, c: xp.ops.fused_attention(a, b, c, is_causal=True, provider="triton"), q, k, v, do)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_spaces_hold_the_defaults():
+    for key in ("attention.triton", "attention_bwd.triton"):
+        assert spaces.check(key, {}) == spaces.default(key)
+    assert True in spaces.space("attention.triton")["warp_specialize"]
+
+
+# -- GPU ----------------------------------------------------------------------------------------
+
+GPU_SHAPES = [((1, 2, 1), 1), ((2, 3, 17), 17), ((2, 2, 1000), 1000), ((1, 2, 300), 777), ((1, 2, 777), 300),
+              ((1, 2, 4097), 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape_q,s_k", GPU_SHAPES, ids=str)
+def test_on_gpu(shape_q, s_k, causal, dtype, d):
+    q, k, v, do = _inputs(shape_q, s_k, dtype, "cuda", d=d)
+    _check_against_sdpa(q, k, v, do, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+                                 {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},
+                                 {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
+                                  "warp_specialize": True}], ids=str)
+def test_configs_on_gpu(cfg):
+    q, k, v, do = _inputs((1, 2, 1000), 1000, torch.bfloat16, "cuda", d=128)
+    bwd = {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 2}
+    _check_against_sdpa(q, k, v, do, True, policy=_policy(cfg, bwd))
+
+
+@pytest.mark.gpu
+def test_auto_and_transposed_on_gpu():
+    base = torch.randn(3, 2, 333, 4, 128, device="cuda", dtype=torch.bfloat16)  # [B, S, H, D] each
+    q, k, v = (base[i].transpose(1, 2) for i in range(3))
+    assert A.choose(q, k, v) == "triton"
+    do = torch.randn_like(q)
+    _check_against_sdpa(q, k, v, do, True, provider="auto")

@@ -1,0 +1,205 @@
+"""``xrt.pytorch.ops.fused_attention``: scaled dot-product attention with xrt's Triton kernels.
+
+Two custom ops: ``xrt::attention`` -> ``(out, lse)`` and ``xrt::attention_bwd`` -> ``(dq, dk, dv)``;
+the first's autograd calls the second with the same provider. What the Triton kernels do not
+cover (masks, dropout, other head dims or dtypes, grouped-query attention) goes to
+``torch.nn.functional.scaled_dot_product_attention``, with one warning per reason; a call that
+forces the Triton provider raises instead.
+
+Which implementation runs is the ``attention`` policy choice (or ``provider=``):
+
+* ``"triton"``: xrt's kernels (CUDA; the CPU only under ``TRITON_INTERPRET=1``, fp16);
+* ``"auto"`` (and ``"default"``, the choice when no policy names attention): xrt's kernels on CUDA
+  where they cover the call, else SDPA;
+* ``"torch"``: SDPA with its own backend choice;
+* ``"flash_v2"``, ``"mem_efficient"``, ``"math"``, ``"cudnn"``: SDPA with only that backend (the
+  policy flips PyTorch's switches; a ``provider=`` of one of these runs SDPA under ``sdpa_kernel``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from xrt.pytorch import policy
+from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch.ops import _checks as C
+from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import _tuned as T
+
+T.register_kernels("attention")
+T.register_kernels("attention_bwd", module="attention")
+
+_SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH",
+                  "cudnn": "CUDNN_ATTENTION"}
+_WARNED: set[str] = set()  # fallback reasons already reported (one warning each)
+
+
+@torch.library.custom_op("xrt::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+                  provider: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return P.get("attention", provider).fn(q, k, v, is_causal, scale)
+
+
+@_attention_op.register_fake
+def _(q, k, v, is_causal, scale, provider):
+    b, h, s_q, _ = q.shape
+    return q.new_empty((b, h, s_q, v.shape[-1])), q.new_empty((b, h, s_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("xrt::attention_bwd", mutates_args=())
+def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                      lse: torch.Tensor, is_causal: bool, scale: float, provider: str
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return P.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
+
+
+@_attention_bwd_op.register_fake
+def _(do, q, k, v, o, lse, is_causal, scale, provider):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, is_causal, scale, provider = inputs
+    o, lse = output
+    ctx.is_causal, ctx.scale, ctx.provider = is_causal, scale, provider
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)
+
+
+def _backward(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
+    return dq, dk, dv, None, None, None
+
+
+_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The custom op's forward and backward for eager training, without its dispatch (as
+    ``_EagerLayerNorm``): same provider functions, same saved tensors."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal, scale, provider):
+        o, lse = P.get("attention", provider).fn(q, k, v, is_causal, scale)
+        ctx.is_causal, ctx.scale, ctx.provider = is_causal, scale, provider
+        ctx.save_for_backward(q, k, v, o, lse)
+        return o
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = P.get("attention_bwd", ctx.provider).fn(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+                dropout_p: float, enable_gqa: bool) -> str | None:
+    """Why xrt's Triton kernels do not cover this call (arguments only, not the device), or ``None``."""
+    if attn_mask is not None:
+        return (f"attn_mask (shape {tuple(attn_mask.shape)}, dtype {attn_mask.dtype}) is given; "
+                "the Triton kernel has no masks")
+    if dropout_p != 0.0:
+        return f"dropout_p={dropout_p}; the Triton kernel has no dropout"
+    if enable_gqa and q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1]:
+        return f"enable_gqa=True with query heads {q.shape[1]} != key heads {k.shape[1]}"
+    from xrt.kernels.triton.attention import missing
+
+    return missing(q, k, v)
+
+
+def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend: str | None) -> torch.Tensor:
+    kw = {"enable_gqa": True} if enable_gqa else {}
+    if backend is None:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                                is_causal=is_causal, scale=scale, **kw)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                                is_causal=is_causal, scale=scale, **kw)
+
+
+def _warn_once(why: str) -> None:
+    if why not in _WARNED:
+        _WARNED.add(why)
+        warnings.warn(f"fused_attention: falling back to scaled_dot_product_attention: {why}", UserWarning,
+                      stacklevel=3)
+
+
+def _auto_runs_triton(q: torch.Tensor) -> bool:
+    """Does ``auto`` consider the Triton kernels for this device (CUDA only)?"""
+    return q.is_cuda
+
+
+def choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+           dropout_p: float = 0.0, enable_gqa: bool = False, provider: str | None = None) -> str:
+    """``"triton"`` or the SDPA route (``"torch"`` or a backend name) for this call, as
+    :func:`fused_attention` decides it (a fallback warns once; forced Triton raises)."""
+    choice = policy.resolve("attention", provider)
+    if choice not in ("triton", "auto", "default"):
+        return choice
+    why = unsupported(q, k, v, attn_mask, dropout_p, enable_gqa)
+    if choice == "triton":
+        why = why or P.triton_missing(q)
+        if why:
+            raise ValueError(f"fused_attention: provider 'triton' cannot run this call: {why}")
+        return "triton"
+    if not _auto_runs_triton(q):
+        return "torch"  # auto on the CPU: SDPA, as every op's auto there
+    if why:
+        _warn_once(why)
+        return "torch"
+    return "triton"
+
+
+def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                    scale: float | None = None, enable_gqa: bool = False, *,
+                    provider: str | None = None) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` with xrt's fused Triton kernels.
+
+    Args:
+        query: ``[B, H, S_q, D]``; key, value: ``[B, H, S_k, D]``. Any strides: a ``[B, S, H, D]``
+            tensor ``.transpose(1, 2)`` is read in place. The Triton kernels take fp16 and bf16,
+            ``D`` in (64, 128).
+        attn_mask, dropout_p, enable_gqa: as SDPA; any of them sends the call to SDPA.
+        is_causal: causal mask aligned top-left (query ``i`` sees keys ``j <= i``), SDPA's
+            semantics, also when ``S_q != S_k``.
+        scale: the softmax scale, ``1 / sqrt(D)`` when ``None``.
+        provider: ``"triton"``, ``"auto"``, ``"torch"`` or an SDPA backend name
+            (``"flash_v2"``, ``"mem_efficient"``, ``"math"``, ``"cudnn"``); overrides the policy.
+
+    Returns:
+        ``[B, H, S_q, D]`` in ``query``'s dtype (contiguous from the Triton kernels). Differentiable
+        in query, key and value; the backward is xrt's own kernels.
+
+    Raises:
+        ValueError: ``provider="triton"`` (or the policy's ``attention="triton"``) for a call the
+            kernels do not cover, naming the value (``head_dim=59 is not one of (64, 128)``).
+
+    >>> q = torch.randn(1, 2, 5, 64, dtype=torch.float16, device="cuda")  # doctest: +SKIP
+    >>> fused_attention(q, q, q, is_causal=True).shape  # doctest: +SKIP
+    torch.Size([1, 2, 5, 64])
+    """
+    q = cast_for_hint(C.floating("query", "fused_attention", query))
+    k = cast_for_hint(C.floating("key", "fused_attention", key))
+    v = cast_for_hint(C.floating("value", "fused_attention", value))
+    chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider)
+    if chosen != "triton":
+        backend = _SDPA_BACKENDS.get(chosen) if provider is not None else None
+        with P.op_range("attention", chosen):
+            return _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    causal = bool(is_causal)
+    with P.op_range("attention", "triton"):
+        route = P.route(q, k, v)
+        if route == P.DIRECT_GRAD:
+            return _EagerAttention.apply(q, k, v, causal, s, "triton")
+        if route == P.DIRECT:
+            return P.get("attention", "triton").fn(q, k, v, causal, s)[0]
+        return _attention_op(q, k, v, causal, s, "triton")[0]
