@@ -9,6 +9,7 @@
 # host     : benchmarks/host_cost.py, host cost per call side by side with torch (docs/runtime.md)
 # gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
+# attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -43,6 +44,13 @@ for step in "$@"; do
         | tee "$OUT/gate.log" | tail -30 ;;
     gpucheck)
       python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
+    attn)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -15
+      s=${PIPESTATUS[0]}
+      python3 benchmarks/attention_bench.py --out "$OUT/attention-h100.json" --md "$OUT/attention-h100.md" \
+        2>&1 | tee "$OUT/attn_bench.log" | tail -60
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      (exit "$s") ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

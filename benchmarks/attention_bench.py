@@ -1,0 +1,251 @@
+"""xrt's Triton attention against PyTorch SDPA, forward and backward, side by side in one run.
+
+    python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick]
+
+bf16, B=4, H=16. Cases: hd128, hd128 causal, hd64 (non-causal). First a bounded config sweep at
+S=4096 (a few BLOCK_M / BLOCK_N / warps / stages combinations for the forward, warp specialization
+included, and a few for the backward), each config timed briefly; then the table with each case's
+best config at S=4096 (targets) and at S=1024 and 16384 (reported, no target).
+
+Times: :func:`xrt.bench.timer.measure` (the project's one device timer: median device time, L2
+flushed before each sample). The backward is timed alone: ``torch.autograd.grad`` of a forward
+output kept alive (``retain_graph``), for xrt (its own backward kernels) and SDPA alike.
+FLOPs as FlashAttention's benchmarks count them: forward ``4 B H S^2 D``, halved when causal;
+backward 2.5x the forward. Targets at S=4096: forward >= 0.8x SDPA's TFLOP/s, backward >= 0.7x.
+The SDPA backend is read from the kernel names a profiler sees in one call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+B, H = 4, 16
+CASES = [(128, False), (128, True), (64, False)]  # (head dim, causal)
+TARGET_S = 4096
+OTHER_S = (1024, 16384)
+TARGETS = {"fwd": 0.8, "bwd": 0.7}
+
+FWD_SWEEP = [
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": True},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "warp_specialize": True},
+]
+BWD_SWEEP = [
+    {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M1": 64, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M1": 16, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 16, "num_warps": 4, "num_stages": 4},
+]
+QUICK_SWEEP = {"max_time": 0.15}
+
+
+def _inputs(s: int, d: int, grad: bool = False):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(s + d)
+    ts = [torch.randn(B, H, s, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)]
+    q, k, v, do = ts
+    if grad:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    return q, k, v, do
+
+
+def _ms(fn, **rule: float) -> float:
+    from xrt.bench import timer
+
+    return timer.measure(fn, "cuda", **rule).median_s * 1e3
+
+
+def _fwd_fns(q, k, v, causal: bool, cfg: dict | None):
+    import torch.nn.functional as F
+
+    from xrt.kernels.triton.attention import attention
+
+    scale = q.shape[-1] ** -0.5
+    return (lambda: attention(q, k, v, causal, scale, cfg)[0],
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+def _bwd_fn(fwd, q, k, v, do):
+    """The backward alone: grads of a kept forward output."""
+    import torch
+
+    o = fwd()
+    return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+
+def _xrt_fwd_with(cfg_fwd: dict | None, cfg_bwd: dict | None, causal: bool):
+    """``fused_attention`` through its op, the configs given as tuned configs of a scoped policy."""
+    import xrt.pytorch as xp
+
+    pol = xp.KernelPolicy(attention="triton")
+    if cfg_fwd:
+        pol.add_tuned("attention.triton", cfg_fwd)
+    if cfg_bwd:
+        pol.add_tuned("attention_bwd.triton", cfg_bwd)
+
+    def run(q, k, v):
+        with xp.kernel_policy(pol):
+            return xp.ops.fused_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def sdpa_backend(q, k, v, causal: bool) -> str:
+    """Which SDPA backend ran, from the CUDA kernel names of one call."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events()).lower()
+    known = (("cudnn", "cudnn"), ("flash", "flash"), ("fmha", "mem_efficient"), ("efficient", "mem_efficient"))
+    for key, name in known:
+        if key in names:
+            return name
+    return "math" if names else "unknown"
+
+
+def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> tuple[list[dict], dict, dict]:
+    """Time every config at S=4096; returns (rows, best forward config, best backward config)."""
+    from xrt.kernels.triton.attention import attention, attention_bwd
+
+    q, k, v, do = _inputs(TARGET_S, d)
+    scale = d ** -0.5
+    rows, best_f, best_b = [], (float("inf"), None), (float("inf"), None)
+    for cfg in fwd_cfgs:
+        row: dict[str, Any] = {"pass": "fwd", "d": d, "causal": causal, "config": cfg}
+        try:
+            row["ms"] = _ms(lambda c=cfg: attention(q, k, v, causal, scale, c), **QUICK_SWEEP)
+            if row["ms"] < best_f[0]:
+                best_f = (row["ms"], cfg)
+        except Exception as e:  # out of shared memory, a config Triton cannot compile here
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        rows.append(row)
+    o, lse = attention(q, k, v, causal, scale, best_f[1])
+    for cfg in bwd_cfgs:
+        row = {"pass": "bwd", "d": d, "causal": causal, "config": cfg}
+        try:
+            row["ms"] = _ms(lambda c=cfg: attention_bwd(do, q, k, v, o, lse, causal, scale, c), **QUICK_SWEEP)
+            if row["ms"] < best_b[0]:
+                best_b = (row["ms"], cfg)
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        rows.append(row)
+    return rows, best_f[1], best_b[1]
+
+
+def compare(s: int, d: int, causal: bool, cfg_f: dict | None, cfg_b: dict | None) -> list[dict]:
+    """Forward and backward rows, xrt against SDPA, for one shape."""
+    import torch
+    import torch.nn.functional as F
+
+    from xrt.kernels.triton.attention import flops
+
+    q, k, v, do = _inputs(s, d, grad=True)
+    mine = _xrt_fwd_with(cfg_f, cfg_b, causal)
+    with torch.no_grad():
+        o_x = mine(q, k, v)
+        o_s = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        err = (o_x.float() - o_s.float()).abs().max().item()
+    backend = sdpa_backend(q, k, v, causal)
+    out = []
+    for pas in ("fwd", "bwd"):
+        if pas == "fwd":
+            with torch.no_grad():
+                t_x = _ms(lambda: mine(q, k, v))
+                t_s = _ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        else:
+            t_x = _ms(_bwd_fn(lambda: mine(q, k, v), q, k, v, do))
+            t_s = _ms(_bwd_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, do))
+        f = flops(B, H, s, s, d, causal, backward=pas == "bwd")
+        tf_x, tf_s = f / t_x / 1e9, f / t_s / 1e9
+        ratio = tf_x / tf_s
+        row = {"pass": pas, "S": s, "d": d, "causal": causal, "flops": f, "xrt_ms": t_x, "sdpa_ms": t_s,
+               "xrt_tflops": tf_x, "sdpa_tflops": tf_s, "ratio": ratio, "sdpa_backend": backend,
+               "config": cfg_f if pas == "fwd" else cfg_b, "max_abs_diff_vs_sdpa": err if pas == "fwd" else None}
+        if s == TARGET_S:
+            row["target"] = TARGETS[pas]
+            row["met"] = ratio >= TARGETS[pas]
+        out.append(row)
+        print(f"{pas} S={s} d={d} causal={causal}: xrt {tf_x:.0f} TFLOP/s, SDPA[{backend}] {tf_s:.0f}, "
+              f"ratio {ratio:.2f}", flush=True)
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Attention, xrt Triton vs SDPA ({result['gpu']}, bf16, B={B}, H={H})", "",
+             f"torch {result['torch']}, triton {result['triton']}. TFLOP/s with FlashAttention's count "
+             "(fwd 4·B·H·S²·D, causal halved; bwd 2.5× fwd); device time from xrt.bench.timer.measure.", "",
+             "| pass | S | hd | causal | xrt ms | SDPA ms | xrt TFLOP/s | SDPA TFLOP/s | ratio | target | met | "
+             "SDPA backend |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        met = "" if "met" not in r else ("met" if r["met"] else "**not met**")
+        tgt = f"≥{r['target']}" if "target" in r else ""
+        lines.append(f"| {r['pass']} | {r['S']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['xrt_ms']:.3f} | "
+                     f"{r['sdpa_ms']:.3f} | {r['xrt_tflops']:.0f} | {r['sdpa_tflops']:.0f} | {r['ratio']:.2f} | "
+                     f"{tgt} | {met} | {r['sdpa_backend']} |")
+    lines += ["", "Config sweep at S=4096 (ms; best per case and pass used above):", "",
+              "| pass | hd | causal | config | ms |", "|---|---|---|---|---|"]
+    for r in result["sweep"]:
+        cfg = ", ".join(f"{k}={v}" for k, v in r["config"].items())
+        ms = f"{r['ms']:.3f}" if "ms" in r else f"error: {r.get('error', '')}"
+        lines.append(f"| {r['pass']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {cfg} | {ms} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON results")
+    ap.add_argument("--md", type=Path, help="also write the markdown table here")
+    ap.add_argument("--quick", action="store_true", help="defaults only, no sweep, S=4096 only")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        print("attention_bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "triton": triton.__version__, "python": platform.python_version(),
+                              "B": B, "H": H, "dtype": "bfloat16", "rows": [], "sweep": [], "best": []}
+    for d, causal in CASES:
+        if args.quick:
+            cfg_f, cfg_b = None, None
+        else:
+            rows, cfg_f, cfg_b = sweep(d, causal, FWD_SWEEP, BWD_SWEEP)
+            result["sweep"] += rows
+            torch.cuda.empty_cache()
+        result["best"].append({"d": d, "causal": causal, "fwd": cfg_f, "bwd": cfg_b})
+        for s in (TARGET_S,) if args.quick else (TARGET_S, *OTHER_S):
+            result["rows"] += compare(s, d, causal, cfg_f, cfg_b)
+            torch.cuda.empty_cache()
+    result["wall_s"] = time.time() - t0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    md = markdown(result)
+    print(md)
+    if args.md:
+        args.md.write_text(md)
+    print(f"wall {result['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
