@@ -267,3 +267,19 @@ def test_auto_and_transposed_on_gpu():
     assert A.choose(q, k, v) == "triton"
     do = torch.randn_like(q)
     _check_against_sdpa(q, k, v, do, True, provider="auto")
+
+
+def test_bench_specs_call_both_providers(interpreter):
+    """The asv specs: SDPA and xrt's kernels agree on the quick shape; FLOPs as FlashAttention counts."""
+    from xrt.bench import specs
+
+    shape = specs.get("attention").shape_set("quick")[0]
+    assert specs.get("attention").flops((4, 16, 4096, 128, 1)) == 4 * 4 * 16 * 4096 ** 2 * 128 // 2
+    assert specs.get("attention_bwd").flops(shape) == specs.get("attention").flops(shape) * 5 // 2
+    for op in ("attention", "attention_bwd"):
+        spec = specs.get(op)
+        args = spec.make_inputs(shape, torch.float16, "cpu")
+        outs = [spec.call(args, p, None) for p in ("torch", "triton")]
+        outs = [o if isinstance(o, (tuple, list)) else (o,) for o in outs]
+        for a, b in zip(*outs):
+            torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)

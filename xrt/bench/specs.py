@@ -211,3 +211,108 @@ register(BenchSpec(
     flops=lambda shape: 12 * numel(shape),
     spaces={"triton": "layernorm_bwd.triton", "cuda": "layernorm_bwd.cuda"},
 ))
+
+
+# -- attention, forward and backward ------------------------------------------------------------
+#
+# A shape is (B, H, S, D, causal): S_q = S_k = S, causal 0 or 1. Provider "torch" is PyTorch's
+# scaled_dot_product_attention with its own backend choice (what fused_attention falls back to);
+# "triton" is xrt's kernels. FLOPs as FlashAttention counts them (kernels/triton/attention.py flops).
+
+def _attn_flops(shape: Shape, backward: bool = False) -> int:
+    b, h, s, d, causal = shape
+    f = 4 * b * h * s * s * d // (2 if causal else 1)
+    return f * 5 // 2 if backward else f
+
+
+def _attn_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    b, h, s, d, causal = shape
+    q, k, v = (_randn((b, h, s, d), dtype, device) for _ in range(3))
+    return (q, k, v, bool(causal), d ** -0.5)
+
+
+def _attn_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    from xrt.kernels.reference.attention import attention
+
+    q, k, v, causal, scale = _attn_inputs(shape, dtype, device)
+    o, lse = attention(q, k, v, causal, scale)
+    return (_randn(tuple(q.shape), dtype, device), q, k, v, o, lse, causal, scale)
+
+
+def _call_attention(args: tuple, provider: str, config: dict | None):
+    q, k, v, causal, scale = args
+    if provider == "torch":
+        if config is not None:
+            raise ValueError("attention provider 'torch' (SDPA) has no tuning configs")
+        import torch
+
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    if provider != "triton":
+        raise ValueError(f"attention has no provider {provider!r} in the benchmarks (torch, triton)")
+    if config is None:
+        from xrt.pytorch.ops.attention import _attention_op
+
+        return _attention_op(q, k, v, causal, scale, "triton")
+    from xrt.kernels.triton.attention import attention
+
+    return attention(q, k, v, causal, scale, config)
+
+
+_SDPA_GRAPHS: dict[int, Any] = {}  # id(do) -> (q, k, v, SDPA output): the forward SDPA's backward needs
+
+
+def _call_attention_bwd(args: tuple, provider: str, config: dict | None):
+    do, q, k, v, o, lse, causal, scale = args
+    if provider == "torch":
+        if config is not None:
+            raise ValueError("attention_bwd provider 'torch' (SDPA) has no tuning configs")
+        import torch
+
+        hit = _SDPA_GRAPHS.get(id(do))
+        if hit is None or hit[0] is not q:
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+            _SDPA_GRAPHS.clear()  # one graph alive at a time
+            hit = _SDPA_GRAPHS[id(do)] = (q, leaves, out)
+        return torch.autograd.grad(hit[2], hit[1], do, retain_graph=True)  # the backward alone
+    if provider != "triton":
+        raise ValueError(f"attention_bwd has no provider {provider!r} in the benchmarks (torch, triton)")
+    if config is None:
+        from xrt.pytorch.ops.attention import _attention_bwd_op
+
+        return _attention_bwd_op(do, q, k, v, o, lse, causal, scale, "triton")
+    from xrt.kernels.triton.attention import attention_bwd
+
+    return attention_bwd(do, q, k, v, o, lse, causal, scale, config)
+
+
+# quick: one tiny case for the CPU profile (the Triton rows run in the interpreter, fp16 only).
+_ATTN_SHAPES = {"quick": [(1, 1, 16, 64, 0)],
+                "small": [(1, 16, 512, 64, 0), (1, 16, 512, 128, 1)],
+                "large": [(4, 16, 4096, 128, 0), (4, 16, 4096, 128, 1), (4, 16, 4096, 64, 0),
+                          (4, 16, 16384, 128, 1)]}
+
+register(BenchSpec(
+    op="attention",
+    shapes=_ATTN_SHAPES,
+    dtypes=["bfloat16", "float16"],
+    providers=["torch", "triton"],
+    make_inputs=_attn_inputs,
+    call=_call_attention,
+    bytes_moved=lambda shape, esize: 4 * shape[0] * shape[1] * shape[2] * shape[3] * esize,  # q, k, v, o
+    flops=_attn_flops,
+    spaces={"triton": "attention.triton"},
+))
+
+register(BenchSpec(
+    op="attention_bwd",
+    shapes=_ATTN_SHAPES,
+    dtypes=["bfloat16", "float16"],
+    providers=["torch", "triton"],
+    make_inputs=_attn_bwd_inputs,
+    call=_call_attention_bwd,
+    # read do, q, k, v, o; write dq, dk, dv
+    bytes_moved=lambda shape, esize: 8 * shape[0] * shape[1] * shape[2] * shape[3] * esize,
+    flops=lambda shape: _attn_flops(shape, backward=True),
+    spaces={"triton": "attention_bwd.triton"},
+))
