@@ -40,6 +40,8 @@ FWD_SWEEP = [
     {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4},
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": True},
     {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "warp_specialize": True},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 4},
 ]
 BWD_SWEEP = [
     {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8, "num_stages": 2},
@@ -48,6 +50,9 @@ BWD_SWEEP = [
     {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M1": 64, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2},
     {"BLOCK_M1": 16, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 16, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 2},
 ]
 QUICK_SWEEP = {"max_time": 0.15}
 
@@ -98,10 +103,9 @@ def _xrt_fwd_with(cfg_fwd: dict | None, cfg_bwd: dict | None, causal: bool):
         pol.add_tuned("attention_bwd.triton", cfg_bwd)
 
     def run(q, k, v):
-        with xp.kernel_policy(pol):
-            return xp.ops.fused_attention(q, k, v, is_causal=causal)
+        return xp.ops.fused_attention(q, k, v, is_causal=causal)
 
-    return run
+    return run, pol
 
 
 def sdpa_backend(q, k, v, causal: bool) -> str:
@@ -151,13 +155,24 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
 
 def compare(s: int, d: int, causal: bool, cfg_f: dict | None, cfg_b: dict | None) -> list[dict]:
     """Forward and backward rows, xrt against SDPA, for one shape."""
+    q, k, v, do = _inputs(s, d, grad=True)
+    import xrt.pytorch as xp
+
+    mine, pol = _xrt_fwd_with(cfg_f, cfg_b, causal)
+    # Set globally, not in a scope: the backward looks its config up when it runs.
+    xp.set_kernel_policy(pol)
+    try:
+        return _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do)
+    finally:
+        xp.clear_kernel_policy()
+
+
+def _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
     from xrt.kernels.triton.attention import flops
 
-    q, k, v, do = _inputs(s, d, grad=True)
-    mine = _xrt_fwd_with(cfg_f, cfg_b, causal)
     with torch.no_grad():
         o_x = mine(q, k, v)
         o_s = F.scaled_dot_product_attention(q, k, v, is_causal=causal)

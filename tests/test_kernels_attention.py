@@ -80,7 +80,7 @@ def test_triton_under_interpreter(interpreter, shape_q, s_k, causal):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_default_config_under_interpreter(interpreter, causal):
-    """The default blocks (128 queries, 64 keys, bwd 32/128): a ragged 130 spans two of each."""
+    """The default blocks (forward 128 queries x 64 keys, backward 64 x 64): a ragged 130 spans several."""
     q, k, v, do = _inputs((1, 1, 130), 130, torch.float16, "cpu")
     _check_against_sdpa(q, k, v, do, causal)
 
