@@ -144,6 +144,7 @@ def test_auto_falls_back_to_sdpa_with_one_warning(fresh_warnings, case):
 
 @pytest.mark.parametrize("case,match", [("mask", "attn_mask"), ("dropout", "dropout_p=0.5"),
                                         ("head_dim_59", "head_dim=59"), ("float32", "query.dtype=torch.float32"),
+                                        ("scale", "scale=-0.5"),
                                         ("bfloat16", "cannot compute in bfloat16")])
 def test_forced_triton_raises_naming_the_value(interpreter, case, match):
     d = 59 if case == "head_dim_59" else 64
@@ -152,6 +153,8 @@ def test_forced_triton_raises_naming_the_value(interpreter, case, match):
     kw = {"attn_mask": torch.ones(5, 5, dtype=torch.bool)} if case == "mask" else {}
     if case == "dropout":
         kw["dropout_p"] = 0.5
+    if case == "scale":
+        kw["scale"] = -0.5
     with pytest.raises(ValueError, match=match):
         xp.ops.fused_attention(q, k, v, provider="triton", **kw)
     with xp.kernel_policy(attention="triton"), pytest.raises(ValueError, match=match):

@@ -52,15 +52,16 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_v
         else:
             kt = tl.load(kt_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, kt) * qk_scale
+        s = tl.dot(q, kt)
         if MASKED:
             keep = offs_n[None, :] < S_k
             if CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None])
             s = tl.where(keep, s, float("-inf"))
-        # m stays finite: each row's first block holds key 0, which every row sees.
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+        # m stays finite: each row's first block holds key 0, which every row sees. The scale
+        # (> 0, the launcher checks) is applied to the row max and then in one multiply-add.
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
@@ -88,6 +89,8 @@ def _attn_fwd_kernel(
     WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
 ):
     start_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
+        start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -283,6 +286,8 @@ def _attn_bwd_dq_kernel(
     CAUSAL: tl.constexpr,
 ):
     start_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
+        start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -342,8 +347,8 @@ def missing(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     return None
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    why = missing(q, k, v)
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> None:
+    why = missing(q, k, v) or (None if scale > 0 else f"scale={scale} must be > 0")
     if why:
         raise ValueError(f"Triton attention: {why}")
 
@@ -358,7 +363,7 @@ def _ws(q: torch.Tensor, cfg: Any) -> bool:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
-    _check(q, k, v)
+    _check(q, k, v, scale)
     cfg = checks.tuning("attention.triton", config)
     bsz, h, s_q, d = q.shape
     s_k = k.shape[2]
@@ -388,7 +393,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                   lse: torch.Tensor, is_causal: bool, scale: float, config: dict[str, Any] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)``, contiguous, shaped as ``q, k, v``; config from ``attention_bwd.triton``."""
-    _check(q, k, v)
+    _check(q, k, v, scale)
     if do.shape != o.shape or o.shape != q.shape:
         raise ValueError(f"do.shape={tuple(do.shape)} and o.shape={tuple(o.shape)} must equal "
                          f"query.shape={tuple(q.shape)}")

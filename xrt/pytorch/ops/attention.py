@@ -98,13 +98,15 @@ class _EagerAttention(torch.autograd.Function):
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
-                dropout_p: float, enable_gqa: bool) -> str | None:
+                dropout_p: float, enable_gqa: bool, scale: float | None = None) -> str | None:
     """Why xrt's Triton kernels do not cover this call (arguments only, not the device), or ``None``."""
     if attn_mask is not None:
         return (f"attn_mask (shape {tuple(attn_mask.shape)}, dtype {attn_mask.dtype}) is given; "
                 "the Triton kernel has no masks")
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p}; the Triton kernel has no dropout"
+    if scale is not None and not scale > 0:
+        return f"scale={scale}; the Triton kernel takes a positive softmax scale"
     if enable_gqa and q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1]:
         return f"enable_gqa=True with query heads {q.shape[1]} != key heads {k.shape[1]}"
     from xrt.kernels.triton.attention import missing
@@ -137,13 +139,14 @@ def _auto_runs_triton(q: torch.Tensor) -> bool:
 
 
 def choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-           dropout_p: float = 0.0, enable_gqa: bool = False, provider: str | None = None) -> str:
+           dropout_p: float = 0.0, enable_gqa: bool = False, provider: str | None = None,
+           scale: float | None = None) -> str:
     """``"triton"`` or the SDPA route (``"torch"`` or a backend name) for this call, as
     :func:`fused_attention` decides it (a fallback warns once; forced Triton raises)."""
     choice = policy.resolve("attention", provider)
     if choice not in ("triton", "auto", "default"):
         return choice
-    why = unsupported(q, k, v, attn_mask, dropout_p, enable_gqa)
+    why = unsupported(q, k, v, attn_mask, dropout_p, enable_gqa, scale)
     if choice == "triton":
         why = why or P.triton_missing(q)
         if why:
@@ -189,7 +192,7 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     q = cast_for_hint(C.floating("query", "fused_attention", query))
     k = cast_for_hint(C.floating("key", "fused_attention", key))
     v = cast_for_hint(C.floating("value", "fused_attention", value))
-    chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider)
+    chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider, scale)
     if chosen != "triton":
         backend = _SDPA_BACKENDS.get(chosen) if provider is not None else None
         with P.op_range("attention", chosen):
