@@ -8,6 +8,7 @@
 # tests    : the runtime's GPU tests (dispatch, policy, ops, kernels, timer, gpucheck)
 # host     : benchmarks/host_cost.py, host cost per call side by side with torch (docs/runtime.md)
 # gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
+# layers   : scripts/host_layers.py, host µs per layer under layernorm (where the time goes)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -33,7 +34,7 @@ for step in "$@"; do
     tests)
       python3 -m pytest -q -p no:cacheprovider tests/test_dispatch.py tests/test_policy.py tests/test_runtime.py \
         tests/test_square.py tests/test_kernels_elementwise.py tests/test_kernels_softmax.py \
-        tests/test_kernels_layernorm.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
+        tests/test_kernels_layernorm.py tests/test_layernorm_plan.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
         tests/test_bench_gpucheck.py 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     host)
       python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-h100.json" --md "$OUT/host_cost-h100.md" \
@@ -41,6 +42,8 @@ for step in "$@"; do
     gate)
       XRT_TEST_PLANT_US=50 python3 -m pytest -q -p no:cacheprovider -rA tests/test_host_gate.py 2>&1 \
         | tee "$OUT/gate.log" | tail -30 ;;
+    layers)
+      python3 scripts/host_layers.py --out "$OUT/host_layers.json" 2>&1 | tee "$OUT/host_layers.log" | tail -120 ;;
     gpucheck)
       python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
     *) echo "unknown step $step"; rc=2 ;;

@@ -87,6 +87,38 @@ def launch(fn: Any, device: Any, grid: tuple[int, ...], block: tuple[int, int, i
         fn.prepared_call(grid, block, *args, shared_size=shared)
 
 
+class Site:
+    """One launch of a prepared kernel with a fixed grid and block for a fixed device:
+    ``Site(fn, device, grid, block)(*args)``. On that device and torch's default stream (the usual
+    case) a call packs the arguments and launches, nothing else; anywhere else it takes
+    :func:`launch`, which switches device or orders the launch with torch's stream."""
+
+    __slots__ = ("fn", "device", "index", "grid", "block", "fmt", "go", "current", "stream")
+
+    def __init__(self, fn: Any, device: Any, grid: tuple[int, ...], block: tuple[int, int, int]) -> None:
+        import torch
+
+        self.fn, self.device, self.grid, self.block = fn, device, grid, block
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.fmt = fn.arg_format
+        self.go = fn._launch_kernel  # what prepared_call ends in, without its per-call argument handling
+        self.current, self.stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
+
+    def __call__(self, *args: Any) -> None:
+        if self.current() == self.index and self.stream(self.index) == 0:
+            self.go(self.grid, self.block, _pack(self.fmt, *args), 0, None)
+        else:
+            launch(self.fn, self.device, self.grid, self.block, *args)
+
+
+def _pack(fmt: str, *args: Any) -> Any:
+    global _pack
+    from pycuda._pvt_struct import pack
+
+    _pack = pack  # bound at the first launch (pycuda is imported by then)
+    return pack(fmt, *args)
+
+
 _SMS: dict[int, int] = {}
 
 

@@ -1,0 +1,134 @@
+"""Host µs per call of each layer under a public op, to see which layer the time goes to.
+
+    python scripts/host_layers.py [--calls 3000] [--out FILE.json]
+
+For layernorm [64, 1024] bf16 on a CUDA GPU (the shape of benchmarks/host_cost.py), per provider:
+the public op's forward, the provider's function (tuned-config lookup + launcher), the launcher
+with a checked config, the cached kernel launch alone; the same for the backward; and, to
+separate autograd's own cost from ours, ``torch.autograd.grad`` through an ``autograd.Function``
+that does no work, and through ``F.layer_norm``. Then a cProfile of forward + backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def per_call(fn, calls: int, repeats: int = 5) -> float:
+    import torch
+
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best.append((time.perf_counter() - t0) / calls * 1e6)
+    best.sort()
+    return best[len(best) // 2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    import xrt.pytorch as xp
+    from xrt.kernels import checks
+
+    if not torch.cuda.is_available():
+        print("host_layers.py: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    dev = "cuda"
+    x = torch.randn(64, 1024, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(1024, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(1024, device=dev, dtype=torch.bfloat16)
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    dy = torch.randn_like(x)
+    rows: dict[str, float] = {}
+
+    def row(name, fn):
+        rows[name] = per_call(fn, args.calls)
+        print(f"{name:70s} {rows[name]:8.2f} us", flush=True)
+
+    row("x * x", lambda: x * x)
+    row("torch.empty_like(x)", lambda: torch.empty_like(x))
+    row("torch.empty(64, dtype=float32, device=x.device)",
+        lambda: torch.empty(64, dtype=torch.float32, device=x.device))
+    row("x.view(64, 1024)", lambda: x.view(64, 1024))
+    row("F.layer_norm", lambda: F.layer_norm(x, (1024,), w, b, 1e-5))
+    row("F.layer_norm fwd+bwd", lambda: torch.autograd.grad(F.layer_norm(xg, (1024,), wg, bg, 1e-5), (xg, wg, bg), dy))
+
+    class Nothing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b_, c):
+            return torch.empty_like(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, None, None
+
+    row("autograd.Function doing nothing, fwd+bwd", lambda: torch.autograd.grad(Nothing.apply(xg, wg, bg), (xg,), dy))
+    for p in ("triton", "cuda"):
+        mod = __import__(f"xrt.kernels.{p}.layernorm", fromlist=["layernorm"])
+        cfg = checks.tuning(f"layernorm.{p}", None)
+        bcfg = checks.tuning(f"layernorm_bwd.{p}", None)
+        _, mean, rstd = mod.layernorm(x, w, b, 1e-5, cfg)
+        row(f"[{p}] public op forward", lambda p=p: xp.ops.fused_layernorm(x, 1024, w, b, 1e-5, provider=p))
+        prov = xp.ops.providers("layernorm")[p]
+        row(f"[{p}] provider fn forward (tuned lookup + launcher)", lambda prov=prov: prov.fn(x, w, b, 1e-5))
+        row(f"[{p}] launcher forward, checked config", lambda mod=mod, cfg=cfg: mod.layernorm(x, w, b, 1e-5, cfg))
+        bprov = xp.ops.providers("layernorm_bwd")[p]
+        row(f"[{p}] provider fn backward", lambda bprov=bprov, mean=mean, rstd=rstd: bprov.fn(dy, x, w, mean, rstd))
+        row(f"[{p}] launcher backward, checked config",
+            lambda mod=mod, bcfg=bcfg, mean=mean, rstd=rstd: mod.layernorm_bwd(dy, x, w, mean, rstd, bcfg))
+        row(f"[{p}] public op fwd+bwd", lambda p=p: torch.autograd.grad(
+            xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy))
+    if "triton" in xp.ops.providers("layernorm"):
+        from xrt.kernels.triton import layernorm as L
+
+        y = torch.empty_like(x)
+        mean = torch.empty(64, device=dev)
+        rstd = torch.empty(64, device=dev)
+        rows_, warps = L.fwd_plan(1024, 64, "auto", "auto")
+        row("[triton] Launcher call alone (forward kernel)",
+            lambda: L._fwd((64 // rows_,), x, w, b, y, mean, rstd, 64, 1024, 1e-5, ROWS=rows_, BLOCK=1024,
+                           num_warps=warps))
+    prof = {}
+    for p in ("triton", "cuda"):
+        def call(p=p):
+            return torch.autograd.grad(xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy)
+        for _ in range(100):
+            call()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(2000):
+            call()
+        torch.cuda.synchronize()
+        pr.disable()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
+        prof[p] = s.getvalue()
+        print(f"--- cProfile [{p}] fwd+bwd, 2000 calls, by own time\n{prof[p]}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rows_us": rows, "cprofile": prof}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
