@@ -138,8 +138,8 @@ def build_rows(device: str, tuned: Path | None, compile_: bool) -> list[dict]:
         mean = torch.empty(m, device=dev, dtype=torch.float32)
         rstd = torch.empty(m, device=dev, dtype=torch.float32)
         grid = (triton.cdiv(m, rows),)
-        return lambda: _layernorm_fwd_kernel[grid](xs, w, b, y, mean, rstd, m, n, 1e-5, ROWS=rows, BLOCK=block,
-                                                   num_warps=warps)
+        return lambda: _layernorm_fwd_kernel[grid](xs, w, b, y, mean, rstd, 0, m, n, 1e-5, STATS=True, ROWS=rows,
+                                                   BLOCK=block, num_warps=warps)
 
     def fwd_bwd(call: Callable[[], Any]) -> Callable[[], Any]:
         return lambda: torch.autograd.grad(call(), (xg, wg, bg), dy)

@@ -107,9 +107,18 @@ def main(argv: list[str] | None = None) -> int:
         rstd = torch.empty(64, device=dev)
         rows_, warps = L.fwd_plan(1024, 64, "auto", "auto")
         row("[triton] Launcher call alone (forward kernel)",
-            lambda: L._fwd((64 // rows_,), x, w, b, y, mean, rstd, 64, 1024, 1e-5, ROWS=rows_, BLOCK=1024,
-                           num_warps=warps))
+            lambda: L._fwd((64 // rows_,), x, w, b, y, mean, rstd, 0, 64, 1024, 1e-5, STATS=True, ROWS=rows_,
+                           BLOCK=1024, num_warps=warps))
+        plan = L.FwdPlan(64, 1024, checks.tuning("layernorm.triton", None))
+        stats = torch.empty(2, 64, device=dev)
+        row("[triton] FwdPlan call alone (a Site)", lambda: plan(x, w, b, y, stats, 1e-5, True))
+        bplan = L.BwdPlan(64, 1024, checks.tuning("layernorm_bwd.triton", None), x)
+        row("[triton] BwdPlan call alone (3 buffers, 2 Sites)", lambda: bplan(dy, x, w, stats))
     prof = {}
+    for p in ("triton", "cuda"):
+        def fwd(p=p):
+            return xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p)
+        row(f"[{p}] public op forward, training (autograd records it)", fwd)
     for p in ("triton", "cuda"):
         def call(p=p):
             return torch.autograd.grad(xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy)
