@@ -119,6 +119,17 @@ def test_plan_on_gpu_takes_its_sites_and_stays_right_when_misaligned(provider):
     (plan,) = [p for p in _plans().values() if p is not False]
     if provider == "triton":
         assert plan.fwd.sites[True].fast is not None and plan.bwd.rows.fast is not None
+        # ... and takes it: no launch of this training step goes through the Launcher's lookup.
+        from xrt.kernels.triton.launch import Launcher
+
+        seen = []
+        original = Launcher.__call__
+        Launcher.__call__ = lambda self, *a, **k: seen.append(self) or original(self, *a, **k)
+        try:
+            torch.autograd.grad(xp.ops.fused_layernorm(x, 1024, w, b, provider=provider), (x, w, b), dy)
+        finally:
+            Launcher.__call__ = original
+        assert seen == []
     ref = [t.detach().float().requires_grad_() for t in (x, w, b)]
     yr = F.layer_norm(ref[0], (1024,), ref[1], ref[2])
     want = torch.autograd.grad(yr, ref, dy.float())

@@ -35,6 +35,7 @@ from triton import knobs
 
 _LAUNCHERS: list[Launcher] = []
 _RUNTIME = knobs.runtime
+_Chain = getattr(knobs, "HookChain", type(None))  # Triton 3.6's hooks: an (empty) chain unless one is set
 _Tensor = torch.Tensor
 
 
@@ -174,8 +175,10 @@ class Site:
 
     def __call__(self, *args: Any) -> None:
         f = self.fast
-        if (f is not None and self.epoch == self.launcher.epoch and _RUNTIME.launch_enter_hook is None
-                and _RUNTIME.launch_exit_hook is None):
+        enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+        if (f is not None and self.epoch == self.launcher.epoch
+                and (enter is None or (enter.__class__ is _Chain and not enter.calls))
+                and (leave is None or (leave.__class__ is _Chain and not leave.calls))):
             p = 0
             for a in args[:self.n]:
                 p |= a.data_ptr()
