@@ -84,6 +84,28 @@ def main(argv: list[str] | None = None) -> int:
             return g, None, None
 
     row("autograd.Function doing nothing, fwd+bwd", lambda: torch.autograd.grad(Nothing.apply(xg, wg, bg), (xg,), dy))
+    gx0, gw0, gb0 = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+    y0, st0 = torch.empty_like(x), torch.empty(2, 64, device=dev)
+
+    class Three(torch.autograd.Function):  # LayerNorm's autograd shape: 3 saved, 3 grads, no work
+        @staticmethod
+        def forward(ctx, a, b_, c, plan, eps):
+            ctx.plan = plan
+            ctx.save_for_backward(a, b_, st0)
+            return y0
+
+        @staticmethod
+        def backward(ctx, g):
+            if torch.is_grad_enabled():
+                raise RuntimeError
+            a, b_, s = ctx.saved_tensors
+            return gx0, gw0, gb0, None, None
+
+    row("autograd.Function, 3 saved, 3 grads, no work: fwd+bwd (autograd.grad)",
+        lambda: torch.autograd.grad(Three.apply(xg, wg, bg, None, 1e-5), (xg, wg, bg), dy))
+    row("the same, forward only", lambda: Three.apply(xg, wg, bg, None, 1e-5))
+    row("F.layer_norm forward only, training", lambda: F.layer_norm(xg, (1024,), wg, bg, 1e-5))
+    row("F.layer_norm fwd + y.backward(dy)", lambda: F.layer_norm(xg, (1024,), wg, bg, 1e-5).backward(dy))
     for p in ("triton", "cuda"):
         mod = __import__(f"xrt.kernels.{p}.layernorm", fromlist=["layernorm"])
         cfg = checks.tuning(f"layernorm.{p}", None)
