@@ -104,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     row("autograd.Function, 3 saved, 3 grads, no work: fwd+bwd (autograd.grad)",
         lambda: torch.autograd.grad(Three.apply(xg, wg, bg, None, 1e-5), (xg, wg, bg), dy))
     row("the same, forward only", lambda: Three.apply(xg, wg, bg, None, 1e-5))
+
+    class ThreeAlloc(Three):  # ... and the backward allocates what ours does (dx, partials, dw+db)
+        @staticmethod
+        def backward(ctx, g):
+            a, b_, s = ctx.saved_tensors
+            dx = torch.empty_like(a)
+            torch.empty((2, 64, 1024), dtype=torch.float32, device=a.device)
+            dw, db = torch.empty((2, 1024), dtype=b_.dtype, device=b_.device).unbind(0)
+            return dx, dw, db, None, None
+
+    row("autograd.Function, 3 saved, backward allocates as ours: fwd+bwd",
+        lambda: torch.autograd.grad(ThreeAlloc.apply(xg, wg, bg, None, 1e-5), (xg, wg, bg), dy))
     row("F.layer_norm forward only, training", lambda: F.layer_norm(xg, (1024,), wg, bg, 1e-5))
     row("F.layer_norm fwd + y.backward(dy)", lambda: F.layer_norm(xg, (1024,), wg, bg, 1e-5).backward(dy))
     for p in ("triton", "cuda"):
@@ -121,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             lambda mod=mod, bcfg=bcfg, mean=mean, rstd=rstd: mod.layernorm_bwd(dy, x, w, mean, rstd, bcfg))
         row(f"[{p}] public op fwd+bwd", lambda p=p: torch.autograd.grad(
             xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy))
+    with torch.autograd.set_multithreading_enabled(False):  # the backward on this thread (diagnosis)
+        row("F.layer_norm fwd+bwd, autograd multithreading off",
+            lambda: torch.autograd.grad(F.layer_norm(xg, (1024,), wg, bg, 1e-5), (xg, wg, bg), dy))
+        for p in ("triton", "cuda"):
+            row(f"[{p}] public op fwd+bwd, autograd multithreading off", lambda p=p: torch.autograd.grad(
+                xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy))
     if "triton" in xp.ops.providers("layernorm"):
         from xrt.kernels.triton import layernorm as L
 
