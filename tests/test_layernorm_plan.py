@@ -71,6 +71,22 @@ def test_plan_runs_the_general_paths_kernels_to_the_bit(interpreter):
         assert torch.equal(xp.ops.fused_layernorm(x, 24, w, b, provider="triton"), y2)
 
 
+def test_a_second_backward_does_not_write_over_the_firsts_gradients(interpreter):
+    """The forward allocates the backward's buffers for small inputs; only one backward may use them."""
+    x, w, b = _inputs((4, 16), grad=True)
+    y = xp.ops.fused_layernorm(x, 16, w, b, provider="triton")
+    dy1, dy2 = torch.randn(4, 16), torch.randn(4, 16)
+    first = torch.autograd.grad(y, (x, w, b), dy1, retain_graph=True)
+    kept = [t.clone() for t in first]
+    second = torch.autograd.grad(y, (x, w, b), dy2)
+    for a, k in zip(first, kept):
+        assert torch.equal(a, k)
+    ref = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(F.layer_norm(ref[0], (16,), ref[1], ref[2]), ref, dy2)
+    for g, r in zip(second, want):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["non-contiguous", "weight dtype", "list shape", "empty", "no bias", "torch"])
 def test_inputs_the_plan_does_not_take_go_the_general_way(interpreter, case):
     x, w, b = _inputs((6, 40))

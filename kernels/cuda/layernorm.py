@@ -137,20 +137,28 @@ class BwdPlan:
             self.kernel = cuda.Site(fn, x.device, (groups, 1), (block, 1, 1))
             self.total = cuda.Site(red, x.device, ((n + 255) // 256, 1), (256, 1, 1))
 
-    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor):
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` where the
+        call takes the general launcher). Allocated by the caller ahead of time if it likes."""
+        if self.kernel is None:
+            return None
+        dx = torch.empty_like(x)
+        part = torch.empty((2, self.groups, self.n), dtype=torch.float32, device=x.device)
+        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
+        return (dx, part, dwdb, *dwdb.unbind(0))
+
+    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
         if self.kernel is None or (dy.data_ptr() | x.data_ptr() | w.data_ptr()) & 15:
             return None
         m, n, g = self.m, self.n, self.groups
-        dx = torch.empty_like(x)
+        dx, part, dwdb, dw, db = buffers or self.buffers(x, w)
         if dx.data_ptr() & 15:
             return None
-        part = torch.empty((2, g, n), dtype=torch.float32, device=x.device)
-        dwdb = torch.empty((2, n), dtype=w.dtype, device=w.device)
         ps, pp, pd = stats.data_ptr(), part.data_ptr(), dwdb.data_ptr()
         self.kernel(dy.data_ptr(), x.data_ptr(), w.data_ptr(), ps, ps + 4 * m, dx.data_ptr(), pp, pp + 4 * g * n,
                     m, n, (m + g - 1) // g)
         self.total(pp, pp + 4 * g * n, pd, pd + dwdb.element_size() * n, g, n)
-        dw, db = dwdb.unbind(0)
         return dx, dw, db
 
 

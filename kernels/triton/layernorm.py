@@ -387,15 +387,23 @@ class BwdPlan:
             self.total = Site(_sum, (cdiv(n, SUM_BLOCK_N),), 4, num_warps=4, BLOCK_G=SUM_BLOCK_G,
                               BLOCK_N=SUM_BLOCK_N)
 
-    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor):
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` for the
+        tiled path, which allocates its own). Allocated by the caller ahead of time if it likes."""
+        if self.rows is None:
+            return None
+        dx = torch.empty_like(x)
+        part = torch.empty((2, self.g, self.n), dtype=torch.float32, device=x.device)
+        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
+        return (dx, part, dwdb, *dwdb.unbind(0))
+
+    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
         m, n, g = self.m, self.n, self.g
         if self.rows is None:
             mean, rstd = stats.unbind(0)
             return layernorm_bwd(dy, x, w, mean, rstd, self.cfg)
-        dx = torch.empty_like(x)
-        part = torch.empty((2, g, n), dtype=torch.float32, device=x.device)
-        dwdb = torch.empty((2, n), dtype=w.dtype, device=w.device)
+        dx, part, dwdb, dw, db = buffers or self.buffers(x, w)
         self.rows(dy, x, w, stats, stats, dx, part, part, m, g * n, m, n, cdiv(m, g))
         self.total(part, part, dwdb, dwdb, g * n, n, g, n)
-        dw, db = dwdb.unbind(0)
         return dx, dw, db

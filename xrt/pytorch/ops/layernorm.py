@@ -135,8 +135,13 @@ class _Plan:
         y, mean, rstd = P.get("layernorm", self.provider).fn(x.reshape(-1, n), w, b, eps)
         return y.view(x.shape), torch.stack((mean, rstd))
 
-    def backward(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor):
-        got = self.bwd(dy, x, w, stats)
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """The backward's output buffers, allocated now when ``x`` is small (see ``EARLY_BUFFERS``)."""
+        return self.bwd.buffers(x, w) if x.numel() <= EARLY_BUFFERS else None
+
+    def backward(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
+        got = self.bwd(dy, x, w, stats, buffers)
         if got is not None:
             return got
         n = self.n
@@ -146,6 +151,15 @@ class _Plan:
 
 
 _FAST = {torch.float16, torch.bfloat16, torch.float32}
+
+# Inputs of at most this many elements get their backward's buffers (dx, the dweight / dbias
+# partials, dweight and dbias) allocated in the forward. On a CUDA device autograd runs the
+# backward on its own thread, where each allocation from Python cost 10-15 us on the H100 against
+# 2-3 us on the caller's thread (scripts/host_layers.py); for small inputs, where the host is the
+# bottleneck, that was a third of the training step's host time. The price: those buffers (about
+# x's size) live from the forward to the backward instead of only during it, so large inputs,
+# whose kernels take longer than the host anyway, allocate in the backward.
+EARLY_BUFFERS = 1 << 18
 
 
 def _plan(x: torch.Tensor, ns: Any, w: torch.Tensor, b: torch.Tensor, provider: str | None) -> _Plan | bool:
@@ -185,6 +199,7 @@ class _LeanLayerNorm(torch.autograd.Function):
     def forward(ctx, x, weight, bias, plan, eps):
         y, stats = plan.forward(x, weight, bias, eps, True)
         ctx.plan = plan
+        ctx.buffers = plan.buffers(x, weight)  # used by the first backward only (retain_graph: fresh ones)
         ctx.save_for_backward(x, weight, stats)
         return y
 
@@ -193,14 +208,16 @@ class _LeanLayerNorm(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: as once_differentiable, a second backward fails
             return _lean_backward_once(ctx, dy)
         x, weight, stats = ctx.saved_tensors
-        dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats)
+        buffers, ctx.buffers = ctx.buffers, None
+        dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
         return dx, dw, db, None, None
 
 
 @torch.autograd.function.once_differentiable
 def _lean_backward_once(ctx, dy):
     x, weight, stats = ctx.saved_tensors
-    dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats)
+    buffers, ctx.buffers = ctx.buffers, None
+    dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
     return dx, dw, db, None, None
 
 
