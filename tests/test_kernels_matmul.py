@@ -50,14 +50,14 @@ def test_triton_bmm_under_interpreter(interpreter):
 
 
 def test_triton_fit_shrinks_fp32_tiles_to_the_shared_memory_budget():
-    from xrt.kernels.triton.matmul import SMEM_BUDGET, fit
+    from xrt.kernels.triton.matmul import SMEM_BUDGET, fit, smem_bytes
 
     for cfg in spaces.configs("matmul.triton"):
         for esize in (2, 4):
             bk, stages = fit(cfg, esize)
             assert bk <= cfg["BLOCK_K"] and 2 <= stages <= cfg["num_stages"]
             if bk > 16:
-                assert stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * bk * esize <= SMEM_BUDGET, cfg
+                assert smem_bytes(cfg, esize, bk, stages) <= SMEM_BUDGET, cfg
     default = spaces.default("matmul.triton")
     assert fit(default, 2) == (default["BLOCK_K"], default["num_stages"])  # bf16's default is untouched
 

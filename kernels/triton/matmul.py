@@ -11,9 +11,9 @@ Two kernels, picked by the config's ``kernel`` key:
   hardware). It needs a CUDA device of compute capability >= 9, row-major operands (last stride 1)
   and 16-byte-aligned base pointers and row strides; elsewhere the launch takes ``tiled``.
 
-Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``; a
-config over ``SMEM_BUDGET`` (fp32 with the 16-bit tiles, say) is shrunk by :func:`fit`: fewer
-stages first, then a smaller BLOCK_K.
+Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``, plus
+the C tile the TMA kernel stores from; a config over ``SMEM_BUDGET`` (fp32 with the 16-bit tiles,
+say) is shrunk by :func:`fit`: fewer stages first, then a smaller BLOCK_K.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import triton.language as tl
 from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv
 
-SMEM_BUDGET = 200 * 1024  # bytes of pipelined operand tiles per program (H100: 227 KiB a block)
+SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -114,10 +114,16 @@ _tiled = Launcher(_matmul_kernel)
 _tma = Launcher(_matmul_tma_kernel)
 
 
+def smem_bytes(cfg: dict[str, Any], esize: int, bk: int, stages: int) -> int:
+    """Shared memory of a program: the pipelined A and B tiles, and the TMA kernel's C tile."""
+    c_tile = cfg["BLOCK_M"] * cfg["BLOCK_N"] * esize if cfg["kernel"] == "persistent_tma" else 0
+    return stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * bk * esize + c_tile
+
+
 def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
-    """``(BLOCK_K, num_stages)`` of ``cfg`` shrunk until the operand tiles fit ``SMEM_BUDGET``."""
+    """``(BLOCK_K, num_stages)`` of ``cfg`` shrunk until its tiles fit ``SMEM_BUDGET``."""
     bk, stages = int(cfg["BLOCK_K"]), int(cfg["num_stages"])
-    while stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * bk * esize > SMEM_BUDGET:
+    while smem_bytes(cfg, esize, bk, stages) > SMEM_BUDGET:
         if stages > 2:
             stages -= 1
         elif bk > 16:
