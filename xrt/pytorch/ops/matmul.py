@@ -25,6 +25,18 @@ from xrt.pytorch.ops import _tuned as T
 T.register_kernels("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
 T.register_kernels("bmm", module="matmul", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
 
+
+
+def _cuda_missing(x: torch.Tensor) -> str | None:
+    why = P.cuda_missing(x)
+    if why is None and x.dtype != torch.float32:
+        why = f"the CUDA C GEMM is fp32 only (SIMT SGEMM), got {x.dtype}"
+    return why
+
+
+for _op in ("matmul", "bmm"):  # the CUDA C provider says up front that it takes fp32 only
+    P.register(_op, "cuda", _cuda_missing)(P.get(_op, "cuda").fn)
+
 # What ``matmul=auto`` runs, per device type: torch's GEMM (cuBLAS on CUDA) until measurements show
 # one of xrt's kernels ahead (docs/kernels.md, the GEMM family); then put it first here.
 AUTO_ORDER = {"cuda": ("torch",), "cpu": ("torch",)}
