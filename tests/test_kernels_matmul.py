@@ -49,6 +49,19 @@ def test_triton_bmm_under_interpreter(interpreter):
     check_gemm(bmm(at, b1), at, b1, torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_tma_kernel_under_interpreter(interpreter, dtype):
+    """The persistent TMA kernel's indexing (the interpreter runs its descriptors): tiles past M and
+    N in every batch entry, more tiles than programs, NaN-poisoned C fully written."""
+    from xrt.kernels.triton.matmul import launch_tma
+
+    for bsz, m, n, k in [(1, 17, 24, 40), (3, 70, 40, 24), (1, 1, 8, 8)]:
+        a, b = operands(m, n, k, dtype, "cpu", batch=bsz)
+        c = torch.full((bsz, m, n), float("nan"), dtype=dtype)
+        launch_tma(a, b, c, 64, 32, 16, 8, 5, "ieee" if dtype == torch.float32 else "tf32")
+        check_gemm(c, a, b, dtype)
+
+
 def test_triton_fit_shrinks_fp32_tiles_to_the_shared_memory_budget():
     from xrt.kernels.triton.matmul import SMEM_BUDGET, fit, smem_bytes
 

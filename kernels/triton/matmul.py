@@ -162,6 +162,23 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
         raise ValueError(f"Triton {op}: dtype {a.dtype} is not supported; supported: {', '.join(map(str, DTYPES))}")
 
 
+def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
+               programs: int, precision: str, warps: int = 8, stages: int = 3) -> None:
+    """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
+    programs (one per SM; fewer when there are fewer tiles). Also runs under the interpreter."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    batch, m, k = a.shape
+    n = b.shape[2]
+    sms = programs
+    programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
+    _tma((programs,),
+         TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
+         TensorDescriptor.from_tensor(c, [1, bm, bn]), m, n, k, batch,
+         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
+         num_warps=warps, num_stages=stages)
+
+
 def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     """C = A @ B for [B, M, K] x [B, K, N] views (batch strides may be 0)."""
     batch, m, k = a.shape
@@ -175,17 +192,9 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     bk, stages = fit(cfg, a.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
     if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
         from xrt.kernels.cuda import sm_count
 
-        tiles = batch * cdiv(m, bm) * cdiv(n, bn)
-        sms = sm_count(a.device)
-        _tma((min(sms, tiles),),
-             TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
-             TensorDescriptor.from_tensor(c, [1, bm, bn]), m, n, k, batch,
-             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
-             num_warps=warps, num_stages=stages)
+        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages)
         return c
     _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
