@@ -10,6 +10,8 @@
 # gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
 # layers   : scripts/host_layers.py, host µs per layer under layernorm (where the time goes)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
+# gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
+#            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -46,6 +48,14 @@ for step in "$@"; do
       python3 scripts/host_layers.py --out "$OUT/host_layers.json" 2>&1 | tee "$OUT/host_layers.log" | tail -120 ;;
     gpucheck)
       python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
+    gemm)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_matmul.py tests/test_ops_matmul.py \
+        tests/test_kernels_cuda_c.py 2>&1 | tee "$OUT/gemm-tests.log" | tail -15
+      t=${PIPESTATUS[0]}
+      python3 benchmarks/gemm_bench.py --out "$OUT/gemm-h100.json" --md "$OUT/gemm-h100.md" \
+        2>"$OUT/gemm-bench.err" | tee "$OUT/gemm-bench.log" | tail -45
+      [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
+      (exit $t) ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

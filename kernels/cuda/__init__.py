@@ -39,28 +39,31 @@ def _missing() -> str | None:
 
 
 @functools.cache
-def module(name: str, arch: str) -> Any:
-    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process."""
+def module(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process and set of ``defines``
+    (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``: the compile-time parameters of a config)."""
     import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)
     from pycuda.compiler import SourceModule
 
     return SourceModule(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
-                        options=["-O3", "--use_fast_math", "-std=c++17"])
+                        options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
 
 
-def function(name: str, kernel: str, device_index: int) -> Any:
+def function(name: str, kernel: str, device_index: int, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
     import torch
 
     major, minor = torch.cuda.get_device_capability(device_index)
-    return module(name, f"sm_{major}{minor}").get_function(kernel)
+    return module(name, f"sm_{major}{minor}", defines).get_function(kernel)
 
 
 @functools.cache
-def prepared(name: str, kernel: str, device_index: int, arg_types: str) -> Any:
+def prepared(name: str, kernel: str, device_index: int, arg_types: str,
+             defines: tuple[tuple[str, Any], ...] = ()) -> Any:
     """Kernel ``kernel`` of ``cuda/<name>.cu`` for a device, prepared once for its argument types
     (pycuda struct codes: ``P`` a pointer, ``q`` int64, ``i`` int32, ``f`` float32), so a launch
-    packs its arguments with one ``struct.pack`` instead of marshalling each one."""
-    fn = function(name, kernel, device_index)
+    packs its arguments with one ``struct.pack`` instead of marshalling each one. ``defines``: see
+    :func:`module`."""
+    fn = function(name, kernel, device_index, defines)
     fn.prepare(arg_types)
     return fn
 

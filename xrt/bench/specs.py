@@ -28,9 +28,15 @@ class BenchSpec:
     flops: Callable[[Shape], int] = lambda shape: 0
     # provider -> tuning-space key in kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
+    # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
+    # apply (matmul and bmm: their policy op is the BLAS switch, whose choices are not providers)
+    check: Callable[[tuple, str], None] | None = None
 
     def runnable(self, args: tuple, provider: str) -> None:
         """Raise, naming what is missing, when ``provider`` cannot run these inputs here."""
+        if self.check is not None:
+            self.check(args, provider)
+            return
         from xrt.pytorch.ops._providers import choose
 
         choose(self.op, args[0], provider)
@@ -210,4 +216,59 @@ register(BenchSpec(
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read dy and x, write dx
     flops=lambda shape: 12 * numel(shape),
     spaces={"triton": "layernorm_bwd.triton", "cuda": "layernorm_bwd.cuda"},
+))
+
+
+# -- GEMM: matmul [M, K] x [K, N] (shape (M, N, K)) and bmm [B, M, K] x [B, K, N] (shape (B, M, N, K)) --
+
+def _gemm_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    *lead, m, n, k = shape
+    return _randn((*lead, m, k), dtype, device), _randn((*lead, k, n), dtype, device)
+
+
+def _gemm_check(op: str) -> Callable[[tuple, str], None]:
+    def check(args: tuple, provider: str) -> None:
+        from xrt.pytorch.ops.matmul import _provider
+
+        _provider(op, args[0], provider)
+
+    return check
+
+
+def _gemm_bytes(shape: Shape, esize: int) -> int:
+    *lead, m, n, k = shape
+    return numel(lead) * (m * k + k * n + m * n) * esize  # read A and B once, write C
+
+
+def _gemm_flops(shape: Shape) -> int:
+    *lead, m, n, k = shape
+    return 2 * numel(lead) * m * n * k
+
+
+register(BenchSpec(
+    op="matmul",
+    shapes={"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
+            "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]},
+    dtypes=["bfloat16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_gemm_inputs,
+    call=_call_kernel("matmul", "matmul", "matmul"),
+    bytes_moved=_gemm_bytes,
+    flops=_gemm_flops,
+    spaces={"triton": "matmul.triton", "cuda": "matmul.cuda"},
+    check=_gemm_check("matmul"),
+))
+
+register(BenchSpec(
+    op="bmm",
+    shapes={"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
+            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]},
+    dtypes=["bfloat16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_gemm_inputs,
+    call=_call_kernel("bmm", "matmul", "bmm"),
+    bytes_moved=_gemm_bytes,
+    flops=_gemm_flops,
+    spaces={"triton": "bmm.triton", "cuda": "bmm.cuda"},
+    check=_gemm_check("bmm"),
 ))
