@@ -36,7 +36,8 @@ def test_triton_provider_under_interpreter(interpreter):
 
 
 def test_policy_routes_matmul():
-    a = torch.randn(4, 5)
+    # Triton takes CPU tensors only under the interpreter: on a GPU host without it, a CUDA tensor.
+    a = torch.randn(4, 5, device="cuda" if torch.cuda.is_available() else "cpu")
     assert _provider("matmul", a, None) == "torch"  # "default": torch's own matmul
     for choice, want in (("cublas", "torch"), ("cublasLt", "torch"), ("triton", "triton"), ("auto", "torch")):
         if choice.startswith("cublas") and torch.version.cuda is None:
