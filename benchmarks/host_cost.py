@@ -138,8 +138,8 @@ def build_rows(device: str, tuned: Path | None, compile_: bool) -> list[dict]:
         mean = torch.empty(m, device=dev, dtype=torch.float32)
         rstd = torch.empty(m, device=dev, dtype=torch.float32)
         grid = (triton.cdiv(m, rows),)
-        return lambda: _layernorm_fwd_kernel[grid](xs, w, b, y, mean, rstd, m, n, 1e-5, ROWS=rows, BLOCK=block,
-                                                   num_warps=warps)
+        return lambda: _layernorm_fwd_kernel[grid](xs, w, b, y, mean, rstd, 0, m, n, 1e-5, STATS=True, ROWS=rows,
+                                                   BLOCK=block, num_warps=warps)
 
     def fwd_bwd(call: Callable[[], Any]) -> Callable[[], Any]:
         return lambda: torch.autograd.grad(call(), (xg, wg, bg), dy)
@@ -205,11 +205,15 @@ def build_rows(device: str, tuned: Path | None, compile_: bool) -> list[dict]:
     for p in ("torch", "triton"):
         row(f'torch.compile(xp.ops.square(x, provider="{p}"))', "torch.compile, square [4096] fp32",
             compiled(lambda a, p=p: xp.ops.square(a, provider=p), x, "square", p))
-    if tuned is not None:
-        for r in [r for r in rows if r["tuned_twin"]]:
-            rows.append({"name": r["name"] + " [XRT_TUNED]", "group": r["group"] + ", XRT_TUNED", "make": r["make"],
-                         "target": {"kind": "times", "ref": r["name"], "x": TUNED_TOLERANCE}, "tuned_twin": False,
-                         "env": {"XRT_TUNED": str(tuned)}})
+    if tuned is not None:  # each twin right after its row: measured in turns with it (measure_rows)
+        out = []
+        for r in rows:
+            out.append(r)
+            if r["tuned_twin"]:
+                out.append({"name": r["name"] + " [XRT_TUNED]", "group": r["group"] + ", XRT_TUNED",
+                            "make": r["make"], "target": {"kind": "times", "ref": r["name"], "x": TUNED_TOLERANCE},
+                            "tuned_twin": False, "env": {"XRT_TUNED": str(tuned)}, "twin_of": r["name"]})
+        rows = out
     return rows
 
 
@@ -236,32 +240,59 @@ def judge(row: dict, by_name: dict[str, dict]) -> None:
     row["met"] = row["host_us"] is not None and row["host_us"] <= limit
 
 
+class _env:
+    """Set environment variables for a block and put back what was there."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def __enter__(self) -> None:
+        self.saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup: int, log=print) -> list[dict]:
     from xrt.bench import timer
 
     clock = timer._Clock(device, flush=False)
     out: list[dict] = []
+    twins = {r["twin_of"]: r for r in rows if r.get("twin_of")}
     for r in rows:
-        res = {"name": r["name"], "group": r["group"], "host_us": None, "samples_us": [], "target_spec": r["target"]}
-        saved = {k: os.environ.get(k) for k in r.get("env", {})}
-        os.environ.update(r.get("env", {}))
+        if r.get("twin_of"):
+            continue  # measured in turns with its row, below
+        pair = [r] + ([twins[r["name"]]] if r["name"] in twins else [])
+        results = [{"name": q["name"], "group": q["group"], "host_us": None, "samples_us": [],
+                    "target_spec": q["target"]} for q in pair]
         try:
-            fn = r["make"]()
-            res["samples_us"] = [round(v, 3) for v in host_us(fn, clock, calls, repeats, warmup)]
-            res["host_us"] = round(statistics.median(res["samples_us"]), 3)
+            fns = []
+            for q in pair:
+                with _env(q.get("env", {})):
+                    fns.append(q["make"]())
+            # One repeat of each in turn (A B A B ...): a twin compared with its row sees the same
+            # process state (allocator, caches, garbage) rather than the state of a later minute.
+            for _ in range(repeats):
+                for q, fn, res in zip(pair, fns, results):
+                    with _env(q.get("env", {})):
+                        res["samples_us"].append(round(host_us(fn, clock, calls, 1, warmup)[0], 3))
+            for res in results:
+                res["host_us"] = round(statistics.median(res["samples_us"]), 3)
         except Skip as e:
-            res["skipped"] = str(e)
+            for res in results:
+                res["skipped"] = str(e)
         except Exception as e:  # noqa: BLE001  (a failing row is a row, not the end of the run)
-            res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        out.append(res)
-        log(f"  {res['name']}: " + (f"{res['host_us']:.2f} µs" if res["host_us"] is not None
-                                     else res.get("skipped") or res.get("error", "")), flush=True)
+            for res in results:
+                res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        for res in results:
+            out.append(res)
+            log(f"  {res['name']}: " + (f"{res['host_us']:.2f} µs" if res["host_us"] is not None
+                                         else res.get("skipped") or res.get("error", "")), flush=True)
     by_name = {r["name"]: r for r in out}
     for r in out:
         judge(r, by_name)

@@ -42,6 +42,24 @@ def rows_and_vectors(x: torch.Tensor, **vectors: torch.Tensor | None) -> tuple[i
     return m, n
 
 
+def gemm(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
+    """``a`` [M, K] and ``b`` [K, N] (``rank`` 2), or [B, M, K] and [B, K, N] (``rank`` 3), of one
+    dtype on one device."""
+    for name, t in (("a", a), ("b", b)):
+        if t.dim() != rank:
+            want = "[M, K] x [K, N]" if rank == 2 else "[B, M, K] x [B, K, N]"
+            raise ValueError(f"{op} takes {want}; got {name}.shape={tuple(t.shape)} ({t.dim()}-D)")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{op}: a.shape[-1]={a.shape[-1]} must equal b.shape[-2]={b.shape[-2]} "
+                         f"(a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)})")
+    if rank == 3 and a.shape[0] != b.shape[0]:
+        raise ValueError(f"{op}: a.shape[0]={a.shape[0]} must equal b.shape[0]={b.shape[0]} (the batch)")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{op}: a.dtype={a.dtype} must equal b.dtype={b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{op}: a is on {a.device} but b is on {b.device}")
+
+
 def layernorm_outputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
     """Contiguous ``x, weight, bias`` and the forward's empty ``y`` (x's dtype) and fp32 ``mean, rstd``."""
     x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()

@@ -40,6 +40,25 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                              "path": ["auto", "rows", "tiled"]},
     "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
                            "programs_per_sm": ["auto", 1, 2, 4]},
+    # GEMM, Triton (kernels/triton/matmul.py): the C tile one program computes, the K step, the
+    # rows of tiles walked together (L2 reuse), warps, pipeline depth, and the kernel: "tiled" (a
+    # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
+    # row-major 16-byte-aligned operands, else "tiled"). fp32 tiles over the shared-memory budget
+    # are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
+    "matmul.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
+                      "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
+                      "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+    "bmm.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
+                   "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
+                   "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+    # GEMM, CUDA C fp32 SIMT (kernels/cuda/matmul.cu): the version (v1 naive, v2 register blocking,
+    # v3 shared-memory blocking, v4 warp tiling with double buffering), the block's C tile BM x BN,
+    # its K step BK, and each thread's TM x TN outputs. v1 ignores the tiles; v2 takes BM, BN, TM,
+    # TN; the launcher names the constraint a combination breaks.
+    "matmul.cuda": {"version": ["v1", "v2", "v3", "v4"], "BM": [64, 128], "BN": [64, 128],
+                    "BK": [8, 16], "TM": [4, 8], "TN": [4, 8]},
+    "bmm.cuda": {"version": ["v1", "v2", "v3", "v4"], "BM": [64, 128], "BN": [64, 128],
+                 "BK": [8, 16], "TM": [4, 8], "TN": [4, 8]},
     # Attention forward, Triton: queries a program (BLOCK_M), keys a step (BLOCK_N), warps, software
     # pipeline stages; "warp_specialize" splits the key loop into producer / consumer warps (Triton's
     # tl.range(warp_specialize=True)), honoured on Hopper and newer only, else the plain loop.
@@ -65,6 +84,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm.cuda": {"block": "auto", "version": "v2"},
     "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto", "path": "auto"},
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
+    # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.
+    "matmul.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                      "num_warps": 8, "num_stages": 3},
+    "bmm.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                   "num_warps": 8, "num_stages": 3},
+    # siboehm's warptiled SGEMM (kernel 10) tile: 128 x 128 x 16, 8 x 4 a thread per sub-tile.
+    "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4},
+    "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4},
     "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).

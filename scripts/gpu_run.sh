@@ -8,7 +8,10 @@
 # tests    : the runtime's GPU tests (dispatch, policy, ops, kernels, timer, gpucheck)
 # host     : benchmarks/host_cost.py, host cost per call side by side with torch (docs/runtime.md)
 # gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
+# layers   : scripts/host_layers.py, host µs per layer under layernorm (where the time goes)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
+# gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
+#            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -34,7 +37,7 @@ for step in "$@"; do
     tests)
       python3 -m pytest -q -p no:cacheprovider tests/test_dispatch.py tests/test_policy.py tests/test_runtime.py \
         tests/test_square.py tests/test_kernels_elementwise.py tests/test_kernels_softmax.py \
-        tests/test_kernels_layernorm.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
+        tests/test_kernels_layernorm.py tests/test_layernorm_plan.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
         tests/test_bench_gpucheck.py 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     host)
       python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-h100.json" --md "$OUT/host_cost-h100.md" \
@@ -42,8 +45,18 @@ for step in "$@"; do
     gate)
       XRT_TEST_PLANT_US=50 python3 -m pytest -q -p no:cacheprovider -rA tests/test_host_gate.py 2>&1 \
         | tee "$OUT/gate.log" | tail -30 ;;
+    layers)
+      python3 scripts/host_layers.py --out "$OUT/host_layers.json" 2>&1 | tee "$OUT/host_layers.log" | tail -120 ;;
     gpucheck)
       python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
+    gemm)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_matmul.py tests/test_ops_matmul.py \
+        tests/test_kernels_cuda_c.py 2>&1 | tee "$OUT/gemm-tests.log" | tail -15
+      t=${PIPESTATUS[0]}
+      python3 benchmarks/gemm_bench.py --out "$OUT/gemm-h100.json" --md "$OUT/gemm-h100.md" \
+        2>"$OUT/gemm-bench.err" | tee "$OUT/gemm-bench.log" | tail -45
+      [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
+      (exit $t) ;;
     attn)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -15
       s=${PIPESTATUS[0]}

@@ -282,6 +282,8 @@ def test_bench_specs_call_both_providers(interpreter):
     for op in ("attention", "attention_bwd"):
         spec = specs.get(op)
         args = spec.make_inputs(shape, torch.float16, "cpu")
+        for p in ("torch", "triton"):
+            spec.runnable(args, p)
         outs = [spec.call(args, p, None) for p in ("torch", "triton")]
         outs = [o if isinstance(o, (tuple, list)) else (o,) for o in outs]
         for a, b in zip(*outs):

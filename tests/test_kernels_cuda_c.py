@@ -19,6 +19,7 @@ ENTRIES = {
                      | {f"layernorm_sum_partials_{t}" for t in DT}
                      | {f"layernorm_bwd_rowsum_{v}_{t}" for v in ("v1", "v2") for t in DT}
                      | {f"layernorm_bwd_v3{s}_{t}" for s in ("", "_vec") for t in DT}),
+    "matmul.cu": {f"matmul_v{v}_f32" for v in (1, 2, 3, 4)},
 }
 
 

@@ -39,28 +39,31 @@ def _missing() -> str | None:
 
 
 @functools.cache
-def module(name: str, arch: str) -> Any:
-    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process."""
+def module(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process and set of ``defines``
+    (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``: the compile-time parameters of a config)."""
     import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)
     from pycuda.compiler import SourceModule
 
     return SourceModule(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
-                        options=["-O3", "--use_fast_math", "-std=c++17"])
+                        options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
 
 
-def function(name: str, kernel: str, device_index: int) -> Any:
+def function(name: str, kernel: str, device_index: int, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
     import torch
 
     major, minor = torch.cuda.get_device_capability(device_index)
-    return module(name, f"sm_{major}{minor}").get_function(kernel)
+    return module(name, f"sm_{major}{minor}", defines).get_function(kernel)
 
 
 @functools.cache
-def prepared(name: str, kernel: str, device_index: int, arg_types: str) -> Any:
+def prepared(name: str, kernel: str, device_index: int, arg_types: str,
+             defines: tuple[tuple[str, Any], ...] = ()) -> Any:
     """Kernel ``kernel`` of ``cuda/<name>.cu`` for a device, prepared once for its argument types
     (pycuda struct codes: ``P`` a pointer, ``q`` int64, ``i`` int32, ``f`` float32), so a launch
-    packs its arguments with one ``struct.pack`` instead of marshalling each one."""
-    fn = function(name, kernel, device_index)
+    packs its arguments with one ``struct.pack`` instead of marshalling each one. ``defines``: see
+    :func:`module`."""
+    fn = function(name, kernel, device_index, defines)
     fn.prepare(arg_types)
     return fn
 
@@ -85,6 +88,38 @@ def launch(fn: Any, device: Any, grid: tuple[int, ...], block: tuple[int, int, i
         return
     with on_torch_stream():
         fn.prepared_call(grid, block, *args, shared_size=shared)
+
+
+class Site:
+    """One launch of a prepared kernel with a fixed grid and block for a fixed device:
+    ``Site(fn, device, grid, block)(*args)``. On that device and torch's default stream (the usual
+    case) a call packs the arguments and launches, nothing else; anywhere else it takes
+    :func:`launch`, which switches device or orders the launch with torch's stream."""
+
+    __slots__ = ("fn", "device", "index", "grid", "block", "fmt", "go", "current", "stream")
+
+    def __init__(self, fn: Any, device: Any, grid: tuple[int, ...], block: tuple[int, int, int]) -> None:
+        import torch
+
+        self.fn, self.device, self.grid, self.block = fn, device, grid, block
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.fmt = fn.arg_format
+        self.go = fn._launch_kernel  # what prepared_call ends in, without its per-call argument handling
+        self.current, self.stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
+
+    def __call__(self, *args: Any) -> None:
+        if self.current() == self.index and self.stream(self.index) == 0:
+            self.go(self.grid, self.block, _pack(self.fmt, *args), 0, None)
+        else:
+            launch(self.fn, self.device, self.grid, self.block, *args)
+
+
+def _pack(fmt: str, *args: Any) -> Any:
+    global _pack
+    from pycuda._pvt_struct import pack
+
+    _pack = pack  # bound at the first launch (pycuda is imported by then)
+    return pack(fmt, *args)
 
 
 _SMS: dict[int, int] = {}

@@ -45,6 +45,30 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y, mean, rstd
 
 
+class FwdPlan:
+    """The forward's launch for one ``(M, N, dtype, config, device)`` of 16-byte aligned tensors:
+    ``plan(x, w, b, y, stats, eps)`` on contiguous tensors, ``stats`` one fp32 ``[2, M]`` buffer
+    (mean, then rstd). Version, block and kernel are chosen once."""
+
+    __slots__ = ("m", "n", "site")
+
+    def __init__(self, m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> None:
+        version, block, items = row_plan(n, x.element_size(), cfg["block"], cfg["version"], True)
+        fn = cuda.prepared("layernorm", kernel_name("layernorm_fwd", version, x.dtype, items), x.device.index or 0,
+                           "PPPPPPqf")
+        self.m, self.n = m, n
+        self.site = cuda.Site(fn, x.device, (m, 1), (block, 1, 1))
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, stats: torch.Tensor,
+                 eps: float) -> bool:
+        """Launch and say so, or ``False`` (nothing launched) for a tensor not 16-byte aligned."""
+        px, pw, pb, py, ps = x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), stats.data_ptr()
+        if (px | pw | pb | py) & 15:
+            return False
+        self.site(px, pw, pb, py, ps, ps + 4 * self.m, self.n, eps)
+        return True
+
+
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
                   rstd: torch.Tensor, config: dict[str, Any] | None = None):
     """``(dx, dweight, dbias)`` from the forward's ``mean``/``rstd``; config from ``layernorm_bwd.cuda``."""
@@ -89,6 +113,53 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
                     m, n, per_block)
     cuda.launch(red, x.device, ((n + 255) // 256, 1), (256, 1, 1), *_ptrs(dw_part, db_part, dw, db), groups, n)
     return dx, dw, db
+
+
+class BwdPlan:
+    """The backward's launches for one ``(M, N, dtype, config, device)``, as :class:`FwdPlan`:
+    ``plan(dy, x, w, stats)`` -> ``(dx, dweight, dbias)`` with one allocation for the partials and
+    one for dweight and dbias, or ``None`` (nothing launched) where the tensors are not 16-byte
+    aligned or the row takes the tiled v3 path (long rows, where the kernels take the time)."""
+
+    __slots__ = ("m", "n", "groups", "kernel", "total")
+
+    def __init__(self, m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> None:
+        pps = 2 if (cfg["programs_per_sm"] == "auto" and n <= 4096) else (
+            1 if cfg["programs_per_sm"] == "auto" else int(cfg["programs_per_sm"]))
+        self.m, self.n = m, n
+        self.groups = groups = max(1, min(m, cuda.sm_count(x.device) * pps))
+        version, block, items = bwd_plan(n, x.element_size(), cfg["block"], cfg["version"], True)
+        self.kernel = self.total = None
+        if version != "v3":
+            dev = x.device.index or 0
+            fn = cuda.prepared("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev, "PPPPPPPPqqq")
+            red = cuda.prepared("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev, "PPPPqq")
+            self.kernel = cuda.Site(fn, x.device, (groups, 1), (block, 1, 1))
+            self.total = cuda.Site(red, x.device, ((n + 255) // 256, 1), (256, 1, 1))
+
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` where the
+        call takes the general launcher). Allocated by the caller ahead of time if it likes."""
+        if self.kernel is None:
+            return None
+        dx = torch.empty_like(x)
+        part = torch.empty((2, self.groups, self.n), dtype=torch.float32, device=x.device)
+        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
+        return (dx, part, dwdb, *dwdb.unbind(0))
+
+    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
+        if self.kernel is None or (dy.data_ptr() | x.data_ptr() | w.data_ptr()) & 15:
+            return None
+        m, n, g = self.m, self.n, self.groups
+        dx, part, dwdb, dw, db = buffers or self.buffers(x, w)
+        if dx.data_ptr() & 15:
+            return None
+        ps, pp, pd = stats.data_ptr(), part.data_ptr(), dwdb.data_ptr()
+        self.kernel(dy.data_ptr(), x.data_ptr(), w.data_ptr(), ps, ps + 4 * m, dx.data_ptr(), pp, pp + 4 * g * n,
+                    m, n, (m + g - 1) // g)
+        self.total(pp, pp + 4 * g * n, pd, pd + dwdb.element_size() * n, g, n)
+        return dx, dw, db
 
 
 ROWSUM_BLOCK = 512  # threads of the v3 row-sum kernel (a block per row, a loop over the row)

@@ -19,6 +19,10 @@ hooks (``triton.knobs.runtime.launch_enter_hook``, e.g. a profiler) are honoured
 registered the cached path builds the launch metadata and calls them as Triton does.
 Triton settings read at compile time (``TRITON_DEBUG`` and the like) are read once; a process
 that flips them after a kernel's first launch calls :meth:`Launcher.clear`.
+
+:class:`Site` goes one step further for an op's hot path: a launch whose grid, warps, constexprs
+and scalar arguments its owner (a plan made once per input signature) has fixed, so that a call
+only checks that the tensors are 16-byte aligned and calls the compiled kernel's C launcher.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from triton import knobs
 
 _LAUNCHERS: list[Launcher] = []
 _RUNTIME = knobs.runtime
+_Chain = getattr(knobs, "HookChain", type(None))  # Triton 3.6's hooks: an (empty) chain unless one is set
 _Tensor = torch.Tensor
 
 
@@ -85,10 +90,12 @@ class Launcher:
             self.nargs = len(params) - len(self.constexprs)
         self.direct = bool(direct)
         self.compiles = 0  # first launches that went through kernel[grid] (tests read it)
+        self.epoch = 0  # bumped by clear(): a Site's kept kernel is then stale
         _LAUNCHERS.append(self)
 
     def clear(self) -> None:
         self.cache.clear()
+        self.epoch += 1
 
     def __call__(self, grid: Sequence[int], *args: Any, num_warps: int = 4, num_stages: int | None = None,
                  **constexprs: Any) -> None:
@@ -100,9 +107,7 @@ class Launcher:
             return
         device = self._device() if self._device is not None else _current_device()
         try:
-            meta = tuple([constexprs[n] for n in self.constexprs])
-            key = (device, num_warps, num_stages, meta,
-                   *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else _spec(a) for a in args])
+            meta, key = self.key(device, args, num_warps, num_stages, constexprs)
             compiled = self.cache.get(key)
         except (KeyError, TypeError):  # a constexpr name it does not have, an unhashable argument
             self._slow(grid, args, num_warps, num_stages, constexprs)
@@ -129,6 +134,13 @@ class Launcher:
             compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, launch_metadata,
                          enter, leave, *full)
 
+    def key(self, device: int, args: tuple, num_warps: int, num_stages: int | None,
+            constexprs: dict[str, Any]) -> tuple[tuple, tuple]:
+        """``(constexpr values, cache key)`` of a launch; KeyError / TypeError where it has none."""
+        meta = tuple([constexprs[n] for n in self.constexprs])
+        return meta, (device, num_warps, num_stages, meta,
+                      *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else _spec(a) for a in args])
+
     def _slow(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
               constexprs: dict[str, Any]) -> Any:
         kw = dict(constexprs)
@@ -137,6 +149,76 @@ class Launcher:
             kw["num_stages"] = num_stages
         self.compiles += 1
         return self.kernel[tuple(grid)](*args, **kw)
+
+
+class Site:
+    """One launch of ``launcher`` whose grid, ``num_warps``, ``num_stages``, constexprs and scalar
+    arguments never change: ``Site(launcher, grid, n_tensors, num_warps=4, **constexprs)(*args)``.
+
+    ``args`` are ``n_tensors`` tensors, then the scalars. The owner guarantees that the scalars
+    (and the tensors' dtypes) are those of every earlier call: a plan made per input signature
+    fixes them. A call then costs the alignment check and the C launcher: the Launcher's key is
+    computed once, at the first call, whose compiled kernel the site keeps. Anything else (a
+    misaligned tensor, another current device, launch hooks, a kernel with scratch memory, the
+    interpreter) goes through :class:`Launcher` as usual.
+    """
+
+    __slots__ = ("launcher", "grid", "n", "num_warps", "num_stages", "constexprs", "fast", "epoch")
+
+    def __init__(self, launcher: Launcher, grid: Sequence[int], n_tensors: int, *, num_warps: int = 4,
+                 num_stages: int | None = None, **constexprs: Any) -> None:
+        self.launcher, self.n = launcher, n_tensors
+        self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self.num_warps, self.num_stages, self.constexprs = num_warps, num_stages, constexprs
+        self.fast: Any = None  # (device, C launch, function, coop, pdl, packed metadata, constexpr values)
+        self.epoch = launcher.epoch
+
+    def __call__(self, *args: Any) -> None:
+        f = self.fast
+        enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+        if (f is not None and self.epoch == self.launcher.epoch
+                and (enter is None or (enter.__class__ is _Chain and not enter.calls))
+                and (leave is None or (leave.__class__ is _Chain and not leave.calls))):
+            # Pointers as ints: the C launcher then neither calls data_ptr() nor asks the driver
+            # about each one (the plan's first launch, through the Launcher, was checked).
+            ptrs = [a.data_ptr() for a in args[:self.n]]
+            p = 0
+            for q in ptrs:
+                p |= q
+            device = _current_device()
+            if not p & 15 and device == f[0]:
+                g = self.grid
+                f[1](g[0], g[1], g[2], _current_stream(device), f[2], f[3], f[4], None, None, f[5], None, None, None,
+                     *ptrs, *args[self.n:], *f[6])
+                return
+        self.launcher(self.grid, *args, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
+        if f is None or self.epoch != self.launcher.epoch:
+            self.epoch = self.launcher.epoch
+            self.fast = self._fast(args)
+
+    def _fast(self, args: tuple) -> Any:
+        """The compiled kernel the Launcher keeps for these arguments, unpacked for a direct call;
+        ``None`` where there is none (or it needs scratch memory, or a tensor was not aligned)."""
+        la = self.launcher
+        if (not la.direct or la._device is not None or la._stream is not None or not args
+                or not isinstance(args[0], _Tensor) or not args[0].is_cuda):
+            return None
+        if any(a.data_ptr() % 16 for a in args[:self.n]):
+            return None
+        device = _current_device()
+        try:
+            meta, key = la.key(device, args, self.num_warps, self.num_stages, self.constexprs)
+            compiled = la.cache.get(key)
+        except (KeyError, TypeError):
+            return None
+        run = getattr(compiled, "run", None)
+        if run is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+            return None
+        launch = getattr(run, "launch", None)
+        if launch is None:
+            return None
+        return (device, launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                compiled.packed_metadata, meta)
 
 
 def _current_device() -> int:

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
+from xrt.kernels.triton.launch import Launcher, Site, cdiv, next_power_of_2
 from xrt.kernels.triton.softmax import row_warps, rows_per_program
 
 MAX_N = 65536  # longest row (elements) kept in registers (forward)
@@ -69,10 +69,12 @@ def _layernorm_fwd_kernel(
     b_ptr,  # [N] bias
     y_ptr,  # [M, N] output, row-major, contiguous, x's dtype
     mean_ptr,  # [M] fp32, saved for the backward
-    rstd_ptr,  # [M] fp32, saved for the backward
+    rstd_ptr,  # [M] fp32 at rstd_ptr + rstd_off, saved for the backward (one [2, M] buffer: rstd_off = M)
+    rstd_off,  # elements from rstd_ptr to the first rstd
     M,  # rows
     N,  # row length
     eps,
+    STATS: tl.constexpr,  # store mean and rstd (training); inference needs neither
     ROWS: tl.constexpr,  # rows per program
     BLOCK: tl.constexpr,  # next_power_of_2(N)
 ):
@@ -90,8 +92,9 @@ def _layernorm_fwd_kernel(
     b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     y = d * rstd[:, None] * w[None, :] + b[None, :]
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + rows, mean, mask=rmask)
-    tl.store(rstd_ptr + rows, rstd, mask=rmask)
+    if STATS:
+        tl.store(mean_ptr + rows, mean, mask=rmask)
+        tl.store(rstd_ptr + rstd_off + rows, rstd, mask=rmask)
 
 
 @triton.jit
@@ -100,10 +103,12 @@ def _layernorm_bwd_kernel(
     x_ptr,  # [M, N] forward input, row-major, contiguous
     w_ptr,  # [N] weight
     mean_ptr,  # [M] fp32 from the forward
-    rstd_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward, at rstd_ptr + rstd_off
     dx_ptr,  # [M, N] output, row-major, contiguous, x's dtype
     dw_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy * xhat
-    db_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy
+    db_part_ptr,  # [G, N] fp32 at db_part_ptr + part_off: this program's sum over its rows of dy
+    rstd_off,  # elements from rstd_ptr to the first rstd (M where mean and rstd share a buffer)
+    part_off,  # elements from db_part_ptr to the first db partial (G * N where they share one)
     M,  # rows
     N,  # row length
     rows_per_program,  # rows of each program, ceil(M / G)
@@ -122,7 +127,7 @@ def _layernorm_bwd_kernel(
         x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
+        rstd = tl.load(rstd_ptr + rstd_off + row)
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         wdy = w * dy
         c1 = tl.sum(xhat * wdy, 0) / N
@@ -133,7 +138,7 @@ def _layernorm_bwd_kernel(
         db_acc += dy
         off += N
     tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
-    tl.store(db_part_ptr + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+    tl.store(db_part_ptr + part_off + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
 
 
 @triton.jit
@@ -142,9 +147,10 @@ def _layernorm_bwd_rowsum_kernel(
     x_ptr,  # [M, N] forward input, row-major, contiguous
     w_ptr,  # [N] weight
     mean_ptr,  # [M] fp32 from the forward
-    rstd_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward, at rstd_ptr + rstd_off
     c1_ptr,  # [M] fp32 output: mean over the row of xhat * w * dy
     c2_ptr,  # [M] fp32 output: mean over the row of w * dy
+    rstd_off,  # elements from rstd_ptr to the first rstd
     N,  # row length
     BLOCK: tl.constexpr,  # elements per step
 ):
@@ -153,7 +159,7 @@ def _layernorm_bwd_rowsum_kernel(
     dy_row = dy_ptr + row.to(tl.int64) * N
     cols = tl.arange(0, BLOCK)
     mean = tl.load(mean_ptr + row)
-    rstd = tl.load(rstd_ptr + row)
+    rstd = tl.load(rstd_ptr + rstd_off + row)
     a = tl.zeros([BLOCK], tl.float32)
     c = tl.zeros([BLOCK], tl.float32)
     for start in range(0, N, BLOCK):
@@ -175,12 +181,14 @@ def _layernorm_bwd_tiled_kernel(
     x_ptr,  # [M, N] forward input, row-major, contiguous
     w_ptr,  # [N] weight
     mean_ptr,  # [M] fp32 from the forward
-    rstd_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward, at rstd_ptr + rstd_off
     c1_ptr,  # [M] fp32 from _layernorm_bwd_rowsum_kernel
     c2_ptr,  # [M] fp32 from _layernorm_bwd_rowsum_kernel
     dx_ptr,  # [M, N] output, row-major, contiguous, x's dtype
     dw_part_ptr,  # [G, N] fp32: row group program_id(0)'s sum of dy * xhat, its tile's columns
-    db_part_ptr,  # [G, N] fp32: likewise of dy
+    db_part_ptr,  # [G, N] fp32 at db_part_ptr + part_off: likewise of dy
+    rstd_off,  # elements from rstd_ptr to the first rstd
+    part_off,  # elements from db_part_ptr to the first db partial
     M,  # rows
     N,  # row length
     rows_per_program,  # rows of each row group, ceil(M / G)
@@ -203,7 +211,7 @@ def _layernorm_bwd_tiled_kernel(
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
+        rstd = tl.load(rstd_ptr + rstd_off + row)
         c1 = tl.load(c1_ptr + row)
         c2 = tl.load(c2_ptr + row)
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
@@ -215,15 +223,17 @@ def _layernorm_bwd_tiled_kernel(
         dy_row += N
         dx_row += N
     tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
-    tl.store(db_part_ptr + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+    tl.store(db_part_ptr + part_off + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
 
 
 @triton.jit
 def _sum_partials_kernel(
     dw_part_ptr,  # [G, N] fp32 partials, row-major
-    db_part_ptr,  # [G, N] fp32 partials, row-major
+    db_part_ptr,  # [G, N] fp32 partials, row-major, at db_part_ptr + part_off
     dw_ptr,  # [N] output, weight's dtype
-    db_ptr,  # [N] output, weight's dtype
+    db_ptr,  # [N] output, weight's dtype, at db_ptr + db_off (one [2, N] buffer: db_off = N)
+    part_off,  # elements from db_part_ptr to the first partial
+    db_off,  # elements from db_ptr to dbias
     G,  # partial rows
     N,  # row length
     BLOCK_G: tl.constexpr,
@@ -238,9 +248,9 @@ def _sum_partials_kernel(
         mask = (g[:, None] < G) & cmask[None, :]
         offs = g[:, None].to(tl.int64) * N + cols[None, :]
         dw += tl.sum(tl.load(dw_part_ptr + offs, mask=mask, other=0.0), 0)
-        db += tl.sum(tl.load(db_part_ptr + offs, mask=mask, other=0.0), 0)
+        db += tl.sum(tl.load(db_part_ptr + part_off + offs, mask=mask, other=0.0), 0)
     tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=cmask)
-    tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=cmask)
+    tl.store(db_ptr + db_off + cols, db.to(db_ptr.dtype.element_ty), mask=cmask)
 
 
 _fwd = Launcher(_layernorm_fwd_kernel)
@@ -248,6 +258,8 @@ _bwd = Launcher(_layernorm_bwd_kernel)
 _rowsum = Launcher(_layernorm_bwd_rowsum_kernel)
 _tiled = Launcher(_layernorm_bwd_tiled_kernel)
 _sum = Launcher(_sum_partials_kernel)
+SUM_BLOCK_N = 128  # columns a program of _sum_partials_kernel
+SUM_BLOCK_G = 32  # partial rows a step of _sum_partials_kernel
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[int, int]:
@@ -255,6 +267,25 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if n > MAX_N:
         raise ValueError(f"Triton layernorm keeps a row in registers: x.shape[-1]={n} must be <= {MAX_N}")
     return m, n
+
+
+class FwdPlan:
+    """The forward's launch for one ``(M, N, dtype, config)``: grid, warps and constexprs worked out
+    once. ``plan(x, w, b, y, stats, eps, save)`` launches on contiguous tensors; ``stats`` is one
+    fp32 ``[2, M]`` buffer (mean, then rstd), written only when ``save``."""
+
+    __slots__ = ("m", "n", "sites")
+
+    def __init__(self, m: int, n: int, cfg: dict[str, Any]) -> None:
+        block = next_power_of_2(n)
+        rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
+        self.m, self.n = m, n
+        self.sites = {save: Site(_fwd, (cdiv(m, rows),), 6, num_warps=warps, STATS=save, ROWS=rows, BLOCK=block)
+                      for save in (False, True)}
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor, stats: torch.Tensor,
+                 eps: float, save: bool) -> None:
+        self.sites[save](x, w, b, y, stats, stats, self.m, self.m, self.n, eps)
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
@@ -267,8 +298,8 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         return y, mean, rstd
     block = next_power_of_2(n)
     rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
-    _fwd((cdiv(m, rows),), x, weight, bias, y, mean, rstd, m, n, float(eps),
-         ROWS=rows, BLOCK=block, num_warps=warps)
+    _fwd((cdiv(m, rows),), x, weight, bias, y, mean, rstd, 0, m, n, float(eps),
+         STATS=True, ROWS=rows, BLOCK=block, num_warps=warps)
     return y, mean, rstd
 
 
@@ -287,6 +318,11 @@ def _sm_count(device: torch.device) -> int:
     if index not in _SMS:
         _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return _SMS[index]
+
+
+def _tiled_path(n: int, cfg: dict[str, Any], tile: int | None, sum_block: int | None) -> bool:
+    return (tile is not None or sum_block is not None or cfg["path"] == "tiled"
+            or (cfg["path"] == "auto" and n > TILED_FROM))
 
 
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
@@ -310,25 +346,64 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
     block = next_power_of_2(n)
-    tiled = (tile is not None or sum_block is not None or cfg["path"] == "tiled"
-             or (cfg["path"] == "auto" and n > TILED_FROM))
     g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
     dw_part = torch.empty(g, n, dtype=torch.float32, device=x.device)
     db_part = torch.empty(g, n, dtype=torch.float32, device=x.device)
-    if tiled:
+    if _tiled_path(n, cfg, tile, sum_block):
         tile_n = min(tile or TILE_N, block)
         step = min(sum_block or SUM_BLOCK, block)
         c1 = torch.empty(m, dtype=torch.float32, device=x.device)
         c2 = torch.empty(m, dtype=torch.float32, device=x.device)
         auto = cfg["num_warps"] == "auto"
-        _rowsum((m,), dy, x, weight, mean, rstd, c1, c2, n, BLOCK=step,
+        _rowsum((m,), dy, x, weight, mean, rstd, c1, c2, 0, n, BLOCK=step,
                 num_warps=row_warps(step) if auto else cfg["num_warps"])
-        _tiled((g, cdiv(n, tile_n)), dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, m, n,
+        _tiled((g, cdiv(n, tile_n)), dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, 0, 0, m, n,
                cdiv(m, g), TILE=tile_n, num_warps=4 if auto else cfg["num_warps"])
     else:
         warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-        _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, m, n, cdiv(m, g),
+        _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, 0, 0, m, n, cdiv(m, g),
              BLOCK=block, num_warps=warps)
-    block_n = 128
-    _sum((cdiv(n, block_n),), dw_part, db_part, dw, db, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
+    _sum((cdiv(n, SUM_BLOCK_N),), dw_part, db_part, dw, db, 0, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
+         num_warps=4)
     return dx, dw, db
+
+
+class BwdPlan:
+    """The backward's launches for one ``(M, N, dtype, config, device)``, as :class:`FwdPlan`:
+    ``plan(dy, x, w, stats)`` -> ``(dx, dweight, dbias)`` from the forward's ``[2, M]`` stats, with
+    one allocation for the partials and one for dweight and dbias. Rows longer than ``TILED_FROM``
+    (where the kernels, not the host, take the time) go through :func:`layernorm_bwd`."""
+
+    __slots__ = ("m", "n", "g", "cfg", "rows", "total")
+
+    def __init__(self, m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> None:
+        self.m, self.n, self.cfg = m, n, cfg
+        self.g = g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
+        self.rows = self.total = None
+        if not _tiled_path(n, cfg, None, None):
+            block = next_power_of_2(n)
+            warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
+            self.rows = Site(_bwd, (g,), 8, num_warps=warps, BLOCK=block)
+            self.total = Site(_sum, (cdiv(n, SUM_BLOCK_N),), 4, num_warps=4, BLOCK_G=SUM_BLOCK_G,
+                              BLOCK_N=SUM_BLOCK_N)
+
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` for the
+        tiled path, which allocates its own). Allocated by the caller ahead of time if it likes."""
+        if self.rows is None:
+            return None
+        dx = torch.empty_like(x)
+        part = torch.empty((2, self.g, self.n), dtype=torch.float32, device=x.device)
+        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
+        return (dx, part, dwdb, *dwdb.unbind(0))
+
+    def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
+        m, n, g = self.m, self.n, self.g
+        if self.rows is None:
+            mean, rstd = stats.unbind(0)
+            return layernorm_bwd(dy, x, w, mean, rstd, self.cfg)
+        dx, part, dwdb, dw, db = buffers or self.buffers(x, w)
+        self.rows(dy, x, w, stats, stats, dx, part, part, m, g * n, m, n, cdiv(m, g))
+        self.total(part, part, dwdb, dwdb, g * n, n, g, n)
+        return dx, dw, db

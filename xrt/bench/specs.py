@@ -28,9 +28,15 @@ class BenchSpec:
     flops: Callable[[Shape], int] = lambda shape: 0
     # provider -> tuning-space key in kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
+    # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
+    # apply (matmul and bmm: their policy op is the BLAS switch, whose choices are not providers)
+    check: Callable[[tuple, str], None] | None = None
 
     def runnable(self, args: tuple, provider: str) -> None:
         """Raise, naming what is missing, when ``provider`` cannot run these inputs here."""
+        if self.check is not None:
+            self.check(args, provider)
+            return
         from xrt.pytorch.ops._providers import choose
 
         choose(self.op, args[0], provider)
@@ -213,6 +219,61 @@ register(BenchSpec(
 ))
 
 
+# -- GEMM: matmul [M, K] x [K, N] (shape (M, N, K)) and bmm [B, M, K] x [B, K, N] (shape (B, M, N, K)) --
+
+def _gemm_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    *lead, m, n, k = shape
+    return _randn((*lead, m, k), dtype, device), _randn((*lead, k, n), dtype, device)
+
+
+def _gemm_check(op: str) -> Callable[[tuple, str], None]:
+    def check(args: tuple, provider: str) -> None:
+        from xrt.pytorch.ops.matmul import _provider
+
+        _provider(op, args[0], provider)
+
+    return check
+
+
+def _gemm_bytes(shape: Shape, esize: int) -> int:
+    *lead, m, n, k = shape
+    return numel(lead) * (m * k + k * n + m * n) * esize  # read A and B once, write C
+
+
+def _gemm_flops(shape: Shape) -> int:
+    *lead, m, n, k = shape
+    return 2 * numel(lead) * m * n * k
+
+
+register(BenchSpec(
+    op="matmul",
+    shapes={"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
+            "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]},
+    dtypes=["bfloat16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_gemm_inputs,
+    call=_call_kernel("matmul", "matmul", "matmul"),
+    bytes_moved=_gemm_bytes,
+    flops=_gemm_flops,
+    spaces={"triton": "matmul.triton", "cuda": "matmul.cuda"},
+    check=_gemm_check("matmul"),
+))
+
+register(BenchSpec(
+    op="bmm",
+    shapes={"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
+            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]},
+    dtypes=["bfloat16", "float32"],
+    providers=["torch", "triton", "cuda"],
+    make_inputs=_gemm_inputs,
+    call=_call_kernel("bmm", "matmul", "bmm"),
+    bytes_moved=_gemm_bytes,
+    flops=_gemm_flops,
+    spaces={"triton": "bmm.triton", "cuda": "bmm.cuda"},
+    check=_gemm_check("bmm"),
+))
+
+
 # -- attention, forward and backward ------------------------------------------------------------
 #
 # A shape is (B, H, S, D, causal): S_q = S_k = S, causal 0 or 1. Provider "torch" is PyTorch's
@@ -256,6 +317,20 @@ def _call_attention(args: tuple, provider: str, config: dict | None):
     from xrt.kernels.triton.attention import attention
 
     return attention(q, k, v, causal, scale, config)
+
+
+def _attn_check(op: str) -> Callable[[tuple, str], None]:
+    """``runnable`` for the attention specs: their providers are ``torch`` (SDPA) and ``triton``."""
+    def check(args: tuple, provider: str) -> None:
+        from xrt.pytorch.ops._providers import get
+
+        if provider not in ("torch", "triton"):
+            raise ValueError(f"{op} has no provider {provider!r} in the benchmarks (torch, triton)")
+        why = get(op, provider).missing(args[0])
+        if why:
+            raise RuntimeError(f"xrt op {op!r}: provider {provider!r} is unavailable: {why}")
+
+    return check
 
 
 _SDPA_GRAPHS: dict[int, Any] = {}  # id(do) -> (q, k, v, SDPA output): the forward SDPA's backward needs
@@ -302,6 +377,7 @@ register(BenchSpec(
     bytes_moved=lambda shape, esize: 4 * shape[0] * shape[1] * shape[2] * shape[3] * esize,  # q, k, v, o
     flops=_attn_flops,
     spaces={"triton": "attention.triton"},
+    check=_attn_check("attention"),
 ))
 
 register(BenchSpec(
@@ -315,4 +391,5 @@ register(BenchSpec(
     bytes_moved=lambda shape, esize: 8 * shape[0] * shape[1] * shape[2] * shape[3] * esize,
     flops=lambda shape: _attn_flops(shape, backward=True),
     spaces={"triton": "attention_bwd.triton"},
+    check=_attn_check("attention_bwd"),
 ))

@@ -95,7 +95,7 @@ def _sass(cubin: Path, out: Path) -> str:
 def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
     from xrt.kernels import cuda_sources, source
 
-    name = "layernorm.cu" if op.startswith("layernorm") else f"{op}.cu"
+    name = "layernorm.cu" if op.startswith("layernorm") else "matmul.cu" if op == "bmm" else f"{op}.cu"
     if name not in cuda_sources():
         raise CLIError(f"op {op!r} has no CUDA C source; sources: {', '.join(cuda_sources())}")
     nvcc = _tool("nvcc")
@@ -120,6 +120,14 @@ def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
     t = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}[dtype]
     f = "*fp32"
     row = {"ROWS": 1, "BLOCK": 4096}
+    gemm_args = {"a_ptr": t, "b_ptr": t, "c_ptr": t, **{n: "i32" for n in (
+        "M", "N", "K", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb",
+        "stride_cm", "stride_cn")}}
+    # The default tile (kernels/spaces.py) of the tiled kernel; the TMA kernel takes host-built
+    # descriptors, which a signature string cannot describe.
+    gemm = [("matmul", "_matmul_kernel", gemm_args,
+             {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64 if dtype != "float32" else 16, "GROUP_M": 8,
+              "PRECISION": "ieee" if dtype == "float32" else "tf32"})]
     return {
         "square": [("square", "_square_kernel", {"x_ptr": t, "y_ptr": t, "n": "i64"}, {"BLOCK_SIZE": 1024})],
         "vector_add": [("vector_add", "_vector_add_kernel", {"a_ptr": t, "b_ptr": t, "y_ptr": t, "n": "i64"},
@@ -134,6 +142,8 @@ def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
                            {"dy_ptr": t, "x_ptr": t, "w_ptr": t, "mean_ptr": f, "rstd_ptr": f, "dx_ptr": t,
                             "dw_part_ptr": f, "db_part_ptr": f, "M": "i32", "N": "i32",
                             "rows_per_program": "i32"}, {"BLOCK": 4096})],
+        "matmul": gemm,
+        "bmm": gemm,
     }.get(op, [])
 
 

@@ -3,7 +3,10 @@
 Two kinds of op are governed here:
 
 * *switch* ops are PyTorch's own (``matmul``, ``attention``, ``conv``): the policy flips the real
-  PyTorch switch (the preferred BLAS library, the SDPA backends, cuDNN autotuning);
+  PyTorch switch (the preferred BLAS library, the SDPA backends, cuDNN autotuning). ``matmul`` is
+  also xrt's ``xp.ops.matmul`` / ``xp.ops.bmm``: ``default``, ``cublas`` and ``cublasLt`` set the
+  BLAS switch and those ops call torch; ``triton``, ``cuda`` (fp32) and ``auto`` run xrt's GEMM
+  kernels (see :mod:`xrt.pytorch.ops.matmul`) and leave the switch as it was;
 * *provider* ops are xrt's custom ops (``square``, ``layernorm``, ...): the policy names the
   provider (``torch``, ``triton``, ``cuda``, ``xpu`` or ``auto``) that the op dispatches to.
 
@@ -48,8 +51,17 @@ class OpSpec:
     restore: Callable[[Any], None] | None = None  # switch ops: put back what save returned
 
 
+MATMUL_BLAS = ("default", "cublas", "cublasLt")  # matmul choices that are torch's BLAS switch
+MATMUL_KERNELS = ("triton", "cuda", "auto")  # matmul choices that name xrt's GEMM kernels (xp.ops.matmul)
+
+
 def _apply_matmul(choice: str) -> None:
     # torch.backends.cuda.preferred_blas_library is PyTorch's switch between cuBLAS and cuBLASLt.
+    if choice in MATMUL_KERNELS:
+        # xp.ops.matmul runs xrt's kernels; torch.matmul elsewhere keeps the library it had before
+        # xrt took the switch over (_sync_switches saved it before this call).
+        _restore_matmul(_SAVED.get("matmul"))
+        return
     if torch.version.cuda is None:
         if choice == "default":
             return  # nothing to restore on a build without CUDA
@@ -138,8 +150,10 @@ def register_op(name: str, choices: Sequence[str], apply: Callable[[str], None] 
     return spec
 
 
-register_op("matmul", ("default", "cublas", "cublasLt"), _apply_matmul,
-            "torch.backends.cuda.preferred_blas_library", _save_matmul, _restore_matmul)
+register_op("matmul", MATMUL_BLAS + MATMUL_KERNELS, _apply_matmul,
+            "torch.backends.cuda.preferred_blas_library (default, cublas, cublasLt: xp.ops.matmul and bmm "
+            "call torch); xrt's GEMM kernels for xp.ops.matmul and bmm (triton, cuda, auto)",
+            _save_matmul, _restore_matmul)
 # attention is both: the SDPA-backend names flip PyTorch's switches (and route xrt's
 # fused_attention to SDPA); "triton", "torch" and "auto" leave them alone and pick fused_attention's
 # provider (xrt.pytorch.ops.attention).

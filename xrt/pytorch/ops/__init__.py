@@ -3,9 +3,11 @@
 from xrt.pytorch.ops._providers import providers
 from xrt.pytorch.ops.attention import fused_attention
 from xrt.pytorch.ops.layernorm import fused_layernorm
+from xrt.pytorch.ops.matmul import bmm, matmul
 from xrt.pytorch.ops.softmax import softmax
 from xrt.pytorch.ops.square import square
 from xrt.pytorch.ops.vector_add import vector_add
 from xrt.pytorch.ops.window_sum import window_sum
 
-__all__ = ["fused_attention", "fused_layernorm", "providers", "softmax", "square", "vector_add", "window_sum"]
+__all__ = ["bmm", "fused_attention", "fused_layernorm", "matmul", "providers", "softmax", "square", "vector_add",
+           "window_sum"]

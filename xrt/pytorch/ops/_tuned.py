@@ -55,14 +55,16 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
 
 
 def register_kernels(op: str, module: str | None = None, fn: str | None = None,
-                     shape: Callable[[torch.Tensor], Sequence[int]] | None = None) -> None:
+                     shape: Callable[[torch.Tensor], Sequence[int]] | None = None,
+                     shape_args: Callable[..., Sequence[int]] | None = None) -> None:
     """Register the four providers of ``op`` the way every xrt op has them.
 
     ``torch`` calls ``xrt.kernels.reference.<module>.<fn>(*args)``; ``triton`` and ``xpu`` call
     ``xrt.kernels.triton.<module>.<fn>(*args, config)``, ``cuda`` calls
     ``xrt.kernels.cuda.<module>.<fn>(*args, config)``, with the tuned config of the
     ``<op>.triton`` / ``<op>.cuda`` space for the first argument (bucketed by ``shape(x)``).
-    ``module`` and ``fn`` default to ``op``.
+    ``module`` and ``fn`` default to ``op``. ``shape_args`` buckets by all the arguments instead
+    (``matmul``: ``(M, N, K)`` from ``a`` and ``b``).
     """
     from xrt.pytorch.ops import _providers as P
 
@@ -84,7 +86,8 @@ def register_kernels(op: str, module: str | None = None, fn: str | None = None,
 
         def run(*args: Any) -> Any:
             x = args[0]
-            return kernel(kind)(*args, config(op, key, x, shape(x) if shape else None))
+            bucket = shape_args(*args) if shape_args else shape(x) if shape else None
+            return kernel(kind)(*args, config(op, key, x, bucket))
 
         run.__name__ = f"_{op}_{kind}"
         return run

@@ -8,12 +8,15 @@ elements of ``normalized_shape``.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch import policy
+from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks as C
 from xrt.pytorch.ops import _providers as P
 from xrt.pytorch.ops import _tuned as T
@@ -93,6 +96,154 @@ class _EagerLayerNorm(torch.autograd.Function):
         return dx.view(x.shape), dw.view(weight.shape), db.view(weight.shape), None, None, None
 
 
+class _Plan:
+    """What an eager call of :func:`fused_layernorm` needs, worked out once per input signature
+    (shapes, strides, dtypes, devices, provider argument) under the policy in force: the provider
+    the policy chose and its kernels' launch plans (``xrt.kernels.<provider>.layernorm``
+    ``FwdPlan`` / ``BwdPlan``, tuned configs included). Kept in the policy state's memo, so any
+    policy change, scope or ``XRT_TUNED`` edit makes a new one. Only for contiguous, non-empty
+    inputs whose weight and bias have the input's dtype and device, through Triton or CUDA C; every
+    other call takes the general path."""
+
+    __slots__ = ("provider", "m", "n", "shape", "fwd", "bwd", "kind")
+
+    def __init__(self, provider: str, x: torch.Tensor, m: int, n: int) -> None:
+        self.provider, self.m, self.n, self.shape = provider, m, n, x.shape
+        self.kind = "triton" if provider in ("triton", "xpu") else provider
+        kernels = importlib.import_module(f"xrt.kernels.{self.kind}.layernorm")
+        cfg = T.config("layernorm", f"layernorm.{self.kind}", x, (m, n))
+        bcfg = T.config("layernorm_bwd", f"layernorm_bwd.{self.kind}", x, (m, n))
+        if self.kind == "triton":
+            self.fwd, self.bwd = kernels.FwdPlan(m, n, cfg), kernels.BwdPlan(m, n, bcfg, x)
+        else:
+            self.fwd, self.bwd = kernels.FwdPlan(m, n, cfg, x), kernels.BwdPlan(m, n, bcfg, x)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float, save: bool):
+        """``(y, stats)``: stats the fp32 ``[2, M]`` mean and rstd (``None`` when not ``save``, Triton)."""
+        y = torch.empty_like(x)
+        if self.kind == "triton":
+            if save:
+                stats = torch.empty((2, self.m), dtype=torch.float32, device=x.device)
+                self.fwd(x, w, b, y, stats, eps, True)
+                return y, stats
+            self.fwd(x, w, b, y, y, eps, False)
+            return y, None
+        stats = torch.empty((2, self.m), dtype=torch.float32, device=x.device)
+        if self.fwd(x, w, b, y, stats, eps):
+            return y, stats
+        n = self.n  # a tensor not 16-byte aligned: the launcher picks the kernel that takes it
+        y, mean, rstd = P.get("layernorm", self.provider).fn(x.reshape(-1, n), w, b, eps)
+        return y.view(x.shape), torch.stack((mean, rstd))
+
+    def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+        """The backward's output buffers, allocated now when ``x`` is small (see ``EARLY_BUFFERS``)."""
+        return self.bwd.buffers(x, w) if x.numel() <= EARLY_BUFFERS else None
+
+    def backward(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
+                 buffers: tuple | None = None):
+        got = self.bwd(dy, x, w, stats, buffers)
+        if got is not None:
+            return got
+        n = self.n
+        mean, rstd = stats.unbind(0)
+        dx, dw, db = P.get("layernorm_bwd", self.provider).fn(dy.reshape(-1, n), x.reshape(-1, n), w, mean, rstd)
+        return dx.view(x.shape), dw, db
+
+
+_FAST = {torch.float16, torch.bfloat16, torch.float32}
+
+# Inputs of at most this many elements get their backward's buffers (dx, the dweight / dbias
+# partials, dweight and dbias) allocated in the forward. On a CUDA device autograd runs the
+# backward on its own thread, where each allocation from Python cost 10-15 us on the H100 against
+# 2-3 us on the caller's thread (scripts/host_layers.py); for small inputs, where the host is the
+# bottleneck, that was a third of the training step's host time. The price: those buffers (about
+# x's size) live from the forward to the backward instead of only during it, so large inputs,
+# whose kernels take longer than the host anyway, allocate in the backward.
+EARLY_BUFFERS = 1 << 18
+
+
+def _plan(x: torch.Tensor, ns: Any, w: torch.Tensor, b: torch.Tensor, provider: str | None) -> _Plan | bool:
+    """A :class:`_Plan` for this signature, or ``False`` where the general path must run (it also
+    raises whatever the input deserves)."""
+    if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.dtype not in _FAST:
+        return False
+    dims = (ns,) if isinstance(ns, int) else tuple(ns) if isinstance(ns, tuple) else None
+    if not dims or x.dim() < len(dims) or tuple(x.shape[x.dim() - len(dims):]) != dims:
+        return False
+    for t in (w, b):
+        if (type(t) not in (torch.Tensor, torch.nn.Parameter) or tuple(t.shape) != dims or t.dtype != x.dtype
+                or t.device != x.device or not t.is_contiguous()):
+            return False
+    n = math.prod(dims)
+    if not x.is_contiguous() or x.numel() == 0 or n == 0:
+        return False
+    try:
+        chosen = P.choose("layernorm", x, provider)
+    except (ValueError, RuntimeError):
+        return False
+    if chosen.name not in ("triton", "cuda"):  # (Triton on the CPU: the interpreter, which the Sites fall back to)
+        return False
+    if chosen.name == "triton":
+        from xrt.kernels.triton.layernorm import MAX_N
+
+        if n > MAX_N:
+            return False
+    return _Plan(chosen.name, x, x.numel() // n, n)
+
+
+class _LeanLayerNorm(torch.autograd.Function):
+    """Eager training through a :class:`_Plan`: the forward saves ``x``, ``weight`` and one
+    ``[2, M]`` stats buffer; the backward launches the provider's backward kernels."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, plan, eps):
+        y, stats = plan.forward(x, weight, bias, eps, True)
+        ctx.plan = plan
+        ctx.buffers = plan.buffers(x, weight)  # used by the first backward only (retain_graph: fresh ones)
+        ctx.save_for_backward(x, weight, stats)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        if torch.is_grad_enabled():  # create_graph=True: as once_differentiable, a second backward fails
+            return _lean_backward_once(ctx, dy)
+        x, weight, stats = ctx.saved_tensors
+        buffers, ctx.buffers = ctx.buffers, None
+        dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
+        return dx, dw, db, None, None
+
+
+@torch.autograd.function.once_differentiable
+def _lean_backward_once(ctx, dy):
+    x, weight, stats = ctx.saved_tensors
+    buffers, ctx.buffers = ctx.buffers, None
+    dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
+    return dx, dw, db, None, None
+
+
+def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> torch.Tensor | None:
+    """The eager call through a cached :class:`_Plan`, or ``None`` for the general path."""
+    if w is None or b is None or get_precision_hint() is not None:
+        return None
+    try:
+        memo = policy.tuned_state().memo
+        key = ("fused_layernorm", x.shape, x.stride(), x.dtype, x.device, ns, w.shape, w.stride(), w.dtype,
+               w.device, b.shape, b.stride(), b.dtype, b.device, provider)
+        plan = memo.get(key)
+    except (AttributeError, TypeError):  # not tensors, an unhashable normalized_shape
+        return None
+    if plan is None:
+        plan = memo[key] = _plan(x, ns, w, b, provider)
+    if plan is False:
+        return None
+    route = P.route(x, w, b)
+    if route == P.OP or P.profiling():
+        return None
+    if route == P.DIRECT:
+        return plan.forward(x, w, b, float(eps), False)[0]
+    return _LeanLayerNorm.apply(x, w, b, plan, float(eps))
+
+
 def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
                     weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                     eps: float = 1e-5, *, provider: str | None = None) -> torch.Tensor:
@@ -113,6 +264,9 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
     >>> fused_layernorm(torch.tensor([[1.0, 3.0]]), 2)
     tensor([[-1.0000,  1.0000]])
     """
+    y = _fast(input, normalized_shape, weight, bias, eps, provider)
+    if y is not None:
+        return y
     x = cast_for_hint(C.floating("input", "fused_layernorm", input))
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
     if not ns or tuple(x.shape[x.dim() - len(ns):]) != ns or x.dim() < len(ns):

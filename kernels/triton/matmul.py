@@ -1,0 +1,220 @@
+"""``matmul`` ([M, K] x [K, N]) and ``bmm`` ([B, M, K] x [B, K, N]) in Triton.
+
+Two kernels, picked by the config's ``kernel`` key:
+
+* ``tiled``: one program per [BLOCK_M, BLOCK_N] tile of C (per batch: the batch is grid axis 1),
+  a BLOCK_K loop with fp32 accumulation, tiles visited in groups of GROUP_M rows so neighbouring
+  programs share A's rows and B's columns in L2. Any strides: a transposed input is read in place.
+  Masks on K, and out-of-range rows/columns of A and B wrapped (``% M``, ``% N``) and never stored.
+* ``persistent_tma`` (Hopper and later): one program per SM walks the tiles, loading A and B
+  through TMA tensor descriptors (out-of-range reads are zeros, stores are clipped by the
+  hardware). It needs a CUDA device of compute capability >= 9, row-major operands (last stride 1)
+  and 16-byte-aligned base pointers and row strides; elsewhere the launch takes ``tiled``.
+
+Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``, plus
+the C tile the TMA kernel stores from; a config over ``SMEM_BUDGET`` (fp32 with the 16-bit tiles,
+say) is shrunk by :func:`fit`: fewer stages first, then a smaller BLOCK_K.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv
+
+SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _tile_pid(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Grouped order: GROUP_M rows of tiles are walked column by column (L2 reuse)."""
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % group_m
+    pid_n = (tile % per_group) // group_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr,  # [B, M, K] (or [M, K], B = 1), any strides
+    b_ptr,  # [B, K, N] (or [K, N]), any strides
+    c_ptr,  # [B, M, N] output, a's dtype, any strides (the launcher passes a contiguous one)
+    M, N, K,
+    stride_ab, stride_am, stride_ak,  # A's strides in elements (stride_ab 0 for matmul)
+    stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr,  # tl.dot input precision: "ieee" for fp32 (no tf32), "tf32" otherwise
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = _tile_pid(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+    # Rows past M and columns past N wrap onto valid ones: loads need no mask there, and the
+    # results they produce are never stored.
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+@triton.jit
+def _matmul_tma_kernel(
+    a_desc,  # TMA descriptor of A [B, M, K], row-major, block [1, BLOCK_M, BLOCK_K]
+    b_desc,  # TMA descriptor of B [B, K, N], row-major, block [1, BLOCK_K, BLOCK_N]
+    c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N]
+    M, N, K, BATCH,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,  # programs launched, one per SM
+    PRECISION: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_batch = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), per_batch * BATCH, NUM_SMS, flatten=True):
+        batch = tile // per_batch
+        pid_m, pid_n = _tile_pid(tile % per_batch, num_pid_m, num_pid_n, GROUP_M)
+        om = pid_m * BLOCK_M
+        on = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kt in range(k_tiles):
+            ok = kt * BLOCK_K
+            a = a_desc.load([batch, om, ok]).reshape(BLOCK_M, BLOCK_K)
+            b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        c_desc.store([batch, om, on], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+
+
+_tiled = Launcher(_matmul_kernel)
+_tma = Launcher(_matmul_tma_kernel)
+
+
+def smem_bytes(cfg: dict[str, Any], esize: int, bk: int, stages: int) -> int:
+    """Shared memory of a program: the pipelined A and B tiles, and the TMA kernel's C tile."""
+    c_tile = cfg["BLOCK_M"] * cfg["BLOCK_N"] * esize if cfg["kernel"] == "persistent_tma" else 0
+    return stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * bk * esize + c_tile
+
+
+def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
+    """``(BLOCK_K, num_stages)`` of ``cfg`` shrunk until its tiles fit ``SMEM_BUDGET``."""
+    bk, stages = int(cfg["BLOCK_K"]), int(cfg["num_stages"])
+    while smem_bytes(cfg, esize, bk, stages) > SMEM_BUDGET:
+        if stages > 2:
+            stages -= 1
+        elif bk > 16:
+            bk //= 2
+        else:
+            break
+    return bk, stages
+
+
+_TMA_DEVICES: dict[Any, bool] = {}
+
+
+def tma_ok(*ts: torch.Tensor) -> bool:
+    """Can the TMA kernel take these [B, rows, cols] tensors: Hopper or later, last stride 1, the
+    other strides and the base 16-byte aligned (TMA's rules)."""
+    t0 = ts[0]
+    if not t0.is_cuda:
+        return False
+    dev = t0.device.index if t0.device.index is not None else torch.cuda.current_device()
+    ok = _TMA_DEVICES.get(dev)
+    if ok is None:
+        ok = _TMA_DEVICES[dev] = torch.cuda.get_device_capability(dev)[0] >= 9
+    if not ok:
+        return False
+    for t in ts:
+        es = t.element_size()
+        if t.stride(2) != 1 or t.data_ptr() % 16 or any((t.stride(d) * es) % 16 for d in (0, 1)):
+            return False
+    return True
+
+
+def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
+    """:func:`xrt.kernels.checks.gemm`, and a dtype the kernels take."""
+    checks.gemm(op, a, b, rank)
+    if a.dtype not in DTYPES:
+        raise ValueError(f"Triton {op}: dtype {a.dtype} is not supported; supported: {', '.join(map(str, DTYPES))}")
+
+
+def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
+               programs: int, precision: str, warps: int = 8, stages: int = 3) -> None:
+    """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
+    programs (one per SM; fewer when there are fewer tiles). Also runs under the interpreter."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    batch, m, k = a.shape
+    n = b.shape[2]
+    sms = programs
+    programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
+    _tma((programs,),
+         TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
+         TensorDescriptor.from_tensor(c, [1, bm, bn]), m, n, k, batch,
+         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
+         num_warps=warps, num_stages=stages)
+
+
+def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
+    """C = A @ B for [B, M, K] x [B, K, N] views (batch strides may be 0)."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    c = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    if k == 0:
+        return c.zero_()
+    bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
+    bk, stages = fit(cfg, a.element_size())
+    precision = "ieee" if a.dtype == torch.float32 else "tf32"
+    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
+        from xrt.kernels.cuda import sm_count
+
+        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages)
+        return c
+    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
+           a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
+           c.stride(0), c.stride(1), c.stride(2),
+           BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
+           num_warps=warps, num_stages=stages)
+    return c
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """``a @ b`` for ``a`` [M, K] and ``b`` [K, N] (fp16, bf16 or fp32, any strides) -> [M, N]
+    contiguous, a's dtype; ``config`` from the ``matmul.triton`` space."""
+    check_pair("matmul", a, b, 2)
+    cfg = checks.tuning("matmul.triton", config)
+    return _run(a.unsqueeze(0), b.unsqueeze(0), cfg)[0]
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
+    """``torch.bmm(a, b)`` for ``a`` [B, M, K] and ``b`` [B, K, N] (any strides) -> [B, M, N]
+    contiguous; ``config`` from the ``bmm.triton`` space."""
+    check_pair("bmm", a, b, 3)
+    cfg = checks.tuning("bmm.triton", config)
+    return _run(a, b, cfg)

@@ -1,0 +1,167 @@
+"""GEMM kernels (``matmul``, ``bmm``) of every provider against float64: Triton under the CPU
+interpreter on tiny shapes, everything on the GPU; the CUDA C plan and compile."""
+
+import subprocess
+
+import pytest
+import torch
+from gemm_checks import check_gemm, operands
+from kernel_checks import poisoned_outputs
+
+from xrt.kernels import source, spaces
+
+# (M, N, K): ones, primes, M = 1, K below one BLOCK_K, N below a vector, K = 0.
+TINY = [(1, 1, 1), (17, 13, 29), (1, 33, 7), (37, 64, 5), (5, 3, 70), (4, 6, 0)]
+TILED_SMALL = {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4,
+               "num_stages": 2}
+
+
+@pytest.mark.parametrize("config", [None, TILED_SMALL], ids=["default", "tiled64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("mnk", TINY, ids=str)
+def test_triton_matmul_under_interpreter(interpreter, mnk, dtype, config):
+    from xrt.kernels.triton.matmul import matmul
+
+    a, b = operands(*mnk, dtype, "cpu")
+    with poisoned_outputs():
+        y = matmul(a, b, config)
+    check_gemm(y, a, b, dtype)
+
+
+@pytest.mark.parametrize("mnk", [(17, 13, 29), (1, 40, 9)], ids=str)
+def test_triton_reads_transposed_views_in_place(interpreter, mnk):
+    from xrt.kernels.triton.matmul import matmul
+
+    a, b = operands(*mnk, torch.float32, "cpu", transpose=True)
+    assert not b.is_contiguous()
+    check_gemm(matmul(a, b, TILED_SMALL), a, b, torch.float32)
+
+
+def test_triton_bmm_under_interpreter(interpreter):
+    from xrt.kernels.triton.matmul import bmm
+
+    a, b = operands(17, 5, 9, torch.float16, "cpu", batch=3)
+    with poisoned_outputs():
+        check_gemm(bmm(a, b, TILED_SMALL), a, b, torch.float16)
+    # A broadcast operand (batch stride 0) and a transposed one are read in place.
+    b1 = torch.randn(1, 9, 5).expand(3, 9, 5)
+    at = torch.randn(3, 9, 17).mT
+    check_gemm(bmm(at, b1), at, b1, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_tma_kernel_under_interpreter(interpreter, dtype):
+    """The persistent TMA kernel's indexing (the interpreter runs its descriptors): tiles past M and
+    N in every batch entry, more tiles than programs, NaN-poisoned C fully written."""
+    from xrt.kernels.triton.matmul import launch_tma
+
+    for bsz, m, n, k in [(1, 17, 24, 40), (3, 70, 40, 24), (1, 1, 8, 8)]:
+        a, b = operands(m, n, k, dtype, "cpu", batch=bsz)
+        c = torch.full((bsz, m, n), float("nan"), dtype=dtype)
+        launch_tma(a, b, c, 64, 32, 16, 8, 5, "ieee" if dtype == torch.float32 else "tf32")
+        check_gemm(c, a, b, dtype)
+
+
+def test_triton_fit_shrinks_fp32_tiles_to_the_shared_memory_budget():
+    from xrt.kernels.triton.matmul import SMEM_BUDGET, fit, smem_bytes
+
+    for cfg in spaces.configs("matmul.triton"):
+        for esize in (2, 4):
+            bk, stages = fit(cfg, esize)
+            assert bk <= cfg["BLOCK_K"] and 2 <= stages <= cfg["num_stages"]
+            if bk > 16:
+                assert smem_bytes(cfg, esize, bk, stages) <= SMEM_BUDGET, cfg
+    default = spaces.default("matmul.triton")
+    assert fit(default, 2) == (default["BLOCK_K"], default["num_stages"])  # bf16's default is untouched
+
+
+def test_cuda_plan_covers_the_space():
+    """Every ``matmul.cuda`` config is planned or refused with a ValueError naming the rule."""
+    from xrt.kernels.cuda.matmul import plan
+
+    planned = refused = 0
+    for cfg in spaces.configs("matmul.cuda"):
+        try:
+            entry, threads, bm, bn, defines = plan(cfg)
+        except ValueError as e:
+            assert "BM=" in str(e) and cfg["version"] in ("v2", "v3", "v4")
+            refused += 1
+            continue
+        planned += 1
+        assert entry == f"matmul_{cfg['version']}_f32" and 32 <= threads <= 1024
+        assert dict(defines)["XRT_ONLY"] == int(cfg["version"][1])
+    assert planned > refused
+    assert plan(spaces.default("matmul.cuda"))[1] == 128
+
+
+def test_cuda_configs_compile(nvcc, tmp_path):
+    """The default and two more configs compile with their -D defines (the whole file without
+    defines is checked in test_kernels_cuda_c.py)."""
+    from xrt.kernels.cuda.matmul import plan
+
+    src = tmp_path / "matmul.cu"
+    src.write_text(source("cuda/matmul.cu"))
+    for cfg in ({"version": "v3", "BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4},
+                {"version": "v4", "BM": 128, "BN": 64, "BK": 8, "TM": 4, "TN": 8}):
+        entry, _, _, _, defines = plan(spaces.check("matmul.cuda", cfg))
+        ptx = tmp_path / "out.ptx"
+        subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", *(f"-D{k}={v}" for k, v in defines), "-o",
+                        str(ptx), str(src)], check=True, capture_output=True)
+        entries = {ln.split()[-1].rstrip("(") for ln in ptx.read_text().splitlines() if ".entry" in ln}
+        assert entries == {entry}
+
+
+# -- on the GPU -----------------------------------------------------------------------------------
+
+GPU_SHAPES = TINY + [(4097, 4096, 4096), (16, 8192, 1024), (129, 260, 132), (256, 256, 64), (1000, 24, 4100)]
+KERNELS = [{"kernel": "persistent_tma"}, {"kernel": "tiled"}, TILED_SMALL,
+           {"kernel": "persistent_tma", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", KERNELS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("mnk", GPU_SHAPES, ids=str)
+def test_triton_matmul_on_gpu(mnk, dtype, config):
+    from xrt.kernels.triton.matmul import matmul
+
+    for transpose in (False, True):
+        a, b = operands(*mnk, dtype, "cuda", transpose=transpose)
+        with poisoned_outputs():
+            y = matmul(a, b, config)
+        check_gemm(y, a, b, dtype, what=f"C transpose={transpose}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", KERNELS, ids=str)
+@pytest.mark.parametrize("bmnk", [(3, 17, 13, 29), (64, 100, 72, 64), (2, 130, 264, 40), (5, 1, 8, 8)], ids=str)
+def test_triton_bmm_on_gpu(bmnk, config):
+    """M not a multiple of BLOCK_M: the TMA kernel's 3-D tiles must stop at each matrix's edge."""
+    from xrt.kernels.triton.matmul import bmm
+
+    bsz, m, n, k = bmnk
+    for dtype in (torch.bfloat16, torch.float32):
+        a, b = operands(m, n, k, dtype, "cuda", batch=bsz)
+        with poisoned_outputs():
+            check_gemm(bmm(a, b, config), a, b, dtype)
+
+
+CUDA_CONFIGS = [{"version": "v1"}, {"version": "v2"}, {"version": "v3"}, {"version": "v4"},
+                {"version": "v2", "BM": 64, "BN": 64, "TM": 4, "TN": 4},
+                {"version": "v3", "BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+                {"version": "v4", "BM": 128, "BN": 64, "BK": 8, "TM": 4, "TN": 8},
+                {"version": "v4", "BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 4}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CUDA_CONFIGS, ids=str)
+def test_cuda_c_matmul_on_gpu(config):
+    from xrt.kernels.cuda.matmul import bmm, matmul
+
+    for mnk in TINY + [(129, 260, 132), (256, 256, 64), (130, 67, 33), (1, 4096, 4097), (1024, 1024, 1024)]:
+        a, b = operands(*mnk, torch.float32, "cuda", transpose=mnk[0] == 130)
+        with poisoned_outputs():
+            check_gemm(matmul(a, b, config), a, b, torch.float32, what=f"C {mnk}")
+    a, b = operands(67, 129, 36, torch.float32, "cuda", batch=3)
+    with poisoned_outputs():
+        check_gemm(bmm(a, b, config), a, b, torch.float32, what="bmm")

@@ -1,0 +1,194 @@
+"""``xp.ops.matmul`` / ``xp.ops.bmm``: routing by the matmul policy, gradients, the custom ops
+under opcheck and torch.compile, tuned configs, bad inputs."""
+
+import json
+
+import pytest
+import torch
+from gemm_checks import check_gemm, operands
+
+import xrt.pytorch as xp
+from xrt.pytorch import policy
+from xrt.pytorch.ops import _tuned
+from xrt.pytorch.ops.matmul import _bmm_op, _matmul_op, _provider
+
+
+@pytest.fixture(autouse=True)
+def _clean_policy():
+    xp.clear_kernel_policy()
+    yield
+    xp.clear_kernel_policy()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_torch_provider(dtype):
+    a, b = operands(17, 13, 29, dtype, "cpu")
+    check_gemm(xp.ops.matmul(a, b, provider="torch"), a, b, dtype)
+    a, b = operands(5, 7, 3, dtype, "cpu", batch=4)
+    check_gemm(xp.ops.bmm(a, b), a, b, dtype)
+
+
+def test_triton_provider_under_interpreter(interpreter):
+    a, b = operands(17, 13, 29, torch.float32, "cpu", transpose=True)
+    check_gemm(xp.ops.matmul(a, b, provider="triton"), a, b, torch.float32)
+    a, b = operands(5, 7, 3, torch.float16, "cpu", batch=4)
+    check_gemm(xp.ops.bmm(a, b, provider="triton"), a, b, torch.float16)
+
+
+def test_policy_routes_matmul():
+    # Triton takes CPU tensors only under the interpreter: on a GPU host without it, a CUDA tensor.
+    a = torch.randn(4, 5, device="cuda" if torch.cuda.is_available() else "cpu")
+    assert _provider("matmul", a, None) == "torch"  # "default": torch's own matmul
+    for choice, want in (("cublas", "torch"), ("cublasLt", "torch"), ("triton", "triton"), ("auto", "torch")):
+        if choice.startswith("cublas") and torch.version.cuda is None:
+            continue  # the BLAS switch needs a CUDA build (test_policy checks the error)
+        with xp.kernel_policy(matmul=choice):
+            assert _provider("matmul", a, None) == want, choice
+            assert _provider("bmm", a, None) == want, choice
+            assert _provider("matmul", a, "torch") == "torch"  # provider= wins
+    with xp.kernel_policy(matmul="triton"):
+        assert _provider("matmul", a, "default") == "torch"
+
+
+def test_xrt_kernel_choices_need_no_cuda_build_and_keep_the_blas_switch():
+    before = torch.backends.cuda.preferred_blas_library() if torch.version.cuda else None
+    for choice in ("triton", "cuda", "auto"):
+        xp.set_kernel_policy(matmul=choice)  # never raises, even where cuBLAS is absent
+        if before is not None:
+            assert torch.backends.cuda.preferred_blas_library() == before
+    xp.clear_kernel_policy()
+    assert "triton" in policy.known_ops()["matmul"] and "cublasLt" in policy.known_ops()["matmul"]
+
+
+def test_policy_routes_triton_end_to_end(interpreter):
+    a, b = operands(9, 10, 11, torch.float32, "cpu")
+    calls = []
+    fn = xp.ops.providers("matmul")["triton"].fn
+    with xp.kernel_policy(matmul="triton"):
+        from xrt.pytorch.ops import _providers as P
+
+        orig = P._REGISTRY["matmul"]["triton"]
+        P._REGISTRY["matmul"]["triton"] = P.Provider("matmul", "triton", lambda *t: calls.append(1) or fn(*t),
+                                                     orig.missing)
+        try:
+            check_gemm(xp.ops.matmul(a, b), a, b, torch.float32)
+        finally:
+            P._REGISTRY["matmul"]["triton"] = orig
+    assert calls == [1]
+
+
+def test_gradcheck_float64_through_the_custom_ops():
+    a = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: _matmul_op(x, y, "torch"), (a, b))
+    a3 = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    b3 = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: _bmm_op(x, y, "torch"), (a3, b3))
+
+
+@pytest.mark.parametrize("op", ["matmul", "bmm"])
+def test_triton_gradients_against_float64(interpreter, op):
+    lead = (3,) if op == "bmm" else ()
+    a = torch.randn(*lead, 6, 11, dtype=torch.float64)
+    b = torch.randn(*lead, 11, 5, dtype=torch.float64)
+    g = torch.randn(*lead, 6, 5, dtype=torch.float64)
+    ar, br = a.clone().requires_grad_(), b.clone().requires_grad_()
+    torch.autograd.backward(ar @ br, g)
+    fn = getattr(xp.ops, op)
+    for compiled in (False, True):
+        af, bf = a.float().requires_grad_(), b.float().requires_grad_()
+        if compiled:  # through the custom op (the eager path skips its dispatch)
+            y = (_bmm_op if op == "bmm" else _matmul_op)(af, bf, "triton")
+        else:
+            y = fn(af, bf, provider="triton")
+        torch.autograd.backward(y, g.float())
+        check_gemm(af.grad, g, br.mT.detach(), torch.float32, what=f"da compiled={compiled}")
+        check_gemm(bf.grad, ar.mT.detach(), g, torch.float32, what=f"db compiled={compiled}")
+
+
+def test_opcheck():
+    for op, args in ((_matmul_op, (torch.randn(3, 17, requires_grad=True), torch.randn(17, 4, requires_grad=True))),
+                     (_bmm_op, (torch.randn(2, 3, 5, requires_grad=True), torch.randn(2, 5, 4, requires_grad=True)))):
+        result = torch.library.opcheck(op, (*args, "torch"))
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_compile_fullgraph(interpreter):
+    f = torch.compile(lambda x, y: xp.ops.matmul(x, y, provider="triton") * 2, backend="aot_eager", fullgraph=True)
+    a, b = operands(6, 5, 7, torch.float32, "cpu")
+    torch.testing.assert_close(f(a, b), (a @ b) * 2, rtol=1e-5, atol=1e-5)
+    g = torch.compile(lambda x, y: xp.ops.bmm(x, y, provider="torch") + 1, backend="aot_eager", fullgraph=True)
+    a, b = operands(6, 5, 7, torch.float32, "cpu", batch=2)
+    torch.testing.assert_close(g(a, b), torch.bmm(a, b) + 1)
+
+
+def test_tuned_config_reaches_the_kernel(tmp_path, monkeypatch):
+    tuned = {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4,
+             "num_stages": 2}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps([{"op": "matmul.triton", "device": "*", "dtype": "float32", "shape": "16x8x32",
+                                 "config": tuned}]))
+    monkeypatch.setenv("XRT_TUNED", str(path))
+    a = torch.randn(16, 20)
+    cfg = _tuned.config("matmul", "matmul.triton", a, (16, 8, 20))  # (M, N, K): bucket 16x8x32
+    assert dict(cfg) == tuned
+    other = _tuned.config("matmul", "matmul.triton", a, (16, 300, 20))
+    assert other["kernel"] == "persistent_tma"  # another bucket: the default
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: xp.ops.matmul(torch.randn(3, 4), torch.randn(5, 6)), r"a.shape\[-1\]=4 must equal b.shape\[-2\]=5"),
+    (lambda: xp.ops.matmul(torch.randn(3, 4), torch.randn(4, 6).double()), r"a.dtype=torch.float32 must equal"),
+    (lambda: xp.ops.matmul(torch.randn(4), torch.randn(4, 6)), r"\[M, K\] x \[K, N\]; got a.shape=\(4,\) \(1-D\)"),
+    (lambda: xp.ops.matmul(torch.randn(2, 3, 4), torch.randn(4, 6)), r"got a.shape=\(2, 3, 4\) \(3-D\)"),
+    (lambda: xp.ops.bmm(torch.randn(3, 4), torch.randn(4, 6)), r"\[B, M, K\] x \[B, K, N\]; got a.shape=\(3, 4\)"),
+    (lambda: xp.ops.bmm(torch.randn(2, 3, 4), torch.randn(3, 4, 6)), r"a.shape\[0\]=2 must equal b.shape\[0\]=3"),
+    (lambda: xp.ops.matmul(torch.randn(3, 4), torch.randn(4, 6), provider="cuda"), r"provider 'cuda' cannot take"),
+    (lambda: xp.ops.matmul(torch.randn(3, 4), torch.randn(4, 6), provider="flash"), r"provider='flash'.*cublasLt"),
+])
+def test_bad_input_is_one_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_bad_input_to_the_launchers():
+    from xrt.kernels.cuda.matmul import matmul as cuda_matmul
+    from xrt.kernels.cuda.matmul import plan
+    from xrt.kernels.triton.matmul import matmul as triton_matmul
+
+    a, b = torch.randn(3, 4), torch.randn(4, 6)
+    with pytest.raises(ValueError, match=r"CUDA C matmul needs CUDA tensors; a is on cpu"):
+        cuda_matmul(a, b)
+    with pytest.raises(ValueError, match=r"BLOCK_M=96 is outside the tuning space \[64, 128, 256\]"):
+        triton_matmul(a, b, {"BLOCK_M": 96})
+    with pytest.raises(ValueError, match=r"unknown tuning parameter\(s\) \['BM'\]"):
+        triton_matmul(a, b, {"BM": 64})
+    with pytest.raises(ValueError, match=r"Triton matmul: dtype torch.float64 is not supported"):
+        triton_matmul(a.double(), b.double())
+    with pytest.raises(ValueError, match=r"v4: no warp layout fits BM=64, BN=64, TM=8, TN=8"):
+        plan({"version": "v4", "BM": 64, "BN": 64, "BK": 8, "TM": 8, "TN": 8})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choice", ["triton", "cuda", "cublas", "cublasLt", "auto"])
+def test_policy_on_gpu(choice):
+    before = torch.backends.cuda.preferred_blas_library()
+    xp.set_kernel_policy(matmul="cublasLt")
+    xp.set_kernel_policy(matmul=choice)
+    want = {"cublas": torch._C._BlasBackend.Cublas, "cublasLt": torch._C._BlasBackend.Cublaslt}.get(choice, before)
+    assert torch.backends.cuda.preferred_blas_library() == want
+    a, b = operands(300, 200, 100, torch.float32, "cuda", transpose=True)
+    a.requires_grad_()
+    y = xp.ops.matmul(a, b)
+    check_gemm(y.detach(), a.detach(), b, torch.float32, c=64 if choice.startswith("cublas") else 4)
+    y.sum().backward()
+    assert a.grad is not None
+    xp.clear_kernel_policy()
+    assert torch.backends.cuda.preferred_blas_library() == before
+
+
+@pytest.mark.gpu
+def test_compile_on_gpu():
+    f = torch.compile(lambda x, y: xp.ops.matmul(x, y, provider="triton").relu(), fullgraph=True)
+    a, b = operands(256, 512, 128, torch.bfloat16, "cuda")
+    torch.testing.assert_close(f(a, b), (a.float() @ b.float()).relu().bfloat16(), rtol=2e-2, atol=2e-2)

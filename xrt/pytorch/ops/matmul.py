@@ -1,0 +1,175 @@
+"""``xrt.pytorch.ops.matmul`` and ``bmm``: GEMM through torch (cuBLAS / cuBLASLt) or xrt's kernels.
+
+The ``matmul`` policy governs both ops. ``default``, ``cublas`` and ``cublasLt`` set torch's
+preferred BLAS library and these ops call ``torch.mm`` / ``torch.bmm``; ``triton`` (fp16, bf16,
+fp32 without tf32) and ``cuda`` (fp32 SIMT) run xrt's kernels through the ``xrt::matmul`` /
+``xrt::bmm`` custom ops; ``auto`` takes the first of :data:`AUTO_ORDER` that can run the input.
+
+The ladder is the one of :mod:`.square`: kernels (``xrt.kernels.{reference,triton,cuda}.matmul``)
+-> providers registered here, tuned configs bucketed by ``(M, N, K)`` (``bmm``: ``(B, M, N, K)``)
+-> the custom ops (fake implementations for torch.compile; the backward is two more GEMMs of the
+same provider) -> :func:`matmul` and :func:`bmm`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xrt.kernels import checks
+from xrt.pytorch import policy
+from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch.ops import _checks as C
+from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import _tuned as T
+
+T.register_kernels("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
+T.register_kernels("bmm", module="matmul", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
+
+
+
+def _cuda_missing(x: torch.Tensor) -> str | None:
+    why = P.cuda_missing(x)
+    if why is None and x.dtype != torch.float32:
+        why = f"the CUDA C GEMM is fp32 only (SIMT SGEMM), got {x.dtype}"
+    return why
+
+
+for _op in ("matmul", "bmm"):  # the CUDA C provider says up front that it takes fp32 only
+    P.register(_op, "cuda", _cuda_missing)(P.get(_op, "cuda").fn)
+
+# What ``matmul=auto`` runs, per device type: torch's GEMM (cuBLAS on CUDA) until measurements show
+# one of xrt's kernels ahead (docs/kernels.md, the GEMM family); then put it first here.
+AUTO_ORDER = {"cuda": ("torch",), "cpu": ("torch",)}
+_TORCH = {"matmul": torch.mm, "bmm": torch.bmm}
+
+
+def _provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
+    """The provider that runs ``op`` on ``a``: ``torch`` or one of xrt's (checked to run here)."""
+    if explicit == "torch":
+        return "torch"
+    try:
+        choice = policy.resolve("matmul", explicit)
+    except ValueError as e:
+        raise ValueError(f"{op}: provider={explicit!r} is not 'torch' or a matmul policy choice: {e}") from None
+    if choice in policy.MATMUL_BLAS:
+        return "torch"
+    if choice == policy.AUTO:
+        for name in AUTO_ORDER.get(a.device.type, ("torch",)):
+            if name == "torch" or P.get(op, name).missing(a) is None:
+                return name
+        return "torch"
+    why = P.get(op, choice).missing(a)
+    if why:
+        raise ValueError(f"xrt op {op!r}: provider {choice!r} cannot take a {a.dtype} tensor on {a.device}: {why}")
+    return choice
+
+
+def _check(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    a = cast_for_hint(C.floating("a", op, a))
+    b = cast_for_hint(C.floating("b", op, b))
+    checks.gemm(op, a, b, rank)
+    return a, b
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, b, provider = inputs
+    ctx.provider = provider
+    ctx.save_for_backward(a, b)
+
+
+# -- xrt::matmul ----------------------------------------------------------------------------------
+
+@torch.library.custom_op("xrt::matmul", mutates_args=())
+def _matmul_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    return P.get("matmul", provider).fn(a, b)
+
+
+@_matmul_op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _matmul_backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    da = _matmul_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
+    db = _matmul_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
+    return da, db, None
+
+
+_matmul_op.register_autograd(_matmul_backward, setup_context=_setup_context)
+_eager_matmul = P.eager_autograd("matmul", _setup_context, _matmul_backward)
+
+
+# -- xrt::bmm -------------------------------------------------------------------------------------
+
+@torch.library.custom_op("xrt::bmm", mutates_args=())
+def _bmm_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    return P.get("bmm", provider).fn(a, b)
+
+
+@_bmm_op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+
+def _bmm_backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    da = _bmm_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
+    db = _bmm_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
+    return da, db, None
+
+
+_bmm_op.register_autograd(_bmm_backward, setup_context=_setup_context)
+_eager_bmm = P.eager_autograd("bmm", _setup_context, _bmm_backward)
+
+_OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
+
+
+def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
+    name = _provider(op, a, provider)
+    if name == "torch":
+        return _TORCH[op](a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
+    custom, eager = _OPS[op]
+    route = P.route(a, b)
+    fn = P.get(op, name).fn
+    if route == P.DIRECT and not P.profiling():
+        return fn(a, b)  # what the custom op would run, without its dispatch
+    with P.op_range(op, name):
+        if route == P.DIRECT:
+            return fn(a, b)
+        if route == P.DIRECT_GRAD:
+            return eager.apply(a, b, name)
+        return custom(a, b, name)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
+    """``a @ b`` for 2-D ``a`` [M, K] and ``b`` [K, N] of one floating dtype, on one device.
+
+    Args:
+        a, b: the operands; any strides (the Triton kernel reads transposed views in place, the
+            CUDA C kernel copies them to row-major first).
+        provider: ``"torch"`` or a ``matmul`` policy choice (``"default"``, ``"cublas"``,
+            ``"cublasLt"``: torch; ``"triton"``, ``"cuda"``: xrt's kernels; ``"auto"``); overrides
+            the policy. ``"cuda"`` is fp32 only; ``"triton"`` takes fp16, bf16 and fp32 (no tf32).
+
+    Returns:
+        ``[M, N]`` in the operands' dtype (fp32 accumulation), contiguous. Differentiable in both.
+
+    >>> matmul(torch.ones(2, 3), torch.ones(3, 4)).shape
+    torch.Size([2, 4])
+    """
+    a, b = _check("matmul", a, b, 2)
+    return _call("matmul", a, b, provider)
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
+    """``torch.bmm(a, b)`` for ``a`` [B, M, K] and ``b`` [B, K, N]: :func:`matmul` per batch entry.
+
+    Args and returns as :func:`matmul`, with the batch dim in front: ``[B, M, N]``. The Triton
+    and CUDA C kernels put the batch in the launch grid: one launch for the whole batch.
+
+    >>> bmm(torch.ones(5, 2, 3), torch.ones(5, 3, 4)).shape
+    torch.Size([5, 2, 4])
+    """
+    a, b = _check("bmm", a, b, 3)
+    return _call("bmm", a, b, provider)
