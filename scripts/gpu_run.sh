@@ -9,6 +9,8 @@
 # host     : benchmarks/host_cost.py, host cost per call side by side with torch (docs/runtime.md)
 # gate     : a planted 50 µs of Python per call must fail xrt gate (tests/test_host_gate.py)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
+# suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
+#            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -43,6 +45,10 @@ for step in "$@"; do
         | tee "$OUT/gate.log" | tail -30 ;;
     gpucheck)
       python3 -m xrt.bench.gpucheck --out "$OUT/gpucheck" 2>&1 | tee "$OUT/gpucheck.log" | tail -30 ;;
+    suite)
+      rm -rf "$OUT/suite"
+      python3 scripts/suite_report.py run --out "$OUT/suite" --device cuda:0 2>&1 | tee "$OUT/suite.log" | tail -30
+      rm -rf "$OUT/suite/triton-cache" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

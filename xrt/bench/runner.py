@@ -118,6 +118,9 @@ def _asv_config(worktree: Path, t: Target) -> tuple[Path, Path]:
     out = f".xrt-results-{t.machine}"
     conf["results_dir"] = out
     conf["html_dir"] = f".xrt-html-{t.machine}"
+    # asv resolves the configured branches even with --set-commit-hash: in a clone without `main`
+    # it stopped with "Unknown branch main". The worktree's HEAD is the commit being measured.
+    conf["branches"] = ["HEAD"]
     path = worktree / f".xrt-asv-{t.machine}.conf.json"
     path.write_text(json.dumps(conf, indent=1))
     return path, worktree / out

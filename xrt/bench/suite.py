@@ -64,8 +64,16 @@ def host_timer() -> float:
 
 
 def profile() -> str:
-    """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import."""
-    value = os.environ.get("XRT_BENCH_PROFILE", "full")
+    """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import.
+
+    Unset (plain ``asv run``): ``full`` where the machine has an NVIDIA GPU (its driver lists one
+    under /proc/driver/nvidia/gpus: no torch import needed to list the suites), else ``quick``.
+    ``xrt bench run`` always sets it.
+    """
+    value = os.environ.get("XRT_BENCH_PROFILE")
+    if value is None:
+        gpus = "/proc/driver/nvidia/gpus"
+        return "full" if os.path.isdir(gpus) and os.listdir(gpus) else "quick"
     if value not in ("quick", "full"):
         raise ValueError(f"XRT_BENCH_PROFILE={value!r}: choose quick or full")
     return value
