@@ -57,19 +57,21 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
     monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
     monkeypatch.setenv("XRT_BENCH_OPS", "square")
+    monkeypatch.setenv("XRT_BENCH_SERIES", "device")
     cls = suite.make_suite("square", "Square", "bench_ops")
     lines = []
-    cache = suite.measure_all(suite.selected_ops(), suite.Case, "bench_ops", "time_op", log=lines.append)
-    # One setup_cache for every class of the module: asv keys it by its definition, runs it once.
-    other = suite.make_suite("softmax", "Softmax", "bench_ops").setup_cache
-    assert other.__code__ is cls.setup_cache.__code__ and cls.setup_cache.timeout == suite.CACHE_TIMEOUT
-    combos = [("square", *p) for p in itertools.product(*suite.params_for("square")[0])]
+    cache = suite.measure_all(suite.selected_ops(), suite.selected_series(), log=lines.append)
+    # One setup_cache for every class of both modules: asv keys it by its definition, runs it once.
+    for other in (suite.make_suite("softmax", "Softmax", "bench_ops"), suite.make_host_suite("square", "Square", "h")):
+        assert other.setup_cache is cls.setup_cache
+    assert cls.setup_cache.timeout == suite.CACHE_TIMEOUT
+    combos = [("device", "square", *p) for p in itertools.product(*suite.params_for("square")[0])]
     assert sorted(cache) == sorted(combos) and len(lines) == len(combos) + 1  # one progress line each
     p = ("4096", "float32", "torch", "default")
     b = cls()
     b.setup(cache, *p)
     n = b.repeat[0]
-    want = cache[("square", *p)]["samples"]
+    want = cache[("device", "square", *p)]["samples"]
     assert b.repeat == (n, n, 30.0) and n == len(want) and suite.MIN_SAMPLES <= n <= suite.MAX_ASV_SAMPLES
     got = []
     for _ in range(n):  # as asv does: setup again before every sample (it must not re-arm), one call
@@ -84,11 +86,11 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= len(want)
     assert len(rec["sm_mhz"]) == len(rec["reasons"]) == len(want)
     # A provider that cannot run here is an asv skip (NotImplementedError), not a failure.
-    assert "cannot run here" in cache[("square", "4096", "bfloat16", "triton", "default")]["skip"]
+    assert "cannot run here" in cache[("device", "square", "4096", "bfloat16", "triton", "default")]["skip"]
     with pytest.raises(NotImplementedError, match="cannot run here"):
         cls().setup(cache, "4096", "bfloat16", "triton", "default")
     # A combination whose measuring failed fails alone, with the measuring error.
-    broken = {**cache, ("square", *p): {"error": "RuntimeError: boom"}}
+    broken = {**cache, ("device", "square", *p): {"error": "RuntimeError: boom"}}
     with pytest.raises(RuntimeError, match="boom"):
         cls().setup(broken, *p)
     with pytest.raises(RuntimeError, match="XRT_BENCH_OPS"):
@@ -108,9 +110,11 @@ def test_measure_all_isolates_a_failing_combination(monkeypatch, interpreter):
         return real(args, provider, config)
 
     monkeypatch.setitem(specs.SPECS, "square", dataclasses.replace(spec, call=call))
-    cache = suite.measure_all(["square"], suite.Case, "bench_ops", "time_op", log=lambda m: None)
-    assert cache[("square", "4096", "float32", "triton", "default")] == {"error": "RuntimeError: compile error"}
-    assert len(cache[("square", "4096", "float32", "torch", "default")]["samples"]) >= suite.MIN_SAMPLES
+    cache = suite.measure_all(["square"], ["device", "host"], log=lambda m: None)
+    for ser in ("device", "host"):
+        assert cache[(ser, "square", "4096", "float32", "triton", "default")] == {
+            "error": "RuntimeError: compile error"}
+    assert len(cache[("device", "square", "4096", "float32", "torch", "default")]["samples"]) >= suite.MIN_SAMPLES
 
 
 def test_bench_ops_env_names_a_bad_op(monkeypatch):
@@ -119,6 +123,9 @@ def test_bench_ops_env_names_a_bad_op(monkeypatch):
         suite.selected_ops()
     monkeypatch.delenv("XRT_BENCH_OPS")
     assert "square" in suite.selected_ops() and suite.class_name("layernorm_bwd") == "LayernormBwd"
+    monkeypatch.setenv("XRT_BENCH_SERIES", "device,hots")
+    with pytest.raises(ValueError, match="XRT_BENCH_SERIES='device,hots': no series hots"):
+        suite.selected_series()
 
 
 def test_host_suite_replays_the_host_samples_and_writes_the_sidecar(monkeypatch, tmp_path, interpreter):
@@ -135,8 +142,9 @@ def test_host_suite_replays_the_host_samples_and_writes_the_sidecar(monkeypatch,
         real(self)
 
     monkeypatch.setattr(suite.HostCase, "sample", counted)
-    cache = suite.measure_all(["square"], suite.HostCase, "bench_host", "time_host", log=lambda m: None)
-    want = cache[("square", *p)]["samples"]
+    cache = suite.measure_all(["square"], ["host"], log=lambda m: None)
+    assert {k[0] for k in cache} == {"host"}
+    want = cache[("host", "square", *p)]["samples"]
     assert suite.HOST_MIN_SAMPLES <= len(want) <= suite.HOST_SAMPLES
     b = cls()
     d0 = suite.device_timer()
@@ -156,7 +164,7 @@ def test_host_suite_replays_the_host_samples_and_writes_the_sidecar(monkeypatch,
     assert suite.HOST_MIN_SAMPLES >= 5  # the gate's minimum a side
     # No bytes (no bandwidth from host time) and no clocks: cycles are given, all None.
     assert "bytes" not in rec and rec["cycles"] == [None] * len(want)
-    assert "cannot run here" in cache[("square", "4096", "bfloat16", "triton", "default")]["skip"]
+    assert "cannot run here" in cache[("host", "square", "4096", "bfloat16", "triton", "default")]["skip"]
 
 
 def test_bench_measure_reports_device_and_host_time(capsys, monkeypatch):

@@ -324,6 +324,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                            "XRT_BENCH_PROFILE": profile,
                            # the one setup_cache per series measures these ops only (xrt.bench.suite)
                            "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
+                           "XRT_BENCH_SERIES": ",".join(sources.series_matching(bench, units)) or "device",
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     config, out = _asv_config(wt, t)
                     narrowed = bench if units == sources.units() else sources.bench_regex(units, bench)

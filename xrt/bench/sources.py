@@ -118,3 +118,16 @@ def units_matching(user: str | None) -> list[str]:
         if any(rx.search(n) for n in names):
             out.append(u)
     return out
+
+
+def series_matching(user: str | None, selected: list[str]) -> list[str]:
+    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``) ``--bench user`` runs
+    for the ``selected`` units: what the one ``setup_cache`` needs to measure."""
+    from xrt.bench.suite import SERIES, class_name
+
+    ops = [u for u in selected if u != ALLOCATOR]
+    if not user:
+        return list(SERIES)
+    rx = re.compile(user)
+    return [s for s, (module, method) in SERIES.items()
+            if any(rx.search(f"{module}.{class_name(u)}.{method}") for u in ops)]

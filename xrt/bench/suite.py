@@ -9,12 +9,14 @@ not about Python and launch overhead.
 
 How it fits together (docs/timing.md, "Suite cost", says why it is built this way):
 
-* each op class's ``setup_cache`` (asv runs it once per class, in one process, before the class's
-  combinations) measures *every* parameter combination of the op (op x shape x dtype x provider x
-  config) with :func:`measure_all`: inputs built once per shape and dtype, each combination loaded
-  (compiled) once and measured once by :func:`~xrt.bench.timer.measure` (its adaptive stopping
-  rule, L2 flush, batched device events, clocks per sample), its sidecar written. The CUDA context,
-  the imports and Triton's cache are paid once per class, not once per combination;
+* one ``setup_cache``, shared by every class of ``bench_ops`` and ``bench_host`` (asv keys it by its
+  definition and runs it once, in one process, before the first of them), measures *every*
+  parameter combination (op x shape x dtype x provider x config) of both series with
+  :func:`measure_all`: inputs built once per op, shape and dtype, each combination loaded
+  (compiled) and measured once per series by :func:`~xrt.bench.timer.measure` (its adaptive
+  stopping rule, L2 flush, batched device events, clocks per sample) or by the host timer, its
+  sidecar written. Imports, the CUDA context and Triton's cache are paid once per run, not once
+  per combination;
 * asv then runs, as always, one process per combination; its ``setup`` arms that combination's
   measured samples (or skips it: ``NotImplementedError``, or fails it: the measuring error) and
   sets ``repeat`` to their count; each call of the ``time_`` method adds the next sample to
@@ -26,8 +28,7 @@ How it fits together (docs/timing.md, "Suite cost", says why it is built this wa
 The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the same glue around
 :func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
 ``bench_ops.<Op>.time_op``, each asv sample the host seconds per call of a few back-to-back calls
-(docs/timing.md, "Host time"), measured the same way: all of a class's combinations in its
-``setup_cache``, replayed to asv.
+(docs/timing.md, "Host time"), measured in the same ``setup_cache`` and replayed to asv the same way.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from xrt.bench import specs
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
 MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
-CACHE_TIMEOUT = 3600  # seconds for one class's setup_cache: every combination of one op
+CACHE_TIMEOUT = 3600  # seconds for the setup_cache: every combination of every selected op and series
 HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 # ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
 # seconds of sampling once it has HOST_MIN_SAMPLES (the gate needs 5 a side).
@@ -304,12 +305,15 @@ def _xrt_source() -> str:
     return here if here == kernels else f"{here} (kernels from {kernels})"
 
 
-def selected_ops() -> list[str]:
-    """The ops whose combinations a series' ``setup_cache`` measures: ``$XRT_BENCH_OPS`` or all.
+SERIES = {"device": ("bench_ops", "time_op"), "host": ("bench_host", "time_host")}  # series -> (module, method)
 
-    ``xrt bench run`` sets it to the ops its ``--bench`` / ``--changed-only`` selection runs (the
-    cache is one per series: asv runs it once for every class of the module). Plain ``asv run``
-    leaves it unset: every op is measured, whatever ``-b`` selects.
+
+def selected_ops() -> list[str]:
+    """The ops whose combinations the ``setup_cache`` measures: ``$XRT_BENCH_OPS`` or all.
+
+    ``xrt bench run`` sets it to the ops its ``--bench`` / ``--changed-only`` selection runs (there
+    is one cache for every class of both suite modules: asv runs it once). Plain ``asv run`` leaves
+    it unset: every op is measured, whatever ``-b`` selects.
     """
     value = os.environ.get("XRT_BENCH_OPS")
     if value is None or value.strip() in ("", "all"):
@@ -324,57 +328,90 @@ def selected_ops() -> list[str]:
     return ops
 
 
+def selected_series() -> list[str]:
+    """``$XRT_BENCH_SERIES`` (``device``, ``host`` or both, comma-separated; set by ``xrt bench run``
+    from ``--bench``) or both."""
+    value = os.environ.get("XRT_BENCH_SERIES")
+    if value is None or not value.strip():
+        return list(SERIES)
+    series = [x.strip() for x in value.split(",") if x.strip()]
+    unknown = [x for x in series if x not in SERIES]
+    if unknown:
+        raise ValueError(f"XRT_BENCH_SERIES={value!r}: no series {', '.join(unknown)}; known: {', '.join(SERIES)}")
+    return series
+
+
 def class_name(op: str) -> str:
     """The asv class of an op in ``benchmarks/bench_ops.py`` and ``bench_host.py``: square_sum -> SquareSum."""
     return "".join(part.capitalize() for part in op.split("_"))
 
 
-def measure_all(ops: list[str], kind: type[_Inputs], module: str, method: str, prof: str | None = None,
+def measure_all(ops: list[str], series: list[str] | None = None, prof: str | None = None,
                 log=None) -> dict[tuple, dict[str, Any]]:
-    """Measure every combination of ``ops`` in this process: what a series' ``setup_cache`` returns.
+    """Measure every combination of ``ops`` in this process: what the suites' ``setup_cache`` returns.
 
-    Inputs are built once per op, shape and dtype (and dropped before the next), each combination
-    is loaded and measured once, its sidecar written. Returns, per ``(op, *params)``,
+    Inputs are built once per op, shape and dtype (and dropped before the next) and serve both
+    series; each combination is loaded and measured once per series (``device``: :class:`Case`,
+    ``host``: :class:`HostCase`), its sidecar written. Returns, per ``(series, op, *params)``,
     ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a ``NotImplementedError`` in setup
     was) or ``{"error": what}`` (asv: that combination failed; the others still run). Progress goes
-    to stderr, one line a combination.
+    to stderr, one line a combination and series.
     """
     import sys
     import time
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    series = list(SERIES) if series is None else series
+    kinds = {"device": Case, "host": HostCase}
     combos = [(op, *p) for op in ops for p in itertools.product(*params_for(op, prof)[0])]
     out: dict[tuple, dict[str, Any]] = {}
     inputs_key, inputs = None, None
     t_all = time.perf_counter()
-    for i, (op, *p) in enumerate(combos, 1):
-        t0 = time.perf_counter()
-        bench_name = f"{module}.{class_name(op)}.{method}"
-        try:
-            if inputs_key != (op, *p[:2]):
-                inputs_key, inputs = (op, *p[:2]), None
-                inputs = make_inputs(op, *p[:2])
-            c = kind(op, *p, inputs=inputs)
-            c.write_sidecar(bench_name)
-            out[(op, *p)] = {"samples": list(c.samples)}
-            what = f"{len(c.samples)} samples"
-        except NotImplementedError as e:
-            out[(op, *p)] = {"skip": str(e)}
-            what = "skipped"
-        except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
-            out[(op, *p)] = {"error": f"{type(e).__name__}: {e}"}
-            what = f"FAILED: {type(e).__name__}: {e}"
-        log(f"[{module}.{method} {i}/{len(combos)}] {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
-    log(f"[{module}.{method}] {len(combos)} combinations of {len(ops)} op(s) in {time.perf_counter() - t_all:.1f} s")
+    n = len(combos) * len(series)
+    i = 0
+    for op, *p in combos:
+        for ser in series:
+            i += 1
+            t0 = time.perf_counter()
+            module, method = SERIES[ser]
+            bench_name = f"{module}.{class_name(op)}.{method}"
+            key = (ser, op, *p)
+            try:
+                if inputs_key != (op, *p[:2]):
+                    inputs_key, inputs = (op, *p[:2]), None
+                    inputs = make_inputs(op, *p[:2])
+                c = kinds[ser](op, *p, inputs=inputs)
+                c.write_sidecar(bench_name)
+                out[key] = {"samples": list(c.samples)}
+                what = f"{len(c.samples)} samples"
+            except NotImplementedError as e:
+                out[key] = {"skip": str(e)}
+                what = "skipped"
+            except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
+                out[key] = {"error": f"{type(e).__name__}: {e}"}
+                what = f"FAILED: {type(e).__name__}: {e}"
+            log(f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
+    log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
+        f"{time.perf_counter() - t_all:.1f} s")
     return out
+
+
+def _setup_cache(self) -> dict:
+    """Every class of ``bench_ops`` and ``bench_host`` has this one ``setup_cache``: asv keys it by
+    its definition (module and line), so it runs once, in one process, for both modules."""
+    return measure_all(selected_ops(), selected_series())
+
+
+_setup_cache.timeout = CACHE_TIMEOUT
 
 
 def _replay_setup(cache: dict, key: tuple, what: str) -> int:
     """asv's ``setup`` of a measured combination: skip, fail, or arm its samples; the sample count."""
     entry = cache.get(key)
     if entry is None:
-        raise RuntimeError(f"{what} {' '.join(key[1:])}: not measured by the series' setup_cache "
-                           f"(XRT_BENCH_OPS={os.environ.get('XRT_BENCH_OPS', '')!r} leaves {key[0]} out)")
+        raise RuntimeError(f"{what} {' '.join(key[2:])}: not measured by the suites' setup_cache "
+                           f"(XRT_BENCH_OPS={os.environ.get('XRT_BENCH_OPS', '')!r}, "
+                           f"XRT_BENCH_SERIES={os.environ.get('XRT_BENCH_SERIES', '')!r} leave it out)")
     if "skip" in entry:
         raise NotImplementedError(entry["skip"])
     if "error" in entry:
@@ -389,13 +426,6 @@ def make_suite(op: str, class_name: str, module: str) -> type:
     params, names = params_for(op)
     bench_name = f"{module}.{class_name}.time_op"
 
-    # One function for every class: asv keys setup_cache by its definition, so it runs this once for
-    # the whole module (one process: imports, CUDA context and Triton's cache paid once).
-    def setup_cache(self) -> dict:
-        return measure_all(selected_ops(), Case, module, "time_op")
-
-    setup_cache.timeout = CACHE_TIMEOUT
-
     class Suite:
         timer = staticmethod(device_timer)
         number = 1
@@ -406,13 +436,15 @@ def make_suite(op: str, class_name: str, module: str) -> type:
         timeout = 300
 
         def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, (op, *p), bench_name)
+            n = _replay_setup(cache, ("device", op, *p), bench_name)
             self.repeat = (n, n, 30.0)  # asv takes exactly the measured samples
 
         def time_op(self, cache: dict, *p: str) -> None:
-            DEVICE_CLOCK[0] += _REPLAY[(bench_name, op, *p)].pop()
+            DEVICE_CLOCK[0] += _REPLAY[(bench_name, "device", op, *p)].pop()
 
-    Suite.setup_cache = setup_cache
+    # One function for every class of both modules (one process: imports, CUDA context, inputs and
+    # Triton's cache paid once).
+    Suite.setup_cache = _setup_cache
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
     Suite.__doc__ = f"{op}: device time per call (asv samples are single device-timed calls)."
@@ -428,11 +460,6 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
     params, names = params_for(op)
     bench_name = f"{module}.{class_name}.time_host"
 
-    def setup_cache(self) -> dict:  # once for the module, as make_suite's
-        return measure_all(selected_ops(), HostCase, module, "time_host")
-
-    setup_cache.timeout = CACHE_TIMEOUT
-
     class Suite:
         timer = staticmethod(host_timer)
         number = 1
@@ -443,13 +470,13 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
         timeout = 300
 
         def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, (op, *p), bench_name)
+            n = _replay_setup(cache, ("host", op, *p), bench_name)
             self.repeat = (n, n, 30.0)
 
         def time_host(self, cache: dict, *p: str) -> None:
-            HOST_CLOCK[0] += _REPLAY[(bench_name, op, *p)].pop()
+            HOST_CLOCK[0] += _REPLAY[(bench_name, "host", op, *p)].pop()
 
-    Suite.setup_cache = setup_cache
+    Suite.setup_cache = _setup_cache  # make_suite's: one for both modules
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
     Suite.__doc__ = f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls)."
