@@ -231,6 +231,9 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     out = subprocess.run([sys.executable, "-m", "xrt.cli", "bench", "run", "--repo", str(clone), "--commits", "HEAD",
                           "--quick", "--bench", "Square"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    # progress while asv runs: one line a combination and series, Square's only (XRT_BENCH_OPS)
+    progress = [ln for ln in out.stderr.splitlines() if "[suite " in ln]
+    assert len(progress) == 8 and "[suite 8/8]" in progress[-1] and all(" square " in ln for ln in progress), progress
     summary = json.loads(out.stdout)
     (entry,) = summary["commits"]
     assert entry["commit"] == head

@@ -262,10 +262,13 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
     return copied
 
 
-def _finished(procs: list[tuple], t0: float):
-    """Yield each process's tuple plus (exit code, seconds since ``t0``) in the order they end."""
+def _finished(procs: list[tuple], t0: float, tick=None):
+    """Yield each process's tuple plus (exit code, seconds since ``t0``) in the order they end;
+    ``tick()`` is called while waiting (progress)."""
     pending = list(procs)
     while pending:
+        if tick is not None:
+            tick()
         for item in list(pending):
             rc = item[-1].poll()
             if rc is not None:
@@ -321,6 +324,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                                                         if p])
                     env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
                            "XRT_SIDECAR_DIR": str(side),
+                           "XRT_PROGRESS_FILE": str(work / f"progress-{commit[:12]}-{t.machine}.log"),
                            "XRT_BENCH_PROFILE": profile,
                            # the one setup_cache per series measures these ops only (xrt.bench.suite)
                            "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
@@ -337,7 +341,22 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                                                                        stderr=subprocess.STDOUT)))
                 if len(procs) > 1:
                     log(f"[{i}/{len(commits)}] {commit[:10]}: {len(procs)} asv processes in parallel, one per GPU")
-                for t, side, out, logf, _proc, rc, took in _finished(procs, t0):
+                seen: dict[str, int] = {}
+
+                def tick(procs=procs, seen=seen, i=i, commit=commit) -> None:
+                    for t, *_ in procs:
+                        path = work / f"progress-{commit[:12]}-{t.machine}.log"
+                        try:
+                            text = path.read_text()
+                            lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
+                        except OSError:
+                            continue
+                        for line in lines[seen.get(t.machine, 0):]:
+                            log(f"  [{i}/{len(commits)}] {commit[:10]} {t.machine}: {line}")
+                        seen[t.machine] = len(lines)
+
+                for t, side, out, logf, _proc, rc, took in _finished(procs, t0, tick):
+                    tick()
                     logf.close()
                     facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
                     log_text = Path(logf.name).read_text()

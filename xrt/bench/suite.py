@@ -357,10 +357,9 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     was) or ``{"error": what}`` (asv: that combination failed; the others still run). Progress goes
     to stderr, one line a combination and series.
     """
-    import sys
     import time
 
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    log = log or _progress_log
     series = list(SERIES) if series is None else series
     kinds = {"device": Case, "host": HostCase}
     combos = [(op, *p) for op in ops for p in itertools.product(*params_for(op, prof)[0])]
@@ -394,6 +393,18 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
         f"{time.perf_counter() - t_all:.1f} s")
     return out
+
+
+def _progress_log(line: str) -> None:
+    """stderr, and ``$XRT_PROGRESS_FILE`` when set: asv keeps setup_cache's output until it ends, so
+    ``xrt bench run`` follows this file to show the run's progress as it goes."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+    path = os.environ.get("XRT_PROGRESS_FILE")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 def _setup_cache(self) -> dict:
