@@ -326,7 +326,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                            "XRT_SIDECAR_DIR": str(side),
                            "XRT_PROGRESS_FILE": str(work / f"progress-{commit[:12]}-{t.machine}.log"),
                            "XRT_BENCH_PROFILE": profile,
-                           # the one setup_cache per series measures these ops only (xrt.bench.suite)
+                           # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
                            "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
                            "XRT_BENCH_SERIES": ",".join(sources.series_matching(bench, units)) or "device",
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
