@@ -35,7 +35,7 @@ MIN_US = 20.0
 
 
 def _results(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*/*.json") if p.name != "machine.json")
+    return sorted(p for p in folder.glob("*/*.json") if p.name != "machine.json" and not p.name.endswith(".xrt.json"))
 
 
 def load_cases(folder: Path) -> dict[tuple[str, str, str], list[float] | None]:
@@ -43,6 +43,8 @@ def load_cases(folder: Path) -> dict[tuple[str, str, str], list[float] | None]:
     out: dict[tuple[str, str, str], list[float] | None] = {}
     for f in _results(folder):
         d = json.loads(f.read_text())
+        if "result_columns" not in d or "results" not in d:
+            continue  # not an asv result file
         cols = d["result_columns"]
         for name, row in d["results"].items():
             row = row + [None] * (len(cols) - len(row))
