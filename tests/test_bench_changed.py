@@ -151,3 +151,11 @@ def test_asv_config_of_a_run_does_not_need_a_main_branch(tmp_path):
     config, out = runner._asv_config(tmp_path, runner.Target(cpu, runner._pin(cpu)))
     conf = json.loads(config.read_text())
     assert conf["branches"] == ["HEAD"] and out == tmp_path / ".xrt-results-node-a-cpu"
+
+
+def test_allocator_suite_skips_on_the_cpu_target_without_torch(monkeypatch):
+    from benchmarks.bench_allocator import AllocatorFragmentation
+
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    with pytest.raises(NotImplementedError, match=r"needs a CUDA device \(XRT_DEVICE=cpu\)"):
+        AllocatorFragmentation().setup(False)
