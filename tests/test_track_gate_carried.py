@@ -57,6 +57,7 @@ def test_carried_from_base_is_its_own_outcome_and_passes(world, capsys):
     assert "1 series carried forward at head" in out and f"1 from {base[:10]} (base)" in out, out
     v = gate.judge(db, base, head, history=False)
     assert v.counts["carried"] == 1 and v.counts["compared"] == 1 and v.carried_compared == 0
+    assert v.carried_from == {base: 1}
     with store.read(db) as con:
         assert con.execute("SELECT unit, from_commit FROM carried WHERE commit_hash = ?", [head]).fetchall() == [
             ("square", base)]
@@ -123,3 +124,18 @@ def test_a_bad_carried_file_is_named_and_blocks(world, capsys):
     _carry(root, head, base)
     ingest(root, db, repo=str(repo), echo=lambda s: None)
     assert _gate(capsys, db, base, head)[0] == 0
+
+
+def test_a_commit_with_nothing_but_carried_units_is_found_and_judged(world, capsys):
+    """A docs-only commit: no result file at all, only its .carried record; the gate finds it by prefix."""
+    repo, commits, root, rng, db = world
+    base, head = commits[-2], commits[-1]
+    synth.write_run(root, "h100", base, synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), N - 2, 1980)
+    (root / "h100" / f"{head}.carried").write_text(json.dumps(
+        {"schema": "xrt-carried/1", "commit": head, "machine": "h100",
+         "carried": {"square": {"from": base, "since": base, "reason": "sources unchanged"}}}))
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    # the other series (bench_ops.Launch) belongs to no unit: it was not carried, so it is missing
+    code = main(["gate", "--db", str(db), "--base", base[:10], "--head", head[:10], "--no-history"])
+    out = capsys.readouterr().out
+    assert code == 2 and "1 series carried forward at head" in out and "missing at head" in out, out

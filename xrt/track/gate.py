@@ -306,7 +306,6 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         out = _outcome(b, h)
         carried = (h or {}).get("carried_from")
         if carried:
-            v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
             if out is not None and out.blocks:
                 out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
         if out is None and carried == base:
@@ -339,6 +338,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = CARRIED
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
+        if out is CARRIED:
+            v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
         v.counts[out.name] += 1
     v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name] + v.carried_compared
     for o in (NEW_AT_HEAD, SKIPPED_BOTH):
