@@ -6,8 +6,10 @@ Times, separately: a bare Python process start; importing torch, torch._dynamo, 
 xrt.pytorch in a fresh process (what asv's forkserver pays once and a spawned process pays every
 time); a fork of a process that holds them (what asv pays per combination with forkserver); and,
 per combination of the profile's device and host series: building the inputs, the first call
-(compile / load), the timer's measurement, and the time asv spends re-running setup/teardown
-around each replayed sample. Nothing here is asv's own code: it is the cost of our pieces.
+(compile / load), the timer's measurement (uncapped, as the pre-#15 pilot ran), the clock's
+calibration, a second pass of single synchronised calls as many as the suites' sample count (what
+asv's re-sampling cost before issue #15; the suites no longer do it) and the host measurement.
+Nothing here is asv's own code: it is the cost of our pieces (docs/timing.md, "Suite cost").
 """
 
 from __future__ import annotations
