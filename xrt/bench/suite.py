@@ -44,6 +44,9 @@ from xrt.bench import specs
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
 MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
+# asv's version of the suites' benchmarks: 2 = measured once in setup_cache (issue #15); before, a
+# hash of the suite code.
+SUITE_VERSION = "xrt-suite-2"
 CACHE_TIMEOUT = 3600  # seconds for the setup_cache: every combination of every selected op and series
 HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 # ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
@@ -439,6 +442,9 @@ def make_suite(op: str, class_name: str, module: str) -> type:
 
     class Suite:
         timer = staticmethod(device_timer)
+        # asv's benchmark version (else a hash of this code): results of different versions are not
+        # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
+        version = SUITE_VERSION
         number = 1
         warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
@@ -473,6 +479,7 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
 
     class Suite:
         timer = staticmethod(host_timer)
+        version = SUITE_VERSION  # as make_suite's
         number = 1
         warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
