@@ -7,12 +7,11 @@ its processes never build the device series' case (the pilot measurement) and vi
 """
 
 from xrt.bench import specs
-from xrt.bench.suite import make_host_suite, preload
+from xrt.bench.suite import class_name, make_host_suite
 
-preload()  # see bench_ops
-
+# No torch imported here: see bench_ops.
 _MODULE = __name__.split(".", 1)[-1]  # asv names benchmarks relative to benchmarks/
 
 for _op in sorted(specs.SPECS):
-    _cls = "".join(part.capitalize() for part in _op.split("_"))
+    _cls = class_name(_op)
     globals()[_cls] = make_host_suite(_op, _cls, _MODULE)

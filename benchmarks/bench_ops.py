@@ -8,14 +8,12 @@ a device at import: inputs are made in ``setup``.
 """
 
 from xrt.bench import specs
-from xrt.bench.suite import make_suite, preload
+from xrt.bench.suite import class_name, make_suite
 
-# Imported (not initialised: no CUDA call) here so that asv's forkserver loads torch, torch._dynamo
-# and xrt.pytorch once and every benchmark process forked from it starts with them in memory.
-preload()
-
+# No torch here: the module's one setup_cache process (xrt.bench.suite.measure_all) imports torch and
+# measures; the per-combination processes asv forks only hand its samples on, and start light.
 _MODULE = __name__.split(".", 1)[-1]  # asv names benchmarks relative to benchmarks/
 
 for _op in sorted(specs.SPECS):
-    _cls = "".join(part.capitalize() for part in _op.split("_"))
+    _cls = class_name(_op)
     globals()[_cls] = make_suite(_op, _cls, _MODULE)

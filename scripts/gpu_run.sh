@@ -13,6 +13,8 @@
 # gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
 #            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
+# suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
+#            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -78,6 +80,10 @@ for step in "$@"; do
         2>&1 | tee "$OUT/attn_bench.log" | tail -60
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
+    suite)
+      rm -rf "$OUT/suite"
+      python3 scripts/suite_report.py run --out "$OUT/suite" --device cuda:0 2>&1 | tee "$OUT/suite.log" | tail -30
+      rm -rf "$OUT/suite/triton-cache" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

@@ -1,5 +1,7 @@
 """Machine identity and sidecar, diag output, the asv suites and `xrt bench run` on the CPU."""
 
+import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -50,62 +52,119 @@ def test_params_cover_op_shape_dtype_provider_config(monkeypatch, tmp_path):
         suite.parse_shape("4096*4096")
 
 
-def test_suite_samples_advance_the_device_clock_and_write_the_sidecar(monkeypatch, tmp_path, interpreter):
+def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp_path, interpreter):
+    """setup_cache measures every combination in one process; asv's process replays that one's samples."""
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    monkeypatch.setenv("XRT_BENCH_OPS", "square")
+    monkeypatch.setenv("XRT_BENCH_SERIES", "device")
     cls = suite.make_suite("square", "Square", "bench_ops")
-    b = cls()
+    lines = []
+    cache = suite.measure_all(suite.selected_ops(), suite.selected_series(), log=lines.append)
+    # One setup_cache for every class of both modules: asv keys it by its definition, runs it once.
+    for other in (suite.make_suite("softmax", "Softmax", "bench_ops"), suite.make_host_suite("square", "Square", "h")):
+        assert other.setup_cache is cls.setup_cache
+    assert cls.setup_cache.timeout == suite.CACHE_TIMEOUT
+    combos = [("device", "square", *p) for p in itertools.product(*suite.params_for("square")[0])]
+    assert sorted(cache) == sorted(combos) and len(lines) == len(combos) + 1  # one progress line each
     p = ("4096", "float32", "torch", "default")
-    b.setup(*p)
+    b = cls()
+    b.setup(cache, *p)
     n = b.repeat[0]
-    assert b.repeat == (n, n, 30.0) and n >= 10
-    for _ in range(n):
+    want = cache[("device", "square", *p)]["samples"]
+    assert b.repeat == (n, n, 30.0) and n == len(want) and suite.MIN_SAMPLES <= n <= suite.MAX_ASV_SAMPLES
+    got = []
+    for _ in range(n):  # as asv does: setup again before every sample (it must not re-arm), one call
+        b.setup(cache, *p)
         t0 = suite.device_timer()
-        b.time_op(*p)
-        assert suite.device_timer() > t0
-    b.teardown(*p)
-    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
-    assert rec["benchmark"] == "bench_ops.Square.time_op" and len(rec["samples_s"]) == n
+        b.time_op(cache, *p)
+        got.append(suite.device_timer() - t0)
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-12)
+    rec = json.loads((tmp_path / "bench_ops.Square.time_op-4096-float32-torch-default.json").read_text())
+    assert rec["benchmark"] == "bench_ops.Square.time_op" and rec["samples_s"] == want
     assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
-    assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= 10
+    assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= len(want)
+    assert len(rec["sm_mhz"]) == len(rec["reasons"]) == len(want)
     # A provider that cannot run here is an asv skip (NotImplementedError), not a failure.
+    assert "cannot run here" in cache[("device", "square", "4096", "bfloat16", "triton", "default")]["skip"]
     with pytest.raises(NotImplementedError, match="cannot run here"):
-        cls().setup("4096", "float32", "cuda", "default")
-    with pytest.raises(NotImplementedError, match="no tuning configs"):
-        cls().setup("4096", "float32", "torch", "BLOCK_SIZE=256")
+        cls().setup(cache, "4096", "bfloat16", "triton", "default")
+    # A combination whose measuring failed fails alone, with the measuring error.
+    broken = {**cache, ("device", "square", *p): {"error": "RuntimeError: boom"}}
+    with pytest.raises(RuntimeError, match="boom"):
+        cls().setup(broken, *p)
+    with pytest.raises(RuntimeError, match="XRT_BENCH_OPS"):
+        cls().setup({}, *p)
 
 
-def test_host_suite_samples_advance_the_host_clock_and_write_the_sidecar(monkeypatch, tmp_path, interpreter):
+def test_measure_all_isolates_a_failing_combination(monkeypatch, interpreter):
+    from xrt.bench import specs
+
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    spec = specs.get("square")
+    real = spec.call
+
+    def call(args, provider, config):
+        if provider == "triton":
+            raise RuntimeError("compile error")
+        return real(args, provider, config)
+
+    monkeypatch.setitem(specs.SPECS, "square", dataclasses.replace(spec, call=call))
+    cache = suite.measure_all(["square"], ["device", "host"], log=lambda m: None)
+    for ser in ("device", "host"):
+        assert cache[(ser, "square", "4096", "float32", "triton", "default")] == {
+            "error": "RuntimeError: compile error"}
+    assert len(cache[("device", "square", "4096", "float32", "torch", "default")]["samples"]) >= suite.MIN_SAMPLES
+
+
+def test_bench_ops_env_names_a_bad_op(monkeypatch):
+    monkeypatch.setenv("XRT_BENCH_OPS", "square,sqaure")
+    with pytest.raises(ValueError, match="XRT_BENCH_OPS='square,sqaure': no benchmark spec for sqaure"):
+        suite.selected_ops()
+    monkeypatch.delenv("XRT_BENCH_OPS")
+    assert "square" in suite.selected_ops() and suite.class_name("layernorm_bwd") == "LayernormBwd"
+    monkeypatch.setenv("XRT_BENCH_SERIES", "device,hots")
+    with pytest.raises(ValueError, match="XRT_BENCH_SERIES='device,hots': no series hots"):
+        suite.selected_series()
+
+
+def test_host_suite_replays_the_host_samples_and_writes_the_sidecar(monkeypatch, tmp_path, interpreter):
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
     cls = suite.make_host_suite("square", "Square", "bench_host")
     assert cls.params == suite.params_for("square")[0] and cls.timer() == suite.host_timer()
-    b = cls()
     p = ("4096", "float32", "torch", "default")
-    b.setup(*p)
-    assert cls.repeat == (suite.HOST_MIN_SAMPLES, suite.HOST_SAMPLES, suite.HOST_MAX_TIME)
-    case = suite._HOST_CASES[("square", *p)]
-    assert 1 <= case.calls <= 64
     calls = []
-    real = case.fn
-    case.fn = lambda: (calls.append(1), real())
+    real = suite.HostCase.sample
+
+    def counted(self):
+        calls.append(self.calls)
+        real(self)
+
+    monkeypatch.setattr(suite.HostCase, "sample", counted)
+    cache = suite.measure_all(["square"], ["host"], log=lambda m: None)
+    assert {k[0] for k in cache} == {"host"}
+    want = cache[("host", "square", *p)]["samples"]
+    assert suite.HOST_MIN_SAMPLES <= len(want) <= suite.HOST_SAMPLES
+    b = cls()
     d0 = suite.device_timer()
-    for i in range(suite.HOST_SAMPLES):  # as asv does: setup, one sample, teardown
-        b.setup(*p)
+    b.setup(cache, *p)
+    assert b.repeat == (len(want), len(want), 30.0)
+    got = []
+    for _ in range(len(want)):
+        b.setup(cache, *p)
         t0 = suite.host_timer()
-        b.time_host(*p)
-        assert suite.host_timer() > t0 and len(calls) == (i + 1) * case.calls  # one sample: `calls` calls
-        b.teardown(*p)
-        # asv may stop from HOST_MIN_SAMPLES on (its time cap): the sidecar is there from then on
-        assert bool(list(tmp_path.glob("*.json"))) == (i + 1 >= suite.HOST_MIN_SAMPLES)
+        b.time_host(cache, *p)
+        got.append(suite.host_timer() - t0)
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-12)
     assert suite.device_timer() == d0  # the device clock is not this series'
-    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    rec = json.loads((tmp_path / "bench_host.Square.time_host-4096-float32-torch-default.json").read_text())
     assert rec["benchmark"] == "bench_host.Square.time_host" and rec["series"] == "host"
-    assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
-    assert len(rec["samples_s"]) == suite.HOST_SAMPLES and rec["calls_per_sample"] == case.calls
+    assert rec["samples_s"] == want and 1 <= rec["calls_per_sample"] <= 64
     assert suite.HOST_MIN_SAMPLES >= 5  # the gate's minimum a side
     # No bytes (no bandwidth from host time) and no clocks: cycles are given, all None.
-    assert "bytes" not in rec and rec["cycles"] == [None] * suite.HOST_SAMPLES
-    with pytest.raises(NotImplementedError, match="cannot run here"):
-        cls().setup("4096", "float32", "cuda", "default")
+    assert "bytes" not in rec and rec["cycles"] == [None] * len(want)
+    assert "cannot run here" in cache[("host", "square", "4096", "bfloat16", "triton", "default")]["skip"]
 
 
 def test_bench_measure_reports_device_and_host_time(capsys, monkeypatch):
@@ -172,6 +231,9 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     out = subprocess.run([sys.executable, "-m", "xrt.cli", "bench", "run", "--repo", str(clone), "--commits", "HEAD",
                           "--quick", "--bench", "Square"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    # progress while asv runs: one line a combination and series, Square's only (XRT_BENCH_OPS)
+    progress = [ln for ln in out.stderr.splitlines() if "[suite " in ln]
+    assert len(progress) == 8 and "[suite 8/8]" in progress[-1] and all(" square " in ln for ln in progress), progress
     summary = json.loads(out.stdout)
     (entry,) = summary["commits"]
     assert entry["commit"] == head

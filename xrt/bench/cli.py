@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--quick", action="store_true", help="the CI profile: tiny shapes (implied on the CPU)")
     r.add_argument("--bench", help="asv --bench regex")
     r.add_argument("--skip-existing", action="store_true", help="skip commits already measured on the machine(s)")
+    r.add_argument("--changed-only", action="store_true",
+                   help="per commit, run only the ops whose sources changed since the last commit measured on the "
+                        "machine; the others are recorded as carried forward (xrt/bench/sources.py)")
     r.add_argument("--lock-clocks", choices=["base", "max"],
                    help="lock GPU clocks for the run (root; restored on exit). Never on shared hosts.")
     r.set_defaults(func=run_bench)
@@ -57,6 +60,7 @@ def run_bench(args: argparse.Namespace) -> int:
     print(f"xrt bench: {len(commits)} commit(s) -> {results}", file=sys.stderr)
     summary = runner.run(repo, commits, results, all_gpus=args.all_gpus, device=args.device, quick=args.quick,
                          bench=args.bench, lock_clocks=args.lock_clocks, skip_existing=args.skip_existing,
+                         changed_only=args.changed_only,
                          log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(summary, indent=1))
     bad = [c for c in summary["commits"]

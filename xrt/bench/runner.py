@@ -9,6 +9,12 @@ parallel, each pinned to its GPU by UUID in ``CUDA_VISIBLE_DEVICES`` and writing
 results folder (asv does not write its files atomically, so two runs never share one). Results are
 copied into ``--results`` with a ``.xrt`` sidecar beside each asv result file: the GPU and software
 facts, and per sample clocks and throttle reasons.
+
+``--changed-only``: per commit and machine, the units (ops, and the allocator suite) whose sources
+(:mod:`xrt.bench.sources`) did not change since the last commit measured on that machine are not
+run; ``<results>/<machine>/<commit>.carried`` records, for each, the commit whose measurement it
+carries forward, and ``xrt gate`` judges those series on that commit's samples. Where the previous
+commit or the diff cannot be found, every unit is measured (never carried on an error).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench import machine as xmachine
+from xrt.bench import sources
 from xrt.db import sidecar_keys as SK
 from xrt.device import DeviceInfo
 
@@ -111,14 +118,18 @@ def _asv_config(worktree: Path, t: Target) -> tuple[Path, Path]:
     out = f".xrt-results-{t.machine}"
     conf["results_dir"] = out
     conf["html_dir"] = f".xrt-html-{t.machine}"
+    # asv resolves the configured branches even with --set-commit-hash: in a clone without `main`
+    # it stopped with "Unknown branch main". The worktree's HEAD is the commit being measured.
+    conf["branches"] = ["HEAD"]
     path = worktree / f".xrt-asv-{t.machine}.conf.json"
     path.write_text(json.dumps(conf, indent=1))
     return path, worktree / out
 
 
 def _asv_cmd(commit: str, t: Target, bench: str | None, config: Path) -> list[str]:
-    # forkserver: asv imports the suites (and torch, which bench_ops imports without touching CUDA)
-    # once, then forks a process per benchmark; CUDA is first initialised in those children.
+    # forkserver: asv imports the suites once, then forks a process per combination. The suites import
+    # no torch: one setup_cache process per series measures everything (xrt.bench.suite), the forked
+    # processes only hand its samples to asv.
     cmd = [sys.executable, "-m", "asv", "run", "--config", str(config), "-E", f"existing:{sys.executable}",
            "--set-commit-hash", commit, "--machine", t.machine, "--record-samples", "--show-stderr",
            "--launch-method", "forkserver"]
@@ -146,9 +157,78 @@ def _merge_benchmarks(new: Path, dest: Path) -> None:
         os.replace(tmp, dest)
 
 
+CARRIED_SUFFIX = ".carried"
+CARRIED_SCHEMA = "xrt-carried/1"
+
+
 def measured(results: Path, machine: str, commit: str) -> bool:
     d = results / machine
     return d.is_dir() and any(f.name.startswith(commit[:8]) and f.suffix == ".json" for f in d.iterdir())
+
+
+def carried_path(results: Path, machine: str, commit: str) -> Path:
+    return results / machine / f"{commit}{CARRIED_SUFFIX}"
+
+
+def read_carried(results: Path, machine: str, commit: str) -> dict[str, Any] | None:
+    """The commit's carried-forward record on the machine, or None (a bad file is an error, named)."""
+    path = carried_path(results, machine, commit)
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BenchError(f"{path}: not a carried-forward record ({e})") from None
+    if not isinstance(rec, dict) or rec.get("schema") != CARRIED_SCHEMA or not isinstance(rec.get("carried"), dict):
+        raise BenchError(f"{path}: not a carried-forward record (schema {CARRIED_SCHEMA} with 'carried' expected)")
+    return rec
+
+
+def plan_changed(repo: Path, results: Path, machine: str, commit: str, wanted: list[str],
+                 depth: int = 500) -> tuple[list[str], dict[str, dict[str, str]], str]:
+    """(units to measure, units carried {unit: {"from": commit measured at, "since": previous}}, note).
+
+    The previous commit is the nearest first-parent ancestor measured (or carried) on ``machine``.
+    Nothing is carried when there is none, or git cannot diff: the note says why.
+    """
+    try:
+        ancestors = _git(repo, "rev-list", "--first-parent", f"--max-count={depth}", f"{commit}^").split()
+    except BenchError as e:
+        return list(wanted), {}, f"no parent to compare with ({e}); measuring every unit"
+    prev, prev_rec = None, None
+    for a in ancestors:
+        rec = read_carried(results, machine, a)
+        if measured(results, machine, a) or rec is not None:
+            prev, prev_rec = a, rec
+            break
+    if prev is None:
+        return list(wanted), {}, f"no earlier commit measured on {machine}; measuring every unit"
+    try:
+        changed = _git(repo, "diff", "--name-only", "--no-renames", prev, commit).splitlines()
+    except BenchError as e:
+        return list(wanted), {}, f"cannot diff against {prev[:10]} ({e}); measuring every unit"
+    touched = sources.affected([c for c in changed if c])
+    measure = [u for u in wanted if u in touched]
+    carried = {}
+    for u in wanted:
+        if u in touched:
+            continue
+        origin = (prev_rec or {}).get("carried", {}).get(u, {}).get("from", prev)
+        carried[u] = {"from": origin, "since": prev}
+    note = (f"since {prev[:10]}: {len(changed)} file(s) changed; measuring {', '.join(measure) or 'nothing'}"
+            + (f"; carried forward: {', '.join(carried)}" if carried else ""))
+    return measure, carried, note
+
+
+def write_carried(results: Path, machine: str, commit: str, carried: dict[str, dict[str, str]]) -> Path:
+    path = carried_path(results, machine, commit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"schema": CARRIED_SCHEMA, "commit": commit, "machine": machine,
+           "carried": {u: {**v, "reason": "sources unchanged"} for u, v in sorted(carried.items())}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, path)
+    return path
 
 
 def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: str, sidecars: Path,
@@ -182,10 +262,13 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
     return copied
 
 
-def _finished(procs: list[tuple], t0: float):
-    """Yield each process's tuple plus (exit code, seconds since ``t0``) in the order they end."""
+def _finished(procs: list[tuple], t0: float, tick=None):
+    """Yield each process's tuple plus (exit code, seconds since ``t0``) in the order they end;
+    ``tick()`` is called while waiting (progress)."""
     pending = list(procs)
     while pending:
+        if tick is not None:
+            tick()
         for item in list(pending):
             rc = item[-1].poll()
             if rc is not None:
@@ -197,8 +280,11 @@ def _finished(procs: list[tuple], t0: float):
 
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
-        skip_existing: bool = False, log=print) -> dict[str, Any]:
+        skip_existing: bool = False, changed_only: bool = False, log=print) -> dict[str, Any]:
     repo, results = repo.resolve(), results.resolve()
+    wanted = sources.units_matching(bench)
+    if not wanted:
+        raise BenchError(f"--bench {bench!r} selects no benchmark of any op")
     tgts = targets(all_gpus, device)
     for t in tgts:
         register_machine(t)
@@ -220,17 +306,33 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                     summary["commits"].append({"commit": commit, "status": "no suites"})
                     continue
                 procs = []
+                entry: dict[str, Any] = {"commit": commit, "machines": {}}
                 for t in tgts:
+                    units = list(wanted)
+                    if changed_only:
+                        units, carried, note = plan_changed(repo, results, t.machine, commit, wanted)
+                        log(f"[{i}/{len(commits)}] {commit[:10]} on {t.machine}: {note}")
+                        if carried:
+                            write_carried(results, t.machine, commit, carried)
+                            entry["machines"][t.machine] = {"status": "carried forward", "files": [],
+                                                            "carried": carried, "measured": units}
+                        if not units:
+                            continue
                     side = work / f"side-{commit[:12]}-{t.machine}"
                     # asv drops PYTHONPATH for benchmark processes and uses ASV_PYTHONPATH instead.
                     path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                         if p])
                     env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
                            "XRT_SIDECAR_DIR": str(side),
+                           "XRT_PROGRESS_FILE": str(work / f"progress-{commit[:12]}-{t.machine}.log"),
                            "XRT_BENCH_PROFILE": profile,
+                           # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
+                           "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
+                           "XRT_BENCH_SERIES": ",".join(sources.series_matching(bench, units)) or "device",
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     config, out = _asv_config(wt, t)
-                    cmd = _asv_cmd(commit, t, bench, config)
+                    narrowed = bench if units == sources.units() else sources.bench_regex(units, bench)
+                    cmd = _asv_cmd(commit, t, narrowed, config)
                     if lock_clocks:
                         cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
                                *(["--uuid", t.dev.uuid] if t.dev.uuid else []), "--mode", lock_clocks, "--"] + cmd
@@ -239,8 +341,22 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                                                                        stderr=subprocess.STDOUT)))
                 if len(procs) > 1:
                     log(f"[{i}/{len(commits)}] {commit[:10]}: {len(procs)} asv processes in parallel, one per GPU")
-                entry: dict[str, Any] = {"commit": commit, "machines": {}}
-                for t, side, out, logf, _proc, rc, took in _finished(procs, t0):
+                seen: dict[str, int] = {}
+
+                def tick(procs=procs, seen=seen, i=i, commit=commit) -> None:
+                    for t, *_ in procs:
+                        path = work / f"progress-{commit[:12]}-{t.machine}.log"
+                        try:
+                            text = path.read_text()
+                            lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
+                        except OSError:
+                            continue
+                        for line in lines[seen.get(t.machine, 0):]:
+                            log(f"  [{i}/{len(commits)}] {commit[:10]} {t.machine}: {line}")
+                        seen[t.machine] = len(lines)
+
+                for t, side, out, logf, _proc, rc, took in _finished(procs, t0, tick):
+                    tick()
                     logf.close()
                     facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
                     log_text = Path(logf.name).read_text()
@@ -252,7 +368,8 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                         continue
                     # asv exits 2 when a benchmark failed; the failures are recorded in its results.
                     status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
-                    entry["machines"][t.machine] = {"status": status, "files": [str(f) for f in files],
+                    prior = entry["machines"].get(t.machine, {})
+                    entry["machines"][t.machine] = {**prior, "status": status, "files": [str(f) for f in files],
                                                     "seconds": took}
                     if not files:
                         tail = "\n".join(log_text.splitlines()[-15:])

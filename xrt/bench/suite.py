@@ -7,26 +7,33 @@ number per run, so asv has no samples, no confidence interval, and ``asv compare
 (samples, quartiles, 99% CI, the Mann-Whitney test in ``asv compare``) are about kernel time,
 not about Python and launch overhead.
 
-How it fits together, per parameter combination (op × shape × dtype × provider × config):
+How it fits together (docs/timing.md, "Suite cost", says why it is built this way):
 
-* ``setup`` builds (once per process, then cached: asv re-runs setup before every sample) a
-  :class:`Case`: random inputs on the device, the call, and a pilot :func:`~xrt.bench.timer.measure`
-  whose adaptive stopping rule sets asv's ``repeat`` to the sample count that reaches the noise
-  target; asv then takes exactly that many samples;
-* each call of the ``time_`` method flushes the L2, times one call with device events and adds
-  the time to :data:`DEVICE_CLOCK`, which asv's ``timer`` reads (``number = 1``);
-* every sample's SM / memory clock and throttle reasons, the bytes and FLOPs, and the pilot's
-  summary go to a sidecar file in ``$XRT_SIDECAR_DIR`` (set by ``xrt bench run``), which the
-  database ingests beside asv's results.
+* one ``setup_cache``, shared by every class of ``bench_ops`` and ``bench_host`` (asv keys it by its
+  definition and runs it once, in one process, before the first of them), measures *every*
+  parameter combination (op x shape x dtype x provider x config) of both series with
+  :func:`measure_all`: inputs built once per op, shape and dtype, each combination loaded
+  (compiled) and measured once per series by :func:`~xrt.bench.timer.measure` (its adaptive
+  stopping rule, L2 flush, batched device events, clocks per sample) or by the host timer, its
+  sidecar written. Imports, the CUDA context and Triton's cache are paid once per run, not once
+  per combination;
+* asv then runs, as always, one process per combination; its ``setup`` arms that combination's
+  measured samples (or skips it: ``NotImplementedError``, or fails it: the measuring error) and
+  sets ``repeat`` to their count; each call of the ``time_`` method adds the next sample to
+  :data:`DEVICE_CLOCK`, which asv's ``timer`` reads (``number = 1``, no warm-up). asv's result file
+  thus holds exactly the timer's samples, and the ``.xrt`` sidecar (``$XRT_SIDECAR_DIR``, set by
+  ``xrt bench run``) the same samples with each one's SM / memory clock and throttle reasons, the
+  bytes and FLOPs, and the measurement's summary.
 
 The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the same glue around
 :func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
 ``bench_ops.<Op>.time_op``, each asv sample the host seconds per call of a few back-to-back calls
-(docs/timing.md, "Host time").
+(docs/timing.md, "Host time"), measured in the same ``setup_cache`` and replayed to asv the same way.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -35,7 +42,12 @@ from typing import Any
 
 from xrt.bench import specs
 
-MAX_ASV_SAMPLES = 300
+MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
+MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
+# asv's version of the suites' benchmarks: 2 = measured once in setup_cache (issue #15); before, a
+# hash of the suite code.
+SUITE_VERSION = "xrt-suite-2"
+CACHE_TIMEOUT = 3600  # seconds for the setup_cache: every combination of every selected op and series
 HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 # ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
 # seconds of sampling once it has HOST_MIN_SAMPLES (the gate needs 5 a side).
@@ -55,26 +67,17 @@ def host_timer() -> float:
     return HOST_CLOCK[0]
 
 
-def preload() -> None:
-    """Import, in asv's forkserver, what every benchmark process would otherwise import for itself.
-
-    asv forks one process per benchmark x parameter combination from a server that imported the
-    suites. The first call of an xrt op (a ``torch.library`` custom op) imports ``torch._dynamo``:
-    2-3 s per process on a CPU runner, more than the measurement itself. Imported here once, every
-    forked process starts with it. None of these imports touches a device, so CUDA is first
-    initialised in the forked processes (verified on CPU builds of torch only, see docs/timing.md).
-    """
-    try:
-        import torch  # noqa: F401
-        import torch._dynamo  # noqa: F401
-    except ImportError:  # pragma: no cover - the suites need torch to run, not to be listed
-        return
-    import xrt.pytorch  # noqa: F401
-
-
 def profile() -> str:
-    """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import."""
-    value = os.environ.get("XRT_BENCH_PROFILE", "full")
+    """``quick`` (CI: CPU, tiny shapes) or ``full``; from ``XRT_BENCH_PROFILE``, read at import.
+
+    Unset (plain ``asv run``): ``full`` where the machine has an NVIDIA GPU (its driver lists one
+    under /proc/driver/nvidia/gpus: no torch import needed to list the suites), else ``quick``.
+    ``xrt bench run`` always sets it.
+    """
+    value = os.environ.get("XRT_BENCH_PROFILE")
+    if value is None:
+        gpus = "/proc/driver/nvidia/gpus"
+        return "full" if os.path.isdir(gpus) and os.listdir(gpus) else "quick"
     if value not in ("quick", "full"):
         raise ValueError(f"XRT_BENCH_PROFILE={value!r}: choose quick or full")
     return value
@@ -129,14 +132,18 @@ def tuned_configs(op: str) -> list[str]:
     return sorted({config_key(r["config"]) for r in rows if r.get("config") and r["config"] not in defaults})
 
 
-_CASES: dict[tuple, Case] = {}
-_HOST_CASES: dict[tuple, HostCase] = {}
+_REPLAY: dict[tuple, list[float]] = {}  # (benchmark, op, *params): the samples still to hand to asv
 
 
 class _Inputs:
-    """One parameter combination's inputs and call, loaded (compiled) once: what both series time."""
+    """One parameter combination's inputs and call, loaded (compiled) once: what both series time.
 
-    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+    ``inputs`` (optional) are the (shape, dtype)'s inputs built already for another provider or
+    config: a class's measuring process builds them once per shape and dtype.
+    """
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
+                 inputs: tuple | None = None) -> None:
         import torch
 
         from xrt.device import default_device
@@ -157,7 +164,7 @@ class _Inputs:
             if not set(cfg) <= set(spaces.space(space)):  # the tuner's file holds every provider's configs
                 raise NotImplementedError(f"config {config} is not one of {space}'s")
             spaces.check(space, cfg)
-        self.args = self.spec.make_inputs(self.shape, self.dtype, self.dev.torch_device)
+        self.args = inputs if inputs is not None else make_inputs(op, shape, dtype)
         prov = providers(op).get(provider)
         why = "not registered" if prov is None else prov.missing(self.args[0])
         if why:
@@ -165,15 +172,13 @@ class _Inputs:
         self.fn = lambda: self.spec.call(self.args, provider, cfg)
         self.fn()  # compile / load now, outside any timing
         self.samples: list[float] = []
-        self._written = -1
-        self.expected = 10
 
     def record(self, benchmark: str) -> dict[str, Any]:
         raise NotImplementedError
 
     def write_sidecar(self, benchmark: str) -> None:
         out = os.environ.get("XRT_SIDECAR_DIR")
-        if not out or self._written == len(self.samples):
+        if not out:
             return
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
@@ -181,39 +186,51 @@ class _Inputs:
         tmp = path / (name + ".tmp")
         tmp.write_text(json.dumps(self.record(benchmark)))
         os.replace(tmp, path / (name + ".json"))
-        self._written = len(self.samples)
+
+
+def make_inputs(op: str, shape: str, dtype: str) -> tuple:
+    """The spec's random inputs for one shape and dtype, on this process's device."""
+    import torch
+
+    from xrt.device import default_device
+
+    return specs.get(op).make_inputs(parse_shape(shape), getattr(torch, dtype), default_device().torch_device)
 
 
 class Case(_Inputs):
-    """One parameter combination's device-time series, set up once per process."""
+    """One parameter combination's device-time series: the timer's measurement, taken once.
 
-    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+    The samples are :func:`xrt.bench.timer.measure`'s (its stopping rule, capped at
+    :data:`MAX_ASV_SAMPLES`, topped up to :data:`MIN_SAMPLES`): asv gets exactly these, the sidecar
+    too, with each sample's clocks.
+    """
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
+                 inputs: tuple | None = None) -> None:
         from xrt.bench import timer
 
-        super().__init__(op, shape, dtype, provider, config)
+        super().__init__(op, shape, dtype, provider, config, inputs)
         device = self.dev.torch_device
         # Small shapes run in CUDA-graph mode, except CUDA C: pycuda's launches cannot be captured.
         self.graph = (self.dev.kind == "cuda" and provider != "cuda"
                       and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])})
-        self.pilot = timer.measure(self.fn, device, graph=self.graph)
-        self.clock = timer._Clock(device)
-        self.target, self.per = self.fn, 1
-        if self.graph:
-            self.target, self.per = timer._graphed(self.fn, self.pilot.calls_per_sample, self.clock.device), \
-                self.pilot.calls_per_sample
-        self.clock.calibrate(self.target)
-        self.sm_mhz: list[int | None] = []
-        self.mem_mhz: list[int | None] = []
-        self.reasons: list[int] = []
-
-    def sample(self) -> None:
-        t = self.clock.batch(self.target, 1)[0] / self.per
-        c = self.clock.read_clocks()
-        self.samples.append(t)
-        self.sm_mhz.append(c.sm_mhz)
-        self.mem_mhz.append(c.mem_mhz)
-        self.reasons.append(c.reasons)
-        DEVICE_CLOCK[0] += t
+        m = timer.measure(self.fn, device, graph=self.graph, max_samples=MAX_ASV_SAMPLES)
+        self.measurement = m
+        self.per = m.calls_per_sample
+        if m.n < MIN_SAMPLES:  # the time cap stopped it early (a slow call): the gate needs more a side
+            clock = timer._Clock(device)
+            target = timer._graphed(self.fn, self.per, clock.device) if self.graph else self.fn
+            clock.calibrate(target)
+            while m.n < MIN_SAMPLES:
+                t = clock.batch(target, 1)[0] / self.per
+                c = clock.read_clocks()
+                m.samples_s.append(t)
+                m.sm_mhz.append(c.sm_mhz)
+                m.mem_mhz.append(c.mem_mhz)
+                m.reasons.append(c.reasons)
+        k = MAX_ASV_SAMPLES  # the last batch may overshoot the cap
+        self.samples = list(m.samples_s[:k])
+        self.sm_mhz, self.mem_mhz, self.reasons = list(m.sm_mhz[:k]), list(m.mem_mhz[:k]), list(m.reasons[:k])
 
     def record(self, benchmark: str) -> dict[str, Any]:
         from xrt.bench.nvml import is_slowdown
@@ -235,27 +252,34 @@ class Case(_Inputs):
             "reasons": self.reasons,
             "throttled_share": (sum(map(is_slowdown, self.reasons)) / n) if n else 0.0,
             "cycles": [t * m * 1e6 if m else None for t, m in zip(self.samples, self.sm_mhz)],
-            "pilot": self.pilot.summary(),
+            "pilot": self.measurement.summary(),  # the measurement's summary (the name files already use)
             "xrt_source": _xrt_source(),
         }
 
 
 class HostCase(_Inputs):
-    """One parameter combination's host-time series (:func:`xrt.bench.timer.measure_host`'s samples)."""
+    """One parameter combination's host-time series: samples of ``calls`` back-to-back calls each."""
 
-    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str) -> None:
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
+                 inputs: tuple | None = None) -> None:
+        import time
+
         from xrt.bench import timer
 
-        super().__init__(op, shape, dtype, provider, config)
+        super().__init__(op, shape, dtype, provider, config, inputs)
         self.clock = timer._Clock(self.dev.torch_device, flush=False)
         cfg = timer.HOST_DEFAULTS
         self.calls = self.clock.host_calls(self.fn, cfg["sample_time"], cfg["max_calls"], cfg["warmup_time"])
-        self.expected = HOST_MIN_SAMPLES  # the sidecar is (re)written from here on
+        # HOST_SAMPLES samples, or fewer where a call is slow: stop after HOST_MAX_TIME seconds once
+        # there are HOST_MIN_SAMPLES (what asv's repeat = (min, max, time) did before).
+        t0 = time.perf_counter()
+        while len(self.samples) < HOST_SAMPLES:
+            self.sample()
+            if len(self.samples) >= HOST_MIN_SAMPLES and time.perf_counter() - t0 > HOST_MAX_TIME:
+                break
 
     def sample(self) -> None:
-        t = self.clock.host_batch(self.fn, self.calls)
-        self.samples.append(t)
-        HOST_CLOCK[0] += t
+        self.samples.append(self.clock.host_batch(self.fn, self.calls))
 
     def record(self, benchmark: str) -> dict[str, Any]:
         # No bytes, FLOPs or clocks: host time is not moved by the GPU's clock, and bandwidth from
@@ -284,18 +308,131 @@ def _xrt_source() -> str:
     return here if here == kernels else f"{here} (kernels from {kernels})"
 
 
-def case(op: str, *params: str) -> Case:
-    key = (op, *params)
-    if key not in _CASES:
-        _CASES[key] = Case(op, *params)
-    return _CASES[key]
+SERIES = {"device": ("bench_ops", "time_op"), "host": ("bench_host", "time_host")}  # series -> (module, method)
 
 
-def host_case(op: str, *params: str) -> HostCase:
-    key = (op, *params)
-    if key not in _HOST_CASES:
-        _HOST_CASES[key] = HostCase(op, *params)
-    return _HOST_CASES[key]
+def selected_ops() -> list[str]:
+    """The ops whose combinations the ``setup_cache`` measures: ``$XRT_BENCH_OPS`` or all.
+
+    ``xrt bench run`` sets it to the ops its ``--bench`` / ``--changed-only`` selection runs (there
+    is one cache for every class of both suite modules: asv runs it once). Plain ``asv run`` leaves
+    it unset: every op is measured, whatever ``-b`` selects.
+    """
+    value = os.environ.get("XRT_BENCH_OPS")
+    if value is None or value.strip() in ("", "all"):
+        return sorted(specs.SPECS)
+    if value.strip() == "none":  # only the allocator suite runs
+        return []
+    ops = [o.strip() for o in value.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in specs.SPECS]
+    if unknown:
+        raise ValueError(f"XRT_BENCH_OPS={value!r}: no benchmark spec for {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(specs.SPECS))}")
+    return ops
+
+
+def selected_series() -> list[str]:
+    """``$XRT_BENCH_SERIES`` (``device``, ``host`` or both, comma-separated; set by ``xrt bench run``
+    from ``--bench``) or both."""
+    value = os.environ.get("XRT_BENCH_SERIES")
+    if value is None or not value.strip():
+        return list(SERIES)
+    series = [x.strip() for x in value.split(",") if x.strip()]
+    unknown = [x for x in series if x not in SERIES]
+    if unknown:
+        raise ValueError(f"XRT_BENCH_SERIES={value!r}: no series {', '.join(unknown)}; known: {', '.join(SERIES)}")
+    return series
+
+
+def class_name(op: str) -> str:
+    """The asv class of an op in ``benchmarks/bench_ops.py`` and ``bench_host.py``: square_sum -> SquareSum."""
+    return "".join(part.capitalize() for part in op.split("_"))
+
+
+def measure_all(ops: list[str], series: list[str] | None = None, prof: str | None = None,
+                log=None) -> dict[tuple, dict[str, Any]]:
+    """Measure every combination of ``ops`` in this process: what the suites' ``setup_cache`` returns.
+
+    Inputs are built once per op, shape and dtype (and dropped before the next) and serve both
+    series; each combination is loaded and measured once per series (``device``: :class:`Case`,
+    ``host``: :class:`HostCase`), its sidecar written. Returns, per ``(series, op, *params)``,
+    ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a ``NotImplementedError`` in setup
+    was) or ``{"error": what}`` (asv: that combination failed; the others still run). Progress goes
+    to stderr, one line a combination and series.
+    """
+    import time
+
+    log = log or _progress_log
+    series = list(SERIES) if series is None else series
+    kinds = {"device": Case, "host": HostCase}
+    combos = [(op, *p) for op in ops for p in itertools.product(*params_for(op, prof)[0])]
+    out: dict[tuple, dict[str, Any]] = {}
+    inputs_key, inputs = None, None
+    t_all = time.perf_counter()
+    n = len(combos) * len(series)
+    i = 0
+    for op, *p in combos:
+        for ser in series:
+            i += 1
+            t0 = time.perf_counter()
+            module, method = SERIES[ser]
+            bench_name = f"{module}.{class_name(op)}.{method}"
+            key = (ser, op, *p)
+            try:
+                if inputs_key != (op, *p[:2]):
+                    inputs_key, inputs = (op, *p[:2]), None
+                    inputs = make_inputs(op, *p[:2])
+                c = kinds[ser](op, *p, inputs=inputs)
+                c.write_sidecar(bench_name)
+                out[key] = {"samples": list(c.samples)}
+                what = f"{len(c.samples)} samples"
+            except NotImplementedError as e:
+                out[key] = {"skip": str(e)}
+                what = "skipped"
+            except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
+                out[key] = {"error": f"{type(e).__name__}: {e}"}
+                what = f"FAILED: {type(e).__name__}: {e}"
+            log(f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
+    log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
+        f"{time.perf_counter() - t_all:.1f} s")
+    return out
+
+
+def _progress_log(line: str) -> None:
+    """stderr, and ``$XRT_PROGRESS_FILE`` when set: asv keeps setup_cache's output until it ends, so
+    ``xrt bench run`` follows this file to show the run's progress as it goes."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+    path = os.environ.get("XRT_PROGRESS_FILE")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def _setup_cache(self) -> dict:
+    """Every class of ``bench_ops`` and ``bench_host`` has this one ``setup_cache``: asv keys it by
+    its definition (module and line), so it runs once, in one process, for both modules."""
+    return measure_all(selected_ops(), selected_series())
+
+
+_setup_cache.timeout = CACHE_TIMEOUT
+
+
+def _replay_setup(cache: dict, key: tuple, what: str) -> int:
+    """asv's ``setup`` of a measured combination: skip, fail, or arm its samples; the sample count."""
+    entry = cache.get(key)
+    if entry is None:
+        raise RuntimeError(f"{what} {' '.join(key[2:])}: not measured by the suites' setup_cache "
+                           f"(XRT_BENCH_OPS={os.environ.get('XRT_BENCH_OPS', '')!r}, "
+                           f"XRT_BENCH_SERIES={os.environ.get('XRT_BENCH_SERIES', '')!r} leave it out)")
+    if "skip" in entry:
+        raise NotImplementedError(entry["skip"])
+    if "error" in entry:
+        raise RuntimeError(entry["error"])
+    if (what, *key) not in _REPLAY:  # asv runs setup again before every sample: arm once
+        _REPLAY[(what, *key)] = list(reversed(entry["samples"]))
+    return len(entry["samples"])
 
 
 def make_suite(op: str, class_name: str, module: str) -> type:
@@ -305,28 +442,26 @@ def make_suite(op: str, class_name: str, module: str) -> type:
 
     class Suite:
         timer = staticmethod(device_timer)
+        # asv's benchmark version (else a hash of this code): results of different versions are not
+        # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
+        version = SUITE_VERSION
         number = 1
-        warmup_time = 0.0  # the Case warmed up already
+        warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
         min_run_count = 1
-        repeat = (10, 2000, 30.0)
+        repeat = (MIN_SAMPLES, MAX_ASV_SAMPLES, 30.0)
         timeout = 300
 
-        def setup(self, *p: str) -> None:
-            c = case(op, *p)
-            # asv takes as many samples as the stopping rule needed (capped: asv re-runs setup
-            # and teardown around every sample, which costs wall time, not accuracy).
-            c.expected = min(MAX_ASV_SAMPLES, max(10, c.pilot.n))
-            self.repeat = (c.expected, c.expected, 30.0)
+        def setup(self, cache: dict, *p: str) -> None:
+            n = _replay_setup(cache, ("device", op, *p), bench_name)
+            self.repeat = (n, n, 30.0)  # asv takes exactly the measured samples
 
-        def teardown(self, *p: str) -> None:
-            c = _CASES.get((op, *p))
-            if c is not None and len(c.samples) >= c.expected:  # asv's last teardown of this case
-                c.write_sidecar(bench_name)
+        def time_op(self, cache: dict, *p: str) -> None:
+            DEVICE_CLOCK[0] += _REPLAY[(bench_name, "device", op, *p)].pop()
 
-        def time_op(self, *p: str) -> None:
-            _CASES[(op, *p)].sample()
-
+    # One function for every class of both modules (one process: imports, CUDA context, inputs and
+    # Triton's cache paid once).
+    Suite.setup_cache = _setup_cache
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
     Suite.__doc__ = f"{op}: device time per call (asv samples are single device-timed calls)."
@@ -344,25 +479,22 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
 
     class Suite:
         timer = staticmethod(host_timer)
+        version = SUITE_VERSION  # as make_suite's
         number = 1
-        warmup_time = 0.0  # the HostCase warmed up already
+        warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
         min_run_count = 1
-        repeat = (HOST_MIN_SAMPLES, HOST_SAMPLES, HOST_MAX_TIME)
+        repeat = (HOST_MIN_SAMPLES, HOST_SAMPLES, 30.0)
         timeout = 300
 
-        def setup(self, *p: str) -> None:
-            host_case(op, *p)
+        def setup(self, cache: dict, *p: str) -> None:
+            n = _replay_setup(cache, ("host", op, *p), bench_name)
+            self.repeat = (n, n, 30.0)
 
-        def teardown(self, *p: str) -> None:
-            # asv may stop anywhere from HOST_MIN_SAMPLES on: the sidecar follows each new sample.
-            c = _HOST_CASES.get((op, *p))
-            if c is not None and len(c.samples) >= c.expected:
-                c.write_sidecar(bench_name)
+        def time_host(self, cache: dict, *p: str) -> None:
+            HOST_CLOCK[0] += _REPLAY[(bench_name, "host", op, *p)].pop()
 
-        def time_host(self, *p: str) -> None:
-            _HOST_CASES[(op, *p)].sample()
-
+    Suite.setup_cache = _setup_cache  # make_suite's: one for both modules
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
     Suite.__doc__ = f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls)."

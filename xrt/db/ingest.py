@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -134,7 +135,87 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
            echo: Callable[[str], None] | None = None, rev: str = "HEAD") -> Report:
     """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``."""
     with _without_pandas():
-        return _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
+        rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
+    t0 = time.perf_counter()
+    if sync_carried(find_root(results_dir), db_path, echo or (lambda s: print(s, file=sys.stderr)), rep):
+        rep.wrote = True
+    rep.seconds += time.perf_counter() - t0
+    return rep
+
+
+CARRIED_SUFFIX = ".carried"  # xrt.bench.runner writes <machine>/<commit>.carried
+_HASH = re.compile(r"[0-9a-f]{40}")
+
+
+def read_carried_files(root: Path) -> tuple[list[tuple], list[tuple[str, str, str]]]:
+    """Rows of the ``carried`` table from every ``<machine>/<commit>.carried``, and (file, kind, reason)
+    of each file that is not a valid record (named, never half-read)."""
+    rows, errors = [], []
+    for path in sorted(root.glob(f"*/*{CARRIED_SUFFIX}")):
+        rel = f"{path.parent.name}/{path.name}"
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            errors.append((rel, "bad-carried", f"not a carried-forward record: {e}"))
+            continue
+        commit = path.name[: -len(CARRIED_SUFFIX)]
+        carried = rec.get("carried") if isinstance(rec, dict) else None
+        why = None
+        if not _HASH.fullmatch(commit):
+            why = f"file name {path.name!r} is not <40-hex commit>{CARRIED_SUFFIX}"
+        elif not isinstance(carried, dict) or rec.get("commit") != commit or rec.get("machine") != path.parent.name:
+            why = "needs 'commit' and 'machine' matching its path and a 'carried' object"
+        else:
+            bad = [u for u, v in carried.items()
+                   if not isinstance(v, dict) or not _HASH.fullmatch(str(v.get("from", "")))]
+            if bad:
+                why = f"unit(s) {', '.join(map(str, bad))} carry no 40-hex 'from' commit"
+        if why:
+            errors.append((rel, "bad-carried", why))
+            continue
+        for unit, v in sorted(carried.items()):
+            rows.append((path.parent.name, commit, unit, v["from"], v.get("since"), v.get("reason"), rel))
+    return rows, errors
+
+
+def sync_carried(root: Path, db_path: str | Path, echo: Callable[[str], None], rep: Report | None = None) -> bool:
+    """Make the ``carried`` table (and the ingest errors of ``.carried`` files) what the files say.
+
+    Writes only when something differs; returns whether it wrote.
+    """
+    rows, errors = read_carried_files(root)
+    for f, k, r in errors:
+        echo(f"xrt db ingest: {f}: {r}")
+        if rep is not None:
+            rep.errors.append((f, k, r))
+    db = Path(db_path)
+    if not db.exists():
+        if not rows and not errors:
+            return False
+        have_rows, have_errs = None, None
+    else:
+        with store.read(db) as con:
+            if "carried" not in {t for (t,) in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
+                have_rows = [] if not rows else None  # an older file: migrated by the write below
+            else:
+                have_rows = sorted(tuple(r) for r in con.execute("SELECT machine, commit_hash, unit, from_commit, "
+                                                                 "since_commit, reason, file FROM carried").fetchall())
+            have_errs = sorted(tuple(r) for r in con.execute(
+                "SELECT file, kind, reason FROM ingest_errors WHERE kind = 'bad-carried'").fetchall())
+    if have_rows == sorted(rows) and have_errs == sorted(errors):
+        return False
+
+    def write(con) -> None:
+        con.execute("DELETE FROM carried")
+        con.execute("DELETE FROM ingest_errors WHERE kind = 'bad-carried'")
+        if rows:
+            con.executemany("INSERT INTO carried VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        if errors:
+            con.executemany("INSERT INTO ingest_errors VALUES (?, ?, ?, NULL, now()::TIMESTAMP)", errors)
+
+    store.write(db, write, fresh=not db.exists())
+    return True
 
 
 def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, jobs: int | None,

@@ -86,6 +86,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "CREATE TABLE detection_runs (run_at TIMESTAMP, machine VARCHAR, steps INTEGER)",
         "INSERT INTO detection_runs SELECT max(updated_at), NULL, count(*) FROM regressions HAVING count(*) > 0",
     ]),
+    # `xrt bench run --changed-only` leaves <machine>/<commit>.carried: the units (ops) it did not run
+    # at that commit because their sources had not changed, each with the commit measured at. The
+    # gate judges those series on that commit's samples (xrt.bench.sources, docs/regressions.md).
+    (6, "table: carried (units carried forward by xrt bench run --changed-only)", [
+        """CREATE TABLE carried (
+            machine VARCHAR, commit_hash VARCHAR, unit VARCHAR, from_commit VARCHAR, since_commit VARCHAR,
+            reason VARCHAR, file VARCHAR)""",
+    ]),
 ]
 
 LATEST = MIGRATIONS[-1][0]

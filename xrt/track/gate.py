@@ -55,7 +55,13 @@ SKIPPED_AT_HEAD = Outcome("skipped-head", "skipped at head (ran at base)", True)
 HISTORY = Outcome("history", "judged against its history (too few samples to test: one value a run)", False)
 INVALID = Outcome("invalid", "invalid samples", True)
 TOO_FEW = Outcome("too-few", "too few samples", True)
-OUTCOMES = (COMPARED, HISTORY, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
+# `xrt bench run --changed-only` did not run the series' op at head (its sources had not changed) and
+# recorded which commit's measurement head carries (xrt.bench.sources): judged on that commit's
+# samples, compared with base unless that commit is base itself. A carried series whose measurement
+# failed is "failed at head"; one carried from a commit with no results for it cannot be judged.
+CARRIED = Outcome("carried", "carried forward at head (sources unchanged since the commit it was measured at)",
+                  False)
+OUTCOMES = (COMPARED, HISTORY, CARRIED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
             SKIPPED_AT_HEAD, INVALID, TOO_FEW)
 
 
@@ -71,6 +77,8 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     compared: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
+    carried_from: dict[str, int] = field(default_factory=dict)  # commit carried series were measured at -> count
+    carried_compared: int = 0  # carried series compared with base (on the carrying commit's samples)
     notes: list[str] = field(default_factory=list)  # what was not judged and does not block
     history: list[Any] = field(default_factory=list)  # detector steps between base and head
 
@@ -206,6 +214,27 @@ def _valid(x: Any) -> bool:
     return isinstance(x, float | int) and math.isfinite(x) and x > 0
 
 
+def _carry(con: Any, rows: dict[tuple, dict], commit: str, machine: str | None, side: str) -> list[str]:
+    """Add to ``rows`` the series ``commit`` carries forward (``carried`` table), from the commit each
+    was measured at; a series ``commit`` measured itself keeps its own rows. Returns problems."""
+    from xrt.bench.sources import unit_of_benchmark
+
+    if "from_commit" not in columns(con, "carried"):
+        return []  # an older database: nothing was ever carried
+    sql = "SELECT machine, unit, from_commit FROM carried WHERE commit_hash = ?" + (
+        " AND machine = ?" if machine else "")
+    problems = []
+    for m, unit, frm in con.execute(sql, [commit] + ([machine] if machine else [])).fetchall():
+        got = {k: v for k, v in _rows(con, frm, m).items() if unit_of_benchmark(k[1]) == unit}
+        if not got:
+            problems.append(f"{m} {unit}: carried forward at {side} {commit[:10]} from {frm[:10]}, which has no "
+                            f"results for it on {m} (measure {commit[:10]} without --changed-only)")
+        for k, v in got.items():
+            if k not in rows:
+                rows[k] = {**v, "carried_from": frm}
+    return problems
+
+
 def _errors(con: Any, commit: str) -> list[str]:
     rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE contains(file, ?)",
                        [f"/{commit[:8]}"]).fetchall()
@@ -240,6 +269,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         return v
     with store.read(db) as con:
         b_rows, h_rows = _rows(con, base, machine), _rows(con, head, machine)
+        v.problems += _carry(con, b_rows, base, machine, "base") + _carry(con, h_rows, head, machine, "head")
         for c in (base, head):
             v.problems += _errors(con, c)
         envs = envmod.environments(con, machine, commits=[base, head])
@@ -274,7 +304,13 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         b, h = b_rows.get(key), h_rows.get(key)
         label = f"{m} {bn} [{pk or '-'}]"
         out = _outcome(b, h)
-        if out is None:
+        carried = (h or {}).get("carried_from")
+        if carried:
+            if out is not None and out.blocks:
+                out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
+        if out is None and carried == base:
+            out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
+        elif out is None:
             xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
             bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
                    if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
@@ -297,14 +333,24 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = COMPARED
                 _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
                          noisemod.from_values(history_values.get(key, [])))
+            if carried and out in (COMPARED, HISTORY):
+                v.carried_compared += 1
+                out = CARRIED
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
+        if out is CARRIED:
+            v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
         v.counts[out.name] += 1
-    v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name]
+    v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name] + v.carried_compared
     for o in (NEW_AT_HEAD, SKIPPED_BOTH):
         if v.counts[o.name]:
             v.notes.append(f"{v.counts[o.name]} series {o.text}")
-    if b_rows and h_rows and not v.compared and not v.problems:
+    if v.counts[CARRIED.name]:
+        origin = ", ".join(f"{n} from {c[:10]}" + (" (base)" if c == base else "")
+                           for c, n in sorted(v.carried_from.items()))
+        v.notes.append(f"{v.counts[CARRIED.name]} series {CARRIED.text}: {origin}; "
+                       f"{v.carried_compared} of them compared with base on those samples")
+    if b_rows and h_rows and not v.compared and not v.counts[CARRIED.name] and not v.problems:
         v.problems.append("no series was compared (nothing ran at both base and head)")
     if history and b_rows and h_rows:
         v.history = _history(db, base, head, machine)

@@ -139,9 +139,14 @@ def commit_order(db: str | os.PathLike) -> dict[str, int]:
 
 
 def resolve_in_db(db: str | os.PathLike, rev: str) -> str:
-    """A full hash from the database's commits (a unique prefix is enough)."""
+    """A full hash from the database's commits (a unique prefix is enough), or of a commit whose every
+    unit ``xrt bench run --changed-only`` carried forward (it has no results of its own)."""
     with store.read(db) as con:
-        rows = con.execute("SELECT hash FROM commits WHERE starts_with(hash, ?)", [rev.lower()]).fetchall()
+        sql = "SELECT hash FROM commits WHERE starts_with(hash, ?)"
+        if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'carried' "
+                       "AND database_name = current_database()").fetchone()[0]:
+            sql += " UNION SELECT DISTINCT commit_hash FROM carried WHERE starts_with(commit_hash, ?)"
+        rows = con.execute(sql, [rev.lower()] * sql.count("?")).fetchall()
     if len(rows) != 1:
         raise ValueError(f"{rev!r} matches {len(rows)} commits in the database" +
                          ("" if rows else " (pass --repo to resolve a branch or tag)"))

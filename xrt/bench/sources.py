@@ -1,0 +1,133 @@
+"""Which source files each benchmarked unit's measurements depend on: the one home of op -> sources.
+
+``xrt bench run --changed-only`` re-measures, per commit, only the units whose sources changed
+since the commit last measured on that machine, and records the others as *carried forward*
+(``<results>/<machine>/<commit>.carried``, ingested into the ``carried`` table); ``xrt gate``
+judges a carried series on the samples of the commit it was measured at. Both import this module;
+nothing else says which file belongs to which op.
+
+A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops`` and ``bench_host`` series) or
+``allocator`` (``bench_allocator``). A changed file is, in this order:
+
+* not measured (:data:`NOT_MEASURED`: docs, tests, the dashboard, the database and tracker code,
+  scripts, stored results except the tuner's): it changes no unit;
+* one unit's own (:func:`own_files`: its kernels, launchers, reference, op file, tuned configs):
+  it changes that unit;
+* anything else (the timer, the suites, the specs, the launch helpers, the runtime, the build,
+  a file this module does not know): it changes *every* unit. Unknown means re-measure: a unit
+  is only ever carried when every changed file is known not to touch it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+ALLOCATOR = "allocator"
+
+# Files no measurement depends on (fnmatch patterns, "*" crosses "/").
+NOT_MEASURED = (
+    "docs/*", "tests/*", "dashboard/*", "scripts/*", "xrt/db/*", "xrt/track/*", ".github/*", "*.md",
+    "Makefile", ".gitignore", "results/asv/*", "results/html/*", "results/gpu/*", "results/*.md",
+)
+
+# Ops that share their sources under another file name (layernorm_bwd lives in layernorm's files).
+FAMILY = {"layernorm_bwd": "layernorm"}
+
+_OP_FILES = (
+    "kernels/triton/{f}.py", "kernels/cuda/{f}.cu", "kernels/cuda/{f}.py", "kernels/reference/{f}.py",
+    "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
+)
+_ALLOCATOR_FILES = ("xrt/pytorch/allocator.py", "benchmarks/bench_allocator.py")
+ALLOCATOR_BENCHMARKS = ("bench_allocator.AllocatorFragmentation.track_peak_allocated",
+                        "bench_allocator.AllocatorFragmentation.track_peak_reserved")
+
+
+def units() -> list[str]:
+    from xrt.bench import specs
+
+    return sorted(specs.SPECS) + [ALLOCATOR]
+
+
+def own_files(unit: str) -> list[str]:
+    """The files only ``unit`` depends on (patterns relative to the repository root)."""
+    if unit == ALLOCATOR:
+        return list(_ALLOCATOR_FILES)
+    if unit not in units():
+        raise ValueError(f"no benchmarked unit {unit!r}; known: {', '.join(units())}")
+    return [p.format(f=FAMILY.get(unit, unit), op=unit) for p in _OP_FILES]
+
+
+def _match(path: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+def affected(changed: list[str]) -> dict[str, list[str]]:
+    """Per unit, the changed files (paths relative to the root) that change its measurements."""
+    us = units()
+    out: dict[str, list[str]] = {u: [] for u in us}
+    own = {u: own_files(u) for u in us}
+    for path in changed:
+        if _match(path, NOT_MEASURED) and not path.startswith("results/tuned/"):
+            continue
+        owners = [u for u in us if _match(path, own[u])]
+        for u in owners or us:  # a file no unit owns is shared: every unit
+            out[u].append(path)
+    return {u: files for u, files in out.items() if files}
+
+
+def unit_of_benchmark(name: str) -> str | None:
+    """``bench_ops.Square.time_op`` -> ``square``; ``bench_allocator.*`` -> ``allocator``; else None."""
+    from xrt.bench.suite import class_name
+
+    parts = name.split(".")
+    if parts[0] == "bench_allocator":
+        return ALLOCATOR
+    if parts[0] in ("bench_ops", "bench_host") and len(parts) >= 2:
+        for u in units():
+            if u != ALLOCATOR and class_name(u) == parts[1]:
+                return u
+    return None
+
+
+def bench_regex(selected: list[str], user: str | None = None) -> str:
+    """An asv ``--bench`` regex for the benchmarks of ``selected`` units (and, if given, ``user``'s)."""
+    from xrt.bench.suite import class_name
+
+    alts = [rf"bench_(ops|host)\.{class_name(u)}\." for u in selected if u != ALLOCATOR]
+    if ALLOCATOR in selected:
+        alts.append(r"bench_allocator\.")
+    ours = "^(" + "|".join(alts) + ")"
+    return ours if not user else f"(?=.*(?:{user})){ours}"
+
+
+def units_matching(user: str | None) -> list[str]:
+    """The units with at least one benchmark that asv's ``--bench user`` (re.search) selects."""
+    from xrt.bench.suite import class_name
+
+    if not user:
+        return units()
+    try:
+        rx = re.compile(user)
+    except re.error as e:
+        raise ValueError(f"--bench {user!r}: not a regular expression ({e})") from None
+    out = []
+    for u in units():
+        names = (list(ALLOCATOR_BENCHMARKS) if u == ALLOCATOR else
+                 [f"bench_ops.{class_name(u)}.time_op", f"bench_host.{class_name(u)}.time_host"])
+        if any(rx.search(n) for n in names):
+            out.append(u)
+    return out
+
+
+def series_matching(user: str | None, selected: list[str]) -> list[str]:
+    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``) ``--bench user`` runs
+    for the ``selected`` units: what the one ``setup_cache`` needs to measure."""
+    from xrt.bench.suite import SERIES, class_name
+
+    ops = [u for u in selected if u != ALLOCATOR]
+    if not user:
+        return list(SERIES)
+    rx = re.compile(user)
+    return [s for s, (module, method) in SERIES.items()
+            if any(rx.search(f"{module}.{class_name(u)}.{method}") for u in ops)]
