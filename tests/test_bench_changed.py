@@ -14,7 +14,8 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-OPS = ["layernorm", "layernorm_bwd", "softmax", "square", "vector_add", "window_sum"]
+OPS = ["attention", "attention_bwd", "bmm", "layernorm", "layernorm_bwd", "matmul", "softmax", "square",
+       "vector_add", "window_sum"]
 
 
 def test_units_are_the_specs_ops_and_the_allocator():
@@ -25,6 +26,8 @@ def test_units_are_the_specs_ops_and_the_allocator():
     (["docs/timing.md", "tests/test_x.py", "xrt/track/gate.py", "README.md"], set()),
     (["kernels/triton/square.py"], {"square"}),
     (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
+    (["kernels/triton/matmul.py"], {"matmul", "bmm"}),  # one file, two ops (BenchSpec.module)
+    (["kernels/triton/attention.py"], {"attention", "attention_bwd"}),
     (["xrt/pytorch/ops/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
     (["results/tuned/vector_add.json"], {"vector_add"}),
     (["xrt/pytorch/allocator.py"], {"allocator"}),

@@ -31,9 +31,6 @@ NOT_MEASURED = (
     "Makefile", ".gitignore", "results/asv/*", "results/html/*", "results/gpu/*", "results/*.md",
 )
 
-# Ops that share their sources under another file name (layernorm_bwd lives in layernorm's files).
-FAMILY = {"layernorm_bwd": "layernorm"}
-
 _OP_FILES = (
     "kernels/triton/{f}.py", "kernels/cuda/{f}.cu", "kernels/cuda/{f}.py", "kernels/reference/{f}.py",
     "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
@@ -55,7 +52,9 @@ def own_files(unit: str) -> list[str]:
         return list(_ALLOCATOR_FILES)
     if unit not in units():
         raise ValueError(f"no benchmarked unit {unit!r}; known: {', '.join(units())}")
-    return [p.format(f=FAMILY.get(unit, unit), op=unit) for p in _OP_FILES]
+    from xrt.bench import specs
+
+    return [p.format(f=specs.SPECS[unit].module or unit, op=unit) for p in _OP_FILES]
 
 
 def _match(path: str, patterns) -> bool:

@@ -26,6 +26,9 @@ class BenchSpec:
     call: Callable[[tuple, str, dict | None], Any]  # (args, provider, config or None) -> output
     bytes_moved: Callable[[Shape, int], int]  # (shape, element size) -> bytes read + written
     flops: Callable[[Shape], int] = lambda shape: 0
+    # The name of the op's kernel, launcher and op files when it is not ``op`` (layernorm_bwd lives
+    # in layernorm's files): what ``xrt.bench.sources`` maps changed files by.
+    module: str = ""
     # provider -> tuning-space key in kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
     # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
@@ -208,6 +211,7 @@ register(BenchSpec(
 
 register(BenchSpec(
     op="layernorm_bwd",
+    module="layernorm",
     shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
     dtypes=["bfloat16", "float16", "float32"],
     providers=["torch", "triton", "cuda"],
@@ -261,6 +265,7 @@ register(BenchSpec(
 
 register(BenchSpec(
     op="bmm",
+    module="matmul",
     shapes={"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
             "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]},
     dtypes=["bfloat16", "float32"],
@@ -382,6 +387,7 @@ register(BenchSpec(
 
 register(BenchSpec(
     op="attention_bwd",
+    module="attention",
     shapes=_ATTN_SHAPES,
     dtypes=["bfloat16", "float16"],
     providers=["torch", "triton"],
