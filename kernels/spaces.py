@@ -90,14 +90,33 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "bmm.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                    "num_warps": 8, "num_stages": 3},
     # siboehm's warptiled SGEMM (kernel 10) tile: 128 x 128 x 16, 8 x 4 a thread per sub-tile.
-    "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4},
-    "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 4},
+    # (H100, fp32 4096^3: 4 x 8 a thread gave 41.7 TFLOP/s against 37.6 for 8 x 4; results/gpu/gemm-h100.md)
+    "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
+    "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
     "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
                              "num_stages": 2},
 }
+
+
+# Where one default cannot serve every shape: (largest M, config) pairs a launcher takes, first
+# bound that holds, when it was given the default (no tuned or explicit config). Skinny GEMMs
+# (M <= 64) on the square-shape default left three quarters of a 128-row tile idle: 0.65 x cuBLAS
+# at 16 x 8192 x 8192 on the H100, against 0.99 x for this tile (results/gpu/gemm-h100.md).
+SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
+    "matmul.triton": [(64, {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                            "num_warps": 4, "num_stages": 4})],
+}
+
+
+def default_for(key: str, m: int) -> dict[str, Any]:
+    """The default config of ``key`` for a problem of ``m`` rows (``SHAPE_DEFAULTS``, else ``DEFAULTS``)."""
+    for bound, config in SHAPE_DEFAULTS.get(key, ()):
+        if m <= bound:
+            return check(key, config)
+    return default(key)
 
 
 def space(key: str) -> dict[str, list[Any]]:

@@ -165,3 +165,23 @@ def test_cuda_c_matmul_on_gpu(config):
     a, b = operands(67, 129, 36, torch.float32, "cuda", batch=3)
     with poisoned_outputs():
         check_gemm(bmm(a, b, config), a, b, torch.float32, what="bmm")
+
+
+def test_skinny_problems_get_their_own_default_and_explicit_configs_are_kept():
+    from xrt.kernels import checks
+    from xrt.kernels.triton.matmul import effective_config
+
+    skinny = effective_config("matmul.triton", 16, None)
+    assert skinny["BLOCK_M"] == 64 and skinny["kernel"] == "tiled"
+    # The op passes the checked defaults when no tuned config applies: the same choice.
+    assert effective_config("matmul.triton", 16, checks.tuning("matmul.triton", None)) is skinny
+    assert effective_config("matmul.triton", 65, None) == spaces.default("matmul.triton")
+    mine = {"BLOCK_M": 128, "kernel": "tiled"}
+    assert effective_config("matmul.triton", 16, mine)["BLOCK_M"] == 128  # asked for: kept
+
+
+def test_skinny_default_computes_the_product(interpreter):
+    from xrt.kernels.triton.matmul import matmul
+
+    a, b = operands(5, 33, 17, torch.float32, "cpu")
+    check_gemm(matmul(a, b), a, b, torch.float32)
