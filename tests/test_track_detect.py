@@ -105,3 +105,24 @@ def test_noise_profiles_from_real_results(tmp_path):
     prof, source = evaluate.noise_profiles(tmp_path)
     assert "real H100 samples" in source and 0.02 < prof["a.time_b[0]"]["sample_cv"] < 0.04
     assert "H100 measurements" in evaluate.noise_profiles(tmp_path / "none")[1]
+
+
+def test_noise_profiles_keep_benchmark_versions_and_parameters_apart(tmp_path):
+    """Runs of another suite version (which measured 10 x slower) or another parameter order must
+    not become run-to-run noise of this one."""
+    import json
+
+    d = tmp_path / "h100-nvidia-h100-80gb"
+    d.mkdir()
+    rng = np.random.default_rng(1)
+    cols = ["result", "params", "version", "samples"]
+    for i in range(4):  # four runs of version v1: params (a, b) in this order
+        s1, s2 = (list(t * rng.lognormal(0, 0.01, 50)) for t in (50e-6, 80e-6))
+        (d / f"{i:08x}-env.json").write_text(json.dumps(
+            {"result_columns": cols, "results": {"m.time_b": [[1, 1], [["'a'", "'b'"]], "v1", [s1, s2]]}}))
+    s1, s2 = (list(t * rng.lognormal(0, 0.01, 50)) for t in (800e-6, 500e-6))  # v2: reordered, 10 x
+    (d / "99999999-env.json").write_text(json.dumps(
+        {"result_columns": cols, "results": {"m.time_b": [[1, 1], [["'b'", "'a'"]], "v2", [s1, s2]]}}))
+    prof, _ = evaluate.noise_profiles(tmp_path)
+    assert set(prof) == {"m.time_b['a']@v1", "m.time_b['b']@v1"}  # v2 has one run: no profile
+    assert prof["m.time_b['a']@v1"]["run_cv"] < 0.05 and abs(prof["m.time_b['a']@v1"]["level"] - 50e-6) < 5e-6

@@ -24,6 +24,7 @@ weighted like asv does (2 / width of the 99 % CI of the median).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -55,12 +56,22 @@ def _profiles_from_results(files: list[Path]) -> dict[str, dict]:
         if "samples" not in cols:
             continue
         si = cols.index("samples")
+        pi = cols.index("params") if "params" in cols else None
+        vi = cols.index("version") if "version" in cols else None
         for name, row in d.get("results", {}).items():
             if len(row) <= si or not row[si]:
                 continue
+            # Keyed by the benchmark's version and the parameter values (not their index): runs of
+            # another version measure differently (suite version xrt-suite-2 times CUDA C small
+            # shapes 8-25 x slower than the one before it) and order their combinations differently.
+            params = row[pi] if pi is not None and len(row) > pi and row[pi] else []
+            version = row[vi] if vi is not None and len(row) > vi else None
+            combos = [",".join(c) for c in itertools.product(*params)] if params else []
             for j, smp in enumerate(row[si]):
                 if smp and len(smp) >= 10:
-                    by_key[f"{name}[{j}]"].append(np.asarray(smp, dtype=float))
+                    combo = combos[j] if j < len(combos) else str(j)
+                    key = f"{name}[{combo}]" + (f"@{version}" if version else "")
+                    by_key[key].append(np.asarray(smp, dtype=float))
     out = {}
     for key, runs in by_key.items():
         if len(runs) < 3:
