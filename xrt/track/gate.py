@@ -73,6 +73,7 @@ class Verdict:
     counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
     notes: list[str] = field(default_factory=list)  # what was not judged and does not block
     history: list[Any] = field(default_factory=list)  # detector steps between base and head
+    envs: dict = field(default_factory=dict)  # (machine, commit) -> recorded environment (alerts' cause)
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         b_rows, h_rows = _rows(con, base, machine), _rows(con, head, machine)
         for c in (base, head):
             v.problems += _errors(con, c)
-        envs = envmod.environments(con, machine, commits=[base, head])
+        envs = v.envs = envmod.environments(con, machine, commits=[base, head])
         history_values = _history_values(con, base, machine)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
@@ -372,8 +373,11 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
 
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
-    lines = [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-             f"(machine {r['machine']}, {_evidence(r)})" for r in v.regressions]
+    lines = []
+    for a, items in _alerts(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
+        lines.append(f"alert: {a.headline()}")
+        lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
+                  f"(machine {r['machine']}, {_evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
@@ -389,6 +393,15 @@ def report(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
+    """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
+    cause from ``v.envs``): (alert, its items in the alert's order)."""
+    from xrt.track import regressions as R
+
+    return [(a, [items[int(rec.note)] for rec in a.records])
+            for a in R.group(R.gate_records(v.base, v.head, items), v.envs)]
+
+
 def _evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
@@ -397,10 +410,11 @@ def summary_markdown(v: Verdict) -> str:
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
-    if v.regressions:
-        out += ["| machine | benchmark | params | before | after | ratio | p |", "|---|---|---|---|---|---|---|"]
+    for a, items in _alerts(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
+        out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
+                "|---|---|---|---|---|---|---|"]
         out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
-                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in v.regressions]
+                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in items]
         out.append("")
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
@@ -412,8 +426,10 @@ def summary_markdown(v: Verdict) -> str:
                 for r in v.within_noise] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
-        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
-                for r in v.changed_machine] + [""]
+        for a, items in _alerts(v, v.changed_machine):
+            out += [f"- {a.headline()}"] + [f"  - `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
+                                             for r in items]
+        out.append("")
     if v.problems:
         out += ["Cannot judge:", ""] + [f"- {p}" for p in v.problems[:50]]
         if len(v.problems) > 50:
