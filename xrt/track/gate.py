@@ -182,23 +182,25 @@ def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
 
 
 def _history_values(con: Any, base: str, machine: str | None,
-                    window: int = noisemod.WINDOW) -> dict[tuple, list[float]]:
-    """Per series, the per-commit values (median over runs) of the last ``window`` commits up to and
-    including ``base`` in history order, oldest first: what the noise model learns from."""
+                    window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
+    """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
+    last ``window`` commits up to and including ``base`` in history order, oldest first: what the
+    noise model learns from."""
     order, where_order = order_expr(con)
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
-    sql = (f"SELECT machine, benchmark, param_key, ord, v FROM ("
+    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
+           f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash"
            f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
            + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
-    out: dict[tuple, list[float]] = {}
-    for m, bn, pk, _, v in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
-        out.setdefault((m, bn, pk), []).append(v)
+    out: dict[tuple, list[tuple]] = {}
+    for m, bn, pk, _, v, lo, hi in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
+        out.setdefault((m, bn, pk), []).append((v, lo, hi))
     return out
 
 
@@ -283,7 +285,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = INVALID
                 v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
             elif len(xs) < need or len(ys) < need:
-                model = noisemod.from_values(history_values.get(key, []))
+                model = noisemod.from_values([t[0] for t in history_values.get(key, [])])
                 if model is not None:
                     out = HISTORY
                     _against_history(v, eff, key, b, ys, model, m in changed)
@@ -296,8 +298,9 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                                       f"{noisemod.MIN_HISTORY} commits)")
             else:
                 out = COMPARED
-                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         noisemod.from_values(history_values.get(key, [])))
+                hib = higher_is_better(b["unit"])  # the noise model's run value: its best sample
+                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed, noisemod.from_values(
+                    [noisemod.best(lo, hi, hib) for _, lo, hi in history_values.get(key, [])]))
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
         v.counts[out.name] += 1
@@ -344,7 +347,9 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
     if model is not None:
-        item["z"] = model.z_pair(float(np.log(ratio)))
+        hib = higher_is_better(b["unit"])
+        best = float(np.log(noisemod.best(ys.min(), ys.max(), hib) / noisemod.best(xs.min(), xs.max(), hib)))
+        item["z"] = model.z_pair(best) if (best < 0 if hib else best > 0) else 0.0  # best sample not worse: 0
         if item["z"] < noisemod.Z:
             item["judged"] = f"within run-to-run noise ({model.describe()}, z {item['z']:.1f} < {noisemod.Z:g})"
             v.within_noise.append(item)
