@@ -115,3 +115,17 @@ def test_a_loaded_runner_moves_medians_not_best_samples(tmp_path, capsys, plante
         assert code == 1 and f"REGRESSION {synth.OP}" in out and f"REGRESSION {synth.PLAIN}" in out, out
     else:
         assert code == 0 and "REGRESSION" not in out, out
+
+
+def test_the_model_keeps_the_median_where_the_best_sample_is_the_jumpier():
+    rng = np.random.default_rng(1)
+    med = 50e-6 * np.exp(rng.normal(0, 0.002, 12))
+    steady = [(m, 0.98 * m, 1.1 * m) for m in med]  # the best sample follows the median
+    model, stat = noise.steadier(steady, higher_is_better=False)
+    assert stat == "best" and model.sigma < 0.004
+    jumpy = [(m, m * (0.98 if i % 2 else 0.90), 1.1 * m) for i, m in enumerate(med)]  # a rare fast outlier
+    model, stat = noise.steadier(jumpy, higher_is_better=False)
+    assert stat == "median" and model.sigma < 0.004
+    # a rate: its best sample is the largest
+    assert noise.steadier([(m, 0.5 * m, 1.02 * m) for m in med], higher_is_better=True)[1] == "best"
+    assert noise.steadier(steady[:3], higher_is_better=False) == (None, "median")  # too little history

@@ -298,9 +298,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                                       f"{noisemod.MIN_HISTORY} commits)")
             else:
                 out = COMPARED
-                hib = higher_is_better(b["unit"])  # the noise model's run value: its best sample
-                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed, noisemod.from_values(
-                    [noisemod.best(lo, hi, hib) for _, lo, hi in history_values.get(key, [])]))
+                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
+                         *noisemod.steadier(history_values.get(key, []), higher_is_better(b["unit"])))
         elif out.blocks:
             v.problems.append(f"{label}: {out.text}")
         v.counts[out.name] += 1
@@ -333,7 +332,8 @@ def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray
 
 
 def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
-             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None) -> None:
+             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
+             stat: str = "median") -> None:
     """One series with enough valid samples on both sides: a regression, a clock change, a slowdown
     within the series' run-to-run noise (``model``, from its history), or nothing."""
     m, bn, pk = key
@@ -347,11 +347,13 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
     if model is not None:
-        hib = higher_is_better(b["unit"])
-        best = float(np.log(noisemod.best(ys.min(), ys.max(), hib) / noisemod.best(xs.min(), xs.max(), hib)))
-        item["z"] = model.z_pair(best) if (best < 0 if hib else best > 0) else 0.0  # best sample not worse: 0
+        hib = higher_is_better(b["unit"])  # the run's value the model was learnt on (noise.steadier)
+        lr = float(np.log(ratio)) if stat == "median" else float(np.log(
+            noisemod.best(ys.min(), ys.max(), hib) / noisemod.best(xs.min(), xs.max(), hib)))
+        item["z"] = model.z_pair(lr) if (lr < 0 if hib else lr > 0) else 0.0  # not worse by that value: 0
         if item["z"] < noisemod.Z:
-            item["judged"] = f"within run-to-run noise ({model.describe()}, z {item['z']:.1f} < {noisemod.Z:g})"
+            item["judged"] = (f"within run-to-run noise ({model.describe()} of the run's {stat}, z {item['z']:.1f} < "
+                              f"{noisemod.Z:g})")
             v.within_noise.append(item)
             return
     bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)

@@ -38,6 +38,7 @@ from xrt.track import stats
 WINDOW = 20        # commits of history (the detector's window)
 MIN_HISTORY = 5    # fewer commits than this: no model (4 differences are too few to trust a σ)
 Z = 4.0            # the detector's commit-level bar (DetectConfig.z_commit)
+BEST_OVER_MEDIAN = 2.0  # the best sample's σ may be up to this times the median's and still be used
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,21 @@ class Noise:
 def best(fastest: float | None, slowest: float | None, higher_is_better: bool) -> float | None:
     """A run's best sample from its smallest and largest: the largest for a rate, else the smallest."""
     return slowest if higher_is_better else fastest
+
+
+def steadier(history: list[tuple], higher_is_better: bool) -> tuple[Noise | None, str]:
+    """From (value, smallest sample, largest sample) per commit: the model of the run's best sample,
+    and which run value it is (``"best"``), unless history says the best sample moves more than
+    :data:`BEST_OVER_MEDIAN` times as much as the median from run to run: then the median's
+    (``"median"``, asv's value). On a loaded CPU the best sample is the steadier by far; on the H100
+    most series are alike, and a few whose best sample is jumpy (a rare fast outlier) keep the median.
+    Not simply the smaller σ: picking the smaller of two noisy estimates underestimates the noise
+    (on the loaded CPU run it failed 3 of 10 A/A gates instead of 1)."""
+    med = from_values([t[0] for t in history])
+    top = from_values([best(lo, hi, higher_is_better) for _, lo, hi in history])
+    if top is not None and (med is None or top.sigma <= BEST_OVER_MEDIAN * med.sigma):
+        return top, "best"
+    return med, "median"
 
 
 def from_values(values: np.ndarray | list[float], window: int = WINDOW) -> Noise | None:
