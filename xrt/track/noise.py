@@ -13,8 +13,9 @@ for the comparison of two runs with samples (:meth:`Noise.z_pair`): load on a CP
 ever slows samples down, so a run's median moves with how busy the machine was while its fastest
 sample stays near what the code costs (on this 2-core CPU, with the Square suites: the σ a run of
 the median was 20–57 %, and 10 A/A pairs failed 3 and 0 times while a planted 2x failed 5 and 2
-times of 10; with the best sample 1 and 1 A/A, 8 and 10 planted, re-judged on the same runs). The
-history judgement of one-value runs (:meth:`Noise.z_head`) keeps asv's value.
+times of 10; with :func:`steadier`'s rule 2 and 1 A/A, 8 and 10 planted, re-judged on the same runs,
+and 1 A/A, 10 planted on a fresh run: docs/regressions.md). The history judgement of one-value
+runs (:meth:`Noise.z_head`) keeps asv's value.
 
 Two uses:
 
