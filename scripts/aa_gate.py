@@ -13,7 +13,11 @@ In a throwaway clone of this repository:
 
 Prints one row per pair and the totals; ``--json FILE`` keeps every gate's output.
 
-    python scripts/aa_gate.py --pairs 10 --bench Square
+    python scripts/aa_gate.py --pairs 10 --bench Square --work /tmp/aa
+    python scripts/aa_gate.py --rejudge /tmp/aa     # the same measurements, this checkout's gate (~15 s)
+
+The gates run this checkout's ``xrt`` (``PYTHONPATH``), not the clone's, so ``--rejudge`` compares
+judges on one set of measurements.
 """
 
 from __future__ import annotations
