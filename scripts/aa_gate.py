@@ -13,7 +13,11 @@ In a throwaway clone of this repository:
 
 Prints one row per pair and the totals; ``--json FILE`` keeps every gate's output.
 
-    python scripts/aa_gate.py --pairs 10 --bench Square
+    python scripts/aa_gate.py --pairs 10 --bench Square --work /tmp/aa
+    python scripts/aa_gate.py --rejudge /tmp/aa     # the same measurements, this checkout's gate (~15 s)
+
+The gates run this checkout's ``xrt`` (``PYTHONPATH``), not the clone's, so ``--rejudge`` compares
+judges on one set of measurements.
 """
 
 from __future__ import annotations
@@ -57,9 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench", default=None, help="asv --bench regex [every suite of the quick profile]")
     ap.add_argument("--work", type=Path, default=None, help="folder to keep the clone and results in [a temp dir]")
     ap.add_argument("--json", type=Path, help="write every gate's output here")
+    ap.add_argument("--rejudge", type=Path, metavar="WORK",
+                    help="measure nothing: gate again the commits of an earlier run's --work folder with this "
+                         "checkout's gate (to compare judges on the same measurements)")
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.warmup < 1:
         ap.error("--pairs and --warmup must be at least 1")
+    if args.rejudge:
+        return _judge_all(args.rejudge, *_chain_of(args.rejudge), 0.0, "(rejudged)", args.json)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="xrt-aa-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -97,12 +106,33 @@ def main(argv: list[str] | None = None) -> int:
         print(ing.stdout[-2000:] + ing.stderr[-2000:], file=sys.stderr)
         return 2
 
+    return _judge_all(work, chain[:args.warmup], chain[args.warmup:], planted, bench_s, args.bench, args.json)
+
+
+def _chain_of(work: Path) -> tuple[list[str], list[str], dict[str, str]]:
+    """(warm-up commits, judged commits, {judged: planted sibling}) of an earlier run, from its database
+    (the planted commits are detached in the clone; the database keeps their parents)."""
+    from xrt.db.query import query
+
+    _, rows = query(work / "xrt.duckdb", "SELECT hash, first_parent_index, parents FROM commits")
+    chain = [h for h, i, _ in sorted((r for r in rows if r[1] is not None), key=lambda r: r[1])]
+    on_chain = set(chain)
+    by_parent = {list(p)[0]: h for h, i, p in rows if h not in on_chain and p}
+    planted = {chain[k]: by_parent[chain[k - 1]] for k in range(1, len(chain)) if chain[k - 1] in by_parent}
+    first = min(chain.index(c) for c in planted)
+    return chain[:first], chain[first:], planted
+
+
+def _judge_all(work: Path, warm: list[str], judged: list[str], planted: dict[str, str], bench_s: float,
+               bench: str | None, json_out: Path | None) -> int:
+    env = dict(os.environ, HOME=str(work), PYTHONPATH=str(ROOT))  # this checkout's gate
+    db, chain = work / "xrt.duckdb", warm + judged
     rows, out = [], []
-    for k in range(args.warmup, len(chain)):
+    for k in range(len(warm), len(chain)):
         row = {"pair": k}
         for kind, head in (("aa", chain[k]), ("planted", planted[chain[k]])):
             g = _xrt("gate", "--db", str(db), "--base", chain[k - 1], "--head", head, "--no-history", env=env,
-                     cwd=clone)
+                     cwd=ROOT)
             row[kind] = g.returncode
             row[kind + "_flagged"] = sum(ln.startswith("REGRESSION ") for ln in g.stdout.splitlines())
             row[kind + "_within_noise"] = sum(ln.startswith("within noise") for ln in g.stdout.splitlines())
@@ -114,13 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     aa_cj = sum(r["aa"] == 2 for r in rows)
     caught = sum(r["planted"] == 1 for r in rows)
     print(f"aa_gate: {len(rows)} A/A gates: {aa_fail} failed (exit 1), {aa_cj} cannot judge; planted 2x: "
-          f"{caught}/{len(rows)} failed; {len(todo)} commits measured in {bench_s:.0f} s "
-          f"(--bench {args.bench or 'all'})")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "gates": out, "bench_seconds": bench_s,
-                                         "bench": args.bench}, indent=1))
+          f"{caught}/{len(rows)} failed; {len(chain) + len(planted)} commits measured in {bench_s:.0f} s "
+          f"(--bench {bench or 'all'})")
+    if json_out:
+        json_out.write_text(json.dumps({"rows": rows, "gates": out, "bench_seconds": bench_s, "bench": bench},
+                                       indent=1))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -37,6 +37,18 @@ def test_sidecar_has_the_gpu_and_software_facts():
     json.dumps(s)  # serialisable as is
 
 
+def test_sidecar_records_the_processor_and_the_kernel(monkeypatch):
+    cpu = DeviceInfo(kind="cpu", index=0, name="cpu", host="ci")
+    monkeypatch.setattr(machine, "_cpu_model", lambda: "AMD EPYC 9654 96-Core Processor")
+    monkeypatch.setattr(machine.platform, "release", lambda: "6.8.0-45-generic")
+    s = machine.sidecar(cpu)
+    assert s["cpu_model"] == "AMD EPYC 9654 96-Core Processor" and s["kernel"] == "6.8.0-45-generic"
+    assert s["gpu_model"] is None and s["device_kind"] == "cpu"
+    monkeypatch.setattr(machine, "_cpu_model", lambda: None)  # no /proc/cpuinfo: platform's word, else nothing
+    monkeypatch.setattr(machine.platform, "processor", lambda: "")
+    assert machine.sidecar(cpu)["cpu_model"] is None
+
+
 def test_params_cover_op_shape_dtype_provider_config(monkeypatch, tmp_path):
     params, names = suite.params_for("square", "full")
     assert names == ["shape", "dtype", "provider", "config"]

@@ -158,10 +158,38 @@ def test_overview_machines_and_open_regressions(db):
     m = at.dataframe[0].value
     assert m["GPU"].tolist() == list(MACHINES.values())
     assert m["commit"].tolist() == ["29abababab"] * 2 and (m["status"] == "16 ok").all()
-    regs = at.dataframe[1].value
+    regs = at.dataframe[-1].value  # every step, after the alerts
     assert len(regs) == 1 and regs["machine"][0] == "gpu-a" and regs["params"][0] == STEPPED[1]
     assert 1.15 < regs["ratio"][0] < 1.25 and regs["first_slow"][0].startswith(f"{STEP_AT}ababab")
     assert len(charts(at)) == 1
+
+
+def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
+    """One expandable row per (machine, first slow commit), with its series and their ratios."""
+    from xrt.track import regressions as R
+
+    rid = stepped_id(db)
+    other = "'4096', 'float32', 'torch', 'default'"
+
+    def more(con):  # a second series of gpu-a at the same commit, and one of gpu-b there
+        for new_id, machine, pk, ratio in (("a2", "gpu-a", other, 1.5), ("b1", "gpu-b", other, 1.1)):
+            con.execute("INSERT INTO regressions SELECT * REPLACE (? AS id, ? AS machine, ? AS param_key, "
+                        "? AS ratio) FROM regressions WHERE id = ?", [new_id, machine, pk, ratio, rid])
+
+    store.write(db, more)
+    assert len(R.stored(db)) >= 3
+    at = app()
+    labels = [e.label for e in at.expander]
+    assert len(labels) == 2, labels
+    a = next(x for x in labels if x.startswith("gpu-a"))
+    assert f"at {STEP_AT}ababab" in a and "2 regressions" in a and "largest 1.500×" in a and "(2 series)" in a
+    assert next(x for x in labels if x.startswith("gpu-b")).count("1 regression") == 1
+    inside = [d.value for d in at.dataframe[1:-1]]  # machines first, every step last
+    by_len = sorted(inside, key=len)
+    assert [len(d) for d in by_len] == [1, 2]
+    assert sorted(by_len[1]["params"]) == sorted([STEPPED[1], other])
+    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(R.stored(db)[rid]["ratio"], 3), 1.5]
+    assert len(at.dataframe[-1].value) == 3  # the flat table keeps every step
 
 
 def test_overview_filters_and_deep_link(db):
@@ -747,8 +775,9 @@ def went_on(at: AppTest, page: str) -> None:
         assert len(at.metric) == 5  # compared both sides (the default commits: nothing moved)
     elif page in ("explorer", "tuning"):
         assert len(at.dataframe) == 1 and len(charts(at)) == 1
-    else:  # the machines, then the regressions of the selection (or the message that there are none)
-        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 2 or at.success)
+    else:  # the machines, then the regressions of the selection: its one alert and every step (or the message
+        # that there are none)
+        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 3 or at.success)
 
 
 def _widgets(at: AppTest) -> list:

@@ -86,7 +86,10 @@ def test_environment_reads_columns_and_facts_and_says_unknown_not_same(tmp_path)
     with store.read(db) as con:
         envs = env.environments(con, "h100")
     assert envs[("h100", commits[7])]["torch"] == "2.5.1" and envs[("h100", commits[8])]["torch"] == "2.6.0"
-    assert env.changes(envs[("h100", commits[8])], envs[("h100", commits[9])]) == [
-        "cpu_model: (not recorded) → EPYC 9654", "kernel: (not recorded) → 6.8"]
+    # facts the sidecar began recording later count only where both sides have them
+    assert env.changes(envs[("h100", commits[8])], envs[("h100", commits[9])]) == []
+    later = dict(envs[("h100", commits[9])], cpu_model="EPYC 9754", kernel="6.9")
+    assert env.changes(envs[("h100", commits[9])], later) == ["cpu_model: EPYC 9654 → EPYC 9754",
+                                                             "kernel: 6.8 → 6.9"]
     assert env.changes(envs[("h100", commits[9])], envs[("h100", commits[9])]) == []
     assert env.changes(None, envs[("h100", commits[9])]) is None

@@ -58,6 +58,14 @@ def test_spikes_bimodal_and_small_changes_are_not_steps():
     # a real 1 % step is below the 2 % bar, but above a 0.5 % one set for this benchmark by regex
     small = np.where(np.arange(60) >= 30, 1.01, 1.0)
     assert detect(_series(small, cv=0.005)) == []
+    # the bar's slack (one standard error) with z >= 4 never reaches below 4/5 of the bar: a 1.5 %
+    # step is not reported against a 2 % bar at any noise; a 1.9 % one, within one standard error
+    # of it, is (and is not without the slack)
+    for run_cv in (0.0005, 0.002, 0.004, 0.006):
+        assert detect(_series(np.where(np.arange(60) >= 30, 1.015, 1.0), cv=0.005, run_cv=run_cv)) == []
+    near = _series(np.where(np.arange(60) >= 30, 1.019, 1.0), cv=0.005, run_cv=0.004, seed=3)
+    assert [s.index for s in detect(near)] == [30]
+    assert detect(near, DetectConfig(effect_se=0.0)) == []
     cfg = DetectConfig(effects=[(r"time_x$", 0.005)])
     assert [s.index for s in detect(_series(small, cv=0.005), cfg)] == [30]
 
@@ -84,6 +92,10 @@ def test_harness_meets_the_targets_and_beats_asv():
     assert x["precision"] >= 0.95
     for size in ("5%", "10%", "25%"):
         assert x["recall_by"][size] >= 0.95, (size, x["recall_by"])
+    # small sustained steps: >= 0.6 at each of 2 % and 3 % (a 2 % step sits on the 2 % bar; the
+    # bar's slack of one standard error is what lifts it from about half)
+    for size in ("2%", "3%"):
+        assert x["recall_by"][size] >= 0.6, (size, x["recall_by"])
     assert x["f1"] >= asv["f1"] + 0.1
     # Beyond the targets, with room for sampling (on other seeds 1 clock series in 60 and 2 bimodal
     # series in 60 have gone wrong; 0.98 of fixed slowdowns are marked fixed on 100 series a group).

@@ -152,3 +152,30 @@ def test_regressions_json_lifecycle_and_show(tmp_path, capsys):
         assert check in out, check
     assert main(["regressions", "--db", str(db), "--format", "markdown", "--since", commits[15][:8]]) == 0
     assert "(0 steps)" not in capsys.readouterr().out
+
+
+def test_failing_series_are_grouped_into_alerts_per_machine_and_commit(world, capsys):
+    """The terminal and markdown summaries group like `xrt regressions`: one alert per (machine, commit)."""
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 60e-6), synth.samples(rng, 6e-6), N - 1, 1980)
+    for i, c in enumerate(commits[-2:]):  # a second machine: only its op got slower (no sidecar: cause unknown)
+        synth.write_run(root, "a100", c, synth.samples(rng, 80e-6 * (1.3 if i else 1)), synth.samples(rng, 9e-6), i)
+    _ingest(root, db, repo)
+    summary = db.parent / "summary.md"
+    code, out = _gate(db, repo, commits[-2], commits[-1], capsys, "--summary", str(summary))
+    assert code == 1, out
+    lines = out.splitlines()
+    heads = [i for i, ln in enumerate(lines) if ln.startswith("alert: ")]
+    assert [lines[i] for i in heads] == [
+        f"alert: h100 at {commits[-1][:10]} (from {commits[-2][:10]}): 2 regressions; code change",
+        f"alert: a100 at {commits[-1][:10]} (from {commits[-2][:10]}): 1 regression; cause cannot be told "
+        "(no environment recorded)"]
+    # each alert's REGRESSION lines follow it
+    h100 = lines[heads[0] + 1:heads[1]]
+    assert sorted(ln.split()[1] for ln in h100) == sorted([synth.OP, synth.PLAIN])
+    assert all(ln.startswith("REGRESSION ") and "machine h100" in ln for ln in h100)
+    assert lines[heads[1] + 1].startswith(f"REGRESSION {synth.OP} ") and "machine a100" in lines[heads[1] + 1]
+    md = summary.read_text()
+    assert md.count("#### ") == 2 and "#### h100 at" in md and md.index("#### h100") < md.index("#### a100")
+    a100 = md[md.index("#### a100"):]
+    assert a100.count("| a100 |") == 1 and "| h100 |" not in a100.split("####")[1]

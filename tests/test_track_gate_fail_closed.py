@@ -288,6 +288,21 @@ def test_a_slowdown_on_a_changed_machine_is_not_a_regression(world, capsys):
     assert f"slower on a changed machine (not judged as a regression): {synth.OP}" in out
 
 
+def test_a_new_processor_or_kernel_under_a_cpu_machine_is_a_machine_change(world, capsys):
+    repo, commits, root, rng, db = world
+    for c, i, cpu, kernel in ((commits[-3], 0, "Xeon 8480", "6.8.0"), (commits[-2], 1, "Xeon 8480", "6.8.0"),
+                              (commits[-1], 2, "EPYC 9654", "6.8.0")):
+        synth.write_run(root, "ci-cpu", c, synth.samples(rng, 50e-6 * (1.2 if i == 2 else 1)),
+                        synth.samples(rng, 5e-6), i, 1980, cpu_model=cpu, kernel=kernel)
+    _ingest(root, db, repo)
+    code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
+    assert code == 2 and "machine changed on ci-cpu between base and head (cpu_model: Xeon 8480 → EPYC 9654)" in out
+    assert "REGRESSION " not in out, out
+    # the same processor and kernel at base and head: judged as usual
+    code, out, _ = _gate(capsys, db, commits[-3], commits[-2])
+    assert code == 0 and "machine changed" not in out, out
+
+
 def test_the_same_slowdown_on_an_unchanged_machine_fails(world, capsys):
     repo, commits, root, rng, db = world
     synth.write_run(root, "h100", commits[-2], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 0, 1980)

@@ -82,3 +82,50 @@ def test_one_value_a_run_without_history_still_cannot_be_judged(tmp_path, capsys
     commits, db = _world(tmp_path, run_cv=0.01, n_samples=1, head_factor=1.3, history=3)
     code, out = _gate(db, commits, capsys)
     assert code == 2 and "too little history to judge it otherwise" in out, out
+
+
+def _loaded(rng, level: float, load: float, n: int = 40) -> list[float]:
+    """One run on a loaded CPU: a share ``load`` of the samples slowed 1.5-4x; the others at the level."""
+    s = level * rng.lognormal(0, 0.01, n)
+    slow = rng.random(n) < load
+    s[slow] *= rng.uniform(1.5, 4.0, slow.sum())
+    return list(s)
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_loaded_runner_moves_medians_not_best_samples(tmp_path, capsys, planted):
+    """The run's value for the model is its best sample: load (a random share of slow samples in each run)
+    moves every run's median, so a median model would call a planted 2x 'within noise'; the fastest
+    sample stays near what the code costs. An A/A head on a heavily loaded run passes, a 2x head fails."""
+    repo = tmp_path / "repo"
+    commits = synth.git_history(repo, N)
+    root, db = tmp_path / "results", tmp_path / "xrt.duckdb"
+    rng = np.random.default_rng(4)
+    loads = rng.uniform(0.0, 0.6, N)
+    loads[-2], loads[-1] = 0.05, 0.55  # a quiet base, a loaded head: its median ~1.5x slower
+    for i, c in enumerate(commits):
+        f = 2.0 if planted and i == N - 1 else 1.0
+        synth.write_run(root, "ci-cpu", c, _loaded(rng, 50e-6 * f, loads[i]), _loaded(rng, 5e-6 * f, loads[i]), i,
+                        1980)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    meds = [float(np.median(_loaded(np.random.default_rng(k), 1.0, ld))) for k, ld in enumerate(loads[:-1])]
+    assert np.std(np.log(meds)) > 0.1  # the medians of the history move by more than 10 % a run
+    code, out = _gate(db, commits, capsys)
+    if planted:
+        assert code == 1 and f"REGRESSION {synth.OP}" in out and f"REGRESSION {synth.PLAIN}" in out, out
+    else:
+        assert code == 0 and "REGRESSION" not in out, out
+
+
+def test_the_model_keeps_the_median_where_the_best_sample_is_the_jumpier():
+    rng = np.random.default_rng(1)
+    med = 50e-6 * np.exp(rng.normal(0, 0.002, 12))
+    steady = [(m, 0.98 * m, 1.1 * m) for m in med]  # the best sample follows the median
+    model, stat = noise.steadier(steady, higher_is_better=False)
+    assert stat == "best" and model.sigma < 0.004
+    jumpy = [(m, m * (0.98 if i % 2 else 0.90), 1.1 * m) for i, m in enumerate(med)]  # a rare fast outlier
+    model, stat = noise.steadier(jumpy, higher_is_better=False)
+    assert stat == "median" and model.sigma < 0.004
+    # a rate: its best sample is the largest
+    assert noise.steadier([(m, 0.5 * m, 1.02 * m) for m in med], higher_is_better=True)[1] == "best"
+    assert noise.steadier(steady[:3], higher_is_better=False) == (None, "median")  # too little history

@@ -10,6 +10,8 @@ import dashui as U
 import pandas as pd
 import streamlit as st
 
+from xrt.db import alerts as A
+
 st.title("Regressions")
 st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
            "first slow commit first. Click a row for its series, its commits and the checklist of likely causes.")
@@ -62,6 +64,25 @@ regs = regs.assign(
     first_slow=regs["commit"].map(D.short) + "  " + regs["message"].map(lambda s: D.first_line(s, 60)),
     slower_pct=(regs["ratio"] - 1.0),
     link="regression?id=" + regs["id"].map(lambda i: quote(str(i), safe="")))
+
+# One alert per machine and first slow commit (xrt.db.alerts.group: the grouping `xrt regressions` and the
+# gate's summary use), newest first; open one for its series and their ratios.
+groups = A.group(regs.to_dict("records"), by_size=False)
+st.markdown(f"**{len(groups)} alert{'s' if len(groups) != 1 else ''}**: the steps one machine saw at one commit, "
+            "together (usually one cause). Open one for its series.")
+for g in groups:
+    items = pd.DataFrame(g.items)
+    big = items.loc[(items["ratio"].map(lambda x: abs(x - 1.0) if x == x else 0.0)).idxmax()]
+    label = (f"{U.lit(g.machine, 60)} at {U.lit(D.short(g.commit))}: {A.counts_text(items['kind'])}, largest "
+             f"{big['ratio']:.3f}× ({len(items)} series) — {U.lit(D.first_line(big['message'], 60))}")
+    with st.expander(label, expanded=len(groups) == 1):
+        st.dataframe(items[["link", "benchmark", "params", "ratio", "slower_pct", "kind", "status"]], hide_index=True,
+                     width="stretch", column_config={
+                         "link": st.column_config.LinkColumn("open", display_text="details"),
+                         "ratio": st.column_config.NumberColumn("ratio (after/before)", format="%.3f×"),
+                         "slower_pct": st.column_config.NumberColumn("change", format="percent")})
+
+st.markdown("**Every step**, one row each (click a row for its page):")
 table = regs[["link", "ratio", "slower_pct", "machine", "benchmark", "params", "first_slow", "commit_date", "status",
               "kind", "p_value"]]
 event = st.dataframe(

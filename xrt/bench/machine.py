@@ -93,6 +93,10 @@ def sidecar(dev: DeviceInfo, **extra: Any) -> dict[str, Any]:
         "max_mem_clock_mhz": dev.max_mem_clock_mhz,
         "cpu_load": cpu_load(),
         "host": dev.host,
+        # the host under the device: on the CPU it is the device; on a GPU host it times the launches.
+        # xrt.track.env calls a change of either an environment change.
+        "cpu_model": _cpu_model() or platform.processor() or None,
+        "kernel": platform.release() or None,
     }
     facts.update(extra)
     return facts

@@ -24,6 +24,9 @@ from typing import Any
 COLUMNS = ("gpu_model", "driver", "cuda", "torch", "triton")
 FACTS = ("device_kind", "compute_capability", "sm_count", "total_memory_bytes", "power_limit_w", "cpu_model",
          "kernel")
+# facts the sidecar began recording later (xrt.bench.machine.sidecar): a change only where both sides
+# recorded them, so the first run with a newer sidecar is not a "machine changed" on every machine
+LATER = ("cpu_model", "kernel")
 # the sidecar's presence: without one of these, nothing about the environment was recorded
 _RECORDED = ("gpu_model", "driver", "cuda", "torch", "triton", *FACTS)
 
@@ -76,12 +79,17 @@ def environments(con: Any, machine: str | None = None,
 
 
 def changes(before: Env | None, after: Env | None) -> list[str] | None:
-    """What differs, as ``field: old → new`` lines; ``[]`` the same; ``None`` cannot be told."""
+    """What differs, as ``field: old → new`` lines; ``[]`` the same; ``None`` cannot be told.
+
+    A fact of :data:`LATER` counts only where both sides recorded it.
+    """
     if before is None or after is None:
         return None
     out = []
     for k in (*COLUMNS, *FACTS):
         a, b = before.get(k), after.get(k)
+        if k in LATER and (a is None or b is None):
+            continue
         if a != b and (a is not None or b is not None):
             out.append(f"{k}: {a or '(not recorded)'} → {b or '(not recorded)'}")
     return out

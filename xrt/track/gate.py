@@ -81,6 +81,7 @@ class Verdict:
     carried_compared: int = 0  # carried series compared with base (on the carrying commit's samples)
     notes: list[str] = field(default_factory=list)  # what was not judged and does not block
     history: list[Any] = field(default_factory=list)  # detector steps between base and head
+    envs: dict = field(default_factory=dict)  # (machine, commit) -> recorded environment (alerts' cause)
 
 
 @dataclass(frozen=True)
@@ -189,23 +190,25 @@ def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
 
 
 def _history_values(con: Any, base: str, machine: str | None,
-                    window: int = noisemod.WINDOW) -> dict[tuple, list[float]]:
-    """Per series, the per-commit values (median over runs) of the last ``window`` commits up to and
-    including ``base`` in history order, oldest first: what the noise model learns from."""
+                    window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
+    """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
+    last ``window`` commits up to and including ``base`` in history order, oldest first: what the
+    noise model learns from."""
     order, where_order = order_expr(con)
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
-    sql = (f"SELECT machine, benchmark, param_key, ord, v FROM ("
+    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
+           f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash"
            f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
            + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
-    out: dict[tuple, list[float]] = {}
-    for m, bn, pk, _, v in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
-        out.setdefault((m, bn, pk), []).append(v)
+    out: dict[tuple, list[tuple]] = {}
+    for m, bn, pk, _, v, lo, hi in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
+        out.setdefault((m, bn, pk), []).append((v, lo, hi))
     return out
 
 
@@ -272,7 +275,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         v.problems += _carry(con, b_rows, base, machine, "base") + _carry(con, h_rows, head, machine, "head")
         for c in (base, head):
             v.problems += _errors(con, c)
-        envs = envmod.environments(con, machine, commits=[base, head])
+        envs = v.envs = envmod.environments(con, machine, commits=[base, head])
         history_values = _history_values(con, base, machine)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
@@ -318,7 +321,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = INVALID
                 v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
             elif len(xs) < need or len(ys) < need:
-                model = noisemod.from_values(history_values.get(key, []))
+                model = noisemod.from_values([t[0] for t in history_values.get(key, [])])
                 if model is not None:
                     out = HISTORY
                     _against_history(v, eff, key, b, ys, model, m in changed)
@@ -332,7 +335,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             else:
                 out = COMPARED
                 _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         noisemod.from_values(history_values.get(key, [])))
+                         *noisemod.steadier(history_values.get(key, []), higher_is_better(b["unit"])))
             if carried and out in (COMPARED, HISTORY):
                 v.carried_compared += 1
                 out = CARRIED
@@ -375,7 +378,8 @@ def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray
 
 
 def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
-             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None) -> None:
+             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
+             stat: str = "median") -> None:
     """One series with enough valid samples on both sides: a regression, a clock change, a slowdown
     within the series' run-to-run noise (``model``, from its history), or nothing."""
     m, bn, pk = key
@@ -389,9 +393,13 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
     if model is not None:
-        item["z"] = model.z_pair(float(np.log(ratio)))
+        hib = higher_is_better(b["unit"])  # the run's value the model was learnt on (noise.steadier)
+        lr = float(np.log(ratio)) if stat == "median" else float(np.log(
+            noisemod.best(ys.min(), ys.max(), hib) / noisemod.best(xs.min(), xs.max(), hib)))
+        item["z"] = model.z_pair(lr) if (lr < 0 if hib else lr > 0) else 0.0  # not worse by that value: 0
         if item["z"] < noisemod.Z:
-            item["judged"] = f"within run-to-run noise ({model.describe()}, z {item['z']:.1f} < {noisemod.Z:g})"
+            item["judged"] = (f"within run-to-run noise ({model.describe()} of the run's {stat}, z {item['z']:.1f} < "
+                              f"{noisemod.Z:g})")
             v.within_noise.append(item)
             return
     bc = [c for c in b["cycles"] or [] if c is not None]  # None: no SM clock recorded (CPU, no NVML)
@@ -418,8 +426,11 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
 
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
-    lines = [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-             f"(machine {r['machine']}, {_evidence(r)})" for r in v.regressions]
+    lines = []
+    for a, items in _alerts(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
+        lines.append(f"alert: {a.headline()}")
+        lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
+                  f"(machine {r['machine']}, {_evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
@@ -435,6 +446,15 @@ def report(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
+    """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
+    cause from ``v.envs``): (alert, its items in the alert's order)."""
+    from xrt.track import regressions as R
+
+    return [(a, [items[int(rec.note)] for rec in a.records])
+            for a in R.group(R.gate_records(v.base, v.head, items), v.envs)]
+
+
 def _evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
@@ -443,10 +463,11 @@ def summary_markdown(v: Verdict) -> str:
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
-    if v.regressions:
-        out += ["| machine | benchmark | params | before | after | ratio | p |", "|---|---|---|---|---|---|---|"]
+    for a, items in _alerts(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
+        out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
+                "|---|---|---|---|---|---|---|"]
         out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
-                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in v.regressions]
+                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in items]
         out.append("")
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
@@ -458,8 +479,10 @@ def summary_markdown(v: Verdict) -> str:
                 for r in v.within_noise] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
-        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
-                for r in v.changed_machine] + [""]
+        for a, items in _alerts(v, v.changed_machine):
+            out += [f"- {a.headline()}"] + [f"  - `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
+                                             for r in items]
+        out.append("")
     if v.problems:
         out += ["Cannot judge:", ""] + [f"- {p}" for p in v.problems[:50]]
         if len(v.problems) > 50:

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrt.db import alerts as dbalerts
 from xrt.db import store
 from xrt.track import env as envmod
 from xrt.track.detect import DetectConfig, Step, detect
@@ -72,7 +73,7 @@ class Alert:
         return dict(Counter(r.kind for r in self.records))
 
     def headline(self) -> str:
-        n = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in sorted(self.counts.items()))
+        n = dbalerts.counts_text(r.kind for r in self.records)
         what = CAUSES[self.cause] + (f": {'; '.join(self.env_changes)}" if self.env_changes else "")
         return f"{self.machine} at {self.commit[:10]} (from {self.previous_commit[:10]}): {n}; {what}"
 
@@ -83,18 +84,29 @@ class Alert:
 
 
 def group(records: list[Record], envs: dict[tuple[str, str], envmod.Env | None]) -> list[Alert]:
-    """One alert per (machine, commit), its cause from the environments recorded on both sides."""
-    by: dict[tuple[str, str], list[Record]] = {}
-    for r in records:
-        by.setdefault((r.machine, r.commit), []).append(r)
+    """One alert per (machine, commit) (:func:`xrt.db.alerts.group`, the one grouping), its cause from
+    the environments recorded on both sides."""
     out = []
-    for (m, c), recs in by.items():
-        prev = Counter(r.previous_commit for r in recs).most_common(1)[0][0]
-        diff = envmod.changes(envs.get((m, prev)), envs.get((m, c)))
+    for g in dbalerts.group(records):
+        diff = envmod.changes(envs.get((g.machine, g.previous_commit)), envs.get((g.machine, g.commit)))
         cause = "unknown" if diff is None else ("environment" if diff else "code")
-        recs = sorted(recs, key=lambda r: (r.kind, -abs(r.ratio - 1) if r.ratio == r.ratio else 0, r.benchmark))
-        out.append(Alert(m, c, prev, cause, diff or [], recs))
-    return sorted(out, key=lambda a: (-len(a.records), a.machine, a.commit))
+        recs = sorted(g.items, key=lambda r: (r.kind, -abs(r.ratio - 1) if r.ratio == r.ratio else 0, r.benchmark))
+        out.append(Alert(g.machine, g.commit, g.previous_commit, cause, diff or [], recs))
+    return out
+
+
+def gate_records(base: str, head: str, items: list[dict]) -> list[Record]:
+    """Slower series of the gate (``Verdict.regressions`` items) as records of steps at ``head``
+    from ``base``, for :func:`group`: the gate's summary groups them as ``xrt regressions`` does.
+    ``note`` keeps the item's position in ``items``."""
+    out = []
+    for i, r in enumerate(items):
+        p, z = r.get("p_value"), r.get("z")
+        out.append(Record(record_id(r["machine"], r["benchmark"], r["param_key"], head, "regression"), r["machine"],
+                          r["benchmark"], list(r["params"] or []), r["param_key"], head, base, r["before"],
+                          r["after"], r["ratio"], float("nan") if p is None else p, float("nan") if z is None else z,
+                          "regression", "new", None, 1, 1, r.get("cycles_ratio"), None, str(i)))
+    return out
 
 
 def alerts(db: str | os.PathLike, records: list[Record]) -> list[Alert]:

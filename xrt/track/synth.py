@@ -63,7 +63,7 @@ def _row(smp: list[float] | None) -> list:
 
 def write_run(root: Path, machine: str, commit: str, op: list[float] | None, plain: list[float] | None,
               index: int = 0, sm_clock_mhz: float | None = None, torch: str = "2.5.1",
-              driver: str = "560.35") -> Path:
+              driver: str = "560.35", cpu_model: str | None = None, kernel: str | None = None) -> Path:
     """One result file (+ sidecar) under ``root/machine``; ``None`` samples = a failed benchmark."""
     (root / machine).mkdir(parents=True, exist_ok=True)
     _json(root / "benchmarks.json", {**BENCHMARKS, "version": 2})
@@ -79,7 +79,8 @@ def write_run(root: Path, machine: str, commit: str, op: list[float] | None, pla
     if sm_clock_mhz is not None:
         _json(root / machine / f"{commit[:8]}-existing-py.xrt.json",
               {"gpu": {"name": "NVIDIA H100 80GB HBM3", "driver": driver, "cuda": "12.6",
-                       "sm_clock_mhz": sm_clock_mhz}, "software": {"torch": torch, "triton": "3.1.0"}})
+                       "sm_clock_mhz": sm_clock_mhz}, "software": {"torch": torch, "triton": "3.1.0"},
+               **{k: v for k, v in (("cpu_model", cpu_model), ("kernel", kernel)) if v is not None}})
     return f
 
 
