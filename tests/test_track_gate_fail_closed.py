@@ -319,3 +319,19 @@ def test_without_a_recorded_environment_the_gate_says_it_cannot_tell(world, caps
     _ingest(root, db, repo)
     code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
     assert code == 0 and "h100: no environment recorded at base or head" in out, out
+
+
+# --- the suite measures another way at head (asv benchmark version) ---------------------------------------
+
+def test_a_changed_benchmark_version_is_not_compared(world, capsys):
+    """The single-process suite timed CUDA C small shapes 18 x slower than the suite before it: a
+    head measured by another benchmark version must not pass or fail against the old base."""
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-2], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 0, 1980)
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 50e-6), synth.samples(rng, 90e-6), 1, 1980,
+                    version="xrt-suite-2")
+    _ingest(root, db, repo)
+    code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
+    assert code == 2, out
+    assert out.count("benchmark version changed between base and head") == 2, out
+    assert "REGRESSION" not in out

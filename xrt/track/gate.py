@@ -61,8 +61,13 @@ TOO_FEW = Outcome("too-few", "too few samples", True)
 # failed is "failed at head"; one carried from a commit with no results for it cannot be judged.
 CARRIED = Outcome("carried", "carried forward at head (sources unchanged since the commit it was measured at)",
                   False)
+# asv's benchmark version differs between base and head: the suite measures the series another way
+# now (the single-process suite, version xrt-suite-2, times CUDA C small shapes at 71 us where the one
+# before gave 3.9 us), so the two sides are not comparable; measure base again with this suite.
+VERSION_CHANGED = Outcome("version-changed", "benchmark version changed between base and head (measured "
+                          "another way: not comparable; measure base again with this suite)", True)
 OUTCOMES = (COMPARED, HISTORY, CARRIED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
-            SKIPPED_AT_HEAD, INVALID, TOO_FEW)
+            SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED)
 
 
 @dataclass
@@ -168,16 +173,19 @@ def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
     cyc = "r.cycles" if "cycles" in rc else "NULL::DOUBLE[]"
     sm = [x for x, ok in (("r.sm_mhz", "sm_mhz" in rc), ("ru.sm_clock_mhz", "sm_clock_mhz" in runc)) if ok]
     sm_sql = f"coalesce({', '.join(sm)})" if sm else "NULL::DOUBLE"
+    ver = "r.version" if "version" in rc else "NULL::VARCHAR"
     sql = (f"SELECT r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, {cyc}, {sm_sql}, "
-           "coalesce(r.unit, b.unit) FROM results r LEFT JOIN benchmarks b ON b.name = r.benchmark "
+           f"coalesce(r.unit, b.unit), {ver} FROM results r LEFT JOIN benchmarks b ON b.name = r.benchmark "
            "LEFT JOIN runs ru ON ru.run_id = r.run_id "
            "WHERE r.commit_hash = ?" + (" AND r.machine = ?" if machine else ""))
     out: dict[tuple, dict] = {}
-    for m, bn, pk, params, status, value, samples, cycles, clock, unit in con.execute(
+    for m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
             sql, [commit] + ([machine] if machine else [])).fetchall():
         d = out.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                         "cycles": []})
+                                         "cycles": [], "versions": set()})
         ok = status == "ok" and value is not None
+        if ok and version:
+            d["versions"].add(version)
         d["status"].add("ok" if ok else ("skipped" if status == "skipped" else "failed"))
         if ok:
             smp = list(samples) if samples else [value]
@@ -313,6 +321,10 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
         if out is None and carried == base:
             out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
+        elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
+            out = VERSION_CHANGED
+            v.problems.append(f"{label}: {out.text} ({', '.join(sorted(b['versions']))[:24]} at base, "
+                              f"{', '.join(sorted(h['versions']))[:24]} at head)")
         elif out is None:
             xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
             bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))

@@ -52,26 +52,27 @@ def samples(rng: np.random.Generator, level: float, n: int = 60, cv: float = 0.0
     return list(run * rng.lognormal(0, cv, n))
 
 
-def _row(smp: list[float] | None) -> list:
+def _row(smp: list[float] | None, version: str = "v1") -> list:
     if smp is None:
-        return [None, [], "v1", 1_700_000_000_000, 1.0]
+        return [None, [], version, 1_700_000_000_000, 1.0]
     s = np.sort(smp)
     med = float(np.median(s))
-    return [[med], [], "v1", 1_700_000_000_000, 1.0, [float(s[int(len(s) * 0.1)])], [float(s[int(len(s) * 0.9)])],
+    return [[med], [], version, 1_700_000_000_000, 1.0, [float(s[int(len(s) * 0.1)])], [float(s[int(len(s) * 0.9)])],
             [float(np.percentile(s, 25))], [float(np.percentile(s, 75))], [1], [len(s)], [list(map(float, smp))]]
 
 
 def write_run(root: Path, machine: str, commit: str, op: list[float] | None, plain: list[float] | None,
               index: int = 0, sm_clock_mhz: float | None = None, torch: str = "2.5.1",
-              driver: str = "560.35", cpu_model: str | None = None, kernel: str | None = None) -> Path:
+              driver: str = "560.35", cpu_model: str | None = None, kernel: str | None = None,
+              version: str = "v1") -> Path:
     """One result file (+ sidecar) under ``root/machine``; ``None`` samples = a failed benchmark."""
     (root / machine).mkdir(parents=True, exist_ok=True)
     _json(root / "benchmarks.json", {**BENCHMARKS, "version": 2})
     _json(root / machine / "machine.json", {"machine": machine, "os": "Linux", "arch": "x86_64", "cpu": "test",
                                             "num_cpu": "2", "ram": "8GB", "version": 1})
-    op_row = _row(op)
+    op_row = _row(op, version)
     op_row[1] = OP_PARAMS
-    results = {OP: op_row, PLAIN: _row(plain)}
+    results = {OP: op_row, PLAIN: _row(plain, version)}
     d = {"commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000 + index * 1000,
          "params": {"machine": machine, "python": "3.11"}, "python": "3.11", "requirements": {}, "env_vars": {},
          "result_columns": COLUMNS, "results": results, "durations": {}, "version": 2}
