@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--rev", default="HEAD", help="branch whose first-parent chain orders commits (HEAD)")
     i.add_argument("--strict", action="store_true", help="exit 1 if any file was refused or had errors")
     i.add_argument("--jobs", type=int, default=None, help="parsing processes (default: half the CPUs)")
+    i.add_argument("--no-judge", action="store_true",
+                   help="do not judge each series' newest commit (suspected regressions) after ingesting")
     i.set_defaults(func=run_ingest)
 
     q = dsub.add_parser("query", help="run one read-only SQL statement")
@@ -54,6 +56,11 @@ def run_ingest(args: argparse.Namespace) -> int:
     rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev)
     print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
           file=sys.stderr)
+    if rep.wrote and not args.no_judge:
+        # the newest commit of every series, judged now by the gate's rules (xrt.track.newest)
+        from xrt.track import newest
+
+        newest.after_ingest(args.db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
     if args.strict and rep.errors:
         print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
         return 1
