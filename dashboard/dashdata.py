@@ -239,13 +239,17 @@ class Reader:
         return self.df("""
             WITH s AS (
                 SELECT machine, commit_hash, benchmark, param_key, any_value(unit) AS unit,
-                       median(value) AS value, bool_or(status = 'ok') AS ok,
+                       median(value) FILTER (status = 'ok') AS value, bool_or(status = 'ok') AS ok,
+                       CASE WHEN bool_or(status = 'ok' AND value IS NOT NULL) THEN 'ok'
+                            WHEN bool_or(status = 'skipped') AND NOT bool_or(status = 'failed') THEN 'skipped'
+                            ELSE 'failed' END AS st,
                        flatten(list(samples) FILTER (samples IS NOT NULL)) AS samples
                 FROM results
                 WHERE (machine = $ma AND commit_hash = $ca) OR (machine = $mb AND commit_hash = $cb)
                 GROUP BY ALL)
             SELECT coalesce(a.benchmark, b.benchmark) AS benchmark, coalesce(a.param_key, b.param_key) AS param_key,
                    coalesce(a.unit, b.unit) AS unit, a.value AS a_value, b.value AS b_value,
+                   a.st AS a_status, b.st AS b_status,
                    a.samples AS a_samples, b.samples AS b_samples
             FROM (SELECT * FROM s WHERE machine = $ma AND commit_hash = $ca) a
             FULL JOIN (SELECT * FROM s WHERE machine = $mb AND commit_hash = $cb) b

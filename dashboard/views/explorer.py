@@ -28,14 +28,22 @@ names = r.param_names()
 
 side = st.sidebar
 side.header("Filters")
+# Defaults open on something with values: the first op / benchmark / machine that has ok results,
+# and (below) the parameters of its series with the most of them (not the first value by name: a
+# CPU machine has no `cuda` series).
+has = cat[cat["n"] > 0]
 ops = sorted(cat["op"].unique())
-op = U.select("Op", ops, "ex:op", where=side, help="the class (or module) part of the benchmark's name")
+op = U.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), where=side,
+              help="the class (or module) part of the benchmark's name")
 in_op = cat[cat["op"] == op]
 benches = sorted(in_op["benchmark"].unique())
-bench = U.select("Benchmark", benches, "ex:bench", where=side, disabled=len(benches) == 1)
+bench = U.select("Benchmark", benches, "ex:bench", default=min(in_op.loc[in_op["n"] > 0, "benchmark"],
+                                                                default=benches[0]),
+                 where=side, disabled=len(benches) == 1)
 rows = in_op[in_op["benchmark"] == bench]
 machines = sorted(rows["machine"].unique())
-sel_m = U.multi("Machines (GPUs)", machines, "ex:m", default=machines[:1], where=side)
+sel_m = U.multi("Machines (GPUs)", machines, "ex:m",
+                default=[min(rows.loc[rows["n"] > 0, "machine"], default=machines[0])], where=side)
 
 # one filter per parameter; values as asv wrote them (repr strings), shown unquoted
 plist = [list(p) if p is not None else [] for p in rows["params"]]
@@ -57,12 +65,15 @@ if pk is not None:
         U.bad_param("pk", pk, f"no series of {U.lit(bench, 120, code=True)} has these parameters")
     for i, name in enumerate(pnames if hit else []):
         st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
+mine = rows[rows["machine"].isin(sel_m) & (rows["n"] > 0)]
+best = list(mine.sort_values("n", ascending=False, kind="stable")["params"].iloc[0] or []) if len(mine) else []
 chosen: list[list[str]] = []
 for i, name in enumerate(pnames):
     values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
     pretty = {v: D.unquote(v) for v in values}
     opts = [pretty[v] for v in values]
-    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=opts[:1], where=side)
+    default = [pretty[best[i]]] if len(best) > i and best[i] in pretty else opts[:1]
+    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=default, where=side)
     back = {b: a for a, b in pretty.items()}
     chosen.append([back[v] for v in picked])
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
@@ -82,7 +93,11 @@ if n_series > MAX_SERIES:
 
 d = r.many_series(sel_m, bench, keys)
 col = METRICS[metric]
-if d.empty or d[col].isna().all():
+if d.empty or d["value"].isna().all():
+    st.info("No ok results for this selection (failed or skipped everywhere, or never measured on these "
+            "machines): pick other parameters or machines in the sidebar.")
+    st.stop()
+if d[col].isna().all():
     what = {"value": "ok results", "gbps": "GB/s (bytes moved are not recorded for this benchmark)",
             "tflops": "TFLOP/s (FLOPs are not recorded for this benchmark)",
             "pct_sol": "% of peak (no peak or speed-of-light is recorded)"}[col]
