@@ -17,7 +17,7 @@ def _status(row) -> str:
     if row.open_regressions and row.open_regressions == row.open_regressions:
         n = int(row.open_regressions)
         what = f"regression {row.worst:.2f}×" + (f" (+{n - 1} more)" if n > 1 else "")
-        return what + (" · suspected" if row.all_suspected is True else "")
+        return what + (" · suspected" if row.all_suspected in (True, 1) else "")
     v = row.verdict
     if not row.commits:
         return "no ok value in this machine's last N commits"

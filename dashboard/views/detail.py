@@ -45,6 +45,7 @@ st.query_params["id"] = rec["id"]
 # Names, parameters, machines, the unit, the status and the note come from the database: they reach
 # Markdown (headings, metrics, captions) only through U.lit, and the note is plain text.
 unit = rec.get("unit") or ""
+suspected = rec.get("suspected") in (True, 1)  # the newest commit, judged at ingest (xrt.track.newest)
 st.subheader(f"{U.lit(rec['benchmark'], code=True)} [{U.lit(rec['param_key'] or '-')}] on {U.lit(rec['machine'])}")
 c = st.columns(5)
 c[0].metric("ratio (after / before)", f"{rec['ratio']:.3f}×")
@@ -54,9 +55,14 @@ c[3].metric("p (Mann-Whitney)", f"{rec['p_value']:.1e}")
 c[4].metric("status", U.lit(rec["status"], 40) + (" (fixed)" if rec.get("fixed_by") else ""))
 st.caption(f"{U.lit(rec['kind'], 40)} first seen at commit {U.lit(D.short(rec['commit']), code=True)} "
            f"(previous {U.lit(D.short(rec['previous_commit']), code=True)}); "
-           f"judged on {rec['n_before']} commits before and {rec['n_after']} after; "
+           + (f"judged on {rec['n_before']} samples before and {rec['n_after']} after; " if suspected else
+              f"judged on {rec['n_before']} commits before and {rec['n_after']} after; ") +
            f"id {U.lit(rec['id'], code=True)}"
            + (f"; fixed by {U.lit(D.short(rec['fixed_by']), code=True)}" if rec.get("fixed_by") else ""))
+if suspected:
+    st.info("Suspected: the newest commit of this series, judged when its results were ingested against the "
+            "commit before it, by the gate's rules (`xrt gate`). The change-point detector confirms it or "
+            "withdraws it once enough commits follow.")
 if rec.get("note"):
     st.text(f"Note: {rec['note']}")
 st.page_link("views/explorer.py", label="Open this series in the explorer", icon=":material/show_chart:",
