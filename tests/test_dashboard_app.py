@@ -675,6 +675,8 @@ PARAMS_OF_PAGES = [
     ("overview", "m", "gpu-a", "ov:m", [], True),
     ("overview", "kind", "clock", "ov:kind", ["regression", "clock"], True),
     ("overview", "status", "all", "ov:status", "open", False),
+    ("overview", "n", "10", "ov:n", 20, False),
+    ("overview", "gm", "gpu-b", "ov:gm", [], True),
     ("detail", "id", "{rid}", None, None, False),
     ("explorer", "op", "Square", "ex:op", "Square", False),
     ("explorer", "bench", BENCH, "ex:bench", BENCH, False),
@@ -744,11 +746,13 @@ def went_on(at: AppTest, page: str) -> None:
     if page == "detail":
         assert at.selectbox[0].label == "Regression"  # the open ones, to pick from
     elif page == "compare":
-        assert len(at.metric) == 5  # compared both sides (the default commits: nothing moved)
+        assert len(at.metric) == 7  # compared both sides (the default commits: nothing moved)
     elif page in ("explorer", "tuning"):
         assert len(at.dataframe) == 1 and len(charts(at)) == 1
-    else:  # the machines, then the regressions of the selection (or the message that there are none)
-        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 2 or at.success)
+    else:  # the machines, the regressions of the selection (or the message that there are none), the grid
+        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES)
+        assert len(at.dataframe) == 3 or (at.success and len(at.dataframe) == 2)
+        assert "trend" in at.dataframe[-1].value.columns
 
 
 def _widgets(at: AppTest) -> list:
