@@ -675,8 +675,6 @@ PARAMS_OF_PAGES = [
     ("overview", "m", "gpu-a", "ov:m", [], True),
     ("overview", "kind", "clock", "ov:kind", ["regression", "clock"], True),
     ("overview", "status", "all", "ov:status", "open", False),
-    ("overview", "n", "10", "ov:n", 20, False),
-    ("overview", "gm", "gpu-b", "ov:gm", [], True),
     ("detail", "id", "{rid}", None, None, False),
     ("explorer", "op", "Square", "ex:op", "Square", False),
     ("explorer", "bench", BENCH, "ex:bench", BENCH, False),

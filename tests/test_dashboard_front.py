@@ -51,11 +51,11 @@ def large_db(tmp_path_factory):
     from xrt.track import regressions as R
 
     db = tmp_path_factory.mktemp("large") / "xrt.duckdb"
-    build_synthetic(db, 100_000, machines=2, benchmarks=20)
+    build_synthetic(db, 60_000, machines=2, benchmarks=20)
     store.write(db, lambda con: con.execute(
         "UPDATE results SET value = value * 1.3, samples = list_transform(samples, lambda x: x * 1.3) "
         "WHERE machine = 'synthetic-0' AND benchmark = 'ops.Op3.time_op' AND param_index = 1 "
-        "AND commit_hash IN (SELECT hash FROM commits WHERE position >= 400)"))
+        "AND commit_hash IN (SELECT hash FROM commits WHERE position >= 240)"))
     newest.after_ingest(db, echo=lambda s: None)
     R.save(db, R.detect_db(db))
     return db
@@ -108,6 +108,7 @@ def test_every_page_on_a_large_database(large_db, monkeypatch):
     g = grid_of(run(large_db, monkeypatch))
     # the generator fails 1 value in 97: a few series miss a commit of the window
     assert len(g) == 200 and g["trend"].map(len).max() == 20 and g["trend"].map(len).min() >= 15
+    assert g["commits"].max() == 20  # each machine's last 20 of its 300 commits
     stepped = g[(g["machine"] == "synthetic-0") & (g["op"] == "Op3") & (g["params"] == "'2048'")]
     status = stepped["status"].iloc[0]
     assert status.startswith("regression ") and 1.2 < float(status.split()[1].rstrip("×")) < 1.4, status
@@ -141,8 +142,12 @@ def test_front_page_shows_the_newest_commit_regression_the_gate_reports(demo_db,
 
 def test_grid_filters_and_not_judged_reason(demo_db, tmp_path, monkeypatch):
     db, _ = demo_db
-    at = run(db, monkeypatch, gop="Launch")
-    assert grid_of(at)["op"].tolist() == ["Launch"]
+    at = run(db, monkeypatch, gop="Launch", n="2")
+    assert grid_of(at)["op"].tolist() == ["Launch"] and grid_of(at)["trend"].map(len).tolist() == [2]
+    # a link's bad value is named once and dropped (U.multi / U.number, as every page's parameters)
+    at = run(db, monkeypatch, gm="nope", n="nan")
+    warned = " ".join(w.value for w in at.warning)
+    assert "` gm `" in warned and "` n `" in warned and len(grid_of(at)) == 2
     at = run(db, monkeypatch, gprov="triton", gdtype="float32")
     assert grid_of(at)["op"].tolist() == ["Square"]
     one = tmp_path / "one.duckdb"
