@@ -61,9 +61,14 @@ def run_ingest(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if rep.wrote and not args.no_judge:
         # the newest commit of every series, judged now by the gate's rules (xrt.track.newest)
-        from xrt.track import newest
+        # (the results are in: a failure here is reported, and the ingest still succeeded)
+        try:
+            from xrt.track import newest
 
-        newest.after_ingest(args.db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
+            newest.after_ingest(args.db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
+        except Exception as e:  # noqa: BLE001 - one line, whatever it was
+            print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
+                  "`xrt regressions` still detects every step", file=sys.stderr)
     if args.strict and rep.errors:
         print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
         return 1
