@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import runpy
 import sys
 from pathlib import Path
 
@@ -27,13 +28,24 @@ with contextlib.suppress(Exception):  # viewers never see tracebacks (`xrt dashb
 
 VIEWS = HERE / "views"
 PAGES = [
-    st.Page(VIEWS / "overview.py", title="Regressions", url_path="overview", icon=":material/trending_down:",
+    # served at /; its url_path is reserved, not served (so /overview is a hidden alias, below)
+    st.Page(VIEWS / "overview.py", title="Regressions", url_path="regressions", icon=":material/trending_down:",
             default=True),
     st.Page(VIEWS / "detail.py", title="Regression detail", url_path="regression", icon=":material/search:"),
     st.Page(VIEWS / "explorer.py", title="Series explorer", url_path="explorer", icon=":material/show_chart:"),
     st.Page(VIEWS / "compare.py", title="Compare", url_path="compare", icon=":material/compare_arrows:"),
     st.Page(VIEWS / "tuning.py", title="Tuning", url_path="tuning", icon=":material/tune:"),
 ]
+
+
+def _overview_link() -> None:
+    """``/overview``, the documented deep link: the default page's own url_path is ignored by
+    Streamlit (it is served at ``/``), so the same script is also a hidden page at ``/overview``."""
+    runpy.run_path(str(VIEWS / "overview.py"), run_name="__main__")
+
+
+PAGES.append(st.Page(_overview_link, title="Regressions", url_path="overview", icon=":material/trending_down:",
+                     visibility="hidden"))
 
 page = st.navigation(PAGES)
 try:

@@ -104,6 +104,9 @@ class Reader:
         """Whether `xrt regressions` has stored its results here (an empty table is not that: the
         schema creates it); databases from before ``detection_runs`` only had the table once it ran."""
         tables = self.tables()
+        if "newest_judgements" in tables and self.scalar("SELECT count(*) FROM (SELECT 1 FROM newest_judgements "
+                                                         "LIMIT 1)"):
+            return True  # the newest commits were judged at ingest (xrt.track.newest)
         if "detection_runs" not in tables:
             return "regressions" in tables
         return bool(self.df("SELECT count(*) AS n FROM detection_runs")["n"].iloc[0])
@@ -115,8 +118,10 @@ class Reader:
         if machines:
             where.append("list_contains($machines, g.machine)")
             args["machines"] = list(machines)
+        sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
         return self.df(f"""
-            SELECT g.id, g.status, g.kind, g.machine, g.benchmark, g.param_key, g.ratio, g.before, g.after,
+            SELECT g.id, g.status, g.kind, {sus} AS suspected, g.machine, g.benchmark, g.param_key, g.ratio,
+                   g.before, g.after,
                    g.unit, g.p_value, g."commit", g.previous_commit, g.fixed_by, g.note, g.detected_at,
                    c.author_date AS commit_date, c.message, c.position
             FROM regressions g LEFT JOIN commits c ON c.hash = g."commit"
@@ -141,6 +146,46 @@ class Reader:
             SELECT hash, author_date, author, message FROM commits
             WHERE {o} > (SELECT {o} FROM commits WHERE hash = $a) AND {o} <= (SELECT {o} FROM commits WHERE hash = $b)
             ORDER BY {o} LIMIT 50""", {"a": previous, "b": commit})
+
+    # ------------------------------------------------------------------ every benchmark at a glance
+
+    def grid(self, last: int = 20) -> pd.DataFrame:
+        """Every series (machine x benchmark x parameters): its ok per-commit values among its machine's
+        last ``last`` commits (oldest first, for a sparkline), the latest and the first of them, its
+        unit, its open regressions and the ingest's judgement of its newest commit (``newest_judgements``)."""
+        o, tables = self.order(), self.tables()
+        judged = ("LEFT JOIN newest_judgements j ON j.machine = meta.machine AND j.benchmark = meta.benchmark "
+                  "AND j.param_key = meta.param_key" if "newest_judgements" in tables else "")
+        jcols = "j.verdict, j.reason" if judged else "NULL::VARCHAR AS verdict, NULL::VARCHAR AS reason"
+        sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
+        regs = (f"""LEFT JOIN (SELECT machine, benchmark, param_key, count(*) AS open_regressions,
+                           max(ratio) AS worst, bool_and({sus}) AS all_suspected
+                           FROM regressions g WHERE status IN ('new', 'acknowledged') AND kind = 'regression'
+                           GROUP BY ALL) g ON g.machine = meta.machine AND g.benchmark = meta.benchmark
+                       AND g.param_key = meta.param_key""" if "regressions" in tables else "")
+        gcols = "g.open_regressions, g.worst, g.all_suspected" if regs else \
+            "NULL::BIGINT AS open_regressions, NULL::DOUBLE AS worst, NULL::BOOLEAN AS all_suspected"
+        # Only each machine's last N commits are read (one pass over 1M values, grouped by commit,
+        # took 2 s; this takes 0.1 s): a series not measured in them has no sparkline and says so.
+        return self.df(f"""
+            WITH mc AS (
+                SELECT u.machine, u.commit_hash, c.{o} AS ord,
+                       row_number() OVER (PARTITION BY u.machine ORDER BY c.{o} DESC) AS k
+                FROM (SELECT DISTINCT machine, commit_hash FROM runs) u JOIN commits c ON c.hash = u.commit_hash
+                WHERE c.{o} IS NOT NULL),
+            pc AS (
+                SELECT r.machine, r.benchmark, r.param_key, mc.ord, median(r.value) AS v
+                FROM results r JOIN mc ON mc.machine = r.machine AND mc.commit_hash = r.commit_hash AND mc.k <= $n
+                WHERE r.status = 'ok' AND r.value IS NOT NULL GROUP BY ALL),
+            s AS (SELECT machine, benchmark, param_key, list(v ORDER BY ord) AS spark, arg_max(v, ord) AS latest,
+                         arg_min(v, ord) AS earlier, count(*) AS commits
+                  FROM pc GROUP BY ALL),
+            meta AS (SELECT machine, benchmark, param_key, any_value(params) AS params, any_value(unit) AS unit
+                     FROM results GROUP BY ALL)
+            SELECT meta.machine, meta.benchmark, meta.param_key, meta.params, meta.unit, s.spark, s.latest,
+                   s.earlier, coalesce(s.commits, 0) AS commits, {jcols}, {gcols}
+            FROM meta LEFT JOIN s USING (machine, benchmark, param_key) {judged} {regs}
+            ORDER BY meta.benchmark, meta.param_key, meta.machine""", {"n": int(last)})
 
     # ------------------------------------------------------------------ series
 
@@ -175,7 +220,8 @@ class Reader:
         return self.df(f"""
             SELECT r.machine, r.param_key, c.{o} AS ord, r.commit_hash, any_value(c.author_date) AS commit_date,
                    any_value(c.message) AS message, median(r.value) AS value, median(r.gbps) AS gbps,
-                   median(r.tflops) AS tflops, median(r.pct_sol) AS pct_sol, any_value(r.unit) AS unit
+                   median(r.tflops) AS tflops, median(r.pct_sol) AS pct_sol, any_value(r.unit) AS unit,
+                   median(r.q25) AS q25, median(r.q75) AS q75
             FROM results r JOIN commits c ON c.hash = r.commit_hash
             WHERE list_contains($m, r.machine) AND r.benchmark = $b AND list_contains($p, r.param_key)
               AND r.status = 'ok' AND c.{o} IS NOT NULL
@@ -194,13 +240,17 @@ class Reader:
         return self.df("""
             WITH s AS (
                 SELECT machine, commit_hash, benchmark, param_key, any_value(unit) AS unit,
-                       median(value) AS value, bool_or(status = 'ok') AS ok,
+                       median(value) FILTER (status = 'ok') AS value, bool_or(status = 'ok') AS ok,
+                       CASE WHEN bool_or(status = 'ok' AND value IS NOT NULL) THEN 'ok'
+                            WHEN bool_or(status = 'skipped') AND NOT bool_or(status = 'failed') THEN 'skipped'
+                            ELSE 'failed' END AS st,
                        flatten(list(samples) FILTER (samples IS NOT NULL)) AS samples
                 FROM results
                 WHERE (machine = $ma AND commit_hash = $ca) OR (machine = $mb AND commit_hash = $cb)
                 GROUP BY ALL)
             SELECT coalesce(a.benchmark, b.benchmark) AS benchmark, coalesce(a.param_key, b.param_key) AS param_key,
                    coalesce(a.unit, b.unit) AS unit, a.value AS a_value, b.value AS b_value,
+                   a.st AS a_status, b.st AS b_status,
                    a.samples AS a_samples, b.samples AS b_samples
             FROM (SELECT * FROM s WHERE machine = $ma AND commit_hash = $ca) a
             FULL JOIN (SELECT * FROM s WHERE machine = $mb AND commit_hash = $cb) b
@@ -285,3 +335,25 @@ def short(h: Any, n: int = 10) -> str:
 def first_line(s: Any, n: int = 80) -> str:
     line = str(s or "").strip().splitlines()[0] if str(s or "").strip() else ""
     return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def fmt_value(v: Any, unit: str | None) -> str:
+    """One value in its unit, readable: times as ns / µs / ms / s, anything else with 4 digits."""
+    if v is None or not isinstance(v, int | float) or v != v:
+        return "—"
+    if unit == "seconds":
+        a = abs(v)
+        for f, lab in ((1e9, "ns"), (1e6, "µs"), (1e3, "ms")):
+            if a * f < 1000:
+                return f"{v * f:.3g} {lab}"
+        return f"{v:.3g} s"
+    return f"{v:.4g} {unit}" if unit else f"{v:.4g}"
+
+
+def param_of(params: Any, names: list[str], name: str) -> str | None:
+    """The value (unquoted) of the parameter ``name`` in one series' params, or None."""
+    if name not in names or params is None:
+        return None
+    p = list(params)
+    i = names.index(name)
+    return unquote(str(p[i])) if i < len(p) else None

@@ -227,3 +227,24 @@ def footer(r: D.Reader) -> None:
 
 
 STATUS_ICON = {"ok": "✅", "warn": "⚠️", "info": "ℹ️"}
+
+
+# ---------------------------------------------------------------------- charts people read
+
+HASH_LABELS_UP_TO = 80  # commits on the axis: beyond this, integer ticks only (hashes in the tooltip)
+
+
+def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)") -> Any:
+    """The x encoding of a commit-ordered chart: integer ticks (never 0.5 of a commit) labelled with
+    the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``)."""
+    import json
+
+    import altair as alt
+
+    axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True)
+    pairs = d[[field, "commit"]].dropna().drop_duplicates(field) if "commit" in d else None
+    if pairs is not None and 0 < len(pairs) <= HASH_LABELS_UP_TO:
+        table = json.dumps({str(int(o)): str(c)[:7] for o, c in zip(pairs[field], pairs["commit"])})
+        axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True, labelAngle=-40,
+                        labelExpr=f"{table}['' + datum.value] || ''")
+    return alt.X(f"{field}:Q", title=title, axis=axis, scale=alt.Scale(zero=False, nice=False, padding=12))

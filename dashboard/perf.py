@@ -3,7 +3,8 @@
     .venv/bin/python dashboard/perf.py [--work DIR]
 
 Builds ``xrt db perf``'s synthetic database (``xrt.db.perf.build_synthetic``), adds one 30 % step
-and a ``tuning_results`` table, stores the regressions, then times every page under AppTest: cold
+and a ``tuning_results`` table, judges every series' newest commit (as ``xrt db ingest`` does) and
+stores the regressions, then times every page under AppTest: cold
 (cache cleared) and warm, best and median of 3. A measurement, not a test.
 """
 
@@ -41,6 +42,9 @@ def build(db: Path) -> None:
         con.executemany("INSERT INTO tuning_results VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     store.write(db, fn)
+    from xrt.track import newest
+
+    newest.after_ingest(db, echo=lambda s: None)  # what `xrt db ingest` does last: the grid's statuses
     R.save(db, R.detect_db(db))
 
 

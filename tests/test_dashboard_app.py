@@ -772,12 +772,14 @@ def went_on(at: AppTest, page: str) -> None:
     if page == "detail":
         assert at.selectbox[0].label == "Regression"  # the open ones, to pick from
     elif page == "compare":
-        assert len(at.metric) == 5  # compared both sides (the default commits: nothing moved)
+        assert len(at.metric) == 7  # compared both sides (the default commits: nothing moved)
     elif page in ("explorer", "tuning"):
         assert len(at.dataframe) == 1 and len(charts(at)) == 1
-    else:  # the machines, then the regressions of the selection: its one alert and every step (or the message
-        # that there are none)
-        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES) and (len(at.dataframe) == 3 or at.success)
+    else:  # the machines, the regressions of the selection (its one alert and every step, or the message
+        # that there are none), then the grid of every benchmark
+        assert at.dataframe[0].value["machine"].tolist() == list(MACHINES)
+        assert len(at.dataframe) == 4 or (at.success and len(at.dataframe) == 2)
+        assert "trend" in at.dataframe[-1].value.columns
 
 
 def _widgets(at: AppTest) -> list:

@@ -88,7 +88,7 @@ def served(django_db, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
                     "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
-def test_overview_in_headless_chromium(served, tmp_path):
+def test_overview_in_headless_chromium(served, django_db, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
@@ -117,5 +117,42 @@ def test_overview_in_headless_chromium(served, tmp_path):
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(shot, dest)
             assert not errors, errors
+            _more_pages(browser, served, django_db)
         finally:
             browser.close()
+
+
+def _more_pages(browser, served: str, db: Path) -> None:
+    """The same browser session: /overview (the documented deep link) with its grid of every benchmark,
+    a regression's deep link with its stored checklist, and the compare page across its step."""
+    from urllib.parse import quote
+
+    from xrt.db.query import query
+
+    _, rows = query(db, "SELECT id, machine, previous_commit, \"commit\" FROM regressions WHERE kind = 'regression' "
+                    "AND status = 'new' AND diag IS NOT NULL ORDER BY ratio DESC LIMIT 1")
+    rid, m, prev, cur = rows[0]
+    page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(served + "/overview", wait_until="domcontentloaded")
+    page.get_by_role("heading", name="Every benchmark").first.wait_for(timeout=30_000)
+    page.locator("[data-testid='stDataFrame']").nth(2).wait_for(timeout=30_000)
+    page.wait_for_timeout(500)
+    text = page.inner_text("body")
+    assert "Page not found" not in text and "Open regressions (" in text and "series · change = latest" in text
+
+    page.goto(served + f"/regression?id={rid}", wait_until="domcontentloaded")
+    page.get_by_text("Likely causes").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)
+    text = page.inner_text("body")
+    assert "Page not found" not in text and "No checklist stored" not in text
+    assert "driver and toolkit versions" in text and "CPU load" in text  # the stored checklist's items
+
+    page.goto(served + f"/compare?ma={quote(m)}&ca={prev}&mb={quote(m)}&cb={cur}&rows=all",
+              wait_until="domcontentloaded")
+    page.get_by_role("heading", name="Compare").first.wait_for(timeout=30_000)
+    page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)
+    text = page.inner_text("body")
+    assert "slower (+)" in text and "skipped at B" in text and "fixed at B" in text
+    assert "Traceback" not in text and "could not be shown" not in text
+    page.close()

@@ -45,3 +45,23 @@ def test_bisect_refuses_a_bad_that_is_not_after_good(tmp_path):
     commits = synth.git_history(repo, 3)
     with pytest.raises(ValueError):
         bisect(tmp_path / "db.duckdb", repo, "x", commits[2], commits[0], runner=lambda *a: None, log=lambda s: None)
+
+
+def test_bisect_refuses_an_improvement_with_exit_2(tmp_path, capsys):
+    """GOOD..BAD 0.48x faster: nothing to blame; `xrt bisect` says why and measures nothing."""
+    from xrt.cli import main
+
+    repo = tmp_path / "repo"
+    commits = synth.git_history(repo, 5)
+    root, db = tmp_path / "results", tmp_path / "xrt.duckdb"
+    rng = np.random.default_rng(2)
+    for i, lv in ((0, 50e-6), (4, 0.479 * 50e-6)):
+        synth.write_run(root, "h100", commits[i], synth.samples(rng, lv), synth.samples(rng, 5e-6), i)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code = main(["bisect", "Square", commits[0], commits[4], "--db", str(db), "--repo", str(repo),
+                 "--results", str(root)])
+    err = capsys.readouterr().err
+    assert code == 2 and "an improvement" in err and "not a slowdown" in err and "0.4" in err
+    assert "first bad commit" not in err
+    assert sorted(p.name for p in (root / "h100").glob("*-existing-py.json")) == sorted(
+        f"{commits[i][:8]}-existing-py.json" for i in (0, 4))  # nothing measured

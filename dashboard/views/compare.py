@@ -60,11 +60,18 @@ if d.empty:
 
 
 def judge(row) -> tuple[float, float, str]:
-    av, bv = row.a_value, row.b_value
-    if pd.isna(av) and pd.isna(bv):
-        return np.nan, np.nan, "failed"
-    if pd.isna(av) or pd.isna(bv):
-        return np.nan, np.nan, "failed" if pd.isna(bv) else "fixed"
+    """The change mark, or what the statuses say: an asv skip (``status = skipped``: not applicable
+    here) is not a failure; ok at B after a failure at A is ``fixed``; absent on one side is ``new`` /
+    ``missing``."""
+    av, bv, sa_, sb_ = row.a_value, row.b_value, row.a_status, row.b_status
+    if sb_ is None or (isinstance(sb_, float) and pd.isna(sb_)):
+        return np.nan, np.nan, "missing at B"
+    if sb_ != "ok":
+        return np.nan, np.nan, sb_  # failed / skipped at B
+    if sa_ == "failed":
+        return np.nan, np.nan, "fixed"
+    if sa_ != "ok" or pd.isna(av):
+        return np.nan, np.nan, "new at B"  # skipped or absent at A
     ratio = bv / av if av else np.nan
     sa = np.asarray(row.a_samples if row.a_samples is not None else [av], dtype=float)
     sb = np.asarray(row.b_samples if row.b_samples is not None else [bv], dtype=float)
@@ -81,14 +88,16 @@ def judge(row) -> tuple[float, float, str]:
 
 
 res = pd.DataFrame([judge(x) for x in d.itertuples()], columns=["ratio", "p", "change"], index=d.index)
-d = pd.concat([d.drop(columns=["a_samples", "b_samples"]), res], axis=1)
+d = pd.concat([d.drop(columns=["a_samples", "b_samples", "a_status", "b_status"]), res], axis=1)
 n = d["change"].value_counts()
-k = st.columns(5)
+k = st.columns(7)
 k[0].metric("compared", int(d["ratio"].notna().sum()))
 k[1].metric("slower (+)", int(n.get("+", 0)))
 k[2].metric("faster (−)", int(n.get("-", 0)))
 k[3].metric("not significant (~)", int(n.get("~", 0)))
 k[4].metric("failed at B", int(n.get("failed", 0)))
+k[5].metric("fixed at B", int(n.get("fixed", 0)), help="failed at A, ok at B")
+k[6].metric("skipped at B", int(n.get("skipped", 0)), help="asv skips: not applicable on this machine, not failures")
 if only == "changed":
     d = d[d["change"] != ""]
 if d.empty:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import dashdata as D
 import dashui as U
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -45,18 +46,24 @@ st.query_params["id"] = rec["id"]
 # Names, parameters, machines, the unit, the status and the note come from the database: they reach
 # Markdown (headings, metrics, captions) only through U.lit, and the note is plain text.
 unit = rec.get("unit") or ""
+suspected = rec.get("suspected") in (True, 1)  # the newest commit, judged at ingest (xrt.track.newest)
 st.subheader(f"{U.lit(rec['benchmark'], code=True)} [{U.lit(rec['param_key'] or '-')}] on {U.lit(rec['machine'])}")
 c = st.columns(5)
 c[0].metric("ratio (after / before)", f"{rec['ratio']:.3f}×")
-c[1].metric("before", f"{rec['before']:.4g} {U.lit(unit, 40)}")
-c[2].metric("after", f"{rec['after']:.4g} {U.lit(unit, 40)}")
+c[1].metric("before", U.lit(D.fmt_value(rec["before"], unit), 40))
+c[2].metric("after", U.lit(D.fmt_value(rec["after"], unit), 40))
 c[3].metric("p (Mann-Whitney)", f"{rec['p_value']:.1e}")
 c[4].metric("status", U.lit(rec["status"], 40) + (" (fixed)" if rec.get("fixed_by") else ""))
 st.caption(f"{U.lit(rec['kind'], 40)} first seen at commit {U.lit(D.short(rec['commit']), code=True)} "
            f"(previous {U.lit(D.short(rec['previous_commit']), code=True)}); "
-           f"judged on {rec['n_before']} commits before and {rec['n_after']} after; "
+           + (f"judged on {rec['n_before']} samples before and {rec['n_after']} after; " if suspected else
+              f"judged on {rec['n_before']} commits before and {rec['n_after']} after; ") +
            f"id {U.lit(rec['id'], code=True)}"
            + (f"; fixed by {U.lit(D.short(rec['fixed_by']), code=True)}" if rec.get("fixed_by") else ""))
+if suspected:
+    st.info("Suspected: the newest commit of this series, judged when its results were ingested against the "
+            "commit before it, by the gate's rules (`xrt gate`). The change-point detector confirms it or "
+            "withdraws it once enough commits follow.")
 if rec.get("note"):
     st.text(f"Note: {rec['note']}")
 st.page_link("views/explorer.py", label="Open this series in the explorer", icon=":material/show_chart:",
@@ -72,18 +79,29 @@ else:
     k = int(idx[0]) if len(idx) else None
     s = s.assign(y=s["value"] * f, commit=s["commit_hash"].map(D.short), msg=s["message"].map(D.first_line),
                  side="other")
+    # the commits judged each side (a suspected step: the newest commit against the one before it)
+    nb, na = (1, 1) if suspected else (int(rec["n_before"] or 20), int(rec["n_after"] or 20))
     if k is not None:
-        s.loc[max(0, k - int(rec["n_before"] or 20)):k - 1, "side"] = "before"
-        s.loc[k:k + int(rec["n_after"] or 20) - 1, "side"] = "after"
-    st.markdown("**The series**, one point per commit (median of its samples); the red line is the first slow commit.")
-    base = alt.Chart(s).encode(x=alt.X("ord:Q", title="commit (history order)", scale=alt.Scale(zero=False)))
+        s.loc[max(0, k - nb):k - 1, "side"] = "before"
+        s.loc[k:k + na - 1, "side"] = "after"
+    q = [np.percentile(np.asarray(smp, float) * f, [25, 75]) if smp is not None and len(smp) >= 2 else (np.nan, np.nan)
+         for smp in s["samples"]]
+    s = s.assign(lo=[a for a, _ in q], hi=[b for _, b in q])
+    st.markdown("**The series**, one point per commit (median of its samples; the band is their interquartile "
+                "range); the red line is the first slow commit.")
+    fit = st.toggle("Fit the y axis to the data", key="det:fit", help="off: the axis starts at zero, so a change "
+                    "reads at its true size")
+    ys = alt.Scale(zero=not fit, nice=True)
+    base = alt.Chart(s).encode(x=U.commit_x(s))
     pts = base.mark_line(point=True, strokeWidth=1, color="#888").encode(
-        y=alt.Y("y:Q", title=f"time ({lab})" if lab != unit or unit == "seconds" else lab, scale=alt.Scale(zero=False)),
+        y=alt.Y("y:Q", title=f"time ({lab})" if lab != unit or unit == "seconds" else lab, scale=ys,
+                axis=alt.Axis(format=",.4~r")),
         tooltip=["commit", "commit_date:T", "msg", alt.Tooltip("y:Q", format=".4g", title=lab)])
+    band = base.mark_area(opacity=0.15, color="#888").encode(y=alt.Y("lo:Q", scale=ys), y2="hi:Q")
     colored = base.mark_point(filled=True, size=45).encode(
         y="y:Q", color=alt.Color("side:N", scale=alt.Scale(domain=["before", "after", "other"],
                                                           range=["#1f77b4", "#d62728", "#bbbbbb"]), title="window"))
-    layers = [pts, colored]
+    layers = [band, pts, colored]
     if k is not None:
         rule = alt.Chart(pd.DataFrame({"ord": [s["ord"].iloc[k]]})).mark_rule(color="red", strokeDash=[4, 3]).encode(
             x="ord:Q")

@@ -28,14 +28,22 @@ names = r.param_names()
 
 side = st.sidebar
 side.header("Filters")
+# Defaults open on something with values: the first op / benchmark / machine that has ok results,
+# and (below) the parameters of its series with the most of them (not the first value by name: a
+# CPU machine has no `cuda` series).
+has = cat[cat["n"] > 0]
 ops = sorted(cat["op"].unique())
-op = U.select("Op", ops, "ex:op", where=side, help="the class (or module) part of the benchmark's name")
+op = U.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), where=side,
+              help="the class (or module) part of the benchmark's name")
 in_op = cat[cat["op"] == op]
 benches = sorted(in_op["benchmark"].unique())
-bench = U.select("Benchmark", benches, "ex:bench", where=side, disabled=len(benches) == 1)
+bench = U.select("Benchmark", benches, "ex:bench", default=min(in_op.loc[in_op["n"] > 0, "benchmark"],
+                                                                default=benches[0]),
+                 where=side, disabled=len(benches) == 1)
 rows = in_op[in_op["benchmark"] == bench]
 machines = sorted(rows["machine"].unique())
-sel_m = U.multi("Machines (GPUs)", machines, "ex:m", default=machines[:1], where=side)
+sel_m = U.multi("Machines (GPUs)", machines, "ex:m",
+                default=[min(rows.loc[rows["n"] > 0, "machine"], default=machines[0])], where=side)
 
 # one filter per parameter; values as asv wrote them (repr strings), shown unquoted
 plist = [list(p) if p is not None else [] for p in rows["params"]]
@@ -57,12 +65,17 @@ if pk is not None:
         U.bad_param("pk", pk, f"no series of {U.lit(bench, 120, code=True)} has these parameters")
     for i, name in enumerate(pnames if hit else []):
         st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
+mine = rows[rows["machine"].isin(sel_m) & (rows["n"] > 0)]
+# the most ok values; on a tie, the first values in the filters' own order (shortest, then by name)
+cands = [(int(n), list(p) if p is not None else []) for n, p in zip(mine["n"], mine["params"])]
+best = min(cands, key=lambda t: (-t[0], [(len(v), v) for v in t[1]]))[1] if cands else []
 chosen: list[list[str]] = []
 for i, name in enumerate(pnames):
     values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
     pretty = {v: D.unquote(v) for v in values}
     opts = [pretty[v] for v in values]
-    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=opts[:1], where=side)
+    default = [pretty[best[i]]] if len(best) > i and best[i] in pretty else opts[:1]
+    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=default, where=side)
     back = {b: a for a, b in pretty.items()}
     chosen.append([back[v] for v in picked])
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
@@ -71,6 +84,8 @@ keys = [k for k in keys if k in set(rows["param_key"])]
 metric = U.radio("Show", list(METRICS), "ex:metric", help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
                  "timing layer records (xrt's own suites); foreign corpora have time only")
 xaxis = U.radio("Against", ["commit", "date"], "ex:x")
+yaxis = U.radio("Y axis", ["from zero", "fit the data"], "ex:y",
+                help="from zero: a change reads at its true size; fit the data: small changes show")
 
 if not sel_m or not keys:
     st.info("Pick at least one machine and one value of every parameter in the sidebar.")
@@ -82,7 +97,11 @@ if n_series > MAX_SERIES:
 
 d = r.many_series(sel_m, bench, keys)
 col = METRICS[metric]
-if d.empty or d[col].isna().all():
+if d.empty or d["value"].isna().all():
+    st.info("No ok results for this selection (failed or skipped everywhere, or never measured on these "
+            "machines): pick other parameters or machines in the sidebar.")
+    st.stop()
+if d[col].isna().all():
     what = {"value": "ok results", "gbps": "GB/s (bytes moved are not recorded for this benchmark)",
             "tflops": "TFLOP/s (FLOPs are not recorded for this benchmark)",
             "pct_sol": "% of peak (no peak or speed-of-light is recorded)"}[col]
@@ -98,15 +117,22 @@ else:
 d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(D.short), msg=d["message"].map(D.first_line),
              series=[(m if len(keys) == 1 else f"{m} [{pk}]") if len(sel_m) > 1 else (pk or m)
                      for m, pk in zip(d["machine"], d["param_key"])])
-x = alt.X("ord:Q", title="commit (history order)", scale=alt.Scale(zero=False)) if xaxis == "commit" else \
-    alt.X("commit_date:T", title="commit date")
-chart = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(size=18), strokeWidth=1.2)
-         .encode(x=x, y=alt.Y("y:Q", title=ytitle, scale=alt.Scale(zero=False)),
-                 color=alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400)),
-                 tooltip=["series", "machine", "param_key", "commit", "commit_date:T", "msg",
-                          alt.Tooltip("y:Q", format=".4g", title=ytitle)])
-         .properties(height=420).interactive())
+x = U.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
+yscale = alt.Scale(zero=yaxis == "from zero", nice=True)
+color = alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400))
+line = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(size=18), strokeWidth=1.2)
+        .encode(x=x, y=alt.Y("y:Q", title=ytitle, scale=yscale, axis=alt.Axis(format=",.4~r")), color=color,
+                tooltip=["series", "machine", "param_key", "commit", "commit_date:T", "msg",
+                         alt.Tooltip("y:Q", format=".4g", title=ytitle)]))
+layers = [line]
+if col == "value" and d["q25"].notna().any():  # the samples' spread: asv's interquartile range per commit
+    band = d.assign(lo=d["q25"] * f, hi=d["q75"] * f).dropna(subset=["lo", "hi"])
+    layers.insert(0, alt.Chart(band).mark_area(opacity=0.18).encode(x=x, y=alt.Y("lo:Q", scale=yscale),
+                                                                     y2="hi:Q", color=color))
+chart = alt.layer(*layers).properties(height=420).interactive()
 st.subheader(U.lit(bench, code=True))
+if col == "value" and d["q25"].notna().any():
+    st.caption("Line: the median per commit; band: the samples' interquartile range (asv's q25–q75).")
 st.altair_chart(chart, width="stretch")
 
 summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),

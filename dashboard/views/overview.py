@@ -7,6 +7,7 @@ from urllib.parse import quote
 import altair as alt
 import dashdata as D
 import dashui as U
+import grid as G
 import pandas as pd
 import streamlit as st
 
@@ -41,6 +42,7 @@ else:
 
 if not r.has_regressions():
     U.no_regressions_yet(r)
+    G.show(r)
     U.footer(r)
     st.stop()
 
@@ -56,6 +58,7 @@ regs = r.regressions(statuses, kinds or ["regression"], sel_m or None)
 st.subheader(f"Open regressions ({len(regs)})" if show == "open" else f"Steps ({len(regs)})")
 if regs.empty:
     st.success("No open regressions for this selection." if show == "open" else "No steps for this selection.")
+    G.show(r)
     U.footer(r)
     st.stop()
 
@@ -63,6 +66,8 @@ regs = regs.assign(
     params=regs["param_key"].replace("", "—"),
     first_slow=regs["commit"].map(D.short) + "  " + regs["message"].map(lambda s: D.first_line(s, 60)),
     slower_pct=(regs["ratio"] - 1.0),
+    # suspected: the newest commit, judged at ingest; the detector confirms or withdraws it later
+    status=[f"{s} (suspected)" if sus else s for s, sus in zip(regs["status"], regs["suspected"])],
     link="regression?id=" + regs["id"].map(lambda i: quote(str(i), safe="")))
 
 # One alert per machine and first slow commit (xrt.db.alerts.group: the grouping `xrt regressions` and the
@@ -111,4 +116,5 @@ else:
                      tooltip=["benchmark", "machine", alt.Tooltip("ratio:Q", format=".3f"), "first_slow", "status"])
              .properties(height=320))
     st.altair_chart(chart, width="stretch")
+G.show(r)
 U.footer(r)

@@ -11,7 +11,7 @@ from typing import Any
 
 from xrt.kernels import source
 
-INSTALL_HINT = "pip install xpuruntime[cuda] (builds pycuda from source; needs the CUDA toolkit)"
+INSTALL_HINT = "pip install -e '.[cuda]' in an xpuruntime checkout (builds pycuda from source; needs the CUDA toolkit)"
 
 
 _MISSING: list[str | None] = []

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commits", type=int, default=3, help="how many recent commits to benchmark [3]")
     p.add_argument("--repo", type=Path, default=Path("."), help="the xpuruntime checkout [.]")
     p.add_argument("--db", type=Path, default=None, help="database [REPO/results/xrt.duckdb]")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=int, default=8501, help="the dashboard's port [8501]")
     p.set_defaults(func=run)
 
 

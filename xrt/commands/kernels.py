@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.set_defaults(func=run_spaces)
     dp = ksub.add_parser("dump", help="write the PTX (and SASS where the tools exist) of an op's kernel")
     dp.add_argument("op", help="an xrt op, e.g. softmax, layernorm, layernorm_bwd")
-    dp.add_argument("--provider", choices=("triton", "cuda"), default="triton")
+    dp.add_argument("--provider", choices=("triton", "cuda"), default="triton", help="whose kernels [triton]")
     dp.add_argument("--dtype", choices=_DTYPES, default="bfloat16", help="Triton: the pointers' dtype")
     dp.add_argument("--arch", default=None, help="sm_90 etc.; default: this GPU's, else sm_90")
     dp.add_argument("--out", default="kernels-dump", help="directory for the files (default: kernels-dump)")

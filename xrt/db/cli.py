@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+DEFAULT_DB = "results/xrt.duckdb"  # as every other command (xrt.track.cli.DEFAULT_DB)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("db", help="the results database: ingest, query, export, stats",
@@ -15,27 +17,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     i = dsub.add_parser("ingest", help="ingest an asv results directory (incremental, atomic)")
     i.add_argument("results_dir", metavar="RESULTS_DIR", help="asv's results/ (or the folder holding it)")
-    i.add_argument("--db", required=True, help="the database file (created if missing)")
+    i.add_argument("--db", default=DEFAULT_DB, help=f"the database file, created if missing [{DEFAULT_DB}]")
     i.add_argument("--repo", metavar="GIT_DIR", help="git repository for commit order and facts")
     i.add_argument("--rev", default="HEAD", help="branch whose first-parent chain orders commits (HEAD)")
     i.add_argument("--strict", action="store_true", help="exit 1 if any file was refused or had errors")
     i.add_argument("--jobs", type=int, default=None, help="parsing processes (default: half the CPUs)")
+    i.add_argument("--no-judge", action="store_true",
+                   help="do not judge each series' newest commit (suspected regressions) after ingesting")
     i.set_defaults(func=run_ingest)
 
     q = dsub.add_parser("query", help="run one read-only SQL statement")
-    q.add_argument("--db", required=True)
-    q.add_argument("sql", metavar="SQL")
-    q.add_argument("--format", choices=("csv", "json", "table"), default="table")
+    q.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
+    q.add_argument("sql", metavar="SQL", help="one read-only statement, e.g. \"SELECT * FROM series LIMIT 5\"")
+    q.add_argument("--format", choices=("csv", "json", "table"), default="table", help="output format [table]")
     q.set_defaults(func=run_query)
 
     e = dsub.add_parser("export", help="export to Parquet, partitioned by machine")
-    e.add_argument("--db", required=True)
-    e.add_argument("--parquet", required=True, metavar="DIR")
+    e.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
+    e.add_argument("--parquet", required=True, metavar="DIR",
+                   help="the folder to write: results and runs partitioned by machine, other tables a file each")
     e.set_defaults(func=run_export)
 
     s = dsub.add_parser("stats", help="machines, commits, benchmarks, values, failures, errors, size")
-    s.add_argument("--db", required=True)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=run_stats)
 
     f = dsub.add_parser("perf", help="measure ingest speed and the dashboard's queries (prints Markdown)")
@@ -54,6 +59,16 @@ def run_ingest(args: argparse.Namespace) -> int:
     rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev)
     print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
           file=sys.stderr)
+    if rep.wrote and not args.no_judge:
+        # the newest commit of every series, judged now by the gate's rules (xrt.track.newest)
+        # (the results are in: a failure here is reported, and the ingest still succeeded)
+        try:
+            from xrt.track import newest
+
+            newest.after_ingest(args.db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
+        except Exception as e:  # noqa: BLE001 - one line, whatever it was
+            print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
+                  "`xrt regressions` still detects every step", file=sys.stderr)
     if args.strict and rep.errors:
         print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
         return 1

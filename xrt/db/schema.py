@@ -94,6 +94,15 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             machine VARCHAR, commit_hash VARCHAR, unit VARCHAR, from_commit VARCHAR, since_commit VARCHAR,
             reason VARCHAR, file VARCHAR)""",
     ]),
+    # The newest commit of each series is judged at ingest (xrt.track.newest): a suspected
+    # regression is stored at once (suspected = true) until the detector confirms or withdraws it;
+    # every series' judgement, with the reason where it could not be judged, has its own table.
+    (7, "regressions.suspected; table: newest_judgements (each series' newest commit, judged at ingest)", [
+        "ALTER TABLE regressions ADD COLUMN suspected BOOLEAN",
+        """CREATE TABLE newest_judgements (
+            machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, "commit" VARCHAR, previous_commit VARCHAR,
+            verdict VARCHAR, reason VARCHAR, ratio DOUBLE, z DOUBLE, p_value DOUBLE, judged_at TIMESTAMP)""",
+    ]),
 ]
 
 LATEST = MIGRATIONS[-1][0]

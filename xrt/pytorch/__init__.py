@@ -5,13 +5,14 @@
     with xp.autocast(torch.bfloat16):
         y = xp.ops.square(x)
 
-Needs PyTorch: ``pip install xpuruntime[torch]``.
+Needs PyTorch: ``pip install -e '.[torch]' in an xpuruntime checkout``.
 """
 
 try:
     import torch  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised in a venv without torch
-    raise ImportError("xrt.pytorch requires PyTorch. Install with: pip install xpuruntime[torch]") from e
+    raise ImportError("xrt.pytorch requires PyTorch. Install with: "
+                      "pip install -e '.[torch]' in an xpuruntime checkout") from e
 
 from xrt.pytorch import ops
 from xrt.pytorch.allocator import allocator_settings, reset_allocator, set_allocator

@@ -19,6 +19,7 @@ import numpy as np
 
 from xrt.db import store
 from xrt.track import stats
+from xrt.track.detect import higher_is_better
 
 Runner = Callable[[Path, str, Path, str], None]  # (repo, commit, results_dir, bench regex) -> writes results
 
@@ -65,6 +66,17 @@ def pick_series(db: Path, benchmark: str, good: str, bad: str, machine: str | No
     return rows[0][0], rows[0][1], rows[0][2]
 
 
+class NotASlowdown(ValueError):
+    """GOOD..BAD holds an improvement (or no change), not a slowdown: ``xrt bisect`` refuses (exit 2)."""
+
+
+def _unit(db: Path, benchmark: str) -> str | None:
+    with store.read(db) as con:
+        row = con.execute("SELECT coalesce((SELECT any_value(unit) FROM results WHERE benchmark = ?), "
+                          "(SELECT unit FROM benchmarks WHERE name = ?))", [benchmark, benchmark]).fetchone()
+    return row[0] if row else None
+
+
 @dataclass
 class Bisection:
     culprit: str | None
@@ -90,6 +102,13 @@ def bisect(db: str | os.PathLike, repo: str | os.PathLike, benchmark: str, good:
     lg, lb = np.log(np.median(g)), np.log(np.median(b))
     log(f"xrt bisect: {bn} [{pk or '-'}] on {m}: good {good[:10]} {np.exp(lg):.4g}, bad {bad[:10]} "
         f"{np.exp(lb):.4g} ({np.exp(lb - lg):.3f}x); {len(chain) - 1} commit(s) between")
+    unit = _unit(db, bn)
+    worse = (lg - lb) if higher_is_better(unit) else (lb - lg)  # > 0: BAD is slower than GOOD
+    if worse <= 0:
+        raise NotASlowdown(
+            f"{bn} [{pk or '-'}] on {m} is {'an improvement' if worse < 0 else 'unchanged'} from GOOD to BAD "
+            f"({np.exp(lb - lg):.3f}x{', higher is better' if higher_is_better(unit) else ''}), not a slowdown: "
+            "nothing to bisect (to find the commit that made it faster, swap GOOD and BAD)")
     out = Bisection(None, series)
     lo, hi = -1, len(chain) - 1  # chain[lo] is good (-1: GOOD itself), chain[hi] is bad
     while hi - lo > 1:

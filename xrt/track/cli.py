@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--machine", help="only this machine")
     r.add_argument("--benchmark", help="only benchmarks matching this regex")
     r.add_argument("--since", metavar="REV", help="only steps at or after this commit (hash or prefix)")
-    r.add_argument("--format", choices=("json", "table", "markdown"), default="table")
+    r.add_argument("--format", choices=("json", "table", "markdown"), default="table", help="output format [table]")
     r.add_argument("--kind", choices=("regression", "improvement", "clock", "all"), default="regression",
                    help="which steps to list [regression]; improvements and clock changes are listed separately")
     r.add_argument("--status", choices=("new", "acknowledged", "ignored", "fixed", "open", "all"), default="all",
@@ -31,22 +31,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_regressions)
     rsub = r.add_subparsers(dest="reg_command", metavar="SUBCOMMAND")
     a = rsub.add_parser("ack", help="acknowledge (or ignore, or reopen) a stored regression")
-    a.add_argument("id", metavar="ID")
+    a.add_argument("id", metavar="ID", help="the regression's id (a unique prefix is enough)")
     a.add_argument("--note", help="why (kept with the regression)")
-    a.add_argument("--status", dest="new_status", choices=("acknowledged", "ignored", "new"), default="acknowledged")
+    a.add_argument("--status", dest="new_status", choices=("acknowledged", "ignored", "new"), default="acknowledged",
+                   help="the status to set [acknowledged]; new reopens it")
     _common(a, argparse.SUPPRESS)
     a.set_defaults(func=run_ack)
     s = rsub.add_parser("show", help="one regression with its --diag checklist of likely causes")
-    s.add_argument("id", metavar="ID")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("id", metavar="ID", help="the regression's id (a unique prefix is enough)")
+    s.add_argument("--json", action="store_true", help="print the regression and its checklist as JSON")
     _common(s, argparse.SUPPRESS)
     s.set_defaults(func=run_show)
 
     g = sub.add_parser("gate", help="the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)")
-    g.add_argument("--db", default=DEFAULT_DB)
+    g.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
     g.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
-    g.add_argument("--base", required=True, metavar="REV")
-    g.add_argument("--head", required=True, metavar="REV")
+    g.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
+                   "a branch or tag with --repo)")
+    g.add_argument("--head", required=True, metavar="REV", help="the commit judged")
     # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
     g.add_argument("--threshold", default="0.05",
                    help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
@@ -60,10 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
     b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
-    b.add_argument("good", metavar="GOOD")
-    b.add_argument("bad", metavar="BAD")
-    b.add_argument("--db", default=DEFAULT_DB)
-    b.add_argument("--repo", type=Path, default=Path("."))
+    b.add_argument("good", metavar="GOOD", help="a measured commit at the old (fast) level")
+    b.add_argument("bad", metavar="BAD", help="a measured later commit at the slow level (an improvement is refused)")
+    b.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
+    b.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are measured [.]")
     b.add_argument("--results", type=Path, default=None, help="asv results dir [REPO/results/asv]")
     b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
     b.set_defaults(func=run_bisect)

@@ -78,8 +78,9 @@ def _unquote(p: str) -> str:
 
 
 def op_params(benchmark: str, params: list[str]) -> dict[str, Any]:
-    """The op and its (shape, dtype, provider, config) from an ``xrt`` asv name and params."""
-    m = re.search(r"\.([A-Z][A-Za-z0-9]*)\.time_op$", benchmark)
+    """The op and its (shape, dtype, provider, config) from an ``xrt`` asv name and params: the device
+    series ``bench_ops.<Op>.time_op`` and its host twin ``bench_host.<Op>.time_host``."""
+    m = re.search(r"\.([A-Z][A-Za-z0-9]*)\.time_(?:op|host)$", benchmark)
     if not m or len(params) != 4:
         return {}
     op = re.sub(r"(?<!^)([A-Z])", r"_\1", m.group(1)).lower()

@@ -19,6 +19,7 @@ from typing import Any
 from xrt.db import alerts as dbalerts
 from xrt.db import store
 from xrt.track import env as envmod
+from xrt.track import newest
 from xrt.track.detect import DetectConfig, Step, detect
 from xrt.track.load import load_series
 
@@ -206,26 +207,29 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
                      r.fixed_by, r.status, r.note, json.dumps(d) if d is not None else None])
 
     def fn(con: Any) -> None:  # store.write migrated the file: the regressions table exists
-        con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected) "
-                    "FROM regressions LIMIT 0")
+        con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected, "
+                    "suspected) FROM regressions LIMIT 0")
         if rows:
             con.executemany("INSERT INTO new_rows VALUES (" + ", ".join("?" * 21) + ")", rows)
         scope = "TRUE" if scope_machine is None else "machine = ?"
         sargs = [] if scope_machine is None else [scope_machine]
-        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' AND id NOT IN "
+        # suspected rows (the newest commit, judged at ingest: xrt.track.newest) are left to settle()
+        keep = "AND NOT coalesce(suspected, false)"
+        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND id NOT IN "
                     "(SELECT id FROM new_rows)", sargs)
-        con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} AND id NOT IN "
+        con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} {keep} AND id NOT IN "
                     "(SELECT id FROM new_rows)", sargs)
         con.execute("""INSERT INTO regressions
             SELECT n.* EXCLUDE (diag), now()::TIMESTAMP, now()::TIMESTAMP, true,
-                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id))
+                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id)), false
             FROM new_rows n
             ON CONFLICT (id) DO UPDATE SET before = EXCLUDED.before, after = EXCLUDED.after,
                 ratio = EXCLUDED.ratio, p_value = EXCLUDED.p_value, z = EXCLUDED.z,
                 cycles_ratio = EXCLUDED.cycles_ratio, n_before = EXCLUDED.n_before, n_after = EXCLUDED.n_after,
                 fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
-                updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag""")
+                updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag, suspected = false""")
         con.execute("DROP TABLE new_rows")
+        newest.settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
         con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
 
     store.write(db, fn)

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "layernorm_bwd")
     t.add_argument("--provider", default="triton", help="triton or cuda [triton]")
     t.add_argument("--shape", required=True, help="the problem, e.g. 16384x8192")
-    t.add_argument("--dtype", default="float32")
+    t.add_argument("--dtype", default="float32", help="element type [float32]")
     t.add_argument("--budget", type=int, help="configs to try, the default included [the whole space]")
     t.add_argument("--top-k", type=int, default=3, help="configs kept [3]")
     t.add_argument("--jobs", type=int, default=4, help="compile-pool workers [4]")

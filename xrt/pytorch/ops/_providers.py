@@ -161,7 +161,7 @@ def _have(module: str) -> bool:
 
 def triton_missing(x: torch.Tensor) -> str | None:
     if not _have("triton"):
-        return "triton is not installed (pip install xpuruntime[torch] on Linux x86_64)"
+        return "triton is not installed (pip install -e '.[torch]' in an xpuruntime checkout on Linux x86_64)"
     if x.is_cuda:
         return None
     if x.is_cpu:

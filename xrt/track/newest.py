@@ -1,0 +1,279 @@
+"""The newest commit of every series, judged as soon as its results land (``xrt db ingest``, ``xrt demo``).
+
+The change-point detector (:mod:`xrt.track.detect`) needs ``min_points`` commits on each side of a
+step, so it can never report the newest commits of a series. Here each series' newest commit is
+judged at once against the commit before it on the same machine, by the gate's own rules
+(:mod:`xrt.track.gate`: effect ≥ threshold, Mann-Whitney on the samples, and the per-series
+run-to-run noise model of :mod:`xrt.track.noise`; with too few samples, the head against its
+history's level). Nothing of the judgement is re-implemented here: the gate's functions decide.
+
+A slowdown is stored at once in ``regressions`` with status ``new`` and ``suspected = true``, with
+its ``--diag`` checklist. The detector later confirms it (same id: ``suspected`` becomes false,
+:func:`xrt.track.regressions.save`) or withdraws it (:func:`settle`: once the series has
+``min_points`` commits on both sides of it and the detector found no step there, the suspected row
+goes). Every series' judgement, with the reason where it could not be judged, is stored in
+``newest_judgements`` (schema migration 7): the dashboard's grid shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xrt.db import store
+from xrt.track import env as envmod
+from xrt.track import gate
+from xrt.track import noise as noisemod
+from xrt.track.detect import DetectConfig
+from xrt.track.load import order_expr
+
+# the verdicts stored in newest_judgements.verdict
+REGRESSION = "regression"        # suspected regression (stored in regressions)
+WITHIN_NOISE = "within noise"    # slower by the samples, within the series' run-to-run noise
+CLOCK = "clock"                  # time moved, cycles did not
+MACHINE_CHANGED = "machine changed"
+OK = "ok"                        # judged: no slowdown
+NOT_JUDGED = "not judged"        # the reason says why
+FAILED = "failed"                # failed / missing / skipped at the newest commit
+
+
+@dataclass
+class Judgement:
+    machine: str
+    benchmark: str
+    param_key: str
+    params: list[str]
+    unit: str | None
+    commit: str
+    previous_commit: str | None
+    verdict: str
+    reason: str
+    ratio: float | None = None
+    z: float | None = None
+    p_value: float | None = None
+    before: float | None = None
+    after: float | None = None
+    n_before: int = 0
+    n_after: int = 0
+    cycles_ratio: float | None = None
+
+
+def _heads(con: Any, machine: str | None) -> list[tuple]:
+    """Per series: (machine, benchmark, param_key, newest commit, the latest earlier commit with an ok
+    value, how many commits with ok values came before the newest)."""
+    order, where = order_expr(con)
+    sql = f"""
+        WITH pc AS (
+            SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, r.commit_hash,
+                   bool_or(r.status = 'ok' AND r.value IS NOT NULL) AS ok
+            FROM results r JOIN commits c ON c.hash = r.commit_hash
+            WHERE {where}{' AND r.machine = ?' if machine else ''}
+            GROUP BY ALL),
+        h AS (SELECT machine, benchmark, param_key, arg_max(commit_hash, ord) AS head, max(ord) AS head_ord
+              FROM pc GROUP BY ALL)
+        SELECT h.machine, h.benchmark, h.param_key, h.head,
+               arg_max(pc.commit_hash, pc.ord) FILTER (pc.ok AND pc.ord < h.head_ord) AS base,
+               count(*) FILTER (pc.ok AND pc.ord < h.head_ord) AS n_hist
+        FROM h JOIN pc USING (machine, benchmark, param_key)
+        GROUP BY ALL ORDER BY ALL"""
+    return con.execute(sql, [machine] if machine else []).fetchall()
+
+
+def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float = 0.05, alpha: float = 0.002,
+          min_samples: int = 5) -> list[Judgement]:
+    """Every series' newest commit against the one before it (on its machine), by the gate's rules."""
+    cfg = gate.Settings(threshold, alpha, min_samples)
+    eff = float(np.log1p(cfg.threshold))
+    out: list[Judgement] = []
+    with store.read(db) as con:
+        rows_memo: dict[tuple[str, str], dict] = {}
+        hist_memo: dict[tuple[str, str], dict] = {}
+        env_memo: dict[tuple[str, str, str], list[str] | None] = {}
+
+        def rows(commit: str, m: str) -> dict:
+            if (commit, m) not in rows_memo:
+                rows_memo[commit, m] = gate._rows(con, commit, m)
+            return rows_memo[commit, m]
+
+        for m, bn, pk, head, base, n_hist in _heads(con, machine):
+            h = rows(head, m).get((m, bn, pk))
+            params, unit = (h or {}).get("params") or [], (h or {}).get("unit")
+            j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
+            out.append(j)
+            if base is None:
+                j.reason = ("first commit of this series on this machine: nothing before it to compare with"
+                            if "ok" in (h or {}).get("status", set()) else
+                            "no earlier commit with a value on this machine")
+                if "ok" not in (h or {}).get("status", set()):
+                    j.verdict = FAILED
+                continue
+            b = rows(base, m).get((m, bn, pk))
+            if (base, m) not in hist_memo:
+                hist_memo[base, m] = gate._history_values(con, base, m)
+            if (m, base, head) not in env_memo:
+                envs = envmod.environments(con, m, commits=[base, head])
+                env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
+            _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []), bool(env_memo[m, base, head]),
+                       int(n_hist))
+    return out
+
+
+def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
+               history: list[float], machine_changed: bool, n_hist: int) -> None:
+    outcome = gate._outcome(b, h)
+    if outcome is not None:
+        j.verdict = FAILED if outcome.blocks else NOT_JUDGED
+        j.reason = outcome.text
+        return
+    xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+    j.n_before, j.n_after = len(xs), len(ys)
+    if not (np.isfinite(xs).all() and (xs > 0).all() and np.isfinite(ys).all() and (ys > 0).all()):
+        j.reason = "invalid samples (negative, zero or not finite)"
+        return
+    j.before, j.after = float(np.median(xs)), float(np.median(ys))
+    j.ratio = j.after / j.before
+    v = gate.Verdict()
+    model = noisemod.from_values(history)
+    need = cfg.samples_needed
+    if len(xs) < need or len(ys) < need:
+        if model is None:
+            j.reason = (f"too few samples to test ({len(xs)} before, {len(ys)} now; need {need}) and too little "
+                        f"history to judge it otherwise ({n_hist} earlier commit{'s' if n_hist != 1 else ''}, "
+                        f"need {noisemod.MIN_HISTORY})")
+            return
+        gate._against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
+        how = f"against its history ({model.describe()})"
+    else:
+        gate._compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model)
+        how = ("on samples and run-to-run noise (" + model.describe() + ")" if model is not None else
+               f"on samples only (fewer than {noisemod.MIN_HISTORY} commits of history: no noise model yet)")
+    for verdict, items in ((REGRESSION, v.regressions), (WITHIN_NOISE, v.within_noise), (CLOCK, v.clock),
+                           (MACHINE_CHANGED, v.changed_machine)):
+        if items:
+            it = items[0]
+            j.verdict, j.ratio = verdict, it["ratio"]
+            j.before, j.after = it.get("before", j.before), it.get("after", j.after)
+            j.z, j.p_value, j.cycles_ratio = it.get("z"), it.get("p_value"), it.get("cycles_ratio")
+            j.reason = f"{it['ratio']:.3f}x, judged {how}" + (f": {it['judged']}" if verdict == WITHIN_NOISE else "")
+            return
+    j.verdict = OK
+    j.reason = f"{j.ratio:.3f}x, judged {how}: no slowdown beyond the gate's bar"
+
+
+def records(js: list[Judgement]) -> list[Any]:
+    """The suspected regressions as :class:`xrt.track.regressions.Record` (status ``new``)."""
+    from xrt.track.regressions import Record, record_id
+
+    nan = float("nan")
+    return [Record(record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression"), j.machine, j.benchmark,
+                   j.params, j.param_key, j.commit, j.previous_commit, j.before, j.after, j.ratio,
+                   j.p_value if j.p_value is not None else nan, j.z if j.z is not None else nan, "regression",
+                   "new", j.unit, j.n_before, j.n_after, j.cycles_ratio, None)
+            for j in js if j.verdict == REGRESSION]
+
+
+def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: str | None = None,
+                     diag_for: Callable[[list[Any]], list[Any]] | None = None) -> dict[str, int]:
+    """Write the judgements (replacing the scope's previous ones) and the suspected regressions.
+    A suspected regression already stored keeps its status, note and checklist (and a confirmed one
+    stays confirmed); one no longer suspected at the same commit, still ``new``, is withdrawn."""
+    from xrt.track import regressions as R
+
+    recs = records(js)
+    known = R.stored(db)
+    fresh = [r for r in recs if r.id not in known]
+    if diag_for is None:
+        from xrt.track import diag
+
+        def diag_for(rs):
+            return [diag.as_json(c) for c in diag.checklists(db, rs)]
+    diags = dict(zip((r.id for r in fresh), diag_for(fresh))) if fresh else {}
+    jrows = [[j.machine, j.benchmark, j.param_key, j.commit, j.previous_commit, j.verdict, j.reason, _f(j.ratio),
+              _f(j.z), _f(j.p_value)] for j in js]
+
+    def fn(con: Any) -> dict[str, int]:
+        scope = "TRUE" if scope_machine is None else "machine = ?"
+        sargs = [] if scope_machine is None else [scope_machine]
+        con.execute(f"DELETE FROM newest_judgements WHERE {scope}", sargs)
+        if jrows:
+            con.executemany("INSERT INTO newest_judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
+                            jrows)
+        # withdrawn: suspected at a series' newest commit, not suspected any more there
+        flagged = {r.id for r in recs}
+        withdrawn = 0
+        for j in js:
+            if j.verdict == REGRESSION:
+                continue
+            rid = R.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
+            withdrawn += con.execute("DELETE FROM regressions WHERE id = ? AND suspected AND status = 'new' "
+                                     "RETURNING id", [rid]).fetchall().__len__()
+        added = 0
+        for r in recs:
+            row = [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
+                   r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
+                   r.fixed_by, r.status, r.note]
+            if r.id in known:  # update the figures of a still-suspected row; leave confirmed / acked rows be
+                con.execute("UPDATE regressions SET before = ?, after = ?, ratio = ?, p_value = ?, z = ?, "
+                            "n_before = ?, n_after = ?, updated_at = now()::TIMESTAMP WHERE id = ? AND suspected",
+                            [r.before, r.after, r.ratio, r.p_value, r.z, r.n_before, r.n_after, r.id])
+                continue
+            d = diags.get(r.id)
+            con.execute("INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, \"commit\", "
+                        "previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, "
+                        "fixed_by, status, note, detected_at, updated_at, still_detected, diag, suspected) VALUES ("
+                        + ", ".join("?" * len(row)) + ", now()::TIMESTAMP, now()::TIMESTAMP, true, ?, true)",
+                        row + [json.dumps(d) if d is not None else None])
+            added += 1
+        return {"series": len(js), "suspected": len(flagged), "added": added, "withdrawn": withdrawn,
+                "not_judged": sum(j.verdict == NOT_JUDGED for j in js)}
+
+    return store.write(db, fn)
+
+
+def _f(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def settle(con: Any, scope_machine: str | None = None, min_points: int | None = None) -> int:
+    """Inside the detector's write (:func:`xrt.track.regressions.save`): withdraw the suspected rows,
+    still ``new``, that the detector could have found and did not: ``min_points`` commits with values
+    before the step and twice that after it. (With fewer after it, a lasting step of a short series
+    can still be missed: the step's own difference dominates the detector's run-to-run σ; measured
+    on synthetic 1.3x steps, tests/test_track_newest.py.) Returns how many went."""
+    k = DetectConfig().min_points if min_points is None else min_points
+    order, where = order_expr(con)
+    col = order.split(".")[-1]
+    scope = "" if scope_machine is None else " AND g.machine = ?"
+    sql = f"""
+        SELECT g.id FROM regressions g JOIN commits gc ON gc.hash = g."commit"
+        WHERE coalesce(g.suspected, false) AND g.status = 'new'{scope} AND (
+            SELECT count(DISTINCT r.commit_hash) FILTER (c.{col} < gc.{col}) >= ?
+               AND count(DISTINCT r.commit_hash) FILTER (c.{col} > gc.{col}) >= 2 * ?
+            FROM results r JOIN commits c ON c.hash = r.commit_hash
+            WHERE {where} AND r.machine = g.machine AND r.benchmark = g.benchmark
+              AND r.param_key = g.param_key AND r.status = 'ok')"""
+    ids = [r[0] for r in con.execute(sql, ([scope_machine] if scope_machine else []) + [k, k]).fetchall()]
+    for rid in ids:
+        con.execute("DELETE FROM regressions WHERE id = ?", [rid])
+    return len(ids)
+
+
+def after_ingest(db: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, int] | None:
+    """``xrt db ingest``'s last step: judge and store every series' newest commit; one line said."""
+    js = judge(db)
+    if not js:
+        return None
+    s = store_judgements(db, js)
+    sus = [j for j in js if j.verdict == REGRESSION]
+    head = ", ".join(f"{j.benchmark} [{j.param_key or '-'}] {j.ratio:.3f}x on {j.machine}" for j in
+                     sorted(sus, key=lambda j: -(j.ratio or 0))[:3])
+    echo(f"newest commits judged: {s['series']} series, {len(sus)} suspected regression"
+         f"{'s' if len(sus) != 1 else ''}" + (f" ({head}{', ...' if len(sus) > 3 else ''})" if sus else "") +
+         f", {s['not_judged']} not judged (reasons on the dashboard)")
+    return s
