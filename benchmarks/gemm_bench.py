@@ -63,7 +63,7 @@ def tflops(flops: float, ms: float | None) -> float | None:
     return None if not ms else flops / (ms * 1e-3) / 1e12
 
 
-def time_ms(fn: Callable[[], Any], max_time: float) -> float:
+def device_ms(fn: Callable[[], Any], max_time: float) -> float:
     from xrt.bench import timer
 
     return timer.measure(fn, "cuda", flush_l2=True, max_time=max_time).median_s * 1e3
@@ -83,7 +83,7 @@ def run_row(group: str, shape: str, flops: float, label: str, fn: Callable[[], A
         if row["err"] > tol:
             row["error"] = f"wrong result: err {row['err']:.3g} > {tol}"
             return row
-        row["ms"] = time_ms(fn, max_time)
+        row["ms"] = device_ms(fn, max_time)
         row["tflops"] = tflops(flops, row["ms"])
     except Exception as e:  # a config over the resources, a compile failure: recorded, not fatal
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]

@@ -152,13 +152,18 @@ def test_empty_database_and_no_regressions_yet(tmp_path, monkeypatch, xdb):
 
 # ---------------------------------------------------------------------- overview
 
+def _steps(at: AppTest):
+    """The overview's table of every step (the one with the first slow commit)."""
+    return next(d.value for d in at.dataframe if "first_slow" in d.value.columns)
+
+
 def test_overview_machines_and_open_regressions(db):
     at = app()
     assert at.title[0].value == "Regressions"
     m = at.dataframe[0].value
     assert m["GPU"].tolist() == list(MACHINES.values())
     assert m["commit"].tolist() == ["29abababab"] * 2 and (m["status"] == "16 ok").all()
-    regs = at.dataframe[-1].value  # every step, after the alerts
+    regs = _steps(at)  # every step, after the alerts (and before the grid of every benchmark)
     assert len(regs) == 1 and regs["machine"][0] == "gpu-a" and regs["params"][0] == STEPPED[1]
     assert 1.15 < regs["ratio"][0] < 1.25 and regs["first_slow"][0].startswith(f"{STEP_AT}ababab")
     assert len(charts(at)) == 1
@@ -184,12 +189,14 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
     a = next(x for x in labels if x.startswith("gpu-a"))
     assert f"at {STEP_AT}ababab" in a and "2 regressions" in a and "largest 1.500×" in a and "(2 series)" in a
     assert next(x for x in labels if x.startswith("gpu-b")).count("1 regression") == 1
-    inside = [d.value for d in at.dataframe[1:-1]]  # machines first, every step last
+    frames = [d.value for d in at.dataframe]
+    last = next(i for i, d in enumerate(frames) if "first_slow" in d.columns)
+    inside = frames[1:last]  # machines first, then the alerts, then every step, then the grid
     by_len = sorted(inside, key=len)
     assert [len(d) for d in by_len] == [1, 2]
     assert sorted(by_len[1]["params"]) == sorted([STEPPED[1], other])
     assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(R.stored(db)[rid]["ratio"], 3), 1.5]
-    assert len(at.dataframe[-1].value) == 3  # the flat table keeps every step
+    assert len(frames[last]) == 3  # the flat table keeps every step
 
 
 def test_overview_filters_and_deep_link(db):

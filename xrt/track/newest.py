@@ -30,7 +30,7 @@ from xrt.db import store
 from xrt.track import env as envmod
 from xrt.track import gate
 from xrt.track import noise as noisemod
-from xrt.track.detect import DetectConfig
+from xrt.track.detect import DetectConfig, higher_is_better
 from xrt.track.load import order_expr
 
 # the verdicts stored in newest_judgements.verdict
@@ -125,7 +125,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
 
 
 def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
-               history: list[float], machine_changed: bool, n_hist: int) -> None:
+               history: list[tuple], machine_changed: bool, n_hist: int) -> None:
     outcome = gate._outcome(b, h)
     if outcome is not None:
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
@@ -139,7 +139,8 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
     j.before, j.after = float(np.median(xs)), float(np.median(ys))
     j.ratio = j.after / j.before
     v = gate.Verdict()
-    model = noisemod.from_values(history)
+    # history: per commit (value, smallest sample, largest sample), as the gate reads it
+    model = noisemod.from_values([t[0] for t in history])
     need = cfg.samples_needed
     if len(xs) < need or len(ys) < need:
         if model is None:
@@ -150,7 +151,8 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
         gate._against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
         how = f"against its history ({model.describe()})"
     else:
-        gate._compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model)
+        model, stat = noisemod.steadier(history, higher_is_better(b["unit"]))
+        gate._compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
         how = ("on samples and run-to-run noise (" + model.describe() + ")" if model is not None else
                f"on samples only (fewer than {noisemod.MIN_HISTORY} commits of history: no noise model yet)")
     for verdict, items in ((REGRESSION, v.regressions), (WITHIN_NOISE, v.within_noise), (CLOCK, v.clock),
