@@ -60,6 +60,28 @@ def gemm(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
         raise ValueError(f"{op}: a is on {a.device} but b is on {b.device}")
 
 
+def gemm_output(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The ``[B, M, N]`` output of ``a`` [B, M, K] x ``b`` [B, K, N] (a's dtype and device), and
+    whether it is already the answer: empty, or ``K = 0`` (zeros), so that no kernel need run."""
+    batch, m, k = a.shape
+    c = torch.empty((batch, m, b.shape[2]), dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c, True
+    if k == 0:
+        return c.zero_(), True
+    return c, False
+
+
+def layernorm_bwd_buffers(x: torch.Tensor, w: torch.Tensor, groups: int) -> tuple:
+    """What the layernorm backward writes: ``(dx, partials, dweight+dbias, dweight, dbias)``, the
+    partials one fp32 ``[2, groups, N]`` buffer, dweight and dbias the rows of one ``[2, N]`` one."""
+    n = w.numel()
+    dx = torch.empty_like(x)
+    part = torch.empty((2, groups, n), dtype=torch.float32, device=x.device)
+    dwdb = torch.empty((2, n), dtype=w.dtype, device=w.device)
+    return (dx, part, dwdb, *dwdb.unbind(0))
+
+
 def layernorm_outputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
     """Contiguous ``x, weight, bias`` and the forward's empty ``y`` (x's dtype) and fp32 ``mean, rstd``."""
     x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
@@ -74,7 +96,7 @@ class Tuning(dict):
     """A config checked against its tuning space and filled from the defaults; read-only, since
     one object is shared by every call that asked for it (``dict(cfg)`` makes an editable copy)."""
 
-    __slots__ = ("space",)
+    __slots__ = ("space", "is_default")  # is_default: checked from no config (the space's defaults)
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"a checked {self.space} config is read-only; edit a copy: dict(config)")
@@ -97,7 +119,7 @@ def tuning(space: str, config: dict[str, Any] | None = None) -> Tuning:
         key, hit = None, None
     if hit is None:
         hit = Tuning(spaces.check(space, dict(config) if config else {}))
-        hit.space = space
+        hit.space, hit.is_default = space, not config
         if key is not None:
             if len(_TUNINGS) > 4096:
                 _TUNINGS.clear()

@@ -23,13 +23,13 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
+from dashboard_checks import APP, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
 
 from xrt.db import store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = ROOT / "dashboard" / "app.py"
 BENCH = "bench_ops.Square.time_op"
 NAMES = ["shape", "dtype", "provider", "config"]
 PARAMS = [["'1024'", "'4096'"], ["'float32'"], ["'torch'", "'triton'"],
@@ -102,16 +102,7 @@ def db(xdb, tmp_path, monkeypatch):
     return p
 
 
-def app(page: str | None = None, **query) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    if page:
-        at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+app = open_app  # XRT_DB: the db fixture sets it
 
 
 def charts(at: AppTest) -> list:
@@ -152,18 +143,13 @@ def test_empty_database_and_no_regressions_yet(tmp_path, monkeypatch, xdb):
 
 # ---------------------------------------------------------------------- overview
 
-def _steps(at: AppTest):
-    """The overview's table of every step (the one with the first slow commit)."""
-    return next(d.value for d in at.dataframe if "first_slow" in d.value.columns)
-
-
 def test_overview_machines_and_open_regressions(db):
     at = app()
     assert at.title[0].value == "Regressions"
     m = at.dataframe[0].value
     assert m["GPU"].tolist() == list(MACHINES.values())
     assert m["commit"].tolist() == ["29abababab"] * 2 and (m["status"] == "16 ok").all()
-    regs = _steps(at)  # every step, after the alerts (and before the grid of every benchmark)
+    regs = steps_table(at)  # every step, after the alerts (and before the grid of every benchmark)
     assert len(regs) == 1 and regs["machine"][0] == "gpu-a" and regs["params"][0] == STEPPED[1]
     assert 1.15 < regs["ratio"][0] < 1.25 and regs["first_slow"][0].startswith(f"{STEP_AT}ababab")
     assert len(charts(at)) == 1

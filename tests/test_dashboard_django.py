@@ -19,11 +19,11 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 from conftest import extract_django  # noqa: E402
+from dashboard_checks import APP, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = ROOT / "dashboard" / "app.py"
 CHROMIUM = Path("/usr/bin/chromium")
 # ubuntu-latest holds 93 % of the corpus' files; the other three machines keep the test quick
 SKIP_MACHINES = ("ubuntu-latest",)
@@ -46,17 +46,14 @@ def django_db(tmp_path_factory) -> Path:
 
 def _app(db: Path, monkeypatch) -> AppTest:
     monkeypatch.setenv("XRT_DB", str(db))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
-    return at
+    return open_app()
 
 
 def test_overview_lists_django_regressions(django_db, monkeypatch):
     at = _app(django_db, monkeypatch)
     assert not at.exception and not at.error
     assert at.title[0].value.endswith("Regressions")
-    # every step (the table with the first slow commit): the alerts come first, the grid last
-    regs = next(d.value for d in at.dataframe if "first_slow" in d.value.columns)
+    regs = steps_table(at)  # every step: the alerts come first, the grid last
     assert len(at.expander) == len(set(zip(regs["machine"], regs["first_slow"]))) < len(regs)
     assert len(regs) > 0 and (regs["ratio"] > 1).all() and set(regs["status"]) <= {"new", "acknowledged"}
     assert regs["benchmark"].str.contains(r"\.time_").all()

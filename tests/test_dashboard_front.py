@@ -18,13 +18,13 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
+from dashboard_checks import APP, grid_of, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from xrt.cli import main  # noqa: E402
 from xrt.db import store  # noqa: E402
 from xrt.track import synth  # noqa: E402
 
-APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 PAGES = [None, "detail", "explorer", "compare", "tuning"]
 LEVEL = 50e-6
 
@@ -63,20 +63,7 @@ def large_db(tmp_path_factory):
 
 def run(db: Path, monkeypatch, page: str | None = None, **query) -> AppTest:
     monkeypatch.setenv("XRT_DB", str(db))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    if page:
-        at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def grid_of(at: AppTest):
-    (g,) = [d.value for d in at.dataframe if "trend" in d.value.columns]
-    return g
+    return open_app(page, **query)
 
 
 # ---------------------------------------------------------------------- every page on three databases
@@ -122,7 +109,7 @@ def test_front_page_shows_the_newest_commit_regression_the_gate_reports(demo_db,
     assert main(["gate", "--db", str(db), "--base", commits[1], "--head", commits[2], "--no-history"]) == 1
     assert f"REGRESSION {synth.OP}" in capsys.readouterr().out
     at = run(db, monkeypatch)
-    regs = next(d.value for d in at.dataframe if "first_slow" in d.value.columns)  # the steps (after the alerts)
+    regs = steps_table(at)
     assert len(regs) == 1 and regs["benchmark"].iloc[0] == synth.OP
     assert regs["first_slow"].iloc[0].startswith(commits[2][:10]) and regs["status"].iloc[0] == "new (suspected)"
     assert 1.25 < regs["ratio"].iloc[0] < 1.4

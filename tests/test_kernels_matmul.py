@@ -176,6 +176,10 @@ def test_skinny_problems_get_their_own_default_and_explicit_configs_are_kept():
     # The op passes the checked defaults when no tuned config applies: the same choice.
     assert effective_config("matmul.triton", 16, checks.tuning("matmul.triton", None)) is skinny
     assert effective_config("matmul.triton", 65, None) == spaces.default("matmul.triton")
+    kept = checks.tuning("matmul.triton", None)  # what the op's memo holds
+    checks._TUNINGS.clear()  # the memo of checked configs emptied (it is, past 4096 entries)
+    assert effective_config("matmul.triton", 16, kept) == skinny  # the kept default is still the default
+    assert not checks.tuning("matmul.triton", dict(spaces.default("matmul.triton"))).is_default  # asked for
     mine = {"BLOCK_M": 128, "kernel": "tiled"}
     assert effective_config("matmul.triton", 16, mine)["BLOCK_M"] == 128  # asked for: kept
 

@@ -140,12 +140,7 @@ class BwdPlan:
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
         """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` where the
         call takes the general launcher). Allocated by the caller ahead of time if it likes."""
-        if self.kernel is None:
-            return None
-        dx = torch.empty_like(x)
-        part = torch.empty((2, self.groups, self.n), dtype=torch.float32, device=x.device)
-        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
-        return (dx, part, dwdb, *dwdb.unbind(0))
+        return None if self.kernel is None else checks.layernorm_bwd_buffers(x, w, self.groups)
 
     def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
                  buffers: tuple | None = None):

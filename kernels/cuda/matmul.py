@@ -60,11 +60,9 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     a, b = a.contiguous(), b.contiguous()
     batch, m, k = a.shape
     n = b.shape[2]
-    c = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if c.numel() == 0:
+    c, done = checks.gemm_output(a, b)
+    if done:
         return c
-    if k == 0:
-        return c.zero_()
     fn = cuda.prepared("matmul", entry, a.device.index or 0, "PPPiii", defines)
     grid = (-(-n // bn), -(-m // bm), batch)
     cuda.launch(fn, a.device, grid, (threads, 1, 1), a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k)

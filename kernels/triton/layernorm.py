@@ -390,12 +390,7 @@ class BwdPlan:
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
         """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` for the
         tiled path, which allocates its own). Allocated by the caller ahead of time if it likes."""
-        if self.rows is None:
-            return None
-        dx = torch.empty_like(x)
-        part = torch.empty((2, self.g, self.n), dtype=torch.float32, device=x.device)
-        dwdb = torch.empty((2, self.n), dtype=w.dtype, device=w.device)
-        return (dx, part, dwdb, *dwdb.unbind(0))
+        return None if self.rows is None else checks.layernorm_bwd_buffers(x, w, self.g)
 
     def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
                  buffers: tuple | None = None):

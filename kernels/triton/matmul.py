@@ -183,11 +183,9 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     """C = A @ B for [B, M, K] x [B, K, N] views (batch strides may be 0)."""
     batch, m, k = a.shape
     n = b.shape[2]
-    c = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if c.numel() == 0:
+    c, done = checks.gemm_output(a, b)
+    if done:
         return c
-    if k == 0:
-        return c.zero_()
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
@@ -216,7 +214,7 @@ def effective_config(space: str, m: int, config: dict[str, Any] | None) -> dict[
     """``config`` checked; the default (``None``, or the defaults the op passes when no tuned config
     applies) is the shape's default (``spaces.SHAPE_DEFAULTS``: skinny M has its own tile)."""
     cfg = checks.tuning(space, config)
-    if cfg is checks.tuning(space, None):
+    if cfg.is_default:
         return checks.tuning(space, spaces.default_for(space, m))
     return cfg
 

@@ -207,18 +207,18 @@ class _LeanLayerNorm(torch.autograd.Function):
     def backward(ctx, dy):
         if torch.is_grad_enabled():  # create_graph=True: as once_differentiable, a second backward fails
             return _lean_backward_once(ctx, dy)
-        x, weight, stats = ctx.saved_tensors
-        buffers, ctx.buffers = ctx.buffers, None
-        dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
-        return dx, dw, db, None, None
+        return _lean_backward(ctx, dy)
 
 
-@torch.autograd.function.once_differentiable
-def _lean_backward_once(ctx, dy):
+def _lean_backward(ctx, dy):
     x, weight, stats = ctx.saved_tensors
     buffers, ctx.buffers = ctx.buffers, None
     dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
     return dx, dw, db, None, None
+
+
+# once_differentiable's wrapper costs microseconds a call: only where a graph of the backward is asked for
+_lean_backward_once = torch.autograd.function.once_differentiable(_lean_backward)
 
 
 def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> torch.Tensor | None:
