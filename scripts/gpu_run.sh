@@ -14,7 +14,11 @@
 #            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
-#            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/)
+#            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
+#            then the same for the device series of the six memory-bound ops and the allocator alone
+#            (the 220 combinations issue #15 counted; $OUT/suite220/)
+# pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
+#            device time in a fresh process and after graph-mode measures
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -85,7 +89,15 @@ for step in "$@"; do
       python3 scripts/suite_report.py run --out "$OUT/suite" --device cuda:0 2>&1 | tee "$OUT/suite.log" | tail -30
       rm -rf "$OUT/suite/triton-cache"
       # One file: the device hands back few files and shallow folders (asv results: one a commit).
-      tar -czf "$OUT/suite-results.tgz" -C "$OUT/suite" cold warm 2>/dev/null && rm -rf "$OUT/suite/cold" "$OUT/suite/warm" ;;
+      tar -czf "$OUT/suite-results.tgz" -C "$OUT/suite" cold warm 2>/dev/null && rm -rf "$OUT/suite/cold" "$OUT/suite/warm"
+      rm -rf "$OUT/suite220"
+      python3 scripts/suite_report.py run --out "$OUT/suite220" --device cuda:0 \
+        --bench 'bench_ops\.(Square|VectorAdd|WindowSum|Softmax|Layernorm|LayernormBwd)\.time_op|bench_allocator' \
+        2>&1 | tee "$OUT/suite220.log" | tail -12
+      rm -rf "$OUT/suite220/triton-cache"
+      tar -czf "$OUT/suite220-results.tgz" -C "$OUT/suite220" cold warm 2>/dev/null && rm -rf "$OUT/suite220/cold" "$OUT/suite220/warm" ;;
+    pycuda)
+      python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

@@ -64,6 +64,42 @@ def test_params_cover_op_shape_dtype_provider_config(monkeypatch, tmp_path):
         suite.parse_shape("4096*4096")
 
 
+def test_the_grid_does_not_depend_on_the_working_directory(monkeypatch, tmp_path):
+    """asv imports the suites in folders of its own (discovery, setup_cache: temporary ones; the
+    forkserver: where asv started) and runs a combination by its index in the discovered grid: the
+    tuner's configs must come from the checkout, not from the working directory."""
+    import xrt
+
+    monkeypatch.delenv("XRT_TUNED_DIR", raising=False)
+    root = Path(xrt.__file__).resolve().parents[1]
+    assert suite.tuned_dir() == root / "results" / "tuned"
+    grids = []
+    for cwd in (root, tmp_path):
+        monkeypatch.chdir(cwd)
+        grids.append(suite.params_for("layernorm_bwd", "full")[0])
+    assert grids[0] == grids[1]
+    monkeypatch.setenv("XRT_TUNED_DIR", "results/tuned")
+    with pytest.raises(ValueError, match="XRT_TUNED_DIR='results/tuned': give an absolute path"):
+        suite.tuned_configs("layernorm_bwd")
+
+
+def test_a_process_that_sees_another_grid_fails_instead_of_replaying(monkeypatch, tmp_path, interpreter):
+    """The H100 run of 7d96618: the forkserver saw the tuned configs, discovery did not, and asv filed
+    other combinations' samples by index. Such a process must fail its combinations, not replay."""
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "full")
+    monkeypatch.setenv("XRT_TUNED_DIR", str(tmp_path))
+    monkeypatch.setattr(suite, "_REPLAY", {})  # what this test arms stays here
+    measured = suite.make_suite("square", "Square", "bench_ops")  # the grid without tuned configs
+    cache = {(suite.GRID, "square"): {"params": measured.params},
+             ("device", "square", "4096", "float32", "torch", "default"): {"samples": [1e-6] * 10}}
+    measured().setup(cache, "4096", "float32", "torch", "default")  # the same grid: replays
+    (tmp_path / "square.json").write_text(json.dumps([{"config": {"BLOCK_SIZE": 2048, "num_warps": 8}}]))
+    other = suite.make_suite("square", "Square", "bench_ops")
+    assert other.params != measured.params
+    with pytest.raises(RuntimeError, match=r"grid differs from the one measured \(config: \['BLOCK_SIZE=2048"):
+        other().setup(cache, "4096", "float32", "torch", "default")
+
+
 def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp_path, interpreter):
     """setup_cache measures every combination in one process; asv's process replays that one's samples."""
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
@@ -78,7 +114,9 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
         assert other.setup_cache is cls.setup_cache
     assert cls.setup_cache.timeout == suite.CACHE_TIMEOUT
     combos = [("device", "square", *p) for p in itertools.product(*suite.params_for("square")[0])]
-    assert sorted(cache) == sorted(combos) and len(lines) == len(combos) + 1  # one progress line each
+    assert sorted(k for k in cache if k[0] != suite.GRID) == sorted(combos)
+    assert len(lines) == len(combos) + 1  # one progress line each
+    assert cache[(suite.GRID, "square")] == {"params": cls.params}
     p = ("4096", "float32", "torch", "default")
     b = cls()
     b.setup(cache, *p)
@@ -155,7 +193,7 @@ def test_host_suite_replays_the_host_samples_and_writes_the_sidecar(monkeypatch,
 
     monkeypatch.setattr(suite.HostCase, "sample", counted)
     cache = suite.measure_all(["square"], ["host"], log=lambda m: None)
-    assert {k[0] for k in cache} == {"host"}
+    assert {k[0] for k in cache} == {"host", suite.GRID}
     want = cache[("host", "square", *p)]["samples"]
     assert suite.HOST_MIN_SAMPLES <= len(want) <= suite.HOST_SAMPLES
     b = cls()

@@ -180,3 +180,21 @@ def test_ingest_does_not_import_pandas_and_pandas_works_after(with_sidecar):
             "con = duckdb.connect(sys.argv[2], read_only=True); "
             "assert con.execute('SELECT count(*) FROM runs').df().iloc[0, 0] == 1")
     subprocess.run([sys.executable, "-c", code, str(root), str(db)], check=True)
+
+
+def test_samples_filed_under_other_parameters_are_bad(with_sidecar):
+    """asv's samples of a combination must be the timer's for those parameters (the sidecar's copy):
+    the H100 run of 7d96618 filed other combinations' samples by index, and ingest stored them."""
+    root, db = with_sidecar
+    swapped = [dict(CASES[0], params=CASES[1]["params"]), dict(CASES[1], params=CASES[0]["params"])]
+    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", swapped))
+    rep, lines = run_ingest(root, db)
+    assert rep.ingested == 1
+    assert q(db, "SELECT param_index, status, value FROM results WHERE benchmark = $b ORDER BY 1", {"b": SQ}) == [
+        (0, "bad", None), (1, "bad", None)]
+    assert any("asv's samples (3, median 2e-06) are not the timer's for these parameters (3, median 8e-06)" in s
+               for s in lines)
+    # the timer's own copy agrees: nothing flagged (the fixture's other tests)
+    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", CASES))
+    run_ingest(root, db)
+    assert q(db, "SELECT count(*) FROM results WHERE benchmark = $b AND status = 'ok'", {"b": SQ}) == [(2,)]

@@ -119,9 +119,32 @@ def params_for(op: str, prof: str | None = None) -> tuple[list[list[str]], list[
     return [shapes, spec.dtypes, providers, configs], ["shape", "dtype", "provider", "config"]
 
 
+def tuned_dir() -> Path:
+    """Where the tuner's files are: ``$XRT_TUNED_DIR`` (an absolute path), else ``results/tuned`` of
+    the checkout this xrt is imported from.
+
+    Never relative to the working directory: asv imports the suites in several processes that run
+    in different folders (discovery and ``setup_cache`` in temporary ones, the forkserver in the
+    folder asv was started from), and every one of them must see the same parameter grid. asv runs
+    a combination by its *index* in the grid it discovered; a process that saw more configs put
+    other combinations' samples under that index (the H100 run of 7d96618 lost 40 of 54
+    ``LayernormBwd`` combinations and filed small-shape times under large shapes that way).
+    """
+    value = os.environ.get("XRT_TUNED_DIR")
+    if value is None or not value.strip():
+        import xrt
+
+        return Path(xrt.__file__).resolve().parents[1] / "results" / "tuned"
+    path = Path(value)
+    if not path.is_absolute():
+        raise ValueError(f"XRT_TUNED_DIR={value!r}: give an absolute path (the suites are imported "
+                         "from several working directories)")
+    return path
+
+
 def tuned_configs(op: str) -> list[str]:
-    """The tuner's top-K configs for ``op`` (``$XRT_TUNED_DIR/<op>.json``), as config keys."""
-    path = Path(os.environ.get("XRT_TUNED_DIR", "results/tuned")) / f"{op}.json"
+    """The tuner's top-K configs for ``op`` (``<tuned_dir()>/<op>.json``), as config keys."""
+    path = tuned_dir() / f"{op}.json"
     if not path.is_file():
         return []
     from xrt.kernels import spaces
@@ -133,6 +156,7 @@ def tuned_configs(op: str) -> list[str]:
 
 
 _REPLAY: dict[tuple, list[float]] = {}  # (benchmark, op, *params): the samples still to hand to asv
+GRID = "grid"  # measure_all's entry (GRID, op): the op's parameter grid as the measuring process saw it
 
 
 class _Inputs:
@@ -357,7 +381,8 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     series; each combination is loaded and measured once per series (``device``: :class:`Case`,
     ``host``: :class:`HostCase`), its sidecar written. Returns, per ``(series, op, *params)``,
     ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a ``NotImplementedError`` in setup
-    was) or ``{"error": what}`` (asv: that combination failed; the others still run). Progress goes
+    was) or ``{"error": what}`` (asv: that combination failed; the others still run), and per
+    ``(GRID, op)`` ``{"params": grid}``, the op's grid as this process saw it. Progress goes
     to stderr, one line a combination and series.
     """
     import time
@@ -365,8 +390,10 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     log = log or _progress_log
     series = list(SERIES) if series is None else series
     kinds = {"device": Case, "host": HostCase}
-    combos = [(op, *p) for op in ops for p in itertools.product(*params_for(op, prof)[0])]
-    out: dict[tuple, dict[str, Any]] = {}
+    grids = {op: params_for(op, prof)[0] for op in ops}
+    combos = [(op, *p) for op in ops for p in itertools.product(*grids[op])]
+    # Each op's grid as this process saw it: every replaying process checks it sees the same one.
+    out: dict[tuple, dict[str, Any]] = {(GRID, op): {"params": grids[op]} for op in ops}
     inputs_key, inputs = None, None
     t_all = time.perf_counter()
     n = len(combos) * len(series)
@@ -419,8 +446,19 @@ def _setup_cache(self) -> dict:
 _setup_cache.timeout = CACHE_TIMEOUT
 
 
-def _replay_setup(cache: dict, key: tuple, what: str) -> int:
-    """asv's ``setup`` of a measured combination: skip, fail, or arm its samples; the sample count."""
+def _replay_setup(cache: dict, key: tuple, what: str, params: list[list[str]]) -> int:
+    """asv's ``setup`` of a measured combination: skip, fail, or arm its samples; the sample count.
+
+    ``params`` is the grid of the class asv runs: it must be the one the measuring process saw
+    (asv addresses combinations by their index in the grid), else this combination fails, naming
+    the difference, rather than hand asv another combination's samples.
+    """
+    grid = cache.get((GRID, key[1]), {}).get("params")
+    if grid is not None and grid != params:
+        diff = [f"{name}: {sorted(set(a) ^ set(b))}" for name, a, b in
+                zip(("shape", "dtype", "provider", "config"), grid, params) if a != b]
+        raise RuntimeError(f"{what}: this process's parameter grid differs from the one measured "
+                           f"({'; '.join(diff) or 'order'}); the suites must see the same grid in every process")
     entry = cache.get(key)
     if entry is None:
         raise RuntimeError(f"{what} {' '.join(key[2:])}: not measured by the suites' setup_cache "
@@ -453,7 +491,7 @@ def make_suite(op: str, class_name: str, module: str) -> type:
         timeout = 300
 
         def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, ("device", op, *p), bench_name)
+            n = _replay_setup(cache, ("device", op, *p), bench_name, params)
             self.repeat = (n, n, 30.0)  # asv takes exactly the measured samples
 
         def time_op(self, cache: dict, *p: str) -> None:
@@ -488,7 +526,7 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
         timeout = 300
 
         def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, ("host", op, *p), bench_name)
+            n = _replay_setup(cache, ("host", op, *p), bench_name, params)
             self.repeat = (n, n, 30.0)
 
         def time_host(self, cache: dict, *p: str) -> None:

@@ -248,6 +248,8 @@ class CaseFacts:
     cycles: list | None  # per sample (time x SM clock), None where the clock was unknown
     cycles_median: float | None
     throttled_share: float | None
+    samples_median: float | None = None  # the timer's own record of the samples asv was handed
+    n_samples: int | None = None
 
 
 def _median(xs: list) -> float | None:
@@ -290,6 +292,9 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
         f = CaseFacts(bytes=_num(c.get(SK.CASE_BYTES)), flops=_num(c.get(SK.CASE_FLOPS)), sm_mhz=_median(sm),
                       cycles=cyc, cycles_median=_median(cyc or []),
                       throttled_share=_num(c.get(SK.CASE_THROTTLED_SHARE)))
+        smp = c.get(SK.CASE_SAMPLES)
+        if isinstance(smp, list) and smp:
+            f.samples_median, f.n_samples = _median(smp), len(smp)
         cases[(c[SK.CASE_BENCHMARK], tuple(params))] = f
         if f.sm_mhz is not None:
             sm_all.append(f.sm_mhz)
@@ -616,6 +621,12 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
                 if why:
                     _note_bad(bad, name, combo, why)
                     st, v = BAD, None
+            cf = cases.get((name, tuple(combo))) if cases else None
+            if st == "ok" and cf is not None:
+                why = _not_the_timers(sm, cf)
+                if why:
+                    _note_bad(bad, name, combo, why)
+                    st, v = BAD, None
             c_bench.append(name)
             c_pidx.append(j)
             c_params.append(combo)
@@ -636,7 +647,6 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
             c_ver.append(version)
             c_start.append(started)
             c_dur.append(duration)
-            cf = cases.get((name, tuple(combo))) if cases else None
             # measured for exactly this combination (the timing layer) first, then the declared formulas
             by = cf.bytes if cf is not None and cf.bytes is not None else fb[j] if fb else None
             fp = cf.flops if cf is not None and cf.flops is not None else fl[j] if fl else None
@@ -654,6 +664,21 @@ def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, si
                 c_cycm.append(cf.cycles_median)
                 c_thr.append(cf.throttled_share)
     return unknown
+
+
+def _not_the_timers(samples: Any, cf: CaseFacts) -> str | None:
+    """Why asv's samples of a combination are not the ones the timer recorded for it, or None.
+
+    The suites hand asv the timer's samples; the sidecar keeps the timer's own copy under the
+    combination's parameters. Where they differ, asv filed the samples under other parameters (a
+    process that saw another parameter grid), and no figure of that row can be trusted."""
+    if cf.samples_median is None or not isinstance(samples, list) or not samples:
+        return None
+    mine = _median(samples)
+    if mine is None or len(samples) != cf.n_samples or not math.isclose(mine, cf.samples_median, rel_tol=1e-6):
+        return (f"asv's samples ({len(samples)}, median {mine!r}) are not the timer's for these parameters "
+                f"({cf.n_samples}, median {cf.samples_median!r}): filed under the wrong parameters")
+    return None
 
 
 def _ok_value(v: Any) -> bool:

@@ -32,5 +32,5 @@ CASE_CYCLES = "cycles"  # per sample: time x SM clock
 CASE_THROTTLED_SHARE = "throttled_share"
 
 # what the reader takes from a case (the writer must write these)
-CASE_KEYS_READ = (CASE_BENCHMARK, CASE_PARAMS, CASE_BYTES, CASE_FLOPS, CASE_SM_MHZ, CASE_MEM_MHZ, CASE_CYCLES,
-                  CASE_THROTTLED_SHARE)
+CASE_KEYS_READ = (CASE_BENCHMARK, CASE_PARAMS, CASE_BYTES, CASE_FLOPS, CASE_SAMPLES, CASE_SM_MHZ, CASE_MEM_MHZ,
+                  CASE_CYCLES, CASE_THROTTLED_SHARE)
