@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 from fake_nvml import FakeNVML
 
 from xrt.bench import nvml as xnvml
@@ -138,3 +139,39 @@ def test_measure_host_on_cpu():
         timer.measure_host(lambda: None, "cpu", calls=3)
     with pytest.raises(ValueError, match="out of range"):
         timer.measure_host(lambda: None, "cpu", samples=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_failed_graph_capture_leaves_the_default_stream_current():
+    """torch.cuda.graph never leaves its capture stream when capture_end raises: the H100 suite of
+    ab670b7 ran everything after SDPA's backward (not capturable) on that stream, and CUDA C samples
+    carried a host launch latency each. The timer restores the stream and says why."""
+    x = torch.ones(1024, device="cuda")
+
+    def syncs():
+        (x * 2).sum().item()  # a host read: capture forbids it
+
+    with pytest.raises(timer.GraphCaptureError, match="CUDA-graph capture failed"):
+        timer.measure(syncs, "cuda", graph=True, max_samples=10)
+    assert torch.cuda.current_stream().cuda_stream == 0
+    m = timer.measure(lambda: x * 2, "cuda", graph=True, max_samples=10)  # capture still works after
+    assert m.graph and m.n >= 2
+
+
+def test_a_combination_that_leaves_a_side_stream_fails_and_the_stream_is_reset(monkeypatch):
+    """measure_all's guard, with a stand-in for torch.cuda (no GPU here)."""
+    import sys
+    import types
+
+    from xrt.bench import suite
+
+    current = types.SimpleNamespace(cuda_stream=0x5A, device="cuda:0")
+    default = types.SimpleNamespace(cuda_stream=0, device="cuda:0")
+    made_current = []
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, current_stream=lambda: current,
+                                 default_stream=lambda dev: default, set_stream=made_current.append)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert suite._stray_stream() == "it left the process on CUDA stream 0x5a, not the default stream (reset)"
+    assert made_current == [default]
+    current.cuda_stream = 0
+    assert suite._stray_stream() is None and made_current == [default]

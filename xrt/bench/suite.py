@@ -238,7 +238,12 @@ class Case(_Inputs):
         # Small shapes run in CUDA-graph mode, except CUDA C: pycuda's launches cannot be captured.
         self.graph = (self.dev.kind == "cuda" and provider != "cuda"
                       and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])})
-        m = timer.measure(self.fn, device, graph=self.graph, max_samples=MAX_ASV_SAMPLES)
+        self.graph_error = None
+        try:
+            m = timer.measure(self.fn, device, graph=self.graph, max_samples=MAX_ASV_SAMPLES)
+        except timer.GraphCaptureError as e:  # this call cannot be captured: timed call by call
+            self.graph, self.graph_error = False, str(e)
+            m = timer.measure(self.fn, device, graph=False, max_samples=MAX_ASV_SAMPLES)
         self.measurement = m
         self.per = m.calls_per_sample
         if m.n < MIN_SAMPLES:  # the time cap stopped it early (a slow call): the gate needs more a side
@@ -269,6 +274,7 @@ class Case(_Inputs):
             "bytes": self.spec.bytes_moved(self.shape, esize),
             "flops": self.spec.flops(self.shape),
             "graph": self.graph,
+            "graph_error": self.graph_error,  # why a small shape was not timed in graph mode
             "calls_per_sample": self.per,
             "samples_s": self.samples,
             "sm_mhz": self.sm_mhz,
@@ -419,10 +425,29 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
             except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
                 out[key] = {"error": f"{type(e).__name__}: {e}"}
                 what = f"FAILED: {type(e).__name__}: {e}"
+            stray = _stray_stream()
+            if stray:  # what it left would skew every combination after it: this one fails instead
+                out[key] = {"error": stray}
+                what = f"FAILED: {stray}"
             log(f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
     log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
         f"{time.perf_counter() - t_all:.1f} s")
     return out
+
+
+def _stray_stream() -> str | None:
+    """Whether the combination just measured left the process on a CUDA stream other than the
+    default; if so, the default is made current again and the reason returned."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    stream = torch.cuda.current_stream()
+    if stream.cuda_stream == 0:
+        return None
+    torch.cuda.set_stream(torch.cuda.default_stream(stream.device))
+    return f"it left the process on CUDA stream {stream.cuda_stream:#x}, not the default stream (reset)"
 
 
 def _progress_log(line: str) -> None:

@@ -262,19 +262,40 @@ class _Clock:
         return max(1, min(max_calls, int(sample_time / max(best, 1e-9))))
 
 
+class GraphCaptureError(RuntimeError):
+    """``fn`` cannot be captured in a CUDA graph (it synchronises, or calls what capture forbids)."""
+
+
 def _graphed(fn: Callable[[], Any], calls: int, device: Any) -> Callable[[], Any]:
+    """``calls`` calls of ``fn`` captured in one CUDA graph: its replay.
+
+    A capture that fails raises :class:`GraphCaptureError` and leaves the process as it was. (When
+    ``capture_end`` raises, ``torch.cuda.graph`` never leaves its capture stream: everything after
+    ran on it, and pycuda's launches, which go to the legacy stream, were then ordered by a host
+    synchronisation, so each CUDA C sample carried a launch's host latency: 28 µs and more for a
+    4 µs kernel in the H100 suite of ab670b7.)
+    """
     import torch
 
+    home = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
+    side.wait_stream(home)
     with torch.cuda.stream(side):
         for _ in range(3):
             fn()
-    torch.cuda.current_stream(device).wait_stream(side)
+    home.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception as e:
+        torch.cuda.set_stream(home)
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001 - the capture's own error is the one to report
+            pass
+        raise GraphCaptureError(f"CUDA-graph capture failed: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     return graph.replay
 
 
