@@ -89,7 +89,8 @@ def test_bad_inputs_are_named():
 def test_on_gpu(provider, dtype):
     for shape in SHAPES + [(1 << 24,), (4096, 4099)]:
         _add(shape, dtype, "cuda", provider)
-    for shape in WSHAPES + [(4096, 4099), (1, (1 << 22) + 1), (70000, 5)]:
+    # (1, 2**26 + 3): 65536 and more column blocks, over the 65535 of a grid's second axis
+    for shape in WSHAPES + [(4096, 4099), (1, (1 << 22) + 1), (70000, 5), (1, (1 << 26) + 3)]:
         _wsum(shape, dtype, "cuda", provider)
 
 

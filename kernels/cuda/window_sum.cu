@@ -31,9 +31,12 @@ __device__ void window_sum_v2(const T* __restrict__ x,  // [rows, n] row-major i
     T* seg = reinterpret_cast<T*>(smem_raw);  // [tile + 2 + 2 * VEC] the staged inputs
     const int64_t m = n - 2;
     const int64_t tile = (int64_t)blockDim.x * items;
-    const int64_t r = blockIdx.x;  // rows on x: its limit is 2^31 - 1, y's is 65535
-    const int64_t c0 = (int64_t)blockIdx.y * tile;  // first output column of this block
-    if (c0 >= m) return;
+    // One axis for rows x column blocks: x's limit is 2^31 - 1 where y's is 65535 (one row of 2^28
+    // elements is 65536 and more column blocks).
+    const int64_t blocks = (m + tile - 1) / tile;
+    const int64_t r = blockIdx.x / blocks;
+    const int64_t c0 = (blockIdx.x % blocks) * tile;  // first output column of this block
+    if (r >= rows || c0 >= m) return;
     const int64_t total = rows * n;
     const int64_t first = r * n + c0;                              // first input needed
     const int64_t last = r * n + min(c0 + tile, m) + 2;            // one past the last input needed

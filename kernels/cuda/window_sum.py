@@ -37,6 +37,6 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
         vec = 16 // x.element_size()
         shared = (tile + 2 + 2 * vec) * x.element_size()
         cuda.launch(cuda.prepared("window_sum", kernel, dev, "PPqqi"), x.device,
-                    (rows, (n - 2 + tile - 1) // tile), (block, 1, 1), x.data_ptr(), y.data_ptr(), rows, n, items,
+                    (rows * ((n - 2 + tile - 1) // tile), 1), (block, 1, 1), x.data_ptr(), y.data_ptr(), rows, n, items,
                     shared=shared)
     return y

@@ -1,6 +1,8 @@
 """``window_sum`` in Triton: ``y[r, i] = x[r, i] + x[r, i+1] + x[r, i+2]``, ``i < n - 2``.
 
-A 2-D grid (row, column block): rows on axis 0, whose limit is 2**31 - 1, not 65535. Each
+A 1-D grid of rows x column blocks (program ``p``: row ``p // blocks``, column block ``p % blocks``):
+axis 0's limit is 2**31 - 1, where axis 1's is 65535, which one row of 2**28 elements (262144
+column blocks) passed and failed at launch ("invalid argument") in the H100 suite. Each
 program loads its ``BLOCK_SIZE`` outputs' inputs three times, shifted by 0, 1 and 2: the second
 and third loads hit L1, so HBM sees x read once. (The CUDA C version makes that reuse explicit
 with a shared-memory segment.) Sums in fp32.
@@ -25,9 +27,11 @@ def _window_sum_kernel(
     n,  # row length of x (>= 3)
     BLOCK_SIZE: tl.constexpr,
 ):
-    col = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    row = tl.program_id(0).to(tl.int64)
     m = n - 2
+    blocks = tl.cdiv(m, BLOCK_SIZE)
+    pid = tl.program_id(0)
+    col = (pid % blocks) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    row = (pid // blocks).to(tl.int64)
     mask = col < m
     xr = x_ptr + row * n + col
     acc = tl.load(xr, mask=mask).to(tl.float32)
@@ -48,6 +52,6 @@ def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.T
     y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
-    grid = (rows, cdiv(n - 2, cfg["BLOCK_SIZE"]))
+    grid = (rows * cdiv(n - 2, cfg["BLOCK_SIZE"]),)
     _launch(grid, x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], num_warps=cfg["num_warps"])
     return y
