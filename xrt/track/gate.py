@@ -31,7 +31,7 @@ from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
-from xrt.track.load import columns, order_expr
+from xrt.track.load import LOOKBACK, columns, order_expr, recent_commits_sql
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
@@ -201,21 +201,24 @@ def _history_values(con: Any, base: str, machine: str | None,
                     window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
-    noise model learns from."""
+    noise model learns from. Read from the machine's last :data:`~xrt.track.load.LOOKBACK` measured
+    commits (a series measured in fewer of them has fewer points)."""
     order, where_order = order_expr(con)
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
+    recent = recent_commits_sql(con, machine=bool(machine), upto=True, lookback=max(LOOKBACK, window))
     sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
            f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
-           f"  FROM results r JOIN commits c ON c.hash = r.commit_hash"
+           f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
            f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
-           + (" AND r.machine = ?" if machine else "") +
+           f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
+    args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]
     out: dict[tuple, list[tuple]] = {}
-    for m, bn, pk, _, v, lo, hi in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
+    for m, bn, pk, _, v, lo, hi in con.execute(sql, args).fetchall():
         out.setdefault((m, bn, pk), []).append((v, lo, hi))
     return out
 

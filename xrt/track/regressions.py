@@ -21,7 +21,7 @@ from xrt.db import store
 from xrt.track import env as envmod
 from xrt.track import newest
 from xrt.track.detect import DetectConfig, Step, detect
-from xrt.track.load import load_series
+from xrt.track.load import iter_series
 
 STATUSES = ("new", "acknowledged", "ignored", "fixed")
 
@@ -134,9 +134,10 @@ def _record(s: Any, st: Step, steps_by_index: dict[int, Step]) -> Record:
 
 def detect_db(db: str | os.PathLike, cfg: DetectConfig | None = None, machine: str | None = None,
               benchmark: str | None = None) -> list[Record]:
-    """Run the detector over every series of the database (or one machine / benchmark regex)."""
+    """Run the detector over every series of the database (or one machine / benchmark regex), a
+    batch of series at a time (:func:`~xrt.track.load.iter_series`: memory holds one batch)."""
     out: list[Record] = []
-    for s in load_series(db, machine=machine, benchmark=benchmark):
+    for s in iter_series(db, machine=machine, benchmark=benchmark):
         steps = detect(s, cfg)
         by_index = {st.index: st for st in steps}
         out += [_record(s, st, by_index) for st in steps]
