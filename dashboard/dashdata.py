@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 
 from xrt.db.query import query
+from xrt.track.units import fmt_value  # noqa: F401  (the pages format values through dashdata)
 
 DEFAULT_DB = "results/xrt.duckdb"
 OPEN = ("new", "acknowledged")
@@ -335,19 +336,6 @@ def short(h: Any, n: int = 10) -> str:
 def first_line(s: Any, n: int = 80) -> str:
     line = str(s or "").strip().splitlines()[0] if str(s or "").strip() else ""
     return line if len(line) <= n else line[: n - 1] + "…"
-
-
-def fmt_value(v: Any, unit: str | None) -> str:
-    """One value in its unit, readable: times as ns / µs / ms / s, anything else with 4 digits."""
-    if v is None or not isinstance(v, int | float) or v != v:
-        return "—"
-    if unit == "seconds":
-        a = abs(v)
-        for f, lab in ((1e9, "ns"), (1e6, "µs"), (1e3, "ms")):
-            if a * f < 1000:
-                return f"{v * f:.3g} {lab}"
-        return f"{v:.3g} s"
-    return f"{v:.4g} {unit}" if unit else f"{v:.4g}"
 
 
 def param_of(params: Any, names: list[str], name: str) -> str | None:

@@ -285,6 +285,7 @@ def test_compare_two_commits_marks_the_step(db, xdb):
     t = at.dataframe[0].value
     assert t["change"].tolist() == ["+"] and t["params"].iloc[0] == STEPPED[1]
     assert 1.15 < t["ratio"].iloc[0] < 1.25 and t["p"].iloc[0] < 0.002
+    assert t["a"].iloc[0].endswith(" µs") and t["b"].iloc[0].endswith(" µs")  # in its unit, not raw seconds
     assert at.metric[1].value == "1"
     at.radio(key="cmp:rows").set_value("all").run()
     assert len(at.dataframe[0].value) == 16

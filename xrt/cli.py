@@ -26,6 +26,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("db", "xrt.db.cli", "the results database: ingest, query, export, stats"),
     ("regressions", "xrt.track.cli", "list, show and acknowledge detected regressions"),
     ("gate", "xrt.track.cli", "the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)"),
+    ("report", "xrt.track.cli", "a static HTML page comparing two commits (the gate's verdict and every series)"),
     ("bisect", "xrt.track.cli", "measure the commits between a good and a bad one until one is to blame"),
     ("tune", "xrt.tune.cli", "search a kernel's tuning space"),
     ("dashboard", "xrt.commands.dashboard", "serve the Streamlit dashboard"),

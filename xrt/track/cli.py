@@ -44,21 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_show)
 
     g = sub.add_parser("gate", help="the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)")
-    g.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
-    g.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
-    g.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
-                   "a branch or tag with --repo)")
-    g.add_argument("--head", required=True, metavar="REV", help="the commit judged")
-    # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
-    g.add_argument("--threshold", default="0.05",
-                   help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
-    g.add_argument("--alpha", default="0.002", help="Mann-Whitney p-value bar, in (0, 1) [0.002]")
-    g.add_argument("--min-samples", default="5",
-                   help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
-    g.add_argument("--machine", help="only this machine")
+    _gate_args(g)
     g.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
-    g.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
     g.set_defaults(func=run_gate)
+
+    rp = sub.add_parser("report", help="a static HTML page comparing two commits (the gate's verdict and every series)",
+                        description="Judge HEAD against BASE as `xrt gate` does and write one self-contained HTML "
+                        "page: the verdict, its alerts, and every series of both commits. Exit 0 when written "
+                        "(whatever the verdict), 2 when it cannot judge or write.")
+    _gate_args(rp)
+    rp.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    rp.set_defaults(func=run_report)
 
     b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
     b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
@@ -69,6 +65,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--results", type=Path, default=None, help="asv results dir [REPO/results/asv]")
     b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
     b.set_defaults(func=run_bisect)
+
+
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    """The arguments `xrt gate` and `xrt report` share (one judgement, two ways of telling it)."""
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
+    p.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
+    p.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
+                   "a branch or tag with --repo)")
+    p.add_argument("--head", required=True, metavar="REV", help="the commit judged")
+    # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
+    p.add_argument("--threshold", default="0.05",
+                   help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
+    p.add_argument("--alpha", default="0.002", help="Mann-Whitney p-value bar, in (0, 1) [0.002]")
+    p.add_argument("--min-samples", default="5",
+                   help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
+    p.add_argument("--machine", help="only this machine")
+    p.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
 
 
 def _common(p: argparse.ArgumentParser, default) -> None:
@@ -185,6 +198,24 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.summary:
         gate.write_summary(args.summary, v)
     return v.code
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from xrt.db.store import DatabaseError
+    from xrt.track import gate
+    from xrt.track import report
+
+    try:
+        cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
+        base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
+        v = report.write(args.db, base, head, args.out, cfg, machine=args.machine, history=not args.no_history)
+    except (DatabaseError, ValueError, OSError) as e:
+        print(f"xrt report: {(str(e).strip().splitlines() or ['(no message)'])[0]}", file=sys.stderr)
+        return 2
+    word = {gate.PASS: "pass", gate.REGRESSION: "regression", gate.CANNOT_JUDGE: "cannot judge"}[v.code]
+    print(f"xrt report: wrote {args.out} (gate: {word}, {v.compared} series compared, "
+          f"{len(v.regressions)} regression(s))")
+    return 0
 
 
 def run_bisect(args: argparse.Namespace) -> int:

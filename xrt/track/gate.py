@@ -31,6 +31,7 @@ from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
+from xrt.track.units import fmt_value
 from xrt.track.load import LOOKBACK, columns, order_expr, recent_commits_sql
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
@@ -388,7 +389,7 @@ def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray
         return
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": None, "z": z, "judged": f"against history ({model.describe()})",
-            "before": float(np.exp(model.level)), "after": float(np.median(ys))}
+            "before": float(np.exp(model.level)), "after": float(np.median(ys)), "unit": b["unit"]}
     (v.changed_machine if machine_changed else v.regressions).append(item)
 
 
@@ -406,7 +407,8 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     if p > cfg.alpha:
         return
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
-            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
+            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples",
+            "unit": b["unit"]}
     if model is not None:
         hib = higher_is_better(b["unit"])  # the run's value the model was learnt on (noise.steadier)
         lr = float(np.log(ratio)) if stat == "median" else float(np.log(
@@ -442,10 +444,10 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
     lines = []
-    for a, items in _alerts(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
+    for a, items in alerts_of(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
         lines.append(f"alert: {a.headline()}")
         lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-                  f"(machine {r['machine']}, {_evidence(r)})" for r in items]
+                  f"(machine {r['machine']}, {evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
@@ -461,7 +463,7 @@ def report(v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
+def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
     """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
     cause from ``v.envs``): (alert, its items in the alert's order)."""
     from xrt.track import regressions as R
@@ -470,7 +472,7 @@ def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
             for a in R.group(R.gate_records(v.base, v.head, items), v.envs)]
 
 
-def _evidence(r: dict) -> str:
+def evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
@@ -478,11 +480,11 @@ def summary_markdown(v: Verdict) -> str:
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
-    for a, items in _alerts(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
+    for a, items in alerts_of(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
         out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
                 "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
-                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in items]
+        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {fmt_value(r['before'], r.get('unit'))} | "
+                f"{fmt_value(r['after'], r.get('unit'))} | **{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
         out.append("")
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
@@ -494,7 +496,7 @@ def summary_markdown(v: Verdict) -> str:
                 for r in v.within_noise] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
-        for a, items in _alerts(v, v.changed_machine):
+        for a, items in alerts_of(v, v.changed_machine):
             out += [f"- {a.headline()}"] + [f"  - `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
                                              for r in items]
         out.append("")
