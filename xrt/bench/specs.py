@@ -298,9 +298,9 @@ def _attn_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
 
 
 def _attn_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
-    from xrt.kernels.reference.attention import attention
-
     import torch
+
+    from xrt.kernels.reference.attention import attention
 
     q, k, v, causal, scale = _attn_inputs(shape, dtype, device)
     # The forward's output and log-sum-exp, one (batch, head) at a time: the reference materialises

@@ -202,8 +202,7 @@ def run_gate(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from xrt.db.store import DatabaseError
-    from xrt.track import gate
-    from xrt.track import report
+    from xrt.track import gate, report
 
     try:
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)

@@ -31,8 +31,8 @@ from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
-from xrt.track.units import fmt_value
 from xrt.track.load import LOOKBACK, columns, order_expr, recent_commits_sql
+from xrt.track.units import fmt_value
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
@@ -483,8 +483,9 @@ def summary_markdown(v: Verdict) -> str:
     for a, items in alerts_of(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
         out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
                 "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {fmt_value(r['before'], r.get('unit'))} | "
-                f"{fmt_value(r['after'], r.get('unit'))} | **{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
+        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | "
+                f"{fmt_value(r['before'], r.get('unit'))} | {fmt_value(r['after'], r.get('unit'))} | "
+                f"**{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
         out.append("")
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]

@@ -45,7 +45,8 @@ def recent_commits_sql(con: Any, machine: bool, upto: bool, lookback: int = LOOK
     order, where_order = order_expr(con)
     cond = [where_order] + ([f"{order} <= ?"] if upto else []) + (["ru.machine = ?"] if machine else [])
     return (f"(SELECT machine, min(ord) AS lo FROM ("
-            f"  SELECT ru.machine, {order} AS ord, row_number() OVER (PARTITION BY ru.machine ORDER BY {order} DESC) AS k"
+            f"  SELECT ru.machine, {order} AS ord,"
+            f"         row_number() OVER (PARTITION BY ru.machine ORDER BY {order} DESC) AS k"
             f"  FROM (SELECT DISTINCT machine, commit_hash FROM runs) ru JOIN commits c ON c.hash = ru.commit_hash"
             f"  WHERE {' AND '.join(cond)}) WHERE k <= {int(lookback)} GROUP BY machine)")
 

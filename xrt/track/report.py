@@ -22,12 +22,14 @@ from xrt.track.units import fmt_value
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}code{font-size:.95em}
-table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:left}
+table{border-collapse:collapse;width:100%;margin:.6em 0}
+th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
 .pass{color:#17692b}.fail{color:#b00020}.warn{color:#8a5a00}.slow{color:#b00020;font-weight:600}.fast{color:#17692b}
 .muted{color:#777}
 """
-_WORD = {gate.PASS: ("pass", "pass"), gate.REGRESSION: ("regression", "fail"), gate.CANNOT_JUDGE: ("cannot judge", "warn")}
+_WORD = {gate.PASS: ("pass", "pass"), gate.REGRESSION: ("regression", "fail"),
+         gate.CANNOT_JUDGE: ("cannot judge", "warn")}
 
 
 def _e(x: Any) -> str:
@@ -71,7 +73,8 @@ def _items_table(items: list[dict[str, Any]], evidence: bool = True) -> list[str
            "<th>ratio</th>" + ("<th>evidence</th>" if evidence else "") + "</tr>"]
     for r in items:
         out.append(f"<tr><td>{_e(r['machine'])}</td><td><code>{_e(r['benchmark'])}</code></td>"
-                   f"<td>{_e(r['param_key'] or '-')}</td><td class=n>{_e(fmt_value(r.get('before'), r.get('unit')))}</td>"
+                   f"<td>{_e(r['param_key'] or '-')}</td>"
+                   f"<td class=n>{_e(fmt_value(r.get('before'), r.get('unit')))}</td>"
                    f"<td class=n>{_e(fmt_value(r.get('after'), r.get('unit')))}</td>"
                    f"<td class='n slow'>{r['ratio']:.3f}×</td>"
                    + (f"<td>{_e(gate.evidence(r))}</td>" if evidence else "") + "</tr>")
