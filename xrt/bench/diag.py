@@ -1,6 +1,7 @@
-"""``xrt diag``: the "tuned it and it got slower?" checklist (seed 000), for any op.
+"""``xrt diag``: the "tuned it and it got slower?" checklist, for any op.
 
-The seed's four axes, then the machine: memory format (channels_last, NCHW<->NHWC round trips);
+The four axes of a CNN kernel-tuning checklist (a fused conv+BN+ReLU tuning lab asks them of
+every slow step), then the machine: memory format (channels_last, NCHW<->NHWC round trips);
 the layout / access-pattern settings in force (policy, env, tuning config); tile and
 shared-memory sizes against the problem; first-step compilation and warm-up; then clocks and
 throttle reasons, other processes on the GPU, CPU load, driver and toolkit versions. Each check
