@@ -62,8 +62,9 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # Attention forward, Triton: queries a program (BLOCK_M), keys a step (BLOCK_N), warps, software
     # pipeline stages; "warp_specialize" splits the key loop into producer / consumer warps (Triton's
     # tl.range(warp_specialize=True)), honoured on Hopper and newer only, else the plain loop.
+    # "tma": q, k, v and o tiles moved by the TMA engine (Hopper; contiguous inputs), else pointer loads.
     "attention.triton": {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
-                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True]},
+                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True], "tma": [False, True]},
     # Attention backward: the dK/dV kernel holds BLOCK_N1 keys and steps BLOCK_M1 queries, the dQ
     # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split).
     "attention_bwd.triton": {"BLOCK_M1": [16, 32, 64], "BLOCK_N1": [16, 32, 64, 128],
@@ -93,7 +94,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # (H100, fp32 4096^3: 4 x 8 a thread gave 41.7 TFLOP/s against 37.6 for 8 x 4; results/gpu/gemm-h100.md)
     "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
     "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
-    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False},
+    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
+                         "tma": True},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
