@@ -94,7 +94,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # (H100, fp32 4096^3: 4 x 8 a thread gave 41.7 TFLOP/s against 37.6 for 8 x 4; results/gpu/gemm-h100.md)
     "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
     "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
-    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
+    # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): TMA with 128 x 128 blocks, 8 warps, 3 stages
+    # was the best forward at hd128, causal or not (0.911 ms against 1.046 for 128 x 64); hd64 keeps
+    # 128 x 64 (SHAPE_DEFAULTS: 0.600 ms against 0.762 for 128 x 128).
+    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
                          "tma": True},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
@@ -110,6 +113,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
     "matmul.triton": [(64, {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                             "num_warps": 4, "num_stages": 4})],
+    # attention: the bound is the head dim
+    "attention.triton": [(64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
+                               "warp_specialize": False, "tma": True})],
 }
 
 
