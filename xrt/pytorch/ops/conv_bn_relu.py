@@ -217,13 +217,15 @@ def _provider(x: torch.Tensor, explicit: str | None) -> str:
     return choice
 
 
-def _autocast(x: torch.Tensor) -> torch.Tensor:
-    """Under ``torch.autocast`` (AMP) x runs in the autocast dtype, as ``nn.Conv2d`` would (the
-    weight is folded or cast to it)."""
+def _autocast(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Under ``torch.autocast`` (AMP) x and the weight run in the autocast dtype, as ``nn.Conv2d``'s
+    would (the weight is folded from its fp32 master copy; the fold cache keeps the result);
+    ``(x, the weight as checked)``."""
     dev = x.device.type
     if torch.is_autocast_enabled(dev):
-        return x.to(torch.get_autocast_dtype(dev))
-    return x
+        dtype = torch.get_autocast_dtype(dev)
+        return x.to(dtype), weight.detach().to(dtype) if weight.dtype != dtype else weight
+    return x, weight
 
 
 def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor, bn_bias: torch.Tensor,
@@ -254,8 +256,8 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
     """
     x = C.floating("x", OP, x)
     weight = C.floating("weight", OP, weight)
-    x = _autocast(x)
-    checks.conv3x3(OP, x, weight if weight.dtype == x.dtype else weight.to(x.dtype), stride, padding)
+    x, checked = _autocast(x, weight)
+    checks.conv3x3(OP, x, checked, stride, padding)
     checks.channel_vectors(OP, weight.shape[0], bn_weight=bn_weight, bn_bias=bn_bias, running_mean=running_mean,
                            running_var=running_var)
     if not training and (running_mean is None or running_var is None):
