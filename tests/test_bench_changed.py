@@ -14,7 +14,7 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-OPS = ["attention", "attention_bwd", "bmm", "layernorm", "layernorm_bwd", "matmul", "softmax", "square",
+OPS = ["attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm", "layernorm_bwd", "matmul", "softmax", "square",
        "vector_add", "window_sum"]
 
 
