@@ -208,3 +208,19 @@ def test_inference_and_training_on_gpu(shape, dtype):
     check(y.float(), ref.float(), torch.float32 if dtype == torch.float32 else dtype,
           scale=ref.abs().max() * 4, what="train y")
     assert torch.isfinite(xt.grad).all()
+
+
+def test_diag_prints_the_four_axes(interpreter, monkeypatch):
+    from xrt.bench.diag import diagnose, render
+
+    monkeypatch.setenv("XRT_FUSED_TILE_S1", "4x8")
+    monkeypatch.setenv("XRT_KERNEL_STATS", "1")
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    stats.reset()
+    out = render(diagnose("conv_bn_relu", shape="1x12x6x6x8x1", provider="triton", warmup=1))
+    assert "x (1, 12, 6, 6) channels_last (NHWC); stride 1 -> layout path direct" in out
+    assert "TILE=4x8 (env XRT_FUSED_TILE_S1)" in out and "CI_STEP=64 (default)" in out
+    assert "tile 4x8 on Ho x Wo 6x6: 44% of pixel lanes masked" in out and "scalar fallback" in out
+    assert "first-step compilation / warm-up" in out
+    assert "vectorized vs fallback launches: direct.fallback:" in out
+    stats.reset()
