@@ -136,9 +136,9 @@ def bench_cnn(batch: int, width: int) -> list[dict]:
         state = {k: v.clone() for k, v in args[2].state_dict().items()}
         ref = cnn_step(args, "torch", train)
         args[2].load_state_dict(state)
-        part = [run_row(group, key, "torch (unfused)", lambda: cnn_step(args, "torch", train), None, 1.0)]
+        part = [run_row(group, key, "torch (unfused)", lambda a=args, t=train: cnn_step(a, "torch", t), None, 1.0)]
         args[2].load_state_dict(state)
-        part.append(run_row(group, key, "xrt fused default", lambda: cnn_step(args, "triton", train),
+        part.append(run_row(group, key, "xrt fused default", lambda a=args, t=train: cnn_step(a, "triton", t),
                             None if train else ref, 1.0, tol=5e-2))
         part.append(summarise(group, key, part, target, strict=True))
         rows += part

@@ -298,9 +298,9 @@ def _attn_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
 
 
 def _attn_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
-    from xrt.kernels.reference.attention import attention
-
     import torch
+
+    from xrt.kernels.reference.attention import attention
 
     q, k, v, causal, scale = _attn_inputs(shape, dtype, device)
     # The forward's output and log-sum-exp, one (batch, head) at a time: the reference materialises
@@ -505,8 +505,8 @@ def _cnn_call(train: bool):
 
 def _cnn_check(op: str) -> Callable[[tuple, str], None]:
     def check(args: tuple, provider: str) -> None:
-        from xrt.pytorch.ops._providers import get
         from xrt.pytorch.modules import cnn_step  # noqa: F401  (registers the providers)
+        from xrt.pytorch.ops._providers import get
 
         why = get(op, provider).missing(args[0])
         if why:

@@ -10,5 +10,5 @@ from xrt.pytorch.ops.square import square
 from xrt.pytorch.ops.vector_add import vector_add
 from xrt.pytorch.ops.window_sum import window_sum
 
-__all__ = ["bmm", "conv_bn_relu", "fused_attention", "fused_layernorm", "matmul", "providers", "softmax", "square", "vector_add",
-           "window_sum"]
+__all__ = ["bmm", "conv_bn_relu", "fused_attention", "fused_layernorm", "matmul", "providers", "softmax", "square",
+           "vector_add", "window_sum"]
