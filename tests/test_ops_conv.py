@@ -224,3 +224,25 @@ def test_diag_prints_the_four_axes(interpreter, monkeypatch):
     assert "first-step compilation / warm-up" in out
     assert "vectorized vs fallback launches: direct.fallback:" in out
     stats.reset()
+
+
+def test_per_stride_tuned_configs_through_the_policy(interpreter):
+    """A config keyed by a stride's space applies to that stride only; one keyed by the op to both;
+    and the op runs with it."""
+    from xrt.pytorch.ops import _tuned as T
+
+    x = nhwc(1, 4, 5, 5, torch.float32)
+    shape = (*x.shape, 8)
+    pol = xp.KernelPolicy()
+    pol.add_tuned("conv_bn_relu_s2.triton", {"KO_STEP": 16, "TILE": "4x8"})
+    pol.add_tuned("conv_bn_relu", {"num_warps": 2})
+    with xp.kernel_policy(pol):
+        s1 = T.config("conv_bn_relu", "conv_bn_relu_s1.triton", x, shape)
+        s2 = T.config("conv_bn_relu", "conv_bn_relu_s2.triton", x, shape)
+        assert (s1["KO_STEP"], s1["TILE"], s1["num_warps"]) == (64, "auto", 2)
+        assert (s2["KO_STEP"], s2["TILE"], s2["num_warps"]) == (16, "4x8", 4)
+        weight, gamma, beta, mean, var = bn_inputs(4, 8, torch.float32)
+        with torch.no_grad():
+            y = xp.ops.conv_bn_relu(x, weight, gamma, beta, mean, var, stride=2, provider="triton")
+    conv, bn = _modules(weight, gamma, beta, mean, var, 2)
+    check_conv(y, torch.relu(bn.eval()(conv(x.double()))), x, _folded_w(weight, gamma, var), 2, 1, torch.float32)
