@@ -157,11 +157,15 @@ def conv3x3(op: str, x: torch.Tensor, weight: torch.Tensor, stride: int, padding
         raise ValueError(f"{op}: stride={stride!r} must be 1 or 2")
     if type(padding) is not int or not 0 <= padding <= 2:
         raise ValueError(f"{op}: padding={padding!r} must be 0, 1 or 2")
-    ho = (x.shape[2] + 2 * padding - 3) // stride + 1
-    wo = (x.shape[3] + 2 * padding - 3) // stride + 1
+    ho, wo = conv_out(x.shape[2], x.shape[3], stride, padding)
     if ho < 1 or wo < 1:
         raise ValueError(f"{op}: x.shape={tuple(x.shape)} with padding={padding} is smaller than the 3x3 kernel")
     return ho, wo
+
+
+def conv_out(h: int, w: int, stride: int, padding: int) -> tuple[int, int]:
+    """``(Ho, Wo)`` of a 3x3 convolution of an ``h x w`` image."""
+    return (h + 2 * padding - 3) // stride + 1, (w + 2 * padding - 3) // stride + 1
 
 
 def channel_vectors(op: str, k: int, **vectors: torch.Tensor | None) -> None:

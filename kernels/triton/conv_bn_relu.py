@@ -198,8 +198,7 @@ def plan(x_shape: tuple[int, ...], k: int, stride: int, padding: int, esize: int
     (TH, TW), the BLOCK sizes, whether the loads vectorize, the grid and the masked lanes (``xrt diag``
     reads it too). ``aligned``: x's address is a multiple of VEC elements."""
     n, c, h, w = x_shape
-    ho = (h + 2 * padding - 3) // stride + 1
-    wo = (w + 2 * padding - 3) // stride + 1
+    ho, wo = checks.conv_out(h, w, stride, padding)
     path = cfg["path"] if cfg["path"] != "auto" else ("direct" if stride == 1 else "im2row")
     pixels = 64 if cfg["HALF_TILE"] else 128
     if cfg["TILE"] == "auto":
@@ -230,6 +229,9 @@ def plan(x_shape: tuple[int, ...], k: int, stride: int, padding: int, esize: int
 
 # -- the launcher -----------------------------------------------------------------------------------
 
+_PLANS: dict[tuple, tuple[checks.Tuning, dict[str, Any]]] = {}  # (id(config), shape, ...) -> (config, plan)
+
+
 def conv_bias_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: int, padding: int,
                    relu: bool = True, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``relu(conv2d(x, w) + bias)`` for ``x`` [N, C, H, W] (channels_last; another layout is copied
@@ -246,9 +248,15 @@ def conv_bias_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, 
     y = torch.empty((n, ho, wo, k), dtype=x.dtype, device=x.device).permute(0, 3, 1, 2)
     if y.numel() == 0:
         return y
-    vec = int(cfg["VEC"])
-    p = plan(tuple(x.shape), k, stride, padding, x.element_size(), cfg,
-             aligned=x.data_ptr() % (vec * x.element_size()) == 0)
+    esize = x.element_size()
+    aligned = x.data_ptr() % (int(cfg["VEC"]) * esize) == 0
+    key = (id(cfg), tuple(x.shape), k, stride, padding, esize, aligned)
+    hit = _PLANS.get(key)
+    if hit is None or hit[0] is not cfg:  # planned once per config and shape, not on every call
+        if len(_PLANS) > 1024:
+            _PLANS.clear()
+        hit = _PLANS[key] = (cfg, plan(tuple(x.shape), k, stride, padding, esize, cfg, aligned))
+    p = hit[1]
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     b = bias if bias is not None else w  # a placeholder pointer: HAS_BIAS=False never reads it
     stats.count(f"conv_bn_relu.{p['path']}.{'vec' if p['vectorized'] else 'fallback'}")

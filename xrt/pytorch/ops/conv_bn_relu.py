@@ -83,7 +83,7 @@ def _nhwc_empty(x: torch.Tensor, k: int, ho: int, wo: int) -> torch.Tensor:
 
 
 def _out_hw(x: torch.Tensor, stride: int, padding: int) -> tuple[int, int]:
-    return (x.shape[2] + 2 * padding - 3) // stride + 1, (x.shape[3] + 2 * padding - 3) // stride + 1
+    return checks.conv_out(x.shape[2], x.shape[3], stride, padding)
 
 
 @torch.library.custom_op("xrt::conv_bias_relu", mutates_args=())
