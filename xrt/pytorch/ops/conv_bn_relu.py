@@ -20,6 +20,7 @@ what ``auto`` runs until a GPU run shows the Triton kernels meet their targets (
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 from typing import Any
@@ -262,6 +263,9 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
                            running_var=running_var)
     if not training and (running_mean is None or running_var is None):
         raise ValueError(f"{OP}: inference (training=False) needs running_mean and running_var")
+    if training and x.shape[0] * math.prod(checks.conv_out(x.shape[2], x.shape[3], stride, padding)) == 1:
+        raise ValueError(f"{OP}: training needs more than one value per channel (N * Ho * Wo = 1 for "
+                         f"x.shape={tuple(x.shape)}, stride={stride}), as nn.BatchNorm2d does")
     name = _provider(x, provider)
     if name == "torch":  # the unfused reference: torch's own ops (autograd, torch.compile, cuDNN)
         w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
