@@ -251,3 +251,21 @@ def test_per_stride_tuned_configs_through_the_policy(interpreter):
             y = xp.ops.conv_bn_relu(x, weight, gamma, beta, mean, var, stride=2, provider="triton")
     conv, bn = _modules(weight, gamma, beta, mean, var, 2)
     check_conv(y, torch.relu(bn.eval()(conv(x.double()))), x, _folded_w(weight, gamma, var), 2, 1, torch.float32)
+
+
+def test_compile_training_step(interpreter):
+    """Training under torch.compile: the custom op's backward and the running-stat update traced."""
+    weight, gamma, beta, mean, var = bn_inputs(4, 8, torch.float32)
+    x = nhwc(2, 4, 5, 5, torch.float32)
+
+    def step(x, w, g, b, rm, rv):
+        return xp.ops.conv_bn_relu(x, w, g, b, rm, rv, training=True, provider="triton").square().sum()
+
+    runs = []
+    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        leaves = [t.clone().requires_grad_() for t in (weight, gamma, beta)]
+        rm, rv = mean.clone(), var.clone()
+        fn(x, *leaves, rm, rv).backward()
+        runs.append([t.grad for t in leaves] + [rm, rv])
+    for got, want in zip(runs[1], runs[0]):
+        torch.testing.assert_close(got, want)
