@@ -123,6 +123,28 @@ def test_space_defaults_are_in_their_spaces():
         assert spaces.check(key, {}) == spaces.default(key)
 
 
+def test_vec_vectorizes_the_loads_of_x_on_sm90():
+    """Compiled for sm_90 (no GPU needed): with C = VEC x CV the x loads are 16-byte cp.async even
+    where C is not a multiple of 16; VEC = 1 (the fallback) loads x an element at a time."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here.parent), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, str(here / "conv_ptx.py")], capture_output=True, text=True, env=env,
+                       timeout=300)
+    if r.returncode and ("ptxas" in r.stderr or "LLVM" in r.stderr):
+        pytest.skip(f"Triton cannot compile for sm_90 here: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert got["8"]["scalar_b16_loads"] == 0 and got["8"]["cp_async"] > got["1"]["cp_async"], got
+    assert got["1"]["scalar_b16_loads"] > 0, got
+
+
 # -- GPU ------------------------------------------------------------------------------------------
 
 GPU_SHAPES = [(64, 64, 56, 56, 64, 1), (64, 256, 14, 14, 256, 1), (64, 64, 56, 56, 128, 2),

@@ -8,9 +8,10 @@ in fp32, with the bias and the ReLU applied to the accumulator before the only s
 * ``direct`` (stride 1 by default): implicit GEMM. A program owns a TH x TW tile of output pixels
   of one image and KO_STEP output channels; it walks the 9 taps x C channels in CI_STEP steps,
   loading a [pixels, CI_STEP] slab of x straight from NHWC (the channels of a pixel are contiguous:
-  with C a multiple of VEC the loads are declared VEC-aligned and vectorize; otherwise the masked
-  scalar fallback runs) and a [CI_STEP, KO_STEP] slab of the RSCK weight. Out-of-image taps are
-  masked to zero (the padding), never materialised.
+  with C a multiple of VEC the kernel takes C as VEC x C // VEC, so the compiler sees VEC-aligned
+  runs and vectorizes the loads; otherwise the masked scalar fallback, VEC = 1, runs) and a
+  [CI_STEP, KO_STEP] slab of the RSCK weight. Out-of-image taps are masked to zero (the padding),
+  never materialised.
 * ``im2row`` (stride 2 by default): the taps of every output pixel are gathered once into a
   row-major [M, 9 C] matrix, then a tiled GEMM with the same epilogue. A stride-2 window hops
   over every other pixel, which the direct kernel's tiles read poorly; the gather reads each
@@ -40,7 +41,9 @@ def _conv3x3_direct_kernel(
     w_ptr,  # [3, 3, C, K] weight, RSCK contiguous: row (r * 3 + s) * C + c of a [9 C, K] matrix
     b_ptr,  # [K] fp32 bias (the folded BatchNorm shift); not read when HAS_BIAS is False
     y_ptr,  # [N, Ho, Wo, K] output, NHWC contiguous, x's dtype
-    H, W, C, K, Ho, Wo, tiles_h, tiles_w,
+    H, W,
+    CV,  # C // VEC: the input channels in VEC-wide vectors
+    K, Ho, Wo, tiles_h, tiles_w,
     STRIDE: tl.constexpr, PAD: tl.constexpr,
     TH: tl.constexpr, TW: tl.constexpr,  # the output tile of a program, TH x TW pixels of one image
     BLOCK_N: tl.constexpr,  # output channels a program (KO_STEP)
@@ -49,6 +52,9 @@ def _conv3x3_direct_kernel(
     HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot input precision: "ieee" for fp32, "tf32" otherwise (ignored)
 ):
+    # C as a multiple of the constexpr VEC: the compiler then knows that the channel mask is constant
+    # over VEC lanes and a pixel's offset VEC-aligned, and vectorizes the loads of x.
+    C = CV * VEC
     pid = tl.program_id(0)
     per_image = tiles_h * tiles_w
     n = pid // per_image
@@ -70,8 +76,6 @@ def _conv3x3_direct_kernel(
         iw = ow * STRIDE - PAD + tap % 3
         ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         pix = (ih * W + iw) * C
-        if VEC > 1:
-            pix = tl.multiple_of(pix, VEC)
         c = c0 + rk
         c_ok = c < C
         a = tl.load(x_img + pix[:, None] + c[None, :], mask=ok[:, None] & c_ok[None, :], other=0.0)
@@ -91,11 +95,14 @@ def _conv3x3_direct_kernel(
 def _im2row_kernel(
     x_ptr,  # [N, H, W, C] input, NHWC contiguous
     a_ptr,  # [M, 9 C] output rows, row-major: row (n, oh, ow), column (r * 3 + s) * C + c
-    M, H, W, C, Ho, Wo,
+    M, H, W,
+    CV,  # C // VEC: the input channels in VEC-wide vectors
+    Ho, Wo,
     STRIDE: tl.constexpr, PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
     VEC: tl.constexpr,  # C % VEC == 0 (1: the fallback)
 ):
+    C = CV * VEC  # as in the direct kernel: the loads and stores vectorize by VEC
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     tap = tl.program_id(1)
     m_ok = rm < M
@@ -107,9 +114,6 @@ def _im2row_kernel(
     ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
     src = ((n * H + ih) * W + iw) * C
     dst = rm.to(tl.int64) * 9 * C + tap * C
-    if VEC > 1:
-        src = tl.multiple_of(src, VEC)
-        dst = tl.multiple_of(dst, VEC)
     rc = tl.arange(0, BLOCK_C)
     for c0 in range(0, C, BLOCK_C):
         c = c0 + rc
@@ -261,14 +265,14 @@ def conv_bias_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, 
     b = bias if bias is not None else w  # a placeholder pointer: HAS_BIAS=False never reads it
     stats.count(f"conv_bn_relu.{p['path']}.{'vec' if p['vectorized'] else 'fallback'}")
     if p["path"] == "direct":
-        _direct(p["grid"], x, w, b, y, h, wd, c, k, ho, wo, *p["tiles"],
+        _direct(p["grid"], x, w, b, y, h, wd, c // p["VEC"], k, ho, wo, *p["tiles"],
                 STRIDE=stride, PAD=padding, TH=p["TH"], TW=p["TW"], BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"],
                 VEC=p["VEC"], HAS_BIAS=bias is not None, RELU=relu, PRECISION=precision,
                 num_warps=p["num_warps"], num_stages=p["num_stages"])
         return y
     m = p["M"]
     rows = torch.empty((m, 9 * c), dtype=x.dtype, device=x.device)
-    _im2row((cdiv(m, 64), 9), x, rows, m, h, wd, c, ho, wo, STRIDE=stride, PAD=padding, BLOCK_M=64,
+    _im2row((cdiv(m, 64), 9), x, rows, m, h, wd, c // p["VEC"], ho, wo, STRIDE=stride, PAD=padding, BLOCK_M=64,
             BLOCK_C=max(16, min(64, next_power_of_2(c))), VEC=p["VEC"], num_warps=4)
     _gemm(p["grid"], rows, w, b, y, m, k, 9 * c,
           BLOCK_M=p["BLOCK_M"], BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], HAS_BIAS=bias is not None, RELU=relu,
