@@ -78,6 +78,10 @@ def test_plan_paths_tiles_and_masked_lanes():
     assert not p["vectorized"] and p["BLOCK_K"] == 16 and p["BLOCK_N"] == 16 and p["masked_channels"] == 0.75
     half = plan((1, 16, 64, 64), 16, 1, 1, 2, resolve(1, {"TILE": "8x16", "HALF_TILE": True})[0])
     assert (half["TH"], half["TW"]) == (4, 16)
+    # fp32 at 256 pixels x 128 channels x 128 a step, 4 stages: 1 MiB of tiles, shrunk under the budget
+    big = plan((8, 256, 32, 32), 256, 1, 1, 4, resolve(1, {"TILE": "16x16", "KO_STEP": 128, "CI_STEP": 128,
+                                                           "num_stages": 4})[0])
+    assert (big["num_stages"], big["BLOCK_K"]) == (2, 64)
 
 
 def test_env_knobs_override_and_bad_values_name_the_variable(monkeypatch):

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from xrt.kernels import checks, spaces, stats
 from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
+from xrt.kernels.triton.matmul import SMEM_BUDGET
 
 SPACE = {1: "conv_bn_relu_s1.triton", 2: "conv_bn_relu_s2.triton"}
 
@@ -213,6 +214,15 @@ def plan(x_shape: tuple[int, ...], k: int, stride: int, padding: int, esize: int
             th //= 2
     block_n = max(16, min(int(cfg["KO_STEP"]), next_power_of_2(k)))
     block_k = max(16, min(int(cfg["CI_STEP"]), next_power_of_2(c)))
+    stages = int(cfg["num_stages"])
+    # Shrink a config over the shared-memory budget as the GEMM does: fewer stages, then a smaller K step.
+    while stages * (th * tw + block_n) * block_k * esize > SMEM_BUDGET:
+        if stages > 2:
+            stages -= 1
+        elif block_k > 16:
+            block_k //= 2
+        else:
+            break
     vec = int(cfg["VEC"])
     vectorized = vec > 1 and c % vec == 0 and aligned
     m = n * ho * wo
@@ -228,7 +238,7 @@ def plan(x_shape: tuple[int, ...], k: int, stride: int, padding: int, esize: int
             "VEC": vec if vectorized else 1, "vectorized": vectorized, "grid": grid, "tiles": (tiles_h, tiles_w),
             "Ho": ho, "Wo": wo, "M": m, "masked_pixels": (slots - m) / slots if slots else 0.0,
             "masked_channels": (grid[1] * block_n - k) / (grid[1] * block_n),
-            "num_warps": int(cfg["num_warps"]), "num_stages": int(cfg["num_stages"])}
+            "num_warps": int(cfg["num_warps"]), "num_stages": stages}
 
 
 # -- the launcher -----------------------------------------------------------------------------------
