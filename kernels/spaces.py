@@ -187,19 +187,30 @@ ENV_KNOBS: dict[str, tuple[tuple[str, ...], str]] = {
     "XRT_FUSED_KO_STEP_S2": (("conv_bn_relu_s2.triton",), "KO_STEP"),
 }
 _ENV_MEMO: dict[Any, dict[str, tuple[Any, str]]] = {}
+_KNOBS_OF: dict[str, list[tuple[str, str]]] = {}
+try:  # the raw environment (what os.environ.get reads after encoding the key): looked at on every launch
+    _ENV_DATA = os.environ._data  # type: ignore[attr-defined]
+    _ENV_KEYS = {var: os.environ.encodekey(var) for var in ENV_KNOBS}  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA = None
 
 
 def env_overrides(key: str, environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
     """The parameters of space ``key`` that ``ENV_KNOBS`` set: ``{name: (value, variable)}``,
     parsed once per distinct environment value. A value outside the space is a ``ValueError`` of
     one line naming the variable and what it may be."""
-    env = os.environ if environ is None else environ
-    knobs = [(var, param) for var, (keys, param) in ENV_KNOBS.items() if key in keys]
-    raw = tuple(env.get(var) for var, _ in knobs)
+    knobs = _KNOBS_OF.get(key)
+    if knobs is None:
+        knobs = _KNOBS_OF[key] = [(var, param) for var, (keys, param) in ENV_KNOBS.items() if key in keys]
+    if environ is None and _ENV_DATA is not None:
+        raw = tuple(_ENV_DATA.get(_ENV_KEYS[var]) for var, _ in knobs)
+    else:
+        raw = tuple((os.environ if environ is None else environ).get(var) for var, _ in knobs)
     memo = (key, raw)
     hit = _ENV_MEMO.get(memo)
     if hit is not None:
         return hit
+    raw = tuple(os.fsdecode(v) if isinstance(v, bytes) else v for v in raw)
     out: dict[str, tuple[Any, str]] = {}
     allowed = space(key)
     for (var, param), value in zip(knobs, raw):
