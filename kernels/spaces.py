@@ -8,8 +8,12 @@ here, and the tuner searches these spaces. A space maps a parameter name to its 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+# The conv output tiles, "THxTW" pixels (TH * TW a power of two, at least 16: tl.dot's minimum).
+CONV_TILES = ["4x8", "4x16", "8x8", "8x16", "16x8", "16x16", "4x32"]
 
 SPACES: dict[str, dict[str, list[Any]]] = {
     # Elementwise: how many elements one Triton program handles, and its warps.
@@ -70,6 +74,22 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "attention_bwd.triton": {"BLOCK_M1": [16, 32, 64], "BLOCK_N1": [16, 32, 64, 128],
                              "BLOCK_M2": [16, 32, 64, 128], "BLOCK_N2": [16, 32, 64],
                              "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5]},
+    # Fused conv3x3 + BatchNorm + ReLU on NHWC (kernels/triton/conv_bn_relu.py), one space per
+    # stride so that each has its own defaults and tuned configs (the policy's per-stride override).
+    # "path": the direct implicit-GEMM kernel or im2row + GEMM ("auto": direct for stride 1, im2row
+    # for stride 2); "TILE": the output tile TH x TW pixels of a program (TS; "auto" picks the
+    # candidate with the fewest masked lanes for Ho x Wo); CI_STEP: input channels a K step (BLOCK_K);
+    # KO_STEP: output channels a program (BLOCK_N); HALF_TILE halves TH (more, smaller programs);
+    # VEC: channels a vectorized load assumes contiguous and aligned (the path falls back to VEC 1
+    # where C is not a multiple of it); warps and pipeline stages.
+    "conv_bn_relu_s1.triton": {"path": ["auto", "direct", "im2row"], "TILE": ["auto", *CONV_TILES],
+                               "CI_STEP": [16, 32, 64, 128], "KO_STEP": [16, 32, 64, 128],
+                               "HALF_TILE": [False, True], "VEC": [1, 4, 8, 16], "num_warps": [2, 4, 8],
+                               "num_stages": [1, 2, 3, 4]},
+    "conv_bn_relu_s2.triton": {"path": ["auto", "direct", "im2row"], "TILE": ["auto", *CONV_TILES],
+                               "CI_STEP": [16, 32, 64, 128], "KO_STEP": [16, 32, 64, 128],
+                               "HALF_TILE": [False, True], "VEC": [1, 4, 8, 16], "num_warps": [2, 4, 8],
+                               "num_stages": [1, 2, 3, 4]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -103,6 +123,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
                              "num_stages": 2},
+    # Untuned starting points (no GPU measurement yet, docs/kernels.md): a 128-pixel tile, 64 channels
+    # a K step and 64 output channels a program, 16-byte channel vectors for fp16.
+    "conv_bn_relu_s1.triton": {"path": "auto", "TILE": "auto", "CI_STEP": 64, "KO_STEP": 64, "HALF_TILE": False,
+                               "VEC": 8, "num_warps": 4, "num_stages": 3},
+    "conv_bn_relu_s2.triton": {"path": "auto", "TILE": "auto", "CI_STEP": 64, "KO_STEP": 64, "HALF_TILE": False,
+                               "VEC": 8, "num_warps": 4, "num_stages": 3},
 }
 
 
@@ -157,3 +183,53 @@ def check(key: str, config: dict[str, Any]) -> dict[str, Any]:
         if value not in s[name]:
             raise ValueError(f"{key}: {name}={value!r} is outside the tuning space {s[name]}")
     return {**default(key), **config}
+
+
+# Environment knobs that override a space's parameter (they win over tuned and explicit configs):
+# name -> (the spaces it applies to, the parameter). The fused conv's, renamed from its design lab.
+ENV_KNOBS: dict[str, tuple[tuple[str, ...], str]] = {
+    "XRT_FUSED_LAYOUT": (("conv_bn_relu_s1.triton", "conv_bn_relu_s2.triton"), "path"),
+    "XRT_FUSED_TILE_S1": (("conv_bn_relu_s1.triton",), "TILE"),
+    "XRT_FUSED_TILE_S2": (("conv_bn_relu_s2.triton",), "TILE"),
+    "XRT_FUSED_KO_STEP": (("conv_bn_relu_s1.triton",), "KO_STEP"),
+    "XRT_FUSED_KO_STEP_S2": (("conv_bn_relu_s2.triton",), "KO_STEP"),
+}
+_ENV_MEMO: dict[Any, dict[str, tuple[Any, str]]] = {}
+_KNOBS_OF: dict[str, list[tuple[str, str]]] = {}
+try:  # the raw environment (what os.environ.get reads after encoding the key): looked at on every launch
+    _ENV_DATA = os.environ._data  # type: ignore[attr-defined]
+    _ENV_KEYS = {var: os.environ.encodekey(var) for var in ENV_KNOBS}  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA = None
+
+
+def env_overrides(key: str, environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+    """The parameters of space ``key`` that ``ENV_KNOBS`` set: ``{name: (value, variable)}``,
+    parsed once per distinct environment value. A value outside the space is a ``ValueError`` of
+    one line naming the variable and what it may be."""
+    knobs = _KNOBS_OF.get(key)
+    if knobs is None:
+        knobs = _KNOBS_OF[key] = [(var, param) for var, (keys, param) in ENV_KNOBS.items() if key in keys]
+    if environ is None and _ENV_DATA is not None:
+        raw = tuple(_ENV_DATA.get(_ENV_KEYS[var]) for var, _ in knobs)
+    else:
+        raw = tuple((os.environ if environ is None else environ).get(var) for var, _ in knobs)
+    memo = (key, raw)
+    hit = _ENV_MEMO.get(memo)
+    if hit is not None:
+        return hit
+    raw = tuple(os.fsdecode(v) if isinstance(v, bytes) else v for v in raw)
+    out: dict[str, tuple[Any, str]] = {}
+    allowed = space(key)
+    for (var, param), value in zip(knobs, raw):
+        if value is None or not value.strip():
+            continue
+        text = value.strip()
+        parsed: Any = int(text) if text.isdigit() else text
+        if parsed not in allowed[param]:
+            raise ValueError(f"{var}={value!r} is not one of {', '.join(map(str, allowed[param]))}")
+        out[param] = (parsed, var)
+    if len(_ENV_MEMO) > 256:
+        _ENV_MEMO.clear()
+    _ENV_MEMO[memo] = out
+    return out

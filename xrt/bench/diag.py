@@ -226,12 +226,17 @@ def diagnose(op: str, *, shape: str | None = None, dtype: str = "float32", provi
     fn = lambda: spec.call(args, chosen, cfg)  # noqa: E731
     sync = torch.cuda.synchronize if dev.kind == "cuda" else (lambda: None)
     gpu = dev if dev.kind == "cuda" else None
+    sms = dev.sm_count if dev.kind == "cuda" else None
+    if op == "conv_bn_relu":  # its own first three axes: layout path, knobs and their sources, tiles
+        from xrt.bench.diag_conv import check_stats, conv_checks
+
+        axes = [*conv_checks(args, chosen, cfg, gpu, sms), check_first_step(fn, sync, warmup), check_stats()]
+    else:
+        axes = [check_memory_format(args), check_settings(op, provider, cfg, gpu, getattr(torch, dtype), shape_t),
+                check_tiles(spec, chosen, cfg, shape_t, sms), check_first_step(fn, sync, warmup)]
     checks = [
         Check("problem", INFO, f"{op} {suite.shape_key(shape_t)} {dtype} on {dev.summary()}; provider {chosen}"),
-        check_memory_format(args),
-        check_settings(op, provider, cfg, gpu, getattr(torch, dtype), shape_t),
-        check_tiles(spec, chosen, cfg, shape_t, dev.sm_count if dev.kind == "cuda" else None),
-        check_first_step(fn, sync, warmup),
+        *axes,
         check_clocks(dev, nvml),
         check_other_processes(dev, nvml),
         check_cpu_load(),
