@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("regressions", "xrt.track.cli", "list, show and acknowledge detected regressions"),
     ("gate", "xrt.track.cli", "the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)"),
     ("bisect", "xrt.track.cli", "measure the commits between a good and a bad one until one is to blame"),
+    ("explain", "xrt.track.cli", "why a case got slower: NCU, profiler, compiled code and settings, base vs head"),
     ("tune", "xrt.tune.cli", "search a kernel's tuning space"),
     ("dashboard", "xrt.commands.dashboard", "serve the Streamlit dashboard"),
     ("kernels", "xrt.commands.kernels", "list kernels; dump PTX/SASS"),

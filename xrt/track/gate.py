@@ -471,7 +471,9 @@ def _evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
-def summary_markdown(v: Verdict) -> str:
+def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
+    """The gate's Markdown; ``explanations``: stored ``xrt explain`` results (Markdown) of its slower
+    series, shown after their tables."""
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
@@ -481,6 +483,9 @@ def summary_markdown(v: Verdict) -> str:
         out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
                 f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in items]
         out.append("")
+    for md in explanations or []:
+        out += ["<details><summary>What changed (xrt explain)</summary>", "", md.replace("### ", "##### ", 1), "",
+                "</details>", ""]
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
@@ -509,7 +514,7 @@ def summary_markdown(v: Verdict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_summary(path: str | os.PathLike, v: Verdict) -> None:
+def write_summary(path: str | os.PathLike, v: Verdict, explanations: list[str] | None = None) -> None:
     """Append (``$GITHUB_STEP_SUMMARY`` is shared by every step of the job)."""
     with Path(path).open("a") as f:
-        f.write(summary_markdown(v))
+        f.write(summary_markdown(v, explanations))
