@@ -6,7 +6,8 @@ For the case (op, shape, dtype, provider, config) of a stored regression, or one
 that commit's own xrt (:mod:`xrt.track.explain_side`), four things are collected:
 
 * **Nsight Compute** (GPU and ``ncu`` only): one profiled launch per kernel of one call after
-  warm-up (an NVTX range around that call), sections SpeedOfLight, LaunchStats and Occupancy, CSV.
+  warm-up (``--profile-from-start off``; the target brackets that call with cudaProfilerStart and
+  Stop), sections SpeedOfLight, LaunchStats and Occupancy, CSV.
   ``--clock-control none`` is passed deliberately and recorded: ncu otherwise locks the clocks to
   base for its measurement; xrt never changes clocks, and the numbers then compare with the
   benchmark's own (which run at the GPU's own clocks).
@@ -45,7 +46,6 @@ SCHEMA = "xrt-explain/1"
 SIDE_SCRIPT = Path(__file__).with_name("explain_side.py")
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 CLOCK_CONTROL = "none"  # never lock or change clocks; recorded in every payload
-NVTX_RANGE = "xrt_explain"
 SUITES = ("bench_ops", "bench_host")  # the op suites whose params are shape x dtype x provider x config
 
 
@@ -464,8 +464,10 @@ def ncu_command(ncu: str, target: list[str]) -> list[str]:
     cmd = [ncu]
     for s in NCU_SECTIONS:
         cmd += ["--section", s]
-    return cmd + ["--csv", "--page", "details", "--clock-control", CLOCK_CONTROL, "--nvtx", "--nvtx-include",
-                  f"{NVTX_RANGE}/", *target]
+    # --profile-from-start off: only the launches between the target's cudaProfilerStart and Stop
+    # (one call after warm-up; the inputs' random kernels and the warm-up calls are not profiled)
+    return cmd + ["--csv", "--page", "details", "--clock-control", CLOCK_CONTROL, "--profile-from-start", "off",
+                  *target]
 
 
 def _gpu_here() -> str | None:
@@ -520,7 +522,7 @@ def collect_side(repo: Path, commit: str, case: Case, work: Path, label: str, *,
             (out / "ncu.csv").write_text(r.stdout)
             try:
                 side["ncu"] = parse_ncu_csv(r.stdout)
-                side["parts"]["ncu"] = "ok" if side["ncu"] else f"no kernel profiled in NVTX range {NVTX_RANGE}"
+                side["parts"]["ncu"] = "ok" if side["ncu"] else "ncu profiled no kernel between cudaProfilerStart/Stop"
             except ValueError as e:
                 tail = (r.stderr.strip().splitlines() or [""])[-1]
                 side["parts"]["ncu"] = f"failed: exit {r.returncode}: {e}; {tail}"
@@ -547,7 +549,7 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
                "regression_id": (regression or {}).get("id"), "machine": (regression or {}).get("machine"),
                "ratio": (regression or {}).get("ratio"), "base": base, "head": head, "host": platform.node(),
                "gpu": _gpu_name(), "seconds": round(time.time() - t0, 1),
-               "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL, "nvtx_range": NVTX_RANGE,
+               "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL, "profiled": "one call after warm-up",
                        "launches_per_kernel": 1, "warmup_calls": 10},
                "sides": sides}
     payload["changes"] = compare(sides["base"], sides["head"])

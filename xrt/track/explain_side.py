@@ -11,8 +11,8 @@ Modes:
 * ``collect`` (default): ``settings.json`` (provider, config and its source, ``XRT_*`` knobs,
   versions), the compiled code (``dump/``, the commit's ``xrt kernels dump``) and, on a CUDA
   device, ``trace.json`` (torch.profiler's Chrome trace of one call after warm-up).
-* ``target``: warm up, then one call inside the NVTX range ``xrt_explain``: what ``ncu --nvtx
-  --nvtx-include xrt_explain/`` profiles (one launch per kernel of the call).
+* ``target``: warm up, then one call between cudaProfilerStart and cudaProfilerStop: what ``ncu
+  --profile-from-start off`` profiles (one launch per kernel of the call).
 
 Every part writes ``parts.json``: {part: "ok" | why it was skipped}.
 """
@@ -34,7 +34,6 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 WARMUP = 10
-NVTX_RANGE = "xrt_explain"
 
 
 def _case(args):
@@ -160,11 +159,11 @@ def _target(args) -> int:
         spec.call(inputs, args.provider, cfg)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        torch.cuda.cudart().cudaProfilerStart()
     spec.call(inputs, args.provider, cfg)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+        torch.cuda.cudart().cudaProfilerStop()
     return 0
 
 
