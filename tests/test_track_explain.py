@@ -286,3 +286,32 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
     (row,) = X.stored(db, head=g("rev-parse", "HEAD"))
     assert row["regression_id"] is None and row["markdown"] == r.stdout
     assert not [w for w in g("worktree", "list").splitlines() if "xrt-explain" in w]  # worktrees removed
+
+
+def test_triton_side_compiles_for_sm90_without_a_gpu(tmp_path, monkeypatch):
+    """Under the CPU tests' TRITON_INTERPRET=1 the side still compiles the Triton kernel for sm_90
+    (PTX, cubin, SASS): registers and instruction counts without a GPU."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = X.make_case("bench_ops.Square.time_op", "4096,float32,triton,default")
+    side = X.collect_side(ROOT, "HEAD", case, tmp_path, "base", use_ncu=False, arch="sm_90", log=lambda s: None)
+    assert side["parts"]["compiled"] == "ok", side["parts"]
+    k = side["compiled"]["_square_kernel"]
+    assert k["registers"] > 0 and k["local"] == 0 and k["sass_instructions"] > 0 and k["ptx_instructions"] > 0
+    assert side["settings"]["config_source"] == "default of square.triton (kernels/spaces.py)"
+    assert not (tmp_path / "wt-base").exists()
+
+
+def test_ncu_metrics_pair_with_the_profilers_full_kernel_names():
+    """NCU names a kernel by its function's base name, the profiler by its whole signature."""
+    full = "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>"
+    by = {"vectorized_elementwise_kernel": {"n": 1}, "elementwise_kernel": {"n": 2}, "_square_kernel": {"n": 3}}
+    assert X._ncu_for(full, by) == {"n": 1}  # the longest base name that is a whole word of the signature
+    assert X._ncu_for("_square_kernel", by) == {"n": 3} and X._ncu_for("other", by) is None
+    base = {"kernels": [{"name": full, "count": 1, "total_us": 27.0}],
+            "ncu": [{"name": "vectorized_elementwise_kernel", "grid": "(1, 1, 1)", "block": "(128, 1, 1)",
+                     "metrics": {"duration_ns": 100.0}, "rules": []}]}
+    head = {"kernels": [{"name": full, "count": 1, "total_us": 27.0}],
+            "ncu": [{"name": "vectorized_elementwise_kernel", "grid": "(2, 1, 1)", "block": "(128, 1, 1)",
+                     "metrics": {"duration_ns": 150.0}, "rules": []}]}
+    rows = X.compare(base, head)
+    assert [(r["group"], r["what"]) for r in rows] == [("launch configuration", "grid"), ("throughput", "duration (ns)")]

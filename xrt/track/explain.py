@@ -342,6 +342,15 @@ def _ncu_by_name(side: dict) -> dict[str, dict]:
     return out
 
 
+def _ncu_for(name: str, by_name: dict[str, dict]) -> dict | None:
+    """NCU's launch of the profiler's kernel ``name``: NCU prints the function's base name by default
+    (``vectorized_elementwise_kernel``), the profiler the whole demangled signature."""
+    if name in by_name:
+        return by_name[name]
+    hits = [n for n in by_name if len(n) > 3 and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", name)]
+    return by_name[max(hits, key=len)] if hits else None
+
+
 THROUGHPUT = (("duration_ns", "duration (ns)"), ("sm_pct", "SM throughput %"), ("dram_pct", "DRAM throughput %"),
               ("memory_pct", "memory throughput %"), ("occupancy_pct", "achieved occupancy %"))
 
@@ -378,7 +387,7 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     bnc, hnc = _ncu_by_name(base), _ncu_by_name(head)
     for b, h in pairs:
         label = _short(b) if b == h else f"{_short(b, 40)} → {_short(h, 40)}"
-        kb, kh = bnc.get(b), hnc.get(h)
+        kb, kh = _ncu_for(b, bnc), _ncu_for(h, hnc)
         # launch configuration: NCU's, else the profiler's
         if kb and kh:
             for what, x, y in (("grid", kb["grid"], kh["grid"]), ("block", kb["block"], kh["block"])):
@@ -488,7 +497,9 @@ def collect_side(repo: Path, commit: str, case: Case, work: Path, label: str, *,
     side: dict[str, Any] = {"commit": commit, "parts": {}}
     with worktrees.checkout(repo, commit, work / f"wt-{label}") as wt:
         path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env = {**os.environ, "PYTHONPATH": path}
+        # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests' setting) cannot compile for a GPU
+        # target: the sides always compile and run for real
+        env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "PYTHONPATH": path}
         argv = [f"--op={case.op}", f"--shape={case.shape}", f"--dtype={case.dtype}", f"--provider={case.provider}",
                 f"--config={case.config}"]
         cmd = [sys.executable, str(SIDE_SCRIPT), *argv, f"--out={out}"] + ([f"--arch={arch}"] if arch else [])
