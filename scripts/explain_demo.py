@@ -42,7 +42,8 @@ BENCH_RX = r"bench_ops\.Square\.time_op"  # asv --bench (re.search; anchors sele
 PLANTS = [
     {"name": "clone", "case": "16777216,float32,triton,default",
      "file": "kernels/triton/square.py", "old": "    x = x.contiguous()\n    y = torch.empty_like(x)\n",
-     "new": "    x = x.contiguous().clone()  # planted by explain_demo: a defensive copy\n    y = torch.empty_like(x)\n",
+     "new": ("    x = x.contiguous().clone()  # planted by explain_demo: a defensive copy\n"
+             "    y = torch.empty_like(x)\n"),
      "message": "square (Triton): copy the input defensively before the launch"},
     {"name": "scalar", "case": "16777216,float32,cuda,default",
      "file": "kernels/spaces.py", "old": '"square.cuda": {"block": 256, "version": "v2"}',

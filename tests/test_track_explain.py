@@ -6,7 +6,8 @@ LaunchStats and Occupancy sections for CUDA C ``square`` v2 (vectorized) and v1 
 fp32 elements, in NCU's documented CSV layout (ID, Process ID, …, Section Name, Metric Name,
 Metric Unit, Metric Value, then the rule columns); torch.profiler Chrome traces of one
 ``square[triton]`` call without and with a defensive ``.clone()``; and the real ``cuobjdump
--res-usage``, SASS (two functions) and PTX of kernels/cuda/square.cu compiled by nvcc for sm_90.
+-res-usage``, SASS (the two f32 functions, the instructions' encodings dropped) and PTX of
+kernels/cuda/square.cu compiled by nvcc for sm_90.
 """
 
 from __future__ import annotations
@@ -85,8 +86,11 @@ def test_compiled_code_parsers_on_real_tool_output():
     res = X.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
     assert res["square_v2_f32"] == {"registers": 30, "stack": 0, "shared": 0, "local": 0}
     assert res["square_v1_f32"]["registers"] == 10 and len(res) == 6
-    sass = X.parse_sass((F / "square_cuda.sm_90.sass").read_text())
-    assert sass == {"square_v2_bf16": 80, "square_v1_f32": 32}
+    sass_text = (F / "square_cuda.sm_90.sass").read_text()
+    assert X.parse_sass(sass_text) == {"square_v2_f32": 384, "square_v1_f32": 32}
+    ops = X.parse_sass_memory_ops(sass_text)  # v2: 16-byte vector accesses (plus the scalar tail); v1: scalar
+    assert ops["square_v2_f32"]["LDG.E.128"] == 5 and ops["square_v2_f32"]["STG.E.128"] == 5
+    assert ops["square_v1_f32"] == {"LDG.E.CONSTANT": 1, "STG.E": 1}
     ptx = X.parse_ptx((F / "square_cuda.sm_90.ptx").read_text())
     assert set(ptx) == set(res) and ptx["square_v2_f32"] > 3 * ptx["square_v1_f32"] > 0
 
@@ -124,6 +128,32 @@ def test_tuning_default_v2_to_v1_is_named_kernel_launch_registers_throughput_the
     assert not any(r["group"] == "compiled code" for r in rows)
 
 
+def _compiled() -> dict:
+    res = X.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
+    text = (F / "square_cuda.sm_90.sass").read_text()
+    for fn, n in X.parse_sass(text).items():
+        res[fn]["sass_instructions"] = n
+    for fn, ops in X.parse_sass_memory_ops(text).items():
+        res[fn]["memory_ops"] = ops
+    return res
+
+
+def test_without_a_gpu_the_config_selects_the_cuda_c_functions_to_compare():
+    """No kernel list on a CPU host: CUDA C's <op>_<version>_<dtype> naming and the config in force
+    say which compiled functions the case runs, so v2 -> v1 still shows registers and the vector
+    loads gone, marked as selected by the config."""
+    base = {"compiled": _compiled(), "settings": {**_settings("v2"), "dtype": "float32"}}
+    head = {"compiled": _compiled(), "settings": {**_settings("v1"), "dtype": "float32"}}
+    rows = X.compare(base, head)
+    by = {r["what"]: r for r in rows}
+    assert by["registers (ptxas)"]["kernel"] == "square_v2_f32 → square_v1_f32 (selected by the config)"
+    assert (by["registers (ptxas)"]["base"], by["registers (ptxas)"]["head"]) == ("30", "10")
+    mem = by["memory instructions (SASS)"]
+    assert "LDG.E.128 ×5" in mem["base"] and mem["head"] == "LDG.E.CONSTANT ×1, STG.E ×1"
+    assert (by["SASS instructions"]["base"], by["SASS instructions"]["head"]) == ("384", "32")
+    assert [r["group"] for r in rows][0] == "registers/spills" and "config" in by
+
+
 def test_defensive_clone_is_a_new_kernel_first():
     base = {"kernels": X.parse_trace((F / "trace_square_base.json").read_text()), "settings": _settings("v2")}
     head = {"kernels": X.parse_trace((F / "trace_square_clone.json").read_text()), "settings": _settings("v2")}
@@ -155,7 +185,8 @@ def test_nothing_changed_renders_as_such_with_the_skipped_parts():
 
 
 def test_case_from_the_database_and_from_the_command_line():
-    c = X.make_case("bench_ops.LayernormBwd.time_op", ["'4096x4096'", "'bfloat16'", "'triton'", "'BLOCK=128,num_warps=4'"])
+    c = X.make_case("bench_ops.LayernormBwd.time_op",
+                    ["'4096x4096'", "'bfloat16'", "'triton'", "'BLOCK=128,num_warps=4'"])
     assert (c.op, c.shape, c.config) == ("layernorm_bwd", "4096x4096", "BLOCK=128,num_warps=4")
     assert c.param_key == "'4096x4096', 'bfloat16', 'triton', 'BLOCK=128,num_warps=4'"
     assert X.make_case("bench_ops.Square.time_op", c.param_key.replace("4096x4096", "1024")).shape == "1024"
@@ -224,8 +255,8 @@ def xrt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     import os
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", "import sys; from xrt.cli import main; sys.exit(main())", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
+    return subprocess.run([sys.executable, "-c", "import sys; from xrt.cli import main; sys.exit(main())", *args],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
 def test_unknown_regression_id_is_one_line_and_exit_2(tmp_path):
@@ -283,6 +314,12 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
         src = payload["sides"][label]["settings"]["xrt_source"]  # the commit's own xrt, from its worktree
         assert src.endswith(f"/wt-{label}/xrt") and not src.startswith(str(ROOT))
     assert "| settings | config |" in r.stdout and "profiler: skipped: no CUDA device" in r.stdout
+    if payload["sides"]["head"]["parts"]["compiled"] == "ok":  # nvcc here: the functions the config selects
+        mem = next(c for c in payload["changes"] if c["what"] == "memory instructions (SASS)")
+        assert mem["kernel"] == "square_v2_f32 → square_v1_f32 (selected by the config)"
+        assert "LDG.E.128" in mem["base"] and "LDG.E.128" not in mem["head"]
+    else:
+        assert "nvcc" in payload["sides"]["head"]["parts"]["compiled"]
     (row,) = X.stored(db, head=g("rev-parse", "HEAD"))
     assert row["regression_id"] is None and row["markdown"] == r.stdout
     assert not [w for w in g("worktree", "list").splitlines() if "xrt-explain" in w]  # worktrees removed
@@ -303,7 +340,8 @@ def test_triton_side_compiles_for_sm90_without_a_gpu(tmp_path, monkeypatch):
 
 def test_ncu_metrics_pair_with_the_profilers_full_kernel_names():
     """NCU names a kernel by its function's base name, the profiler by its whole signature."""
-    full = "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>"
+    full = ("void at::native::vectorized_elementwise_kernel<4, "
+            "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>")
     by = {"vectorized_elementwise_kernel": {"n": 1}, "elementwise_kernel": {"n": 2}, "_square_kernel": {"n": 3}}
     assert X._ncu_for(full, by) == {"n": 1}  # the longest base name that is a whole word of the signature
     assert X._ncu_for("_square_kernel", by) == {"n": 3} and X._ncu_for("other", by) is None
@@ -314,4 +352,5 @@ def test_ncu_metrics_pair_with_the_profilers_full_kernel_names():
             "ncu": [{"name": "vectorized_elementwise_kernel", "grid": "(2, 1, 1)", "block": "(128, 1, 1)",
                      "metrics": {"duration_ns": 150.0}, "rules": []}]}
     rows = X.compare(base, head)
-    assert [(r["group"], r["what"]) for r in rows] == [("launch configuration", "grid"), ("throughput", "duration (ns)")]
+    assert [(r["group"], r["what"]) for r in rows] == [("launch configuration", "grid"),
+                                                       ("throughput", "duration (ns)")]

@@ -70,7 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--base", metavar="REV", help="without REGRESSION_ID: the fast commit")
     e.add_argument("--head", metavar="REV", help="without REGRESSION_ID: the slow commit")
     e.add_argument("--bench", metavar="BENCHMARK", help="without REGRESSION_ID: e.g. bench_ops.Square.time_op")
-    e.add_argument("--params", help="without REGRESSION_ID: shape,dtype,provider,config, e.g. 4096,float32,cuda,default")
+    e.add_argument("--params", help="without REGRESSION_ID: shape,dtype,provider,config, "
+                   "e.g. 4096,float32,cuda,default")
     e.add_argument("--arch", default=None, help="compiled code for this target (sm_90) [the GPU's, else sm_90]")
     e.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where it could run")
     e.add_argument("--no-save", action="store_true", help="do not store the explanation in the database")

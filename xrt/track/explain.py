@@ -240,6 +240,26 @@ def parse_sass(text: str) -> dict[str, int]:
     return out
 
 
+MEMORY_OPS = ("LDG", "STG", "LDS", "STS", "LDL", "STL", "LD.", "ST.", "LDGSTS", "ATOM", "RED", "LDSM", "UTMA")
+
+
+def parse_sass_memory_ops(text: str) -> dict[str, dict[str, int]]:
+    """``cuobjdump -sass``: per function, its memory instructions by full mnemonic (``LDG.E.128``:
+    a 16-byte vector load; ``LDG.E``: a scalar one; ``LDL``/``STL``: spills)."""
+    out: dict[str, dict[str, int]] = {}
+    fn = None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function\s*:\s*(\S+)", line)
+        if m:
+            fn = m.group(1)
+            out[fn] = {}
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if fn and m and m.group(1).startswith(MEMORY_OPS):
+            out[fn][m.group(1)] = out[fn].get(m.group(1), 0) + 1
+    return out
+
+
 def parse_ptx(text: str) -> dict[str, int]:
     """PTX: instructions per ``.entry`` (lines ending in ``;`` inside its body, declarations excluded)."""
     out: dict[str, int] = {}
@@ -272,8 +292,11 @@ def compiled_stats(dump: Path) -> dict[str, dict[str, Any]]:
         for fn, n in parse_ptx(ptx.read_text(errors="replace")).items():
             out.setdefault(fn, {})["ptx_instructions"] = n
     for sass in sorted(dump.glob("*.sass")):
-        for fn, n in parse_sass(sass.read_text(errors="replace")).items():
+        text = sass.read_text(errors="replace")
+        for fn, n in parse_sass(text).items():
             out.setdefault(fn, {})["sass_instructions"] = n
+        for fn, ops in parse_sass_memory_ops(text).items():
+            out.setdefault(fn, {})["memory_ops"] = ops
     exe = _tool("cuobjdump")
     for cubin in sorted(dump.glob("*.cubin")) if exe else []:
         r = subprocess.run([exe, "-res-usage", str(cubin)], capture_output=True, text=True, check=False)
@@ -393,7 +416,8 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
             for what, x, y in (("grid", kb["grid"], kh["grid"]), ("block", kb["block"], kh["block"])):
                 if x != y:
                     add("launch configuration", what, label, x, y)
-            for key, what in (("waves_per_sm", "waves per SM"), ("smem_per_block_bytes", "shared memory per block (B)")):
+            for key, what in (("waves_per_sm", "waves per SM"),
+                              ("smem_per_block_bytes", "shared memory per block (B)")):
                 x, y = kb["metrics"].get(key), kh["metrics"].get(key)
                 if x != y:
                     add("launch configuration", what, label, x, y, _rel(x, y))
@@ -421,15 +445,19 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
         elif b in bf and h in hf and bf[b].get("total_us") and hf[h].get("total_us"):
             x, y = bf[b]["total_us"] / max(bf[b]["count"], 1), hf[h]["total_us"] / max(hf[h]["count"], 1)
             add("throughput", "profiler time per launch (us)", label, x, y, _rel(x, y), abs(_ratio(x, y)))
-    # compiled code: the functions that ran (when a kernel list is known), else every changed one
+    # compiled code: the case's functions (those that ran, else those its config selects), paired as
+    # the kernels are; else every function of the dump, by name
     cb, ch = base.get("compiled") or {}, head.get("compiled") or {}
-    ran = set(bn) | set(hn)
-    for fn in sorted(set(cb) | set(ch)):
-        if ran and not any(fn in n or n in fn for n in ran):
-            continue
-        x, y = cb.get(fn), ch.get(fn)
+    fb, fh = _case_functions(base, bn), _case_functions(head, hn)
+    if fb and fh:
+        cpairs, note = _pairs(fb[0], fh[0]), "" if fb[1] == fh[1] == "ran" else f" ({fh[1]})"
+    else:
+        cpairs, note = [(f, f) for f in sorted(set(cb) | set(ch))], " (not known to run: no kernel list)"
+    for xn, yn in cpairs:
+        x, y = cb.get(xn), ch.get(yn)
+        label = (xn if xn == yn else f"{xn} → {yn}") + note
         if x is None or y is None:
-            add("compiled code", "function only on one side", fn, "present" if x else "-", "present" if y else "-")
+            add("compiled code", "function only on one side", label, "present" if x else "-", "present" if y else "-")
             continue
         for key, what, group in (("registers", "registers (ptxas)", "registers/spills"),
                                  ("local", "local memory / spills (B)", "registers/spills"),
@@ -438,8 +466,11 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
                                  ("sass_instructions", "SASS instructions", "compiled code"),
                                  ("ptx_instructions", "PTX instructions", "compiled code")):
             if x.get(key) != y.get(key):
-                add(group, what, fn + ("" if ran else " (not known to run: no kernel list)"), x.get(key), y.get(key),
-                    _rel(x.get(key), y.get(key)), abs(_ratio(x.get(key), y.get(key))) * 0.5)
+                add(group, what, label, x.get(key), y.get(key), _rel(x.get(key), y.get(key)),
+                    abs(_ratio(x.get(key), y.get(key))) * 0.5)
+        mx, my = x.get("memory_ops") or {}, y.get("memory_ops") or {}
+        if mx != my and (mx or my):
+            add("compiled code", "memory instructions (SASS)", label, _ops_text(mx), _ops_text(my), weight=5)
     sb, sh = base.get("settings") or {}, head.get("settings") or {}
     for key, what in (("provider_resolved", "provider"), ("space", "tuning space"), ("config", "config"),
                       ("config_source", "config from"), ("torch", "torch"), ("triton", "triton")):
@@ -454,6 +485,34 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     for r in rows:
         del r["_w"]
     return rows
+
+
+def _ops_text(ops: dict[str, int]) -> str:
+    return ", ".join(f"{k} ×{v}" for k, v in sorted(ops.items())) or "-"
+
+
+_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def _case_functions(side: dict, ran: list[str]) -> tuple[list[str], str] | None:
+    """The compiled functions of the case, in launch order, and how they were told: ``ran`` (the
+    kernel list names them), ``selected by the config`` (CUDA C's ``<op>_<version>_<dtype>``
+    naming, without a kernel list) or ``the op's kernels`` (a Triton dump); None when unknown."""
+    compiled = side.get("compiled") or {}
+    if not compiled:
+        return None
+    if ran:
+        out = [f for n in ran for f in compiled if f == n or re.search(rf"(?<!\w){re.escape(f)}(?!\w)", n)]
+        return (list(dict.fromkeys(out)), "ran") if out else None
+    st = side.get("settings") or {}
+    cfg, dtype = st.get("config") or {}, _SUFFIX.get(str(st.get("dtype")))
+    if isinstance(cfg, dict) and cfg.get("version") and dtype:
+        out = [f for f in compiled if f.split("_")[-1] == dtype and str(cfg["version"]) in f.split("_")]
+        if out:
+            return out, "selected by the config"
+    if str(st.get("provider_resolved", "")).startswith("triton"):
+        return sorted(compiled), "the op's kernels"
+    return None
 
 
 def _ratio(a: Any, b: Any) -> float:
@@ -560,8 +619,8 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
                "regression_id": (regression or {}).get("id"), "machine": (regression or {}).get("machine"),
                "ratio": (regression or {}).get("ratio"), "base": base, "head": head, "host": platform.node(),
                "gpu": _gpu_name(), "seconds": round(time.time() - t0, 1),
-               "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL, "profiled": "one call after warm-up",
-                       "launches_per_kernel": 1, "warmup_calls": 10},
+               "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL,
+                       "profiled": "one call after warm-up", "launches_per_kernel": 1, "warmup_calls": 10},
                "sides": sides}
     payload["changes"] = compare(sides["base"], sides["head"])
     return payload

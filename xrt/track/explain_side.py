@@ -114,7 +114,7 @@ def _dump(args, out: Path) -> str:
         return f"skipped: this commit has no `xrt kernels dump` ({e})"
     arch = args.arch
     if arch is None:
-        arch = "sm_%d%d" % torch.cuda.get_device_capability() if torch.cuda.is_available() else "sm_90"
+        arch = "sm_{}{}".format(*torch.cuda.get_device_capability()) if torch.cuda.is_available() else "sm_90"
     d = out / "dump"
     d.mkdir(parents=True, exist_ok=True)
     try:
