@@ -451,6 +451,9 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     fb, fh = _case_functions(base, bn), _case_functions(head, hn)
     if fb and fh:
         cpairs, note = _pairs(fb[0], fh[0]), "" if fb[1] == fh[1] == "ran" else f" ({fh[1]})"
+        if fb[1] == fh[1] == "selected by the config" and fb[0] != fh[0]:
+            add("kernel list", "kernel the config selects (not observed: no kernel list)",
+                " → ".join([", ".join(fb[0]), ", ".join(fh[0])]), ", ".join(fb[0]), ", ".join(fh[0]), "replaced", 3)
     else:
         cpairs, note = [(f, f) for f in sorted(set(cb) | set(ch))], " (not known to run: no kernel list)"
     for xn, yn in cpairs:
