@@ -356,3 +356,67 @@ def test_ncu_metrics_pair_with_the_profilers_full_kernel_names():
     rows = X.compare(base, head)
     assert [(r["group"], r["what"]) for r in rows] == [("launch configuration", "grid"),
                                                        ("throughput", "duration (ns)")]
+
+
+# ---------------------------------------------------------------------------------------- with the gate's database
+
+@pytest.fixture
+def gated(tmp_path):
+    """A synthetic history (xrt.track.synth) whose newest commit is 20 % slower, ingested (the ingest
+    stores it as a suspected regression)."""
+    np = pytest.importorskip("numpy")
+    from xrt.db.ingest import ingest
+    from xrt.track import synth
+
+    repo, root, db = tmp_path / "repo", tmp_path / "results", tmp_path / "xrt.duckdb"
+    commits = synth.git_history(repo, 6)
+    rng = np.random.default_rng(3)
+    for i, c in enumerate(commits):
+        level = 60e-6 if i == len(commits) - 1 else 50e-6
+        synth.write_run(root, "h100", c, synth.samples(rng, level), synth.samples(rng, 5e-6), i, sm_clock_mhz=1980)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    return repo, commits, db, synth
+
+
+def test_gate_summary_file_carries_the_stored_explanation(gated, tmp_path, capsys):
+    from xrt.cli import main
+
+    repo, commits, db, synth = gated
+    case = X.make_case(synth.OP, [p[0] for p in synth.OP_PARAMS])
+    p = {**_payload(None, head=commits[-1]), "case": case.__dict__, "param_key": case.param_key, "base": commits[-2]}
+    X.save(db, p, X.render_markdown(p))
+    summary = tmp_path / "summary.md"
+    code = main(["gate", "--db", str(db), "--repo", str(repo), "--base", commits[-2], "--head", commits[-1],
+                 "--summary", str(summary)])
+    assert code == 1, capsys.readouterr().out
+    text = summary.read_text()
+    assert "What changed (xrt explain)" in text and "| 1 | kernel list | kernel replaced |" in text
+    assert text.index("What changed") > text.index("| machine | benchmark |")  # after the alert's table
+
+
+def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, tmp_path, capsys):
+    """REGRESSION_ID: the case and commits come from the stored row; the synthetic repository has no
+    xrt of its own, so neither side may report another checkout's code as the commit's."""
+    from xrt.cli import main
+    from xrt.track import regressions as R
+
+    repo, commits, db, synth = gated
+    params = [p[0] for p in synth.OP_PARAMS]
+    item = {"machine": "h100", "benchmark": synth.OP, "param_key": ", ".join(params), "params": params,
+            "before": 50e-6, "after": 60e-6, "ratio": 1.2, "p_value": 1e-4, "z": None}
+    (rec,) = R.gate_records(commits[-2], commits[-1], [item])
+    R.save(db, [rec])  # stored as `xrt regressions` stores a step
+    (rid,) = [k for k, v in R.stored(db).items() if v["kind"] == "regression"]
+    out = tmp_path / "out"
+    code = main(["explain", rid[:8], "--db", str(db), "--repo", str(repo), "--no-ncu", "--out", str(out)])
+    assert code == 0
+    payload = json.loads((out / "explain.json").read_text())
+    assert payload["regression_id"] == rid and (payload["base"], payload["head"]) == (commits[-2], commits[-1])
+    assert payload["case"]["op"] == "square" and payload["param_key"] == "'16777216', 'float32', 'triton', 'default'"
+    for label in ("base", "head"):
+        side = payload["sides"][label]
+        assert side["parts"]["collect"].startswith("refused: the side imported xrt from")
+        assert "settings" not in side and "compiled" not in side
+    assert payload["changes"] == []
+    (row,) = X.stored(db, regression_id=rid)
+    assert "refused" in row["markdown"]

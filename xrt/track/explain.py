@@ -576,6 +576,14 @@ def collect_side(repo: Path, commit: str, case: Case, work: Path, label: str, *,
             pass
         if (out / "settings.json").is_file():
             side["settings"] = json.loads((out / "settings.json").read_text())
+        src = (side.get("settings") or {}).get("xrt_source", "")
+        if not str(src).startswith(str(wt.resolve())) and not str(src).startswith(str(wt)):
+            # the commit has no xrt of its own (or another one shadowed it): nothing here is the commit's
+            side["parts"] = {"collect": f"refused: the side imported xrt from {src or 'nowhere'}, not from the "
+                             f"commit's worktree; {commit[:10]} cannot be explained with its own code",
+                             "ncu": "skipped: the commit's own xrt did not load"}
+            side.pop("settings", None)
+            return side
         if (out / "trace.json").is_file():
             side["kernels"] = parse_trace((out / "trace.json").read_text())
         if (out / "dump").is_dir():
