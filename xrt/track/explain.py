@@ -528,7 +528,14 @@ def _ratio(a: Any, b: Any) -> float:
 # ---------------------------------------------------------------------------------------- collecting
 
 def find_ncu() -> str | None:
-    return shutil.which("ncu") or shutil.which("ncu", path="/usr/local/cuda/bin")
+    """``ncu`` from PATH, the CUDA toolkit, or a standalone Nsight Compute install (the newest)."""
+    import glob
+
+    found = shutil.which("ncu") or shutil.which("ncu", path="/usr/local/cuda/bin")
+    if found:
+        return found
+    cands = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda-*/bin/ncu"))
+    return cands[-1] if cands else None
 
 
 def ncu_command(ncu: str, target: list[str]) -> list[str]:
@@ -595,7 +602,7 @@ def collect_side(repo: Path, commit: str, case: Case, work: Path, label: str, *,
         elif why:
             side["parts"]["ncu"] = f"skipped: {why}"
         elif ncu is None:
-            side["parts"]["ncu"] = "skipped: ncu (Nsight Compute) is not on PATH or in /usr/local/cuda/bin"
+            side["parts"]["ncu"] = "skipped: ncu (Nsight Compute) is not on PATH, in the CUDA toolkit or /opt/nvidia"
         else:
             ncmd = ncu_command(ncu, [sys.executable, str(SIDE_SCRIPT), *argv, "--mode=target"])
             log(f"  {label} {commit[:10]}: {' '.join(ncmd[:14])} …")
