@@ -120,6 +120,7 @@ def test_tuning_default_v2_to_v1_is_named_kernel_launch_registers_throughput_the
     assert thr[0]["what"] == "duration (ns)" and thr[0]["change"] == "+20.4 %"
     dram = next(r for r in thr if r["what"] == "DRAM throughput %")
     assert (dram["base"], dram["head"], dram["change"]) == ("89.61", "74.02", "-17.4 %")
+    assert not any(r["what"] == "memory throughput %" for r in thr)  # equal to DRAM's here: said once
     assert any(r["group"] == "ncu findings" and "TailEffect" in r["what"] for r in rows)
     assert not any("AchievedOccupancy" in r["what"] for r in rows)  # on both sides: not a change
     cfg = next(r for r in rows if r["group"] == "settings")
@@ -162,6 +163,7 @@ def test_defensive_clone_is_a_new_kernel_first():
     rows = X.compare(base, head)
     assert rows[0]["group"] == "kernel list" and rows[0]["what"] == "new kernel"
     assert "direct_copy_kernel_cuda" in rows[0]["kernel"] and rows[0]["change"] == "added"
+    assert rows[0]["head"] == "1 launch(es), 27.6 us"  # what the copy costs per call
     assert rows[1]["what"] == "GPU launches per call (all kernels)" and (rows[1]["base"], rows[1]["head"]) == ("1", "2")
     assert not any(r["group"] == "settings" for r in rows)
 

@@ -351,6 +351,15 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _launches(k: dict, ncu: dict | None) -> str:
+    """``2 launch(es), 27.6 us`` (the profiler's time; else NCU's duration of its one launch)."""
+    text = f"{k.get('count', 1)} launch(es)"
+    if k.get("total_us"):
+        return text + f", {k['total_us']:.3g} us"
+    dur = (ncu or {}).get("metrics", {}).get("duration_ns")
+    return text + (f", {dur / 1e3:.3g} us each (NCU)" if dur else "")
+
+
 def _pairs(bn: list[str], hn: list[str]) -> list[tuple[str, str]]:
     """Kernels of base and head to compare: same name first, then the rest in launch order."""
     same = [(n, n) for n in bn if n in hn]
@@ -395,10 +404,11 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
         for x, y in zip(rb, rh):  # in launch order: the head's kernel in the base's place
             add("kernel list", "kernel replaced", f"{_short(x, 40)} → {_short(y, 40)}", _short(x),
                 _short(y), "replaced", 3)
+        hnc0, bnc0 = _ncu_by_name(head), _ncu_by_name(base)
         for n in rh[len(rb):]:
-            add("kernel list", "new kernel", _short(n), "-", f"{hf[n].get('count', 1)} launch(es)", "added", 4)
+            add("kernel list", "new kernel", _short(n), "-", _launches(hf[n], _ncu_for(n, hnc0)), "added", 4)
         for n in rb[len(rh):]:
-            add("kernel list", "kernel gone", _short(n), f"{bf[n].get('count', 1)} launch(es)", "-", "removed", 2)
+            add("kernel list", "kernel gone", _short(n), _launches(bf[n], _ncu_for(n, bnc0)), "-", "removed", 2)
         for n in bn:
             if n in hf and bf[n].get("count") != hf[n].get("count"):
                 add("kernel list", "launches per call", _short(n), bf[n].get("count"), hf[n].get("count"),
@@ -434,6 +444,8 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
         if kb and kh:
             for key, what in THROUGHPUT:
                 x, y = kb["metrics"].get(key), kh["metrics"].get(key)
+                if key == "memory_pct" and (x, y) == (kb["metrics"].get("dram_pct"), kh["metrics"].get("dram_pct")):
+                    continue  # the same numbers as DRAM's (a DRAM-bound kernel): said once
                 if x is not None and y is not None and x != y:  # the duration first, then by size
                     add("throughput", what, label, x, y, _rel(x, y), abs(_ratio(x, y)) + (10 if key == "duration_ns"
                                                                                          else 0))
