@@ -85,19 +85,20 @@ def _settings(args) -> dict:
         elif space:
             from xrt.kernels import spaces
 
-            tuned = None
-            try:
-                import torch
+            try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops._tuned)
+                from xrt.device import default_device
+                from xrt.pytorch.ops import _tuned
 
-                tuned = policy.lookup_tuned_kernel(args.op, space, device="cuda" if torch.cuda.is_available()
-                                                   else "cpu", dtype=getattr(torch, args.dtype),
-                                                   shape=suite.parse_shape(args.shape))
-            except Exception:
-                tuned = None
-            if tuned:
-                out["config"], out["config_source"] = tuned, "tuned policy (XRT_TUNED / XRT_KERNEL_POLICY)"
-            else:
-                out["config"], out["config_source"] = spaces.default(space), f"default of {space} (kernels/spaces.py)"
+                x = torch.empty(suite.parse_shape(args.shape), dtype=getattr(torch, args.dtype),
+                                device=default_device().torch_device)
+                t = _tuned.config(args.op, space, x)
+                default = getattr(t, "is_default", dict(t) == spaces.default(space))
+                out["config"] = dict(t)
+                out["config_source"] = (f"default of {space} (kernels/spaces.py)" if default else
+                                        "tuned policy (XRT_TUNED / XRT_KERNEL_POLICY)")
+            except Exception as e:  # an older commit without this lookup: the space's default
+                out["config"] = spaces.default(space)
+                out["config_source"] = f"default of {space} (kernels/spaces.py; lookup failed: {type(e).__name__})"
         else:
             out["config"], out["config_source"] = None, "the provider has no tuning space"
     except Exception as e:
