@@ -471,6 +471,20 @@ def _evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
+def _explain_hint(v: Verdict) -> str | None:
+    """The ``xrt explain`` command for the slowest op-suite case, or None (no such case)."""
+    from xrt.track import explain
+
+    for r in sorted(v.regressions, key=lambda r: -(r.get("ratio") or 0)):
+        try:
+            case = explain.make_case(r["benchmark"], list(r.get("params") or []) or r["param_key"])
+        except ValueError:
+            continue
+        return (f"Why the slowest case got slower, on a GPU host: `xrt explain --base {v.base[:12]} --head "
+                f"{v.head[:12]} --bench {case.benchmark} --params {','.join(case.params)}` (stored, it shows here).")
+    return None
+
+
 def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
     """The gate's Markdown; ``explanations``: stored ``xrt explain`` results (Markdown) of its slower
     series, shown after their tables."""
@@ -486,6 +500,9 @@ def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
     for md in explanations or []:
         out += ["<details><summary>What changed (xrt explain)</summary>", "", md.replace("### ", "##### ", 1), "",
                 "</details>", ""]
+    hint = _explain_hint(v) if v.regressions and not explanations else None
+    if hint:
+        out += [hint, ""]
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
