@@ -325,6 +325,8 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
         mem = next(c for c in payload["changes"] if c["what"] == "memory instructions (SASS)")
         assert mem["kernel"] == "square_v2_f32 → square_v1_f32 (selected by the config)"
         assert "LDG.E.128" in mem["base"] and "LDG.E.128" not in mem["head"]
+        sd = next(c for c in payload["changes"] if c["what"] == "SASS diff (lines)")
+        assert (out / sd["change"]).is_file() and payload["changes"][-1] == sd
     else:
         assert "nvcc" in payload["sides"]["head"]["parts"]["compiled"]
     (row,) = X.stored(db, head=g("rev-parse", "HEAD"))
@@ -425,3 +427,21 @@ def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, 
     assert payload["changes"] == []
     (row,) = X.stored(db, regression_id=rid)
     assert "refused" in row["markdown"]
+
+
+def test_sass_diff_of_the_compared_pair(tmp_path):
+    """The SASS of the v2 and v1 functions (addresses and encodings dropped), diffed per pair."""
+    sass = X.split_sass((F / "square_cuda.sm_90.sass").read_text())
+    assert sass["square_v1_f32"][0] == "LDC R1, c[0x0][0x28]" and len(sass["square_v1_f32"]) == 32
+    for label in ("base", "head"):
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "square.sm_90.sass").write_text((F / "square_cuda.sm_90.sass").read_text())
+    diffs = X.sass_diffs(tmp_path / "base", tmp_path / "head", [("square_v2_f32", "square_v1_f32"),
+                                                                ("square_v1_f32", "square_v1_f32")],
+                         " (selected by the config)", tmp_path / "keep")
+    (d,) = diffs  # the identical pair is not listed
+    assert (d["base_fn"], d["head_fn"]) == ("square_v2_f32", "square_v1_f32") and d["removed"] > d["added"] > 0
+    text = (tmp_path / "keep" / d["file"]).read_text()
+    assert text.startswith("--- base/square_v2_f32\n+++ head/square_v1_f32\n") and "-LDG.E.128" in text
+    (row,) = X.diff_rows(diffs)
+    assert row["group"] == "compiled code" and row["head"] == f"+{d['added']}" and row["change"] == d["file"]

@@ -461,13 +461,10 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     # the kernels are; else every function of the dump, by name
     cb, ch = base.get("compiled") or {}, head.get("compiled") or {}
     fb, fh = _case_functions(base, bn), _case_functions(head, hn)
-    if fb and fh:
-        cpairs, note = _pairs(fb[0], fh[0]), "" if fb[1] == fh[1] == "ran" else f" ({fh[1]})"
-        if fb[1] == fh[1] == "selected by the config" and fb[0] != fh[0]:
-            add("kernel list", "kernel the config selects (not observed: no kernel list)",
-                " → ".join([", ".join(fb[0]), ", ".join(fh[0])]), ", ".join(fb[0]), ", ".join(fh[0]), "replaced", 3)
-    else:
-        cpairs, note = [(f, f) for f in sorted(set(cb) | set(ch))], " (not known to run: no kernel list)"
+    cpairs, note = code_pairs(base, head)
+    if fb and fh and fb[1] == fh[1] == "selected by the config" and fb[0] != fh[0]:
+        add("kernel list", "kernel the config selects (not observed: no kernel list)",
+            " → ".join([", ".join(fb[0]), ", ".join(fh[0])]), ", ".join(fb[0]), ", ".join(fh[0]), "replaced", 3)
     for xn, yn in cpairs:
         x, y = cb.get(xn), ch.get(yn)
         label = (xn if xn == yn else f"{xn} → {yn}") + note
@@ -499,6 +496,67 @@ def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     rows.sort(key=lambda r: (order[r["group"]], -r["_w"]))
     for r in rows:
         del r["_w"]
+    return rows
+
+
+def code_pairs(base: dict, head: dict) -> tuple[list[tuple[str, str]], str]:
+    """The compiled functions to compare, (base's, head's), and the note that says how they were
+    chosen: the case's functions, paired as the kernels are; else every function, by name."""
+    bn, _, _ = _kernel_lists(base)
+    hn, _, _ = _kernel_lists(head)
+    fb, fh = _case_functions(base, bn), _case_functions(head, hn)
+    if fb and fh:
+        return _pairs(fb[0], fh[0]), "" if fb[1] == fh[1] == "ran" else f" ({fh[1]})"
+    names = sorted(set(base.get("compiled") or {}) | set(head.get("compiled") or {}))
+    return [(f, f) for f in names], " (not known to run: no kernel list)"
+
+
+def split_sass(text: str) -> dict[str, list[str]]:
+    """``cuobjdump -sass`` per function: its instructions without addresses and encodings (what a
+    diff of two compilations should compare)."""
+    out: dict[str, list[str]] = {}
+    fn = None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function\s*:\s*(\S+)", line)
+        if m:
+            fn = m.group(1)
+            out[fn] = []
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;?\s*(?:/\*.*\*/)?\s*$", line)
+        if fn and m and m.group(1):
+            out[fn].append(" ".join(m.group(1).split()))
+    return out
+
+
+def sass_diffs(base_dir: Path, head_dir: Path, pairs: list[tuple[str, str]], note: str,
+               keep: Path | None) -> list[dict[str, Any]]:
+    """Unified diffs of the SASS of each compared pair that differs: the counts (rows of the table)
+    and, with ``keep``, the diff itself in ``keep/diffs/``."""
+    import difflib
+
+    def load(d: Path) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for f in sorted(d.glob("*.sass")) if d.is_dir() else []:
+            out.update(split_sass(f.read_text(errors="replace")))
+        return out
+
+    sb, sh = load(base_dir), load(head_dir)
+    rows = []
+    for xn, yn in pairs:
+        a, b = sb.get(xn), sh.get(yn)
+        if a is None or b is None or a == b:
+            continue
+        diff = list(difflib.unified_diff(a, b, f"base/{xn}", f"head/{yn}", lineterm="", n=2))
+        added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
+        removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
+        row = {"base_fn": xn, "head_fn": yn, "added": added, "removed": removed, "note": note}
+        if keep is not None:
+            d = keep / "diffs"
+            d.mkdir(parents=True, exist_ok=True)
+            name = f"{xn}.sass.diff" if xn == yn else f"{xn}--{yn}.sass.diff"
+            (d / name).write_text("\n".join(diff) + "\n")
+            row["file"] = f"diffs/{name}"
+        rows.append(row)
     return rows
 
 
@@ -643,6 +701,8 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
                 src = work / f"side-{label}"
                 if src.is_dir():
                     shutil.copytree(src, keep / label, dirs_exist_ok=True)
+        pairs, note = code_pairs(sides["base"], sides["head"])
+        diffs = sass_diffs(work / "side-base" / "dump", work / "side-head" / "dump", pairs, note, keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     payload = {"schema": SCHEMA, "case": asdict(case), "param_key": case.param_key,
@@ -652,8 +712,17 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
                "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL,
                        "profiled": "one call after warm-up", "launches_per_kernel": 1, "warmup_calls": 10},
                "sides": sides}
-    payload["changes"] = compare(sides["base"], sides["head"])
+    payload["sass_diffs"] = diffs
+    payload["changes"] = compare(sides["base"], sides["head"]) + diff_rows(diffs)
     return payload
+
+
+def diff_rows(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows for :func:`sass_diffs` (last: the compiled-code group is the last one)."""
+    return [{"group": "compiled code", "what": "SASS diff (lines)",
+             "kernel": (d["base_fn"] if d["base_fn"] == d["head_fn"] else f"{d['base_fn']} → {d['head_fn']}")
+             + d.get("note", ""), "base": f"-{d['removed']}", "head": f"+{d['added']}",
+             "change": d.get("file", "")} for d in diffs]
 
 
 def _gpu_name() -> str | None:
