@@ -13,8 +13,9 @@ In a throwaway clone of this checkout, on top of its HEAD (``base``):
 For each planted commit: ``xrt bench run`` of ``bench_ops.Square.time_op`` only (full profile,
 ``--results`` of the demo's own), ``xrt db ingest`` (which judges each series' newest commit and
 stores the suspected regressions), ``xrt gate`` (expected: exit 1, summary kept), ``xrt explain`` of
-the stored regression of the case named below (or, if the gate did not store one for it, of the
-same case by ``--base/--head/--bench/--params``, and the output says so), then the gate summary
+the stored regression of the case named below (else the slowest stored case of the planted
+provider; else, when the gate stored none, the named case by ``--base/--head/--bench/--params``,
+and the output says so), then the gate summary
 again, now with the explanation. Everything lands under ``--out``: logs, the database, the gate
 summaries, each explanation's JSON and Markdown and its raw per-side files (NCU CSV, profiler
 trace, the compiled code). Nothing outside the temporary clone changes; clocks are never touched.
@@ -126,11 +127,12 @@ def main() -> int:
             rows = query(db, "SELECT id, param_key, ratio, suspected FROM regressions WHERE kind = 'regression' AND "
                          f"\"commit\" = '{head}' AND benchmark = '{BENCH}' ORDER BY ratio DESC", env)
             (out / f"regressions-{p['name']}.json").write_text(json.dumps(rows, indent=1))
-            mine = [r for r in rows if r["param_key"] == key]
+            # the named case if the gate stored it, else the slowest stored case of the planted provider
+            mine = [r for r in rows if r["param_key"] == key] or [r for r in rows if f"'{provider}'" in r["param_key"]]
             dest = out / p["name"]
             if mine:
                 rid = mine[0]["id"]
-                how = f"stored regression {rid} ({float(mine[0]['ratio']):.3f}x)"
+                how = f"stored regression {rid}: {mine[0]['param_key']} ({float(mine[0]['ratio']):.3f}x)"
                 cmd = XRT + ["explain", rid, "--db", str(db), "--repo", str(repo), "--out", str(dest)]
             else:
                 how = (f"no stored regression for {key} at {head[:10]} (gate exit {rc}; stored: "
