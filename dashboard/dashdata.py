@@ -140,6 +140,25 @@ class Reader:
             row["diag"] = []
         return row
 
+    def explanation(self, rec: dict) -> dict | None:
+        """The newest stored ``xrt explain`` result of a regression: by its id, else of its case at
+        its commit (an explanation made with --base/--head/--bench/--params); None without one."""
+        if "explanations" not in self.tables():
+            return None
+        d = self.df("""SELECT regression_id, machine, benchmark, param_key, base_commit, head_commit, created_at,
+                              host, payload FROM explanations
+                       WHERE regression_id = $id OR (benchmark = $b AND param_key = $p AND head_commit = $c)
+                       ORDER BY (regression_id = $id) DESC NULLS LAST, created_at DESC LIMIT 1""",
+                    {"id": rec["id"], "b": rec["benchmark"], "p": rec["param_key"], "c": rec["commit"]})
+        if not len(d):
+            return None
+        row = d.iloc[0].to_dict()
+        try:
+            row["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
+        except (TypeError, ValueError):
+            row["payload"] = {}
+        return row
+
     def commits_between(self, previous: str, commit: str) -> pd.DataFrame:
         """The commits after ``previous`` up to and including ``commit``, in history order."""
         o = self.order()

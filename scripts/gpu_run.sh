@@ -22,6 +22,9 @@
 #            (the 220 combinations issue #15 counted; $OUT/suite220/)
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
 #            device time in a fresh process and after graph-mode measures
+# explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
+#            Triton square launcher; square's CUDA C default v2 -> v1), benched, ingested, gated and
+#            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -113,6 +116,8 @@ for step in "$@"; do
       tar -czf "$OUT/suite220-results.tgz" -C "$OUT/suite220" cold warm 2>/dev/null && rm -rf "$OUT/suite220/cold" "$OUT/suite220/warm" ;;
     pycuda)
       python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
+    explain)
+      python3 scripts/explain_demo.py --out "$OUT/explain" 2>&1 | tee "$OUT/explain.log" | tail -80 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

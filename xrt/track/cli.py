@@ -56,6 +56,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--out", type=Path, required=True, help="the HTML file to write")
     rp.set_defaults(func=run_report)
 
+    e = sub.add_parser("explain", help="why a benchmark case got slower: NCU, profiler, compiled code and settings, "
+                       "base vs head", description="Check out base and head in worktrees and collect, per side, Nsight "
+                       "Compute (GPU and ncu only), torch.profiler's kernel list (GPU only), the compiled code and the "
+                       "settings in force; rank what changed and store it with the regression (docs/regressions.md).")
+    e.add_argument("id", nargs="?", metavar="REGRESSION_ID", help="a stored regression (a unique prefix is enough)")
+    e.add_argument("--db", default=None, help=f"the results database [{DEFAULT_DB}]")
+    e.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are explained [.]")
+    e.add_argument("--base", metavar="REV", help="without REGRESSION_ID: the fast commit")
+    e.add_argument("--head", metavar="REV", help="without REGRESSION_ID: the slow commit")
+    e.add_argument("--bench", metavar="BENCHMARK", help="without REGRESSION_ID: e.g. bench_ops.Square.time_op")
+    e.add_argument("--params", help="without REGRESSION_ID: shape,dtype,provider,config, "
+                   "e.g. 4096,float32,cuda,default")
+    e.add_argument("--arch", default=None, help="compiled code for this target (sm_90) [the GPU's, else sm_90]")
+    e.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where it could run")
+    e.add_argument("--no-save", action="store_true", help="do not store the explanation in the database")
+    e.add_argument("--out", type=Path, help="also write explain.json, explain.md and each side's raw files here")
+    e.add_argument("--json", action="store_true", help="print the payload as JSON instead of Markdown")
+    e.set_defaults(func=run_explain)
+
     b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
     b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
     b.add_argument("good", metavar="GOOD", help="a measured commit at the old (fast) level")
@@ -196,7 +215,7 @@ def run_gate(args: argparse.Namespace) -> int:
         return cannot_judge(f"internal error: {type(e).__name__}: {e}")
     print(gate.report(v))
     if args.summary:
-        gate.write_summary(args.summary, v)
+        gate.write_summary(args.summary, v, explanations=_explanations(args.db, v))
     return v.code
 
 
@@ -216,6 +235,18 @@ def run_report(args: argparse.Namespace) -> int:
           f"{len(v.regressions)} regression(s))")
     return 0
 
+def _explanations(db: str, v) -> list[str]:
+    """The stored `xrt explain` results of the gate's slower series at head (none when reading fails:
+    they are context, never part of the verdict)."""
+    if not v.regressions:
+        return []
+    try:
+        from xrt.track import explain
+
+        return explain.for_gate(db, v.head, v.regressions)
+    except Exception:
+        return []
+
 
 def run_bisect(args: argparse.Namespace) -> int:
     from xrt.db import store
@@ -228,3 +259,51 @@ def run_bisect(args: argparse.Namespace) -> int:
     res = B.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
                    log=lambda s: print(s, flush=True))
     return 0 if res.culprit else 1
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """``xrt explain``: bad input (an unknown regression, a rev that names no commit, a case that is
+    not an op suite's) is one line naming it, exit 2 (xrt.cli); nothing is checked out before then."""
+    from xrt.bench import worktrees
+    from xrt.cli import CLIError
+    from xrt.track import explain as X
+
+    adhoc = [n for n in ("base", "head", "bench", "params") if getattr(args, n)]
+    if args.id and adhoc:
+        raise CLIError(f"give REGRESSION_ID or --base/--head/--bench/--params, not both (got {args.id!r} and "
+                       f"--{', --'.join(adhoc)})")
+    if not args.id and len(adhoc) != 4:
+        missing = [f"--{n}" for n in ("base", "head", "bench", "params") if not getattr(args, n)]
+        raise CLIError("give a REGRESSION_ID, or all of --base, --head, --bench and --params "
+                       f"(missing {', '.join(missing)})")
+    repo = args.repo
+    if not (repo / ".git").exists() and not repo.joinpath("HEAD").is_file():
+        raise CLIError(f"--repo {str(repo)!r}: not a git checkout")
+    db = _db(args)
+    regression = None
+    if args.id:
+        from xrt.db import store
+
+        store.check_path(db)
+        _, regression = _find(db, args.id)
+        case = X.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
+        base_rev, head_rev = regression["previous_commit"], regression["commit"]
+    else:
+        case = X.make_case(args.bench, args.params)
+        base_rev, head_rev = args.base, args.head
+    base, head = worktrees.resolve(repo, base_rev), worktrees.resolve(repo, head_rev)
+    print(f"xrt explain: {case.benchmark} [{case.param_key}] base {base[:10]} head {head[:10]}", file=sys.stderr)
+    payload = X.explain(repo, base, head, case, regression=regression, use_ncu=not args.no_ncu, arch=args.arch,
+                        keep=args.out, log=lambda s: print(s, file=sys.stderr, flush=True))
+    md = X.render_markdown(payload)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "explain.json").write_text(json.dumps(payload, indent=1, default=str))
+        (args.out / "explain.md").write_text(md)
+    saved = not args.no_save and (args.id is not None or args.db is not None or Path(db).is_file())
+    if saved:
+        X.save(db, payload, md)
+    print(json.dumps(payload, indent=1, default=str) if args.json else md, end="" if args.json else "")
+    if saved:
+        print(f"stored in {db} (explanations)", file=sys.stderr)
+    return 0

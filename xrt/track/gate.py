@@ -476,7 +476,23 @@ def evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
-def summary_markdown(v: Verdict) -> str:
+def _explain_hint(v: Verdict) -> str | None:
+    """The ``xrt explain`` command for the slowest op-suite case, or None (no such case)."""
+    from xrt.track import explain
+
+    for r in sorted(v.regressions, key=lambda r: -(r.get("ratio") or 0)):
+        try:
+            case = explain.make_case(r["benchmark"], list(r.get("params") or []) or r["param_key"])
+        except ValueError:
+            continue
+        return (f"Why the slowest case got slower, on a GPU host: `xrt explain --base {v.base[:12]} --head "
+                f"{v.head[:12]} --bench {case.benchmark} --params {','.join(case.params)}` (stored, it shows here).")
+    return None
+
+
+def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
+    """The gate's Markdown; ``explanations``: stored ``xrt explain`` results (Markdown) of its slower
+    series, shown after their tables."""
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
@@ -487,6 +503,12 @@ def summary_markdown(v: Verdict) -> str:
                 f"{fmt_value(r['before'], r.get('unit'))} | {fmt_value(r['after'], r.get('unit'))} | "
                 f"**{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
         out.append("")
+    for md in explanations or []:
+        out += ["<details><summary>What changed (xrt explain)</summary>", "", md.replace("### ", "##### ", 1), "",
+                "</details>", ""]
+    hint = _explain_hint(v) if v.regressions and not explanations else None
+    if hint:
+        out += [hint, ""]
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
@@ -515,7 +537,7 @@ def summary_markdown(v: Verdict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_summary(path: str | os.PathLike, v: Verdict) -> None:
+def write_summary(path: str | os.PathLike, v: Verdict, explanations: list[str] | None = None) -> None:
     """Append (``$GITHUB_STEP_SUMMARY`` is shared by every step of the job)."""
     with Path(path).open("a") as f:
-        f.write(summary_markdown(v))
+        f.write(summary_markdown(v, explanations))
