@@ -36,12 +36,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl >"$OUT/pi
 # scripts/gpu_send.sh bundles the newer commits of main into .gpu/main.bundle (ignored: carry it
 # with .whl): fetched here, the device checks out the very commits, and results keep their hashes.
 if [ -f .gpu/main.bundle ]; then
-  git fetch -q .gpu/main.bundle "main:refs/heads/gpu-sent" 2>"$OUT/bundle.log" || { cat "$OUT/bundle.log"; exit 1; }
+  # into a ref that is never checked out (a second gpu_run.sh in one call fetches again)
+  git fetch -q .gpu/main.bundle "+main:refs/gpu/sent" 2>"$OUT/bundle.log" || { cat "$OUT/bundle.log"; exit 1; }
   idx=$(mktemp -u)
   sent=$(GIT_INDEX_FILE=$idx git add -A . >/dev/null 2>&1; GIT_INDEX_FILE=$idx git write-tree)
   rm -f "$idx"
-  if [ "$sent" = "$(git rev-parse 'gpu-sent^{tree}')" ]; then
-    git checkout -q -f gpu-sent && echo "checked out $(git rev-parse --short HEAD) from the bundle (the sent tree is main)"
+  if [ "$sent" = "$(git rev-parse 'refs/gpu/sent^{tree}')" ]; then
+    git checkout -q -f --detach refs/gpu/sent && echo "checked out $(git rev-parse --short HEAD) from the bundle (the sent tree is main)"
   else
     echo "the sent tree is not the bundled main (uncommitted changes?): snapshot below"
   fi

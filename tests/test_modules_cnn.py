@@ -41,6 +41,7 @@ def test_cnn_step_runs_unfused_on_the_cpu():
     assert cnn_conv_flops(1, 1) == 2 * 9 * (3 * 1024 + 2 * 1024 + (2 + 4 + 2) * 256 + (8 + 16 + 8) * 64)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's skip: on a GPU host the CNN suites run")
 def test_cnn_suites_skip_on_the_cpu_with_the_reason():
     from xrt.bench import suite
 
