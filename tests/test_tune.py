@@ -107,6 +107,15 @@ def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, mon
     assert {r["space_hash"] for r in last.values()} == {spaces.space_hash("square.triton")}
     assert sorted(r["eval"] for r in Journal(res.journal).records) == list(range(18))
     assert [r["default"] for r in last.values()].count(True) == 1
+    # ... and every evaluation, each failure with its status and error, reaches the database
+    from xrt.db import store, tuning
+
+    db = tmp_path / "x.duckdb"
+    assert tuning.sync(out_dir, db, lambda s: None)[:3] == (1, 0, 18)
+    with store.read(db) as con:
+        got = dict(con.execute("SELECT status, count(*) FROM tuning_results GROUP BY status").fetchall())
+        err = con.execute("SELECT error FROM tuning_results WHERE config_key = 'BLOCK_SIZE=512,num_warps=2'").fetchone()
+    assert got == {"crash": 2, "timeout": 1, "wrong": 1, "timed": 14} and "SIGSEGV" in err[0]
 
     # Resume: nothing left to try; a torn line and a forgotten config are tried again, alone.
     again = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir,
