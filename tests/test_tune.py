@@ -223,3 +223,28 @@ def test_bad_gpus_and_a_broken_top_k_file_are_named(tmp_path):
     with pytest.raises(TuneError, match="expected a JSON list"):
         write_top(tmp_path, Problem("square", "triton", "64", "float32"), cpu_info(),
                   [{"config": {}, "median_s": 1.0}], None)
+
+
+@pytest.mark.slow
+def test_model_search_with_budgets_resumes_without_measuring_again(tmp_path, interpreter, capsys):
+    from xrt import cli
+
+    out_dir = tmp_path / "tuned"
+    args = ["tune", "square", "--shape", "2048", "--strategy", "model", "--budget-evals", "5", "--jobs", "2",
+            "--seed", "3", "--out", str(out_dir), "--json"]
+    assert cli.main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    (path,) = (out_dir / "journal").rglob("*.jsonl")
+    recs = Journal(path).records
+    assert len(recs) == 5 and sum(r["default"] for r in recs) == 1 and {r["strategy"] for r in recs} == {"model"}
+    assert sum(first["counts"].values()) == 5
+    assert first["space_size"] == 15 and first["dropped"] == {"BLOCK_SIZE over twice the problem's elements": 3}
+    # the same command again (as after a kill -9): nothing measured again, the same best
+    assert cli.main(args) == 0
+    assert len(Journal(path).records) == 5 and json.loads(capsys.readouterr().out)["best"] == first["best"]
+    # a larger budget goes on from the journal; a seconds budget already spent stops at once
+    assert cli.main(args[:7] + ["7"] + args[8:]) == 0
+    assert len(Journal(path).records) == 7 and len({r["key"] for r in Journal(path).records}) == 7
+    capsys.readouterr()
+    assert cli.main(args[:7] + ["9"] + args[8:] + ["--budget-seconds", "1e-9"]) == 0
+    assert len(Journal(path).records) == 7 and "--budget-seconds 1e-09 spent" in capsys.readouterr().err

@@ -47,7 +47,8 @@ def test_pruning_follows_the_device_and_the_shape():
     assert skinny["GROUP_M > 1 with one row of tiles"] > 0
     # CUDA C: threads per block and the shared-memory segment against the device
     _, d = search.pruned("window_sum.cuda", spaces.Problem((1 << 20,), 4, spaces.Limits(256, 4096)))
-    assert d == {"threads per block over the device limit": 8, "shared memory over the device limit": 5}  # (the default, 256 x 4, stays)
+    assert d == {"threads per block over the device limit": 8,
+                 "shared memory over the device limit": 5}  # (the default, 256 x 4, stays)
     # the CPU knows no limits: only the shape rules apply
     cpu = DeviceInfo(kind="cpu", index=0, name="cpu")
     assert search.pruned("square.triton", spaces.Problem((4096,), 4, spaces.Limits.of(cpu)))[1] == {}

@@ -141,7 +141,8 @@ class ModelGuided(Strategy):
         try:
             import optuna
         except ImportError as e:
-            raise ValueError('--strategy model needs Optuna: pip install -c requirements/constraints.txt -e ".[tune]"') from e
+            raise ValueError('--strategy model needs Optuna: pip install -c requirements/constraints.txt '
+                             '-e ".[tune]"') from e
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
         self.names = sorted({n for c in cands for n in c})

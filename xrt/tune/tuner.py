@@ -345,7 +345,13 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     named = [(machine_name(d), env) for d, env in tgts]
     # exhaustive and random know their order: one batch as wide as the compile pool's work allows;
     # the model proposes a batch of --jobs at a time and learns from each before the next
-    batch = max(jobs, len(named)) if strategy == "model" else max(1, total - n_known)
+    # (with --budget-seconds, rounds of a few compile-pool widths, so that the clock is looked at)
+    if strategy == "model":
+        batch = max(jobs, len(named))
+    elif budget_seconds is not None:
+        batch = max(16, 4 * jobs)
+    else:
+        batch = max(1, total - n_known)
     prog = Progress(total, log, budget_seconds)
     t0 = time.monotonic()
     best = [min((v for v in strat.results.values() if v), default=None)]
