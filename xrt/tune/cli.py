@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--top-k", type=int, default=3, help="configs kept [3]")
     t.add_argument("--jobs", type=int, default=4, help="compile-pool workers; the model's batch [4]")
     t.add_argument("--gpus", help="time on these GPUs in parallel: all or 0,1 [the default device]")
+    t.add_argument("--address", metavar="HOST:PORT", help="join this Ray cluster: compile actors on its CPUs, one "
+                                                          "timing actor per GPU [local processes, no Ray]")
     t.add_argument("--timeout", type=float, default=120.0, help="seconds one config may take before its "
                                                                 "worker is killed [120]")
     t.add_argument("--out", type=Path, default=Path("results/tuned"), help="top-K files and journals [results/tuned]")
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         out = tune(problem, budget=args.budget, top_k=args.top_k, jobs=args.jobs, gpus=args.gpus,
                    timeout=args.timeout, out_dir=args.out, retry_failed=args.retry_failed, seed=args.seed,
                    strategy=args.strategy, budget_seconds=args.budget_seconds, prune=not args.no_prune,
+                   address=args.address,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     except TuneError as e:
         raise ValueError(str(e)) from e

@@ -61,6 +61,14 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] = {}
 
+    @classmethod
+    def from_cmd(cls, cmd: list[str], env: dict[str, str], log: Path, start_timeout: float) -> Worker:
+        """A worker for a command line made elsewhere (a Ray actor's, :mod:`xrt.tune.distributed`)."""
+        w = cls.__new__(cls)
+        w.cmd, w.env, w.log, w.start_timeout = cmd, env, log, start_timeout
+        w.proc, w.ready = None, {}
+        return w
+
     def _start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._logf = open(self.log, "a")
@@ -238,7 +246,7 @@ def check_journal(journal: Journal, space_hash: str) -> None:
 def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
-         prune: bool = True) -> Outcome:
+         prune: bool = True, address: str | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
 
@@ -283,7 +291,17 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     base_env = {**os.environ}
     if dev0.kind == "cpu":
         base_env.setdefault("TRITON_INTERPRET", "1")
-    workers: dict[tuple[str, int], Worker] = {}
+    workers: dict[tuple[str, int], Any] = {}
+    cluster = None
+    if address:
+        from xrt.tune.distributed import Cluster
+
+        try:
+            cluster = Cluster(address)
+        except RuntimeError as e:
+            raise TuneError(str(e)) from None
+        log(f"Ray cluster {address}: {jobs} compile actor(s), {max(1, cluster.gpus)} timing actor(s) "
+            f"({cluster.gpus} GPU(s))")
     n_eval = [len(journal.records)]
 
     def record(rec: dict[str, Any], phase: str) -> None:
@@ -309,9 +327,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
             w = workers.get((phase, slot))
             if w is None:
-                w = workers[(phase, slot)] = Worker(
-                    problem, phase, {**base_env, **env}, journal_path.parent / f"{problem.name}.{phase}{slot}.log",
-                    start_timeout=max(timeout, 300.0))
+                wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
+                w = Worker(problem, phase, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+                if cluster is not None:
+                    wlog.parent.mkdir(parents=True, exist_ok=True)
+                    w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
+                workers[(phase, slot)] = w
             try:
                 while True:
                     try:
@@ -323,7 +344,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                     except WorkerGone as e:
                         ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
                     # machine: whose search this is; ran_on: the device that ran this config
-                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=where, at=time.time())
+                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=ans.pop("actor", where),
+                               at=time.time())
                     with lock:
                         answers.append(ans)
                     if phase == "time" or ans["status"] != "compiled":
@@ -343,6 +365,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         return answers
 
     named = [(machine_name(d), env) for d, env in tgts]
+    if cluster is not None:  # Ray pins each timing actor to its GPU: no local pinning
+        named = [(f"ray-{i}", {}) for i in range(cluster.slots(jobs)[1])]
     # exhaustive and random know their order: one batch as wide as the compile pool's work allows;
     # the model proposes a batch of --jobs at a time and learns from each before the next
     # (with --budget-seconds, rounds of a few compile-pool widths, so that the clock is looked at)
@@ -380,6 +404,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     finally:
         for w in workers.values():
             w.stop()
+        if cluster is not None:
+            cluster.close()
 
     last = journal.last()
     keys = set(strat.by_key)
