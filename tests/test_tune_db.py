@@ -81,7 +81,9 @@ def test_torn_lines_bad_names_and_older_journals(tuned_db):
     write_journal(tuned, [], name="journal/ci-gpu/notes.jsonl", tail="hello\n")
     old = [{k: v for k, v in r.items() if k not in ("space_hash", "default", "eval", "op", "device")}
            for r in SEARCH[:3]]  # a journal from before space hashes
-    write_journal(tuned, old, name="journal/old-box/layernorm.triton-bfloat16-4096x16384.jsonl")
+    old[0]["config"], old[1]["config"] = {"BLOCK_SIZE": 256, "num_warps": 4}, spaces.default("square.triton")
+    # (the default second: older journals are in completion order)
+    write_journal(tuned, old, name="journal/old-box/square.triton-float32-4096x16384.jsonl")
     said = []
     rep = ingest(results, db, echo=said.append)
     assert rep.journals == (2, 0, 5)
@@ -92,8 +94,8 @@ def test_torn_lines_bad_names_and_older_journals(tuned_db):
         olds = con.execute("SELECT op, provider, shape, dtype, device, space_hash, is_default FROM tuning_results "
                            "WHERE machine = 'old-box' ORDER BY eval").fetchall()
     assert [f for f, _ in errs] == ["journal/ci-gpu/notes.jsonl", NAME]
-    assert olds[0] == ("layernorm", "triton", "4096x16384", "bfloat16", "old-box", None, True)
-    assert [o[-1] for o in olds] == [True, False, False]
+    assert olds[0] == ("square", "triton", "4096x16384", "float32", "old-box", None, False)
+    assert [o[-1] for o in olds] == [False, True, False]
 
 
 def test_db_ingest_cli_names_a_bad_tuned_folder(tuned_db, capsys):

@@ -76,9 +76,15 @@ def parse(rel: str, data: bytes) -> tuple[list[tuple], str | None]:
             rec.get("strategy"), rec.get("seed"), rec.get("eval", n),
             datetime.fromtimestamp(at, tz=timezone.utc).replace(tzinfo=None) if at is not None else None, rel))
         n += 1
-    # older journals name no default: the first record of a search is its default
+    # older journals name no default: the record whose config is the space's default
     if rows and all(r[12] is None for r in rows):
-        rows = [r[:12] + (i == 0,) + r[13:] for i, r in enumerate(rows)]
+        from xrt.kernels import spaces
+
+        try:
+            d = json.dumps(spaces.default(space), sort_keys=True)
+        except KeyError:  # a space this xrt does not know
+            d = None
+        rows = [r[:12] + (r[5] == d,) + r[13:] for r in rows]
     problem = f"{torn} torn or unreadable line(s) skipped (rows kept)" if torn else None
     if not rows and torn:
         problem = f"no readable record ({torn} torn or unreadable line(s))"
