@@ -41,6 +41,10 @@ FWD_SWEEP = [
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": True},
     {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "warp_specialize": True},
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 4},  # 128/128 at 4 stages: out of smem (H100)
+    # the configs above move tiles by TMA (the default, "tma": True); the pointer-load kernel beside them
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "tma": False},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "tma": False},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},
 ]
 BWD_SWEEP = [
     {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8, "num_stages": 2},

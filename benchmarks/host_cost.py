@@ -5,7 +5,7 @@
 
 Host µs per call: the wall time of ``--calls`` (3,000) back-to-back calls divided by ``--calls``,
 after a warm-up, with the device synchronised before the first call and after the last, both
-outside the interval (:meth:`xrt.bench.timer._Clock.host_batch`, the suites' host timer with
+outside the interval (:meth:`xrt.bench.timer.Clock.host_batch`, the suites' host timer with
 longer samples); the median of ``--repeats`` (5) such runs. Inputs are small ([4096] fp32 for
 square, [64, 1024] bf16 for softmax and layernorm), so on a GPU the kernels finish before the next
 launch and the figure is the cost to the caller. The rows and their targets:
@@ -261,7 +261,7 @@ class _env:
 def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup: int, log=print) -> list[dict]:
     from xrt.bench import timer
 
-    clock = timer._Clock(device, flush=False)
+    clock = timer.Clock(device, flush=False)
     out: list[dict] = []
     twins = {r["twin_of"]: r for r in rows if r.get("twin_of")}
     for r in rows:

@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 
 from xrt.db.query import query
+from xrt.track.units import fmt_value  # noqa: F401  (the pages format values through dashdata)
 
 DEFAULT_DB = "results/xrt.duckdb"
 OPEN = ("new", "acknowledged")
@@ -137,6 +138,25 @@ class Reader:
             row["diag"] = json.loads(row["diag"]) if row.get("diag") else []
         except (TypeError, ValueError):
             row["diag"] = []
+        return row
+
+    def explanation(self, rec: dict) -> dict | None:
+        """The newest stored ``xrt explain`` result of a regression: by its id, else of its case at
+        its commit (an explanation made with --base/--head/--bench/--params); None without one."""
+        if "explanations" not in self.tables():
+            return None
+        d = self.df("""SELECT regression_id, machine, benchmark, param_key, base_commit, head_commit, created_at,
+                              host, payload FROM explanations
+                       WHERE regression_id = $id OR (benchmark = $b AND param_key = $p AND head_commit = $c)
+                       ORDER BY (regression_id = $id) DESC NULLS LAST, created_at DESC LIMIT 1""",
+                    {"id": rec["id"], "b": rec["benchmark"], "p": rec["param_key"], "c": rec["commit"]})
+        if not len(d):
+            return None
+        row = d.iloc[0].to_dict()
+        try:
+            row["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
+        except (TypeError, ValueError):
+            row["payload"] = {}
         return row
 
     def commits_between(self, previous: str, commit: str) -> pd.DataFrame:
@@ -346,19 +366,6 @@ def short(h: Any, n: int = 10) -> str:
 def first_line(s: Any, n: int = 80) -> str:
     line = str(s or "").strip().splitlines()[0] if str(s or "").strip() else ""
     return line if len(line) <= n else line[: n - 1] + "…"
-
-
-def fmt_value(v: Any, unit: str | None) -> str:
-    """One value in its unit, readable: times as ns / µs / ms / s, anything else with 4 digits."""
-    if v is None or not isinstance(v, int | float) or v != v:
-        return "—"
-    if unit == "seconds":
-        a = abs(v)
-        for f, lab in ((1e9, "ns"), (1e6, "µs"), (1e3, "ms")):
-            if a * f < 1000:
-                return f"{v * f:.3g} {lab}"
-        return f"{v:.3g} s"
-    return f"{v:.4g} {unit}" if unit else f"{v:.4g}"
 
 
 def param_of(params: Any, names: list[str], name: str) -> str | None:

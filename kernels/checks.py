@@ -125,3 +125,51 @@ def tuning(space: str, config: dict[str, Any] | None = None) -> Tuning:
                 _TUNINGS.clear()
             _TUNINGS[key] = hit
     return hit
+
+
+CONV_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def conv3x3(op: str, x: torch.Tensor, weight: torch.Tensor, stride: int, padding: int,
+            layout: str = "KCRS") -> tuple[int, int]:
+    """``(Ho, Wo)`` of a 3x3 convolution of ``x`` [N, C, H, W] by ``weight`` ([K, C, 3, 3], torch's
+    layout, or ``layout="RSCK"``: [3, 3, C, K], the kernels'), of one floating dtype on one device."""
+    if x.dim() != 4:
+        raise ValueError(f"{op} takes x as [N, C, H, W]; got x.shape={tuple(x.shape)} ({x.dim()}-D)")
+    if layout == "RSCK":
+        ok, c_w = weight.dim() == 4 and tuple(weight.shape[:2]) == (3, 3), weight.shape[2] if weight.dim() == 4 else -1
+        want = "[3, 3, C, K]"
+    else:
+        ok, c_w = weight.dim() == 4 and tuple(weight.shape[2:]) == (3, 3), weight.shape[1] if weight.dim() == 4 else -1
+        want = "[K, C, 3, 3]"
+    if not ok:
+        raise ValueError(f"{op} takes a 3x3 weight {want}; got weight.shape={tuple(weight.shape)}")
+    if c_w != x.shape[1]:
+        raise ValueError(f"{op}: x.shape[1]={x.shape[1]} (C) must equal the weight's input channels {c_w} "
+                         f"(weight.shape={tuple(weight.shape)})")
+    if x.dtype != weight.dtype:
+        raise ValueError(f"{op}: x.dtype={x.dtype} must equal weight.dtype={weight.dtype}")
+    if x.dtype not in CONV_DTYPES:
+        raise ValueError(f"{op}: dtype {x.dtype} is not supported; supported: {', '.join(map(str, CONV_DTYPES))}")
+    if x.device != weight.device:
+        raise ValueError(f"{op}: x is on {x.device} but weight is on {weight.device}")
+    if type(stride) is not int or stride not in (1, 2):
+        raise ValueError(f"{op}: stride={stride!r} must be 1 or 2")
+    if type(padding) is not int or not 0 <= padding <= 2:
+        raise ValueError(f"{op}: padding={padding!r} must be 0, 1 or 2")
+    ho, wo = conv_out(x.shape[2], x.shape[3], stride, padding)
+    if ho < 1 or wo < 1:
+        raise ValueError(f"{op}: x.shape={tuple(x.shape)} with padding={padding} is smaller than the 3x3 kernel")
+    return ho, wo
+
+
+def conv_out(h: int, w: int, stride: int, padding: int) -> tuple[int, int]:
+    """``(Ho, Wo)`` of a 3x3 convolution of an ``h x w`` image."""
+    return (h + 2 * padding - 3) // stride + 1, (w + 2 * padding - 3) // stride + 1
+
+
+def channel_vectors(op: str, k: int, **vectors: torch.Tensor | None) -> None:
+    """Each named per-channel vector (``bn_weight=g``) is ``[K]``."""
+    for name, t in vectors.items():
+        if t is not None and tuple(t.shape) != (k,):
+            raise ValueError(f"{op}: {name}.shape={tuple(t.shape)} must be [K] = ({k},), the output channels")

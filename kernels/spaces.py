@@ -8,8 +8,12 @@ here, and the tuner searches these spaces. A space maps a parameter name to its 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+# The conv output tiles, "THxTW" pixels (TH * TW a power of two, at least 16: tl.dot's minimum).
+CONV_TILES = ["4x8", "4x16", "8x8", "8x16", "16x8", "16x16", "4x32"]
 
 SPACES: dict[str, dict[str, list[Any]]] = {
     # Elementwise: how many elements one Triton program handles, and its warps.
@@ -62,13 +66,30 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # Attention forward, Triton: queries a program (BLOCK_M), keys a step (BLOCK_N), warps, software
     # pipeline stages; "warp_specialize" splits the key loop into producer / consumer warps (Triton's
     # tl.range(warp_specialize=True)), honoured on Hopper and newer only, else the plain loop.
+    # "tma": q, k, v and o tiles moved by the TMA engine (Hopper; contiguous inputs), else pointer loads.
     "attention.triton": {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
-                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True]},
+                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True], "tma": [False, True]},
     # Attention backward: the dK/dV kernel holds BLOCK_N1 keys and steps BLOCK_M1 queries, the dQ
     # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split).
     "attention_bwd.triton": {"BLOCK_M1": [16, 32, 64], "BLOCK_N1": [16, 32, 64, 128],
                              "BLOCK_M2": [16, 32, 64, 128], "BLOCK_N2": [16, 32, 64],
                              "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5]},
+    # Fused conv3x3 + BatchNorm + ReLU on NHWC (kernels/triton/conv_bn_relu.py), one space per
+    # stride so that each has its own defaults and tuned configs (the policy's per-stride override).
+    # "path": the direct implicit-GEMM kernel or im2row + GEMM ("auto": direct for stride 1, im2row
+    # for stride 2); "TILE": the output tile TH x TW pixels of a program (TS; "auto" picks the
+    # candidate with the fewest masked lanes for Ho x Wo); CI_STEP: input channels a K step (BLOCK_K);
+    # KO_STEP: output channels a program (BLOCK_N); HALF_TILE halves TH (more, smaller programs);
+    # VEC: channels a vectorized load assumes contiguous and aligned (the path falls back to VEC 1
+    # where C is not a multiple of it); warps and pipeline stages.
+    "conv_bn_relu_s1.triton": {"path": ["auto", "direct", "im2row"], "TILE": ["auto", *CONV_TILES],
+                               "CI_STEP": [16, 32, 64, 128], "KO_STEP": [16, 32, 64, 128],
+                               "HALF_TILE": [False, True], "VEC": [1, 4, 8, 16], "num_warps": [2, 4, 8],
+                               "num_stages": [1, 2, 3, 4]},
+    "conv_bn_relu_s2.triton": {"path": ["auto", "direct", "im2row"], "TILE": ["auto", *CONV_TILES],
+                               "CI_STEP": [16, 32, 64, 128], "KO_STEP": [16, 32, 64, 128],
+                               "HALF_TILE": [False, True], "VEC": [1, 4, 8, 16], "num_warps": [2, 4, 8],
+                               "num_stages": [1, 2, 3, 4]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -93,11 +114,21 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # (H100, fp32 4096^3: 4 x 8 a thread gave 41.7 TFLOP/s against 37.6 for 8 x 4; results/gpu/gemm-h100.md)
     "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
     "bmm.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
-    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "warp_specialize": False},
+    # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): TMA with 128 x 128 blocks, 8 warps, 3 stages
+    # was the best forward at hd128, causal or not (0.911 ms against 1.046 for 128 x 64); hd64 keeps
+    # 128 x 64 (SHAPE_DEFAULTS: 0.600 ms against 0.762 for 128 x 128).
+    "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
+                         "tma": True},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
                              "num_stages": 2},
+    # Untuned starting points (no GPU measurement yet, docs/kernels.md): a 128-pixel tile, 64 channels
+    # a K step and 64 output channels a program, 16-byte channel vectors for fp16.
+    "conv_bn_relu_s1.triton": {"path": "auto", "TILE": "auto", "CI_STEP": 64, "KO_STEP": 64, "HALF_TILE": False,
+                               "VEC": 8, "num_warps": 4, "num_stages": 3},
+    "conv_bn_relu_s2.triton": {"path": "auto", "TILE": "auto", "CI_STEP": 64, "KO_STEP": 64, "HALF_TILE": False,
+                               "VEC": 8, "num_warps": 4, "num_stages": 3},
 }
 
 
@@ -108,6 +139,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
     "matmul.triton": [(64, {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                             "num_warps": 4, "num_stages": 4})],
+    # attention: the bound is the head dim
+    "attention.triton": [(64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
+                               "warp_specialize": False, "tma": True})],
 }
 
 
@@ -321,3 +355,53 @@ def space_hash(key: str) -> str:
     body = {"key": key, "space": space(key), "default": default(key), "version": CONSTRAINTS_VERSION,
             "rules": [r.__name__ for r in CONSTRAINTS.get(key, ())]}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Environment knobs that override a space's parameter (they win over tuned and explicit configs):
+# name -> (the spaces it applies to, the parameter). The fused conv's, renamed from its design lab.
+ENV_KNOBS: dict[str, tuple[tuple[str, ...], str]] = {
+    "XRT_FUSED_LAYOUT": (("conv_bn_relu_s1.triton", "conv_bn_relu_s2.triton"), "path"),
+    "XRT_FUSED_TILE_S1": (("conv_bn_relu_s1.triton",), "TILE"),
+    "XRT_FUSED_TILE_S2": (("conv_bn_relu_s2.triton",), "TILE"),
+    "XRT_FUSED_KO_STEP": (("conv_bn_relu_s1.triton",), "KO_STEP"),
+    "XRT_FUSED_KO_STEP_S2": (("conv_bn_relu_s2.triton",), "KO_STEP"),
+}
+_ENV_MEMO: dict[Any, dict[str, tuple[Any, str]]] = {}
+_KNOBS_OF: dict[str, list[tuple[str, str]]] = {}
+try:  # the raw environment (what os.environ.get reads after encoding the key): looked at on every launch
+    _ENV_DATA = os.environ._data  # type: ignore[attr-defined]
+    _ENV_KEYS = {var: os.environ.encodekey(var) for var in ENV_KNOBS}  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA = None
+
+
+def env_overrides(key: str, environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+    """The parameters of space ``key`` that ``ENV_KNOBS`` set: ``{name: (value, variable)}``,
+    parsed once per distinct environment value. A value outside the space is a ``ValueError`` of
+    one line naming the variable and what it may be."""
+    knobs = _KNOBS_OF.get(key)
+    if knobs is None:
+        knobs = _KNOBS_OF[key] = [(var, param) for var, (keys, param) in ENV_KNOBS.items() if key in keys]
+    if environ is None and _ENV_DATA is not None:
+        raw = tuple(_ENV_DATA.get(_ENV_KEYS[var]) for var, _ in knobs)
+    else:
+        raw = tuple((os.environ if environ is None else environ).get(var) for var, _ in knobs)
+    memo = (key, raw)
+    hit = _ENV_MEMO.get(memo)
+    if hit is not None:
+        return hit
+    raw = tuple(os.fsdecode(v) if isinstance(v, bytes) else v for v in raw)
+    out: dict[str, tuple[Any, str]] = {}
+    allowed = space(key)
+    for (var, param), value in zip(knobs, raw):
+        if value is None or not value.strip():
+            continue
+        text = value.strip()
+        parsed: Any = int(text) if text.isdigit() else text
+        if parsed not in allowed[param]:
+            raise ValueError(f"{var}={value!r} is not one of {', '.join(map(str, allowed[param]))}")
+        out[param] = (parsed, var)
+    if len(_ENV_MEMO) > 256:
+        _ENV_MEMO.clear()
+    _ENV_MEMO[memo] = out
+    return out

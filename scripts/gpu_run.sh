@@ -12,6 +12,9 @@
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
 # gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
 #            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
+# conv     : the fused conv3x3 + BatchNorm + ReLU GPU tests (kernels, op, CNN modules), then
+#            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
+#            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -23,6 +26,9 @@
 #            Then, on any machine: python -m xrt.tune.simulate <that journal> (model vs random)
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
 #            device time in a fresh process and after graph-mode measures
+# explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
+#            Triton square launcher; square's CUDA C default v2 -> v1), benched, ingested, gated and
+#            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -81,6 +87,18 @@ for step in "$@"; do
         2>"$OUT/gemm-bench.err" | tee "$OUT/gemm-bench.log" | tail -45
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
+    conv)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_conv.py tests/test_ops_conv.py \
+        tests/test_modules_cnn.py 2>&1 | tee "$OUT/conv-tests.log" | tail -15
+      t=${PIPESTATUS[0]}
+      python3 benchmarks/conv_bench.py --out "$OUT/conv-h100.json" --md "$OUT/conv-h100.md" \
+        2>"$OUT/conv-bench.err" | tee "$OUT/conv-bench.log" | tail -60
+      [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
+      for s in 64x64x56x56x64x1 64x64x56x56x128x2; do
+        XRT_KERNEL_STATS=1 python3 -m xrt.cli diag conv_bn_relu --shape $s --dtype float16 --provider triton \
+          --warmup 2 2>&1 | tee -a "$OUT/conv-diag.log" | tail -14
+      done
+      (exit $t) ;;
     attn)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -15
       s=${PIPESTATUS[0]}
@@ -114,6 +132,8 @@ for step in "$@"; do
       (exit $t) ;;
     pycuda)
       python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
+    explain)
+      python3 scripts/explain_demo.py --out "$OUT/explain" 2>&1 | tee "$OUT/explain.log" | tail -80 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

@@ -46,7 +46,7 @@ def main() -> int:
     def cuda_c(label: str) -> None:
         for n in (4096, 65536, 16777216):
             a = torch.randn(n, device="cuda")
-            m = timer.measure(lambda: xp.ops.vector_add(a, a, provider="cuda"), "cuda", max_samples=100)
+            m = timer.measure(lambda a=a: xp.ops.vector_add(a, a, provider="cuda"), "cuda", max_samples=100)
             print(f"timer cuda vector_add {n:>9d} {label}: median {m.median_s * 1e6:8.2f} µs, "
                   f"noise {m.rel_noise * 100:6.2f} %, n {m.n}, enqueue {m.calls_per_sample}", flush=True)
 
@@ -54,7 +54,7 @@ def main() -> int:
     for p in ("torch", "triton"):
         for n in (4096, 65536):
             a = torch.randn(n, device="cuda")
-            timer.measure(lambda: xp.ops.vector_add(a, a, provider=p), "cuda", graph=True, max_samples=50)
+            timer.measure(lambda a=a, p=p: xp.ops.vector_add(a, a, provider=p), "cuda", graph=True, max_samples=50)
     cuda_c("after graph-mode measures")
     return 0
 

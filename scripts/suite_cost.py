@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                         m = timer.measure(fn, dev.torch_device)
                         row["measure_s"] = time.perf_counter() - t0
                         row["measure_n"] = m.n
-                        clock = timer._Clock(dev.torch_device)
+                        clock = timer.Clock(dev.torch_device)
                         t0 = time.perf_counter()
                         clock.calibrate(fn)
                         row["calibrate_s"] = time.perf_counter() - t0

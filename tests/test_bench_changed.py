@@ -14,8 +14,8 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-OPS = ["attention", "attention_bwd", "bmm", "layernorm", "layernorm_bwd", "matmul", "softmax", "square",
-       "vector_add", "window_sum"]
+OPS = ["attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm", "layernorm_bwd",
+       "matmul", "softmax", "square", "vector_add", "window_sum"]
 
 
 def test_units_are_the_specs_ops_and_the_allocator():

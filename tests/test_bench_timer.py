@@ -103,7 +103,7 @@ def test_host_time_is_back_to_back_calls_with_the_device_waits_outside():
     """A host sample: sync, N calls with nothing between them, sync; only the calls are timed."""
     import time
 
-    clock = timer._Clock("cpu")
+    clock = timer.Clock("cpu")
     clock.kind = "fake-gpu"  # a device whose synchronize is slow and recorded
     events = []
 
@@ -120,7 +120,7 @@ def test_host_time_is_back_to_back_calls_with_the_device_waits_outside():
 def test_host_calls_per_sample_follow_the_sample_time_and_cap():
     import time
 
-    clock = timer._Clock("cpu")
+    clock = timer.Clock("cpu")
     assert clock.host_calls(lambda: time.sleep(1e-4), sample_time=1.0, max_calls=64) == 64  # capped
     assert clock.host_calls(lambda: time.sleep(0.004), sample_time=0.002, max_calls=64) == 1
     n = []

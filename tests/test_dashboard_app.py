@@ -227,6 +227,42 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     assert R.stored(db)[rid]["status"] == "new"
 
 
+def test_detail_shows_the_stored_explanation(db):
+    """`xrt explain`'s stored result (tests/explain_fixtures: square v2 -> v1 under NCU) on the page,
+    ranked, with what was not collected; without one, the command that collects it."""
+    from xrt.track import explain as X
+    from xrt.track import regressions as R
+
+    rid = stepped_id(db)
+    at = app("detail", id=rid)
+    (ex,) = [e for e in at.expander if "xrt explain" in e.label]
+    assert f"xrt explain {rid} --db" in ex.caption[0].value and not ex.dataframe
+    rec = R.stored(db)[rid]
+    fx = Path(__file__).resolve().parent / "explain_fixtures"
+    sides = {}
+    for label, f, version in (("base", "ncu_square_v2.csv", "v2"), ("head", "ncu_square_v1.csv", "v1")):
+        sides[label] = {"ncu": X.parse_ncu_csv((fx / f).read_text()), "parts": {"ncu": "ok", "profiler": (
+            "ok" if label == "base" else "skipped: no CUDA device (the profiler's kernel list needs a GPU)")},
+                        "settings": {"config": {"block": 256, "version": version}}}
+    payload = {"schema": X.SCHEMA, "case": {"benchmark": BENCH}, "param_key": rec["param_key"], "regression_id": rid,
+               "machine": rec["machine"], "ratio": rec["ratio"], "base": rec["previous_commit"], "head": rec["commit"],
+               "host": "gpu-host", "gpu": "NVIDIA H100 80GB HBM3", "ncu": {"clock_control": "none"},
+               "sides": sides, "changes": X.compare(sides["base"], sides["head"])}
+    X.save(db, payload, X.render_markdown(payload))
+    at = app("detail", id=rid)
+    (ex,) = [e for e in at.expander if "xrt explain" in e.label]
+    assert "collected on gpu-host" in ex.caption[0].value and "` none `" in ex.caption[0].value
+    table = ex.dataframe[0].value
+    assert list(table.columns) == ["group", "what", "kernel", "base", "head", "change"]
+    assert table.iloc[0].tolist()[:5] == ["kernel list", "kernel replaced", "square_v2_f32 → square_v1_f32",
+                                          "square_v2_f32", "square_v1_f32"]
+    dram = table[table["what"] == "DRAM throughput %"].iloc[0]
+    assert (dram["base"], dram["head"], dram["change"]) == ("89.61", "74.02", "-17.4 %")
+    assert "head: profiler: skipped: no CUDA device" in ex.text[0].value
+    # the ack form is still the page's first radio and button
+    assert at.radio[0].options == ["acknowledged", "ignored", "new"]
+
+
 def test_detail_unknown_id_offers_the_open_ones(db):
     at = app("detail", id="ffffffff")
     assert "` id ` = ` ffffffff ` was ignored: no stored regression has this id" in at.warning[0].value
@@ -285,6 +321,7 @@ def test_compare_two_commits_marks_the_step(db, xdb):
     t = at.dataframe[0].value
     assert t["change"].tolist() == ["+"] and t["params"].iloc[0] == STEPPED[1]
     assert 1.15 < t["ratio"].iloc[0] < 1.25 and t["p"].iloc[0] < 0.002
+    assert t["a"].iloc[0].endswith(" µs") and t["b"].iloc[0].endswith(" µs")  # in its unit, not raw seconds
     assert at.metric[1].value == "1"
     at.radio(key="cmp:rows").set_value("all").run()
     assert len(at.dataframe[0].value) == 16

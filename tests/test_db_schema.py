@@ -65,7 +65,7 @@ def test_version_3_file_with_both_tables_already_migrates_and_keeps_their_rows(t
                                                                                         "known")]
         assert con.execute("SELECT op, median_s FROM tuning_results").fetchall() == [("square", 1e-5)]
         assert con.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [
-            (v,) for v in range(1, schema.LATEST + 1)]
+            (v,) for v in range(1, schema.LATEST + 1) if v not in schema.RESERVED]
 
 
 def test_version_3_file_without_them_gets_them(tmp_path):
@@ -98,8 +98,52 @@ def test_released_migrations_are_unchanged():
     import hashlib
 
     got = {v: hashlib.sha256("\n".join(st).encode()).hexdigest()[:16] for v, _, st in schema.MIGRATIONS if v <= 3}
-    assert [v for v, _, _ in schema.MIGRATIONS] == list(range(1, schema.LATEST + 1))
+    assert [v for v, _, _ in schema.MIGRATIONS] == [v for v in range(1, schema.LATEST + 1) if v not in schema.RESERVED]
     assert got == RELEASED
+
+
+def test_explanations_table_comes_after_version_7(tmp_path):
+    """Migration 9 brings a version-7 file to the latest version with an empty explanations table."""
+    import duckdb
+
+    p = tmp_path / "v7.duckdb"
+    con = duckdb.connect(str(p))
+    con.execute("BEGIN")
+    schema.migrate(con, upto=7)
+    con.execute("COMMIT")
+    con.close()
+    store.write(p, lambda c: None)
+    with store.read(p) as con:
+        cols = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
+                                          "'explanations' ORDER BY column_index").fetchall()]
+        assert cols[:6] == ["regression_id", "machine", "benchmark", "param_key", "base_commit", "head_commit"]
+        assert {"payload", "markdown"} <= set(cols)
+        assert con.execute("SELECT count(*) FROM explanations").fetchone()[0] == 0
+        assert schema.current_version(con) == schema.LATEST == 9
+
+
+def test_a_migration_numbered_below_the_files_version_still_applies(tmp_path, monkeypatch):
+    """A file at 9 made before migration 8 was merged gets 8 (tuning_results rebuilt, its rows kept),
+    each migration applied exactly once."""
+    import duckdb
+
+    p = tmp_path / "v9.duckdb"
+    with monkeypatch.context() as m:  # the schema as it was before 8 was merged
+        m.setattr(schema, "MIGRATIONS", [x for x in schema.MIGRATIONS if x[0] != 8])
+        store.write(p, lambda c: c.execute("INSERT INTO tuning_results VALUES ('sq', 'g', '64', 'f32', 'triton', "
+                                           "'{}', 1e-5, 1.0)"))
+    con = duckdb.connect(str(p))
+    assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == \
+        [1, 2, 3, 4, 5, 6, 7, 9]
+    con.execute("BEGIN")
+    assert schema.migrate(con) == 9
+    schema.migrate(con)  # idempotent: nothing applies twice
+    con.execute("COMMIT")
+    assert con.execute("SELECT op, median_s, status, space_hash FROM tuning_results").fetchall() == [
+        ("sq", 1e-5, "timed", None)]
+    assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == \
+        list(range(1, 10))
+    con.close()
 
 
 RELEASED = {1: '38213623bc9cb80a', 2: '6c99e16daa0ee071', 3: '88d5c858ad3e9d5d'}

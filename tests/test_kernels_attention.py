@@ -230,6 +230,26 @@ def test_compile_fullgraph(interpreter):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
+    """Contiguous inputs take the TMA kernel (config ``tma``), others and ``tma=False`` the pointer
+    kernel: the same values, ragged blocks included (TMA's zero-filled reads, clipped stores)."""
+    from xrt.kernels.triton import attention as T
+
+    ran = []
+    for name in ("_fwd", "_fwd_tma"):
+        real = getattr(T, name)
+        monkeypatch.setattr(T, name, lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
+    q, k, v, _ = _inputs((2, 2, 37), 45, torch.float16, "cpu")
+    o1, l1 = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
+    o2, l2 = T.attention(q, k, v, causal, 0.125, {**SMALL_FWD, "tma": False})
+    o3, l3 = T.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, 0.125, SMALL_FWD)
+    assert ran == ["_fwd_tma", "_fwd", "_fwd"]
+    assert torch.equal(o1, o2) and torch.equal(l1, l2) and torch.equal(o1, o3)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=0.125)
+    assert (o1.double() - want).abs().max() < 2e-3
+
+
 def test_spaces_hold_the_defaults():
     for key in ("attention.triton", "attention_bwd.triton"):
         assert spaces.check(key, {}) == spaces.default(key)

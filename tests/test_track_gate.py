@@ -179,3 +179,38 @@ def test_failing_series_are_grouped_into_alerts_per_machine_and_commit(world, ca
     assert md.count("#### ") == 2 and "#### h100 at" in md and md.index("#### h100") < md.index("#### a100")
     a100 = md[md.index("#### a100"):]
     assert a100.count("| a100 |") == 1 and "| h100 |" not in a100.split("####")[1]
+
+
+def test_report_writes_one_static_page_with_the_verdict_and_every_series(world, capsys):
+    import html.parser
+
+    repo, commits, root, rng, db = world
+    synth.write_run(root, "h100", commits[-1], synth.samples(rng, 60e-6), synth.samples(rng, 5e-6), N - 1, 1980)
+    _ingest(root, db, repo)
+    out = db.parent / "report.html"
+    code = main(["report", "--db", str(db), "--repo", str(repo), "--base", commits[-2], "--head", "HEAD",
+                 "--out", str(out)])
+    said = capsys.readouterr().out
+    assert code == 0 and f"wrote {out} (gate: regression, 2 series compared, 1 regression(s))" in said
+    page = out.read_text()
+    cells: list[str] = []
+
+    class P(html.parser.HTMLParser):
+        def handle_data(self, data):
+            cells.append(data)
+
+    P().feed(page)
+    text = " ".join(cells)
+    assert "gate: regression" in text and "<script" not in page  # static: no script
+    assert "Every series at both commits (2)" in text and synth.OP in text
+    import re
+
+    assert re.search(r"\b(59|60|61)(\.\d)? µs\b", text) and "e-05" not in text  # in its unit, not 6e-05
+    assert text.index("1.2") < text.index("Every series")  # the regression's ratio, in its alert, first
+    # bad input: one line, exit 2, nothing written
+    out.unlink()
+    code = main(["report", "--db", str(db), "--repo", str(repo), "--base", "nosuchrev", "--head", "HEAD",
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("xrt report: ") and "nosuchrev" in err[0]
+    assert not out.exists()

@@ -42,3 +42,40 @@ def test_nightly_runs_only_on_schedule_one_at_a_time_on_the_gpu_runner():
         assert cmd in runs, cmd
     keep = [s for s in steps if s.get("uses", "").startswith(("actions/cache/save", "actions/upload-artifact"))]
     assert len(keep) == 2 and all(s.get("if") == "always()" for s in keep)
+
+
+def test_nightly_keeps_its_history_on_a_branch_and_rebuilds_from_it():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load(NIGHTLY.read_text())
+    assert wf["permissions"] == {"contents": "write"}
+    runs = [s.get("run", "") for s in wf["jobs"]["bench"]["steps"]]
+    pull = next(i for i, r in enumerate(runs) if "results_branch.sh pull" in r)
+    ingest = next(i for i, r in enumerate(runs) if "xrt db ingest" in r)
+    push = next(i for i, r in enumerate(runs) if "results_branch.sh push" in r)
+    assert pull < ingest < push  # restored before the ingest rebuilds the database, kept after the run
+
+
+def test_pull_requests_run_on_the_gpu_only_when_a_maintainer_asks():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((NIGHTLY.parent / "pr-bench.yml").read_text())
+    on = wf.get("on", wf.get(True))
+    assert set(on) == {"pull_request_target", "workflow_dispatch"}  # never `pull_request` (a fork's push)
+    assert on["pull_request_target"] == {"types": ["labeled"]}
+    assert wf["permissions"] == {"contents": "read"}
+    job = wf["jobs"]["bench"]
+    assert job["runs-on"] == ["self-hosted", "linux", "gpu"]
+    assert "github.event.label.name == 'gpu-bench'" in job["if"] and "workflow_dispatch" in job["if"]
+    steps = job["steps"]
+    assert steps[0]["uses"].startswith("actions/checkout") and steps[0]["with"]["persist-credentials"] is False
+    assert "ref" not in steps[0]["with"]  # the tooling is the default branch's, not the PR's
+    runs = [s.get("run", "") for s in steps]
+    # untrusted values reach the shell through env, never pasted into a script
+    assert not any("github.event.pull_request" in r or "inputs." in r for r in runs)
+    pr_step = next(s for s in steps if s.get("id") == "pr")
+    assert pr_step["env"]["LABELLED_SHA"] == "${{ github.event.pull_request.head.sha }}"  # the labelled head
+    text = " ".join(runs)
+    for cmd in ("merge-base", "xrt bench run", "--changed-only", "xrt db ingest", "xrt gate", "xrt report",
+                "$GITHUB_STEP_SUMMARY"):
+        assert cmd in text, cmd
+    up = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert len(up) == 1 and "pr-results/report.html" in up[0]["with"]["path"]

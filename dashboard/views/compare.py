@@ -103,12 +103,14 @@ if only == "changed":
 if d.empty:
     st.success(f"No benchmark moved by {thr:g} % or more between A and B.")
     st.stop()
-d = d.assign(params=d["param_key"].replace("", "—"), change=d["change"].replace({"-": "−"}))
+d = d.assign(params=d["param_key"].replace("", "—"), change=d["change"].replace({"-": "−"}),
+             a=[D.fmt_value(v, u) for v, u in zip(d["a_value"], d["unit"])],  # in its unit: 41.2 µs, not 4.12e-05
+             b=[D.fmt_value(v, u) for v, u in zip(d["b_value"], d["unit"])])
 d = d.sort_values("ratio", ascending=False, na_position="first")
-st.dataframe(d[["change", "benchmark", "params", "a_value", "b_value", "unit", "ratio", "p"]], hide_index=True,
+st.dataframe(d[["change", "benchmark", "params", "a", "b", "ratio", "p"]], hide_index=True,
              width="stretch", height=min(38 * (len(d) + 1), 700), column_config={
-                 "a_value": st.column_config.NumberColumn(f"A {D.short(a, 8)}", format="%.4g"),
-                 "b_value": st.column_config.NumberColumn(f"B {D.short(b, 8)}", format="%.4g"),
+                 "a": st.column_config.TextColumn(f"A {D.short(a, 8)}"),
+                 "b": st.column_config.TextColumn(f"B {D.short(b, 8)}"),
                  "ratio": st.column_config.NumberColumn("ratio B/A", format="%.3f×"),
                  "p": st.column_config.NumberColumn("p (Mann-Whitney)", format="%.1e")})
 U.footer(r)

@@ -138,6 +138,33 @@ for chk in rec["diag"]:
     st.markdown(f"{U.STATUS_ICON.get(chk.get('status'), '•')} **{U.lit(chk.get('name'), 80)}**")
     st.text(str(chk.get("detail") or "") + (f"\n→ {chk['advice']}" if chk.get("advice") else ""))
 
+# `xrt explain` runs on a GPU host and stores its result; this page only shows what is stored.
+ex = r.explanation(rec)
+with st.expander("What changed between base and head (`xrt explain`)", expanded=ex is not None):
+    if ex is None:
+        cmd = f"xrt explain {rec['id']} --db {r.path}"
+        st.caption("No explanation stored for this step. On a GPU host (Nsight Compute for the NCU part), "
+                   f"{U.lit(cmd, None, code=True)} collects one; this page never runs it.")
+    else:
+        pl = ex["payload"]
+        st.caption(f"base {U.lit(D.short(ex['base_commit']), code=True)} → head "
+                   f"{U.lit(D.short(ex['head_commit']), code=True)}; collected on {U.lit(ex.get('host') or '?', 80)}"
+                   + (f" ({U.lit(pl['gpu'], 80)})" if pl.get("gpu") else "")
+                   + f" at {U.lit(str(ex['created_at'])[:19])}; ncu clock control "
+                   + U.lit((pl.get("ncu") or {}).get("clock_control", "?"), 20, code=True)
+                   + "; ranked: kernel list, launch configuration, registers/spills, throughput, NCU findings, "
+                     "settings, compiled code.")
+        changes = pd.DataFrame(pl.get("changes") or [], columns=["group", "what", "kernel", "base", "head", "change"])
+        if changes.empty:
+            st.info("Nothing that was collected differs between base and head.")
+        else:
+            st.dataframe(changes, hide_index=True, width="stretch")
+        missing = [f"{side}: {part}: {state}" for side in ("base", "head")
+                   for part, state in ((pl.get("sides") or {}).get(side, {}).get("parts") or {}).items()
+                   if state != "ok"]
+        if missing:
+            st.text("Not collected:\n" + "\n".join(missing))
+
 st.markdown("**Acknowledge or ignore**")
 can_write, why = U.writes()
 if not can_write:

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks
+from xrt.kernels import checks, spaces
 from xrt.kernels.triton.launch import Launcher, cdiv
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
@@ -120,6 +120,75 @@ def _attn_fwd_kernel(
              out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # back to natural log
     tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, lse, mask=rmask)
+
+
+@triton.jit
+def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, lo, hi, S_k, qk_scale,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                    WS: tl.constexpr):
+    """:func:`_fwd_blocks` with K and V fetched by the TMA engine (rows past S_k arrive as zeros)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        k = desc_k.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        s = tl.dot(q, tl.trans(k))
+        if MASKED:
+            offs_n = start_n + offs_n0
+            keep = offs_n[None, :] < S_k
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_tma_kernel(
+    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
+    desc_k,  # k as [B*H, S_k, D], block [1, BLOCK_N, D]
+    desc_v,  # v as [B*H, S_k, D], block [1, BLOCK_N, D]
+    desc_o,  # o as [B*H, S_q, D], block [1, BLOCK_M, D]: stores past S_q are clipped by the engine
+    lse_ptr,  # [B, H, S_q] fp32, contiguous
+    S_q, S_k,
+    qk_scale,  # scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WS: tl.constexpr,
+):
+    """The forward of :func:`_attn_fwd_kernel` with every tile moved by the TMA engine (Hopper):
+    the same online softmax, the same unmasked / masked split of the key loop."""
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    if CAUSAL:
+        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
+        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
+    else:
+        hi = S_k
+        n_full = (S_k // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
+                                    HEAD_DIM, BLOCK_N, False, CAUSAL, WS)
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
+                                    HEAD_DIM, BLOCK_N, True, CAUSAL, WS)
+    # rows past S_q (the ragged last block) have l = 0 where every score was masked: keep them finite
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    desc_o.store([bh, start_m * BLOCK_M, 0], out.to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
+    lse = (m_i + tl.math.log2(l_safe)) * 0.6931471805599453
+    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, lse, mask=offs_m < S_q)
 
 
 @triton.jit
@@ -318,6 +387,7 @@ def _attn_bwd_dq_kernel(
 
 
 _fwd = Launcher(_attn_fwd_kernel)
+_fwd_tma = Launcher(_attn_fwd_tma_kernel)
 _pre = Launcher(_bwd_preprocess_kernel)
 _dkdv = Launcher(_attn_bwd_dkdv_kernel)
 _dq = Launcher(_attn_bwd_dq_kernel)
@@ -364,7 +434,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
     _check(q, k, v, scale)
-    cfg = checks.tuning("attention.triton", config)
+    d = q.shape[-1]
+    cfg = checks.tuning("attention.triton", config if config is not None else spaces.default_for("attention.triton", d))
     bsz, h, s_q, d = q.shape
     s_k = k.shape[2]
     o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
@@ -373,20 +444,46 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         return o, lse
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     grid = (cdiv(s_q, bm), bsz * h)
-    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, s_q, s_k,
-            float(scale) * LOG2E)
+    tma = _tma_views(q, k, v, o) if cfg.get("tma") else None
+    if tma is not None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        q3, k3, v3, o3 = tma
+        args = (TensorDescriptor.from_tensor(q3, [1, bm, d]), TensorDescriptor.from_tensor(k3, [1, bn, d]),
+                TensorDescriptor.from_tensor(v3, [1, bn, d]), TensorDescriptor.from_tensor(o3, [1, bm, d]),
+                lse, s_q, s_k, float(scale) * LOG2E)
+        launch = _fwd_tma
+    else:
+        args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, s_q, s_k,
+                float(scale) * LOG2E)
+        launch = _fwd
     ws = _ws(q, cfg)
     try:
-        _fwd(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=ws,
-             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=ws,
+               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     except Exception:
         if not ws:
             raise
         # Triton's warp specialization does not compile this config here: plain loop from now on.
         _WS_BROKEN.add((q.device, tuple(cfg.items())))
-        _fwd(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=False,
-             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=False,
+               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return o, lse
+
+
+def _tma_views(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
+               ) -> tuple[torch.Tensor, ...] | None:
+    """q, k, v, o as [B*H, S, D] views for the TMA kernel, or None where it cannot take them: a GPU
+    before Hopper, or an input that is not contiguous (the engine's rules: last stride 1, the other
+    strides and the base 16-byte aligned). Under Triton's interpreter (CPU tensors) it runs too."""
+    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] < 9:
+        return None
+    out = []
+    for t in (q, k, v, o):
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            return None
+        out.append(t.view(t.shape[0] * t.shape[1], t.shape[2], t.shape[3]))
+    return tuple(out)
 
 
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -1,6 +1,7 @@
-"""``xrt diag``: the "tuned it and it got slower?" checklist (seed 000), for any op.
+"""``xrt diag``: the "tuned it and it got slower?" checklist, for any op.
 
-The seed's four axes, then the machine: memory format (channels_last, NCHW<->NHWC round trips);
+The four axes of a CNN kernel-tuning checklist (a fused conv+BN+ReLU tuning lab asks them of
+every slow step), then the machine: memory format (channels_last, NCHW<->NHWC round trips);
 the layout / access-pattern settings in force (policy, env, tuning config); tile and
 shared-memory sizes against the problem; first-step compilation and warm-up; then clocks and
 throttle reasons, other processes on the GPU, CPU load, driver and toolkit versions. Each check
@@ -225,12 +226,17 @@ def diagnose(op: str, *, shape: str | None = None, dtype: str = "float32", provi
     fn = lambda: spec.call(args, chosen, cfg)  # noqa: E731
     sync = torch.cuda.synchronize if dev.kind == "cuda" else (lambda: None)
     gpu = dev if dev.kind == "cuda" else None
+    sms = dev.sm_count if dev.kind == "cuda" else None
+    if op == "conv_bn_relu":  # its own first three axes: layout path, knobs and their sources, tiles
+        from xrt.bench.diag_conv import check_stats, conv_checks
+
+        axes = [*conv_checks(args, chosen, cfg, gpu, sms), check_first_step(fn, sync, warmup), check_stats()]
+    else:
+        axes = [check_memory_format(args), check_settings(op, provider, cfg, gpu, getattr(torch, dtype), shape_t),
+                check_tiles(spec, chosen, cfg, shape_t, sms), check_first_step(fn, sync, warmup)]
     checks = [
         Check("problem", INFO, f"{op} {suite.shape_key(shape_t)} {dtype} on {dev.summary()}; provider {chosen}"),
-        check_memory_format(args),
-        check_settings(op, provider, cfg, gpu, getattr(torch, dtype), shape_t),
-        check_tiles(spec, chosen, cfg, shape_t, dev.sm_count if dev.kind == "cuda" else None),
-        check_first_step(fn, sync, warmup),
+        *axes,
         check_clocks(dev, nvml),
         check_other_processes(dev, nvml),
         check_cpu_load(),

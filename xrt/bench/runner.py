@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench import machine as xmachine
-from xrt.bench import sources
+from xrt.bench import sources, worktrees
 from xrt.db import sidecar_keys as SK
 from xrt.device import DeviceInfo
 
@@ -41,10 +41,10 @@ class BenchError(RuntimeError):
 
 
 def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise BenchError(f"git {' '.join(args)} in {repo}: {out.stderr.strip()}")
-    return out.stdout.strip()
+    try:
+        return worktrees.git(repo, *args)
+    except worktrees.GitError as e:
+        raise BenchError(str(e)) from None
 
 
 def resolve_commits(repo: Path, spec: str) -> list[str]:
@@ -299,7 +299,10 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 summary["commits"].append({"commit": commit, "status": "already measured"})
                 continue
             wt = work / commit[:12]
-            _git(repo, "worktree", "add", "--detach", "--force", str(wt), commit)
+            try:
+                worktrees.add(repo, commit, wt)
+            except worktrees.GitError as e:
+                raise BenchError(str(e)) from None
             try:
                 if not (wt / "asv.conf.json").is_file() or not (wt / "benchmarks" / "bench_ops.py").is_file():
                     log(f"[{i}/{len(commits)}] {commit[:10]}: no asv suites in this commit; skipped")
@@ -379,8 +382,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 states = ", ".join(f"{m}: {v['status']}" for m, v in entry["machines"].items())
                 log(f"[{i}/{len(commits)}] {commit[:10]} in {entry['seconds']} s: {states}")
             finally:
-                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(wt)],
-                               capture_output=True)
+                worktrees.remove(repo, wt)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)

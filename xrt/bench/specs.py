@@ -298,9 +298,9 @@ def _attn_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
 
 
 def _attn_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
-    from xrt.kernels.reference.attention import attention
-
     import torch
+
+    from xrt.kernels.reference.attention import attention
 
     q, k, v, causal, scale = _attn_inputs(shape, dtype, device)
     # The forward's output and log-sum-exp, one (batch, head) at a time: the reference materialises
@@ -406,3 +406,133 @@ register(BenchSpec(
     spaces={"triton": "attention_bwd.triton"},
     check=_attn_check("attention_bwd"),
 ))
+
+
+# -- fused conv3x3 + BatchNorm + ReLU, NHWC ---------------------------------------------------------
+#
+# A shape is (N, C, H, W, K, stride), padding 1, inference (BatchNorm folded). Provider "torch" is the
+# unfused baseline (cuDNN conv, BatchNorm, ReLU); "triton" the fused kernels. The stride-1 and -2
+# spaces have one set of parameter names: a config of either is checked against its stride's.
+
+def _conv_out(shape: Shape) -> tuple[int, int]:
+    from xrt.kernels.checks import conv_out
+
+    n, c, h, w, k, s = shape
+    return conv_out(h, w, s, 1)
+
+
+def _conv_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    import torch
+
+    n, c, h, w, k, stride = shape
+    x = _randn((n, c, h, w), dtype, device).contiguous(memory_format=torch.channels_last)
+    weight = _randn((k, c, 3, 3), dtype, device) / (3 * c ** 0.5)
+    gamma = torch.rand(k, device=device) + 0.5
+    var = torch.rand(k, device=device) + 0.5
+    return (x, weight, gamma, _randn((k,), torch.float32, device), _randn((k,), torch.float32, device) * 0.1, var,
+            stride)
+
+
+def _call_conv(args: tuple, provider: str, config: dict | None):
+    import torch
+
+    x, weight, gamma, beta, mean, var, stride = args
+    if config is None:
+        import xrt.pytorch as xp
+
+        with torch.no_grad():
+            return xp.ops.conv_bn_relu(x, weight, gamma, beta, mean, var, stride=stride, provider=provider)
+    if provider != "triton":
+        raise ValueError(f"conv_bn_relu provider {provider!r} has no tuning configs")
+    from xrt.kernels.triton.conv_bn_relu import conv_bias_relu
+    from xrt.pytorch.ops.conv_bn_relu import fold_bn
+
+    w, b = fold_bn(weight, gamma, beta, mean, var, 1e-5, x.dtype)  # cached: the launch alone is timed
+    return conv_bias_relu(x, w, b, stride, 1, True, config)
+
+
+def _conv_bytes(shape: Shape, esize: int) -> int:
+    n, c, h, w, k, _ = shape
+    ho, wo = _conv_out(shape)
+    return (n * c * h * w + n * k * ho * wo + 9 * c * k) * esize  # read x and the weight once, write y
+
+
+def _conv_flops(shape: Shape) -> int:
+    n, c, h, w, k, _ = shape
+    ho, wo = _conv_out(shape)
+    return 2 * n * ho * wo * k * 9 * c
+
+
+CONV_SHAPES = {"quick": [(1, 8, 6, 6, 8, 1)],
+               "small": [(1, 64, 56, 56, 64, 1), (8, 128, 28, 28, 128, 2)],
+               "large": [(64, 64, 56, 56, 64, 1), (64, 256, 14, 14, 256, 1), (64, 64, 56, 56, 128, 2),
+                         (64, 128, 28, 28, 256, 2), (64, 256, 14, 14, 512, 2)]}
+
+register(BenchSpec(
+    op="conv_bn_relu",
+    shapes=CONV_SHAPES,
+    dtypes=["float16", "float32"],
+    providers=["torch", "triton"],
+    make_inputs=_conv_inputs,
+    call=_call_conv,
+    bytes_moved=_conv_bytes,
+    flops=_conv_flops,
+    spaces={"triton": "conv_bn_relu_s1.triton"},
+))
+
+
+# -- the CNN macro-benchmarks: a small ResNet-style CNN (xrt.pytorch.modules), CIFAR-10-shaped ------
+#
+# A shape is (batch, width): synthetic 3 x 32 x 32 images, channels_last, under AMP in the dtype.
+# Provider "torch" runs every conv + BatchNorm + ReLU unfused (torch's modules), "triton" fused
+# (xp.ops.conv_bn_relu); the rest of the model is the same torch code. CUDA only: on the CPU the
+# model's dozen convolutions under the Triton interpreter take minutes, and AMP fp16 is a GPU mode.
+
+def _cnn_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    from xrt.pytorch.modules import cnn_inputs
+
+    return cnn_inputs(shape[0], shape[1], dtype, device)
+
+
+def _cnn_call(train: bool):
+    def call(args: tuple, provider: str, config: dict | None):
+        if config is not None:
+            raise ValueError("the CNN macro-benchmarks have no tuning configs")
+        from xrt.pytorch.modules import cnn_step
+
+        return cnn_step(args, provider, train)
+
+    return call
+
+
+def _cnn_check(op: str) -> Callable[[tuple, str], None]:
+    def check(args: tuple, provider: str) -> None:
+        from xrt.pytorch.modules import cnn_step  # noqa: F401  (registers the providers)
+        from xrt.pytorch.ops._providers import get
+
+        why = get(op, provider).missing(args[0])
+        if why:
+            raise RuntimeError(f"{op}: provider {provider!r} is unavailable: {why}")
+
+    return check
+
+
+def _cnn_flops(shape: Shape, train: bool) -> int:
+    from xrt.pytorch.modules import cnn_conv_flops
+
+    return cnn_conv_flops(shape[0], shape[1]) * (3 if train else 1)
+
+
+for _name, _train in (("cnn_infer", False), ("cnn_train", True)):
+    register(BenchSpec(
+        op=_name,
+        module="conv_bn_relu",
+        shapes={"quick": [(2, 8)], "small": [(32, 32)], "large": [(256, 64)]},
+        dtypes=["float16"],
+        providers=["torch", "triton"],
+        make_inputs=_cnn_inputs,
+        call=_cnn_call(_train),
+        bytes_moved=lambda shape, esize: 0,  # a model: FLOPs only (the convolutions')
+        flops=lambda shape, _train=_train: _cnn_flops(shape, _train),
+        check=_cnn_check(_name),
+    ))

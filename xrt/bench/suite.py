@@ -247,8 +247,8 @@ class Case(_Inputs):
         self.measurement = m
         self.per = m.calls_per_sample
         if m.n < MIN_SAMPLES:  # the time cap stopped it early (a slow call): the gate needs more a side
-            clock = timer._Clock(device)
-            target = timer._graphed(self.fn, self.per, clock.device) if self.graph else self.fn
+            clock = timer.Clock(device)
+            target = timer.graphed(self.fn, self.per, clock.device) if self.graph else self.fn
             clock.calibrate(target)
             while m.n < MIN_SAMPLES:
                 t = clock.batch(target, 1)[0] / self.per
@@ -297,7 +297,7 @@ class HostCase(_Inputs):
         from xrt.bench import timer
 
         super().__init__(op, shape, dtype, provider, config, inputs)
-        self.clock = timer._Clock(self.dev.torch_device, flush=False)
+        self.clock = timer.Clock(self.dev.torch_device, flush=False)
         cfg = timer.HOST_DEFAULTS
         self.calls = self.clock.host_calls(self.fn, cfg["sample_time"], cfg["max_calls"], cfg["warmup_time"])
         # HOST_SAMPLES samples, or fewer where a call is slow: stop after HOST_MAX_TIME seconds once

@@ -154,7 +154,7 @@ def should_stop(samples: list[float], elapsed: float, *, target_noise: float, mi
     return "noise" if relative_noise(samples) < target_noise else None
 
 
-class _Clock:
+class Clock:
     """Device-side timing of a batch of calls: CUDA / XPU events, or perf_counter on the CPU."""
 
     def __init__(self, device: str, nvml: Any = None, flush: bool = True) -> None:
@@ -266,7 +266,7 @@ class GraphCaptureError(RuntimeError):
     """``fn`` cannot be captured in a CUDA graph (it synchronises, or calls what capture forbids)."""
 
 
-def _graphed(fn: Callable[[], Any], calls: int, device: Any) -> Callable[[], Any]:
+def graphed(fn: Callable[[], Any], calls: int, device: Any) -> Callable[[], Any]:
     """``calls`` calls of ``fn`` captured in one CUDA graph: its replay.
 
     A capture that fails raises :class:`GraphCaptureError` and leaves the process as it was. (When
@@ -312,11 +312,11 @@ def measure(fn: Callable[[], Any], device: str = "cpu", *, graph: bool = False, 
     cfg = {**DEFAULTS, **rule}
     if cfg["target_noise"] <= 0 or cfg["min_samples"] < 2 or cfg["max_time"] <= 0:
         raise ValueError(f"timer settings out of range: {cfg}")
-    clock = _Clock(device, nvml=nvml, flush=flush_l2)
+    clock = Clock(device, nvml=nvml, flush=flush_l2)
     if graph:
         if clock.kind != "cuda":
             raise ValueError(f"graph mode needs a CUDA device, got {device!r}")
-        target, per = _graphed(fn, calls_per_sample, clock.device), calls_per_sample
+        target, per = graphed(fn, calls_per_sample, clock.device), calls_per_sample
     else:
         target, per = fn, 1
     t_start = time.perf_counter()
@@ -363,7 +363,7 @@ def measure_host(fn: Callable[[], Any], device: str = "cpu", **settings: float) 
     cfg = {**HOST_DEFAULTS, **settings}
     if cfg["samples"] < 2 or cfg["max_calls"] < 1 or cfg["sample_time"] <= 0:
         raise ValueError(f"host-timer settings out of range: {cfg}")
-    clock = _Clock(device, flush=False)
+    clock = Clock(device, flush=False)
     t_start = time.perf_counter()
     calls = clock.host_calls(fn, cfg["sample_time"], int(cfg["max_calls"]), cfg["warmup_time"])
     m = Measurement(samples_s=[clock.host_batch(fn, calls) for _ in range(int(cfg["samples"]))],

@@ -128,6 +128,20 @@ def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
     gemm = [("matmul", "_matmul_kernel", gemm_args,
              {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64 if dtype != "float32" else 16, "GROUP_M": 8,
               "PRECISION": "ieee" if dtype == "float32" else "tf32"})]
+    # The fused conv's three kernels at a 128-pixel tile, 64 + 64 channel steps, 16-byte vectors.
+    i32 = "i32"
+    prec = {"PRECISION": "ieee" if dtype == "float32" else "tf32"}
+    conv = [("conv_bn_relu", "_conv3x3_direct_kernel",
+             {"x_ptr": t, "w_ptr": t, "b_ptr": f, "y_ptr": t,
+              **{n: i32 for n in ("H", "W", "CV", "K", "Ho", "Wo", "tiles_h", "tiles_w")}},
+             {"STRIDE": 1, "PAD": 1, "TH": 8, "TW": 16, "BLOCK_N": 64, "BLOCK_K": 64, "VEC": 8, "HAS_BIAS": True,
+              "RELU": True, **prec}),
+            ("conv_bn_relu", "_im2row_kernel", {"x_ptr": t, "a_ptr": t, **{n: i32 for n in ("M", "H", "W", "CV", "Ho",
+                                                                                           "Wo")}},
+             {"STRIDE": 2, "PAD": 1, "BLOCK_M": 64, "BLOCK_C": 64, "VEC": 8}),
+            ("conv_bn_relu", "_gemm_bias_relu_kernel", {"a_ptr": t, "w_ptr": t, "b_ptr": f, "y_ptr": t, "M": i32,
+                                                         "K": i32, "Kk": i32},
+             {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "HAS_BIAS": True, "RELU": True, **prec})]
     return {
         "square": [("square", "_square_kernel", {"x_ptr": t, "y_ptr": t, "n": "i64"}, {"BLOCK_SIZE": 1024})],
         "vector_add": [("vector_add", "_vector_add_kernel", {"a_ptr": t, "b_ptr": t, "y_ptr": t, "n": "i64"},
@@ -144,6 +158,7 @@ def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
                             "rows_per_program": "i32"}, {"BLOCK": 4096})],
         "matmul": gemm,
         "bmm": gemm,
+        "conv_bn_relu": conv,
     }.get(op, [])
 
 

@@ -474,10 +474,6 @@ def _short(names: list[str] | None, n: int | None = 3) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if n and len(names) > n else "")
 
 
-def _ms_to_ts(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).replace(tzinfo=None) if ms is not None else None
-
-
 def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_changed, prev, git_commits, repo,
            t0, skipped=()) -> None:
     import pyarrow as pa

@@ -118,7 +118,22 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             SELECT op, device, shape, dtype, provider, config, median_s, gbps, 'timed' FROM tuning_results_v4""",
         "DROP TABLE tuning_results_v4",
     ]),
+    # `xrt explain` (xrt.track.explain): what changed between base and head for one benchmark case
+    # (kernel list, launch configuration, registers and spills, NCU throughput, settings), one row per
+    # case and commit pair, keyed by the regression it explains (NULL for `--base/--head/--bench`).
+    # (Merged before 8: migrate() applies every version a file has not recorded, so a file migrated
+    # to 9 before 8 existed still gets 8.)
+    (9, "table: explanations (xrt explain: what changed between base and head for a benchmark case)", [
+        """CREATE TABLE explanations (
+            regression_id VARCHAR, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR,
+            base_commit VARCHAR, head_commit VARCHAR, created_at TIMESTAMP, host VARCHAR,
+            payload JSON, markdown VARCHAR)""",
+    ]),
 ]
+
+# Versions handed to migrations on other branches, not yet in this file: skipped by the checks that
+# the versions are consecutive. Remove a number when its migration is merged.
+RESERVED: tuple[int, ...] = ()
 
 LATEST = MIGRATIONS[-1][0]
 
@@ -134,15 +149,23 @@ def current_version(con: Any) -> int:
 
 
 def migrate(con: Any, upto: int = LATEST) -> int:
-    """Bring the database to version ``upto`` inside the caller's transaction; returns the old version."""
+    """Bring the database to version ``upto`` inside the caller's transaction; returns the old version.
+
+    Every migration up to ``upto`` that the file has not recorded is applied, in version order: also
+    one numbered below the file's version (a migration merged after a later-numbered one had
+    already been applied to the file; their tables are independent)."""
     old = current_version(con)
     if old > LATEST:
         raise RuntimeError(f"database schema version {old} is newer than this xrt knows ({LATEST}); "
                            "upgrade xrt")
     if old == 0:
         con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, description VARCHAR)")
+        applied: set[int] = set()
+    else:
+        # migrate() records every version it applies, so the table lists them all
+        applied = {int(v) for (v,) in con.execute("SELECT DISTINCT version FROM schema_version").fetchall()}
     for version, description, statements in MIGRATIONS:
-        if old < version <= upto:
+        if version not in applied and version <= upto:
             for s in statements:
                 con.execute(s)
             con.execute("INSERT INTO schema_version VALUES (?, now()::TIMESTAMP, ?)", [version, description])

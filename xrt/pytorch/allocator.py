@@ -3,7 +3,7 @@
 ``set_allocator(True)`` switches the caching allocator to *expandable segments*: instead of many
 fixed-size segments (which fragment when tensor sizes change from step to step, so reserved
 memory keeps growing), each stream's pool is one virtual range that grows in place. On a
-fragmenting workload this lowers reserved memory; ``benchmarks/allocator_fragmentation.py``
+fragmenting workload this lowers reserved memory; ``benchmarks/bench_allocator.py``
 measures it. ``reset_allocator()`` goes back to PyTorch's default and releases cached blocks.
 
 The setting applies to segments allocated after the call, so set it before the big allocations.

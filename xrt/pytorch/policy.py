@@ -168,6 +168,8 @@ register_op("vector_add", PROVIDERS)
 register_op("window_sum", PROVIDERS)
 register_op("layernorm", PROVIDERS)
 register_op("softmax", PROVIDERS)
+# conv3x3 + BatchNorm + ReLU (xp.ops.conv_bn_relu): torch's unfused ops or xrt's fused kernels (no CUDA C).
+register_op("conv_bn_relu", ("torch", "triton", "xpu"))
 
 
 def _tuned_keys() -> set[str]:

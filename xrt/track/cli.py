@@ -44,21 +44,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_show)
 
     g = sub.add_parser("gate", help="the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)")
-    g.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
-    g.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
-    g.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
-                   "a branch or tag with --repo)")
-    g.add_argument("--head", required=True, metavar="REV", help="the commit judged")
-    # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
-    g.add_argument("--threshold", default="0.05",
-                   help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
-    g.add_argument("--alpha", default="0.002", help="Mann-Whitney p-value bar, in (0, 1) [0.002]")
-    g.add_argument("--min-samples", default="5",
-                   help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
-    g.add_argument("--machine", help="only this machine")
+    _gate_args(g)
     g.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
-    g.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
     g.set_defaults(func=run_gate)
+
+    rp = sub.add_parser("report", help="a static HTML page comparing two commits (the gate's verdict and every series)",
+                        description="Judge HEAD against BASE as `xrt gate` does and write one self-contained HTML "
+                        "page: the verdict, its alerts, and every series of both commits. Exit 0 when written "
+                        "(whatever the verdict), 2 when it cannot judge or write.")
+    _gate_args(rp)
+    rp.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    rp.set_defaults(func=run_report)
+
+    e = sub.add_parser("explain", help="why a benchmark case got slower: NCU, profiler, compiled code and settings, "
+                       "base vs head", description="Check out base and head in worktrees and collect, per side, Nsight "
+                       "Compute (GPU and ncu only), torch.profiler's kernel list (GPU only), the compiled code and the "
+                       "settings in force; rank what changed and store it with the regression (docs/regressions.md).")
+    e.add_argument("id", nargs="?", metavar="REGRESSION_ID", help="a stored regression (a unique prefix is enough)")
+    e.add_argument("--db", default=None, help=f"the results database [{DEFAULT_DB}]")
+    e.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are explained [.]")
+    e.add_argument("--base", metavar="REV", help="without REGRESSION_ID: the fast commit")
+    e.add_argument("--head", metavar="REV", help="without REGRESSION_ID: the slow commit")
+    e.add_argument("--bench", metavar="BENCHMARK", help="without REGRESSION_ID: e.g. bench_ops.Square.time_op")
+    e.add_argument("--params", help="without REGRESSION_ID: shape,dtype,provider,config, "
+                   "e.g. 4096,float32,cuda,default")
+    e.add_argument("--arch", default=None, help="compiled code for this target (sm_90) [the GPU's, else sm_90]")
+    e.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where it could run")
+    e.add_argument("--no-save", action="store_true", help="do not store the explanation in the database")
+    e.add_argument("--out", type=Path, help="also write explain.json, explain.md and each side's raw files here")
+    e.add_argument("--json", action="store_true", help="print the payload as JSON instead of Markdown")
+    e.set_defaults(func=run_explain)
 
     b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
     b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
@@ -69,6 +84,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--results", type=Path, default=None, help="asv results dir [REPO/results/asv]")
     b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
     b.set_defaults(func=run_bisect)
+
+
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    """The arguments `xrt gate` and `xrt report` share (one judgement, two ways of telling it)."""
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
+    p.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
+    p.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
+                   "a branch or tag with --repo)")
+    p.add_argument("--head", required=True, metavar="REV", help="the commit judged")
+    # parsed by run_gate, not argparse: a bad value is one "cannot judge" line and exit 2, like every other input
+    p.add_argument("--threshold", default="0.05",
+                   help="slowdown that fails: a fraction in (0, 1) such as 0.05, or a ratio above 1 (1.05) [0.05]")
+    p.add_argument("--alpha", default="0.002", help="Mann-Whitney p-value bar, in (0, 1) [0.002]")
+    p.add_argument("--min-samples", default="5",
+                   help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
+    p.add_argument("--machine", help="only this machine")
+    p.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
 
 
 def _common(p: argparse.ArgumentParser, default) -> None:
@@ -183,8 +215,37 @@ def run_gate(args: argparse.Namespace) -> int:
         return cannot_judge(f"internal error: {type(e).__name__}: {e}")
     print(gate.report(v))
     if args.summary:
-        gate.write_summary(args.summary, v)
+        gate.write_summary(args.summary, v, explanations=_explanations(args.db, v))
     return v.code
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from xrt.db.store import DatabaseError
+    from xrt.track import gate, report
+
+    try:
+        cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
+        base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
+        v = report.write(args.db, base, head, args.out, cfg, machine=args.machine, history=not args.no_history)
+    except (DatabaseError, ValueError, OSError) as e:
+        print(f"xrt report: {(str(e).strip().splitlines() or ['(no message)'])[0]}", file=sys.stderr)
+        return 2
+    word = {gate.PASS: "pass", gate.REGRESSION: "regression", gate.CANNOT_JUDGE: "cannot judge"}[v.code]
+    print(f"xrt report: wrote {args.out} (gate: {word}, {v.compared} series compared, "
+          f"{len(v.regressions)} regression(s))")
+    return 0
+
+def _explanations(db: str, v) -> list[str]:
+    """The stored `xrt explain` results of the gate's slower series at head (none when reading fails:
+    they are context, never part of the verdict)."""
+    if not v.regressions:
+        return []
+    try:
+        from xrt.track import explain
+
+        return explain.for_gate(db, v.head, v.regressions)
+    except Exception:
+        return []
 
 
 def run_bisect(args: argparse.Namespace) -> int:
@@ -198,3 +259,51 @@ def run_bisect(args: argparse.Namespace) -> int:
     res = B.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
                    log=lambda s: print(s, flush=True))
     return 0 if res.culprit else 1
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """``xrt explain``: bad input (an unknown regression, a rev that names no commit, a case that is
+    not an op suite's) is one line naming it, exit 2 (xrt.cli); nothing is checked out before then."""
+    from xrt.bench import worktrees
+    from xrt.cli import CLIError
+    from xrt.track import explain as X
+
+    adhoc = [n for n in ("base", "head", "bench", "params") if getattr(args, n)]
+    if args.id and adhoc:
+        raise CLIError(f"give REGRESSION_ID or --base/--head/--bench/--params, not both (got {args.id!r} and "
+                       f"--{', --'.join(adhoc)})")
+    if not args.id and len(adhoc) != 4:
+        missing = [f"--{n}" for n in ("base", "head", "bench", "params") if not getattr(args, n)]
+        raise CLIError("give a REGRESSION_ID, or all of --base, --head, --bench and --params "
+                       f"(missing {', '.join(missing)})")
+    repo = args.repo
+    if not (repo / ".git").exists() and not repo.joinpath("HEAD").is_file():
+        raise CLIError(f"--repo {str(repo)!r}: not a git checkout")
+    db = _db(args)
+    regression = None
+    if args.id:
+        from xrt.db import store
+
+        store.check_path(db)
+        _, regression = _find(db, args.id)
+        case = X.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
+        base_rev, head_rev = regression["previous_commit"], regression["commit"]
+    else:
+        case = X.make_case(args.bench, args.params)
+        base_rev, head_rev = args.base, args.head
+    base, head = worktrees.resolve(repo, base_rev), worktrees.resolve(repo, head_rev)
+    print(f"xrt explain: {case.benchmark} [{case.param_key}] base {base[:10]} head {head[:10]}", file=sys.stderr)
+    payload = X.explain(repo, base, head, case, regression=regression, use_ncu=not args.no_ncu, arch=args.arch,
+                        keep=args.out, log=lambda s: print(s, file=sys.stderr, flush=True))
+    md = X.render_markdown(payload)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "explain.json").write_text(json.dumps(payload, indent=1, default=str))
+        (args.out / "explain.md").write_text(md)
+    saved = not args.no_save and (args.id is not None or args.db is not None or Path(db).is_file())
+    if saved:
+        X.save(db, payload, md)
+    print(json.dumps(payload, indent=1, default=str) if args.json else md, end="" if args.json else "")
+    if saved:
+        print(f"stored in {db} (explanations)", file=sys.stderr)
+    return 0

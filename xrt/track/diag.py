@@ -2,7 +2,7 @@
 
 First what changed between the two runs other than code (the runs' stored facts: driver, CUDA,
 torch, Triton, Python, GPU model, tuning profile / policy / clock locking, SM clock, throttle
-share, CPU load), then the op-specific checks of seed 000 in the words and order of
+share, CPU load), then the op-specific checks of the CNN tuning checklist (docs/kernels.md) in the words and order of
 :mod:`xrt.bench.diag` (memory format and NCHW↔NHWC round trips, layout / access-pattern settings,
 tile and shared-memory size against the shape, first-step compilation), judged from what the
 database holds, with the ``xrt diag`` command that checks them live on the GPU.

@@ -31,7 +31,8 @@ from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
-from xrt.track.load import columns, order_expr
+from xrt.track.load import LOOKBACK, columns, order_expr, recent_commits_sql
+from xrt.track.units import fmt_value
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
@@ -201,21 +202,24 @@ def _history_values(con: Any, base: str, machine: str | None,
                     window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
-    noise model learns from."""
+    noise model learns from. Read from the machine's last :data:`~xrt.track.load.LOOKBACK` measured
+    commits (a series measured in fewer of them has fewer points)."""
     order, where_order = order_expr(con)
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
+    recent = recent_commits_sql(con, machine=bool(machine), upto=True, lookback=max(LOOKBACK, window))
     sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
            f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
-           f"  FROM results r JOIN commits c ON c.hash = r.commit_hash"
+           f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
            f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
-           + (" AND r.machine = ?" if machine else "") +
+           f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
+    args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]
     out: dict[tuple, list[tuple]] = {}
-    for m, bn, pk, _, v, lo, hi in con.execute(sql, [row[0]] + ([machine] if machine else []) + [window]).fetchall():
+    for m, bn, pk, _, v, lo, hi in con.execute(sql, args).fetchall():
         out.setdefault((m, bn, pk), []).append((v, lo, hi))
     return out
 
@@ -385,7 +389,7 @@ def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray
         return
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": None, "z": z, "judged": f"against history ({model.describe()})",
-            "before": float(np.exp(model.level)), "after": float(np.median(ys))}
+            "before": float(np.exp(model.level)), "after": float(np.median(ys)), "unit": b["unit"]}
     (v.changed_machine if machine_changed else v.regressions).append(item)
 
 
@@ -403,7 +407,8 @@ def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict
     if p > cfg.alpha:
         return
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
-            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples"}
+            "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples",
+            "unit": b["unit"]}
     if model is not None:
         hib = higher_is_better(b["unit"])  # the run's value the model was learnt on (noise.steadier)
         lr = float(np.log(ratio)) if stat == "median" else float(np.log(
@@ -439,10 +444,10 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
     lines = []
-    for a, items in _alerts(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
+    for a, items in alerts_of(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
         lines.append(f"alert: {a.headline()}")
         lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-                  f"(machine {r['machine']}, {_evidence(r)})" for r in items]
+                  f"(machine {r['machine']}, {evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
               f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
@@ -458,7 +463,7 @@ def report(v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
+def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
     """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
     cause from ``v.envs``): (alert, its items in the alert's order)."""
     from xrt.track import regressions as R
@@ -467,20 +472,43 @@ def _alerts(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
             for a in R.group(R.gate_records(v.base, v.head, items), v.envs)]
 
 
-def _evidence(r: dict) -> str:
+def evidence(r: dict) -> str:
     return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
 
 
-def summary_markdown(v: Verdict) -> str:
+def _explain_hint(v: Verdict) -> str | None:
+    """The ``xrt explain`` command for the slowest op-suite case, or None (no such case)."""
+    from xrt.track import explain
+
+    for r in sorted(v.regressions, key=lambda r: -(r.get("ratio") or 0)):
+        try:
+            case = explain.make_case(r["benchmark"], list(r.get("params") or []) or r["param_key"])
+        except ValueError:
+            continue
+        return (f"Why the slowest case got slower, on a GPU host: `xrt explain --base {v.base[:12]} --head "
+                f"{v.head[:12]} --bench {case.benchmark} --params {','.join(case.params)}` (stored, it shows here).")
+    return None
+
+
+def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
+    """The gate's Markdown; ``explanations``: stored ``xrt explain`` results (Markdown) of its slower
+    series, shown after their tables."""
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
-    for a, items in _alerts(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
+    for a, items in alerts_of(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
         out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
                 "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | {r['before']:.4g} | "
-                f"{r['after']:.4g} | **{r['ratio']:.3f}** | {_evidence(r)} |" for r in items]
+        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | "
+                f"{fmt_value(r['before'], r.get('unit'))} | {fmt_value(r['after'], r.get('unit'))} | "
+                f"**{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
         out.append("")
+    for md in explanations or []:
+        out += ["<details><summary>What changed (xrt explain)</summary>", "", md.replace("### ", "##### ", 1), "",
+                "</details>", ""]
+    hint = _explain_hint(v) if v.regressions and not explanations else None
+    if hint:
+        out += [hint, ""]
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
@@ -491,7 +519,7 @@ def summary_markdown(v: Verdict) -> str:
                 for r in v.within_noise] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
-        for a, items in _alerts(v, v.changed_machine):
+        for a, items in alerts_of(v, v.changed_machine):
             out += [f"- {a.headline()}"] + [f"  - `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
                                              for r in items]
         out.append("")
@@ -509,7 +537,7 @@ def summary_markdown(v: Verdict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_summary(path: str | os.PathLike, v: Verdict) -> None:
+def write_summary(path: str | os.PathLike, v: Verdict, explanations: list[str] | None = None) -> None:
     """Append (``$GITHUB_STEP_SUMMARY`` is shared by every step of the job)."""
     with Path(path).open("a") as f:
-        f.write(summary_markdown(v))
+        f.write(summary_markdown(v, explanations))

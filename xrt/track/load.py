@@ -9,6 +9,7 @@ databases with or without the clock columns of migration 3 (``results.sm_mhz``,
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,24 @@ def order_expr(con: Any) -> tuple[str, str]:
     return "c.position", "c.position IS NOT NULL"
 
 
+LOOKBACK = 80  # commits of a machine's history the newest-commit judgement and the gate's noise model read
+
+
+def recent_commits_sql(con: Any, machine: bool, upto: bool, lookback: int = LOOKBACK) -> str:
+    """SQL (a sub-query with columns ``machine``, ``lo``): per machine, the history position of the
+    ``lookback``-th newest commit measured there (at or before position ``?`` with ``upto``; of one
+    machine ``?`` with ``machine``; parameters in that order). Queries that need only recent history
+    bound the results they read by it: at 10M values, reading a series' whole history to judge its
+    newest commit took most of a minute."""
+    order, where_order = order_expr(con)
+    cond = [where_order] + ([f"{order} <= ?"] if upto else []) + (["ru.machine = ?"] if machine else [])
+    return (f"(SELECT machine, min(ord) AS lo FROM ("
+            f"  SELECT ru.machine, {order} AS ord,"
+            f"         row_number() OVER (PARTITION BY ru.machine ORDER BY {order} DESC) AS k"
+            f"  FROM (SELECT DISTINCT machine, commit_hash FROM runs) ru JOIN commits c ON c.hash = ru.commit_hash"
+            f"  WHERE {' AND '.join(cond)}) WHERE k <= {int(lookback)} GROUP BY machine)")
+
+
 def _flatten(lists: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A pyarrow list array -> (offsets, flat values, has_data); an empty/null list becomes the
     row's value as its one sample."""
@@ -52,17 +71,32 @@ def _flatten(lists: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return out_off, out, has
 
 
+BATCH_VALUES = 250_000  # results rows a query of iter_series fetches at most (bounded memory)
+DUCKDB_MEMORY = "1GB"  # DuckDB's own memory while iter_series reads (its default: 80 % of RAM)
+
+
 def load_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
                 param_key: str | None = None) -> list[Series]:
     """Every series (optionally of one machine / benchmark regex / parameter combination)."""
+    return list(iter_series(db, machine, benchmark, param_key))
+
+
+def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
+                param_key: str | None = None, batch_values: int | None = None) -> Iterator[Series]:
+    """:func:`load_series` a batch at a time: the (machine, benchmark) pairs are packed into batches
+    of at most ``batch_values`` results rows (a pair larger than that is a batch of its own), and
+    one query a batch builds its series. Memory holds one batch, not the history (at 10M values the
+    whole history took 11.6 GB). ``batch_values`` defaults to :data:`BATCH_VALUES`."""
+    batch_values = batch_values or BATCH_VALUES
     with store.read(db) as con:
+        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")  # its cache of the file's pages included
         rcols, runcols = columns(con, "results"), columns(con, "runs")
         order, where_order = order_expr(con)
         cyc = "flatten(list(r.cycles) FILTER (r.cycles IS NOT NULL))" if "cycles" in rcols else "NULL::DOUBLE[]"
         sm_parts = [p for p, ok in (("r.sm_mhz", "sm_mhz" in rcols), ("ru.sm_clock_mhz", "sm_clock_mhz" in runcols))
                     if ok]
         sm = f"median(coalesce({', '.join(sm_parts)}))" if sm_parts else "NULL::DOUBLE"
-        where = ["r.status = 'ok'", "r.value > 0", "isfinite(r.value)", where_order]
+        where = ["r.status = 'ok'", "r.value > 0", "isfinite(r.value)"]
         args: list[Any] = []
         if machine:
             where.append("r.machine = ?")
@@ -73,6 +107,8 @@ def load_series(db: str | os.PathLike, machine: str | None = None, benchmark: st
         if param_key is not None:
             where.append("r.param_key = ?")
             args.append(param_key)
+        pairs = con.execute(f"SELECT r.machine, r.benchmark, count(*) FROM results r WHERE {' AND '.join(where)} "
+                            "GROUP BY ALL ORDER BY 1, 2", args).fetchall()
         sql = f"""
             SELECT r.machine, r.benchmark, r.param_key, any_value(r.params) AS params, r.commit_hash,
                    {order} AS ord, median(r.value) AS value,
@@ -80,10 +116,33 @@ def load_series(db: str | os.PathLike, machine: str | None = None, benchmark: st
                    {cyc} AS cycles, {sm} AS sm, coalesce(any_value(r.unit), any_value(b.unit)) AS unit
             FROM results r JOIN commits c ON c.hash = r.commit_hash
                  LEFT JOIN runs ru ON ru.run_id = r.run_id LEFT JOIN benchmarks b ON b.name = r.benchmark
-            WHERE {' AND '.join(where)}
+            WHERE {' AND '.join(where + [where_order])}
+              AND (r.machine, r.benchmark) IN (SELECT * FROM (VALUES {{pairs}}) v(m, b))
             GROUP BY r.machine, r.benchmark, r.param_key, r.commit_hash, {order}
             ORDER BY r.machine, r.benchmark, r.param_key, ord, r.commit_hash"""
-        tbl = con.sql(sql, params=args).to_arrow_table()
+        for batch in _pack(pairs, batch_values):
+            values_sql = ", ".join("(?, ?)" for _ in batch)
+            flat_args = args + [x for pair in batch for x in pair]
+            tbl = con.sql(sql.replace("{pairs}", values_sql), params=flat_args).to_arrow_table()
+            yield from _cut(tbl)
+
+
+def _pack(pairs: list[tuple[str, str, int]], limit: int) -> Iterator[list[tuple[str, str]]]:
+    """(machine, benchmark) pairs in order, grouped into batches of at most ``limit`` rows."""
+    batch: list[tuple[str, str]] = []
+    rows = 0
+    for m, b, n in pairs:
+        if batch and rows + n > limit:
+            yield batch
+            batch, rows = [], 0
+        batch.append((m, b))
+        rows += n
+    if batch:
+        yield batch
+
+
+def _cut(tbl: Any) -> list[Series]:
+    """One query's rows (ordered by machine, benchmark, parameters, commit order) cut into series."""
     if tbl.num_rows == 0:
         return []
     col = {n: tbl.column(n) for n in tbl.column_names}

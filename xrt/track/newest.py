@@ -31,7 +31,7 @@ from xrt.track import env as envmod
 from xrt.track import gate
 from xrt.track import noise as noisemod
 from xrt.track.detect import DetectConfig, higher_is_better
-from xrt.track.load import order_expr
+from xrt.track.load import order_expr, recent_commits_sql
 
 # the verdicts stored in newest_judgements.verdict
 REGRESSION = "regression"        # suspected regression (stored in regressions)
@@ -66,14 +66,17 @@ class Judgement:
 
 def _heads(con: Any, machine: str | None) -> list[tuple]:
     """Per series: (machine, benchmark, param_key, newest commit, the latest earlier commit with an ok
-    value, how many commits with ok values came before the newest)."""
+    value, how many commits with ok values came before the newest), within the machine's last
+    :data:`~xrt.track.load.LOOKBACK` measured commits (a series not measured in them is not judged;
+    one whose last ok value is older has no base there)."""
     order, where = order_expr(con)
+    recent = recent_commits_sql(con, machine=bool(machine), upto=False)
     sql = f"""
         WITH pc AS (
             SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, r.commit_hash,
                    bool_or(r.status = 'ok' AND r.value IS NOT NULL) AS ok
-            FROM results r JOIN commits c ON c.hash = r.commit_hash
-            WHERE {where}{' AND r.machine = ?' if machine else ''}
+            FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine
+            WHERE {where} AND {order} >= w.lo{' AND r.machine = ?' if machine else ''}
             GROUP BY ALL),
         h AS (SELECT machine, benchmark, param_key, arg_max(commit_hash, ord) AS head, max(ord) AS head_ord
               FROM pc GROUP BY ALL)
@@ -82,7 +85,7 @@ def _heads(con: Any, machine: str | None) -> list[tuple]:
                count(*) FILTER (pc.ok AND pc.ord < h.head_ord) AS n_hist
         FROM h JOIN pc USING (machine, benchmark, param_key)
         GROUP BY ALL ORDER BY ALL"""
-    return con.execute(sql, [machine] if machine else []).fetchall()
+    return con.execute(sql, [machine, machine] if machine else []).fetchall()
 
 
 def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float = 0.05, alpha: float = 0.002,

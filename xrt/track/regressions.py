@@ -21,7 +21,7 @@ from xrt.db import store
 from xrt.track import env as envmod
 from xrt.track import newest
 from xrt.track.detect import DetectConfig, Step, detect
-from xrt.track.load import load_series
+from xrt.track.load import iter_series
 
 STATUSES = ("new", "acknowledged", "ignored", "fixed")
 
@@ -124,7 +124,7 @@ def record_id(machine: str, benchmark: str, param_key: str, commit: str, kind: s
     return hashlib.sha1(f"{machine}\0{benchmark}\0{param_key}\0{commit}\0{kind}".encode()).hexdigest()[:12]
 
 
-def _record(s: Any, st: Step, steps_by_index: dict[int, Step]) -> Record:
+def _record(s: Any, st: Step) -> Record:
     fixed = s.commits[st.fixed_by] if st.fixed_by is not None else None
     return Record(record_id(s.machine, s.benchmark, s.param_key, s.commits[st.index], st.kind), s.machine,
                   s.benchmark, s.params, s.param_key, s.commits[st.index], s.commits[st.index - 1], st.before,
@@ -134,12 +134,11 @@ def _record(s: Any, st: Step, steps_by_index: dict[int, Step]) -> Record:
 
 def detect_db(db: str | os.PathLike, cfg: DetectConfig | None = None, machine: str | None = None,
               benchmark: str | None = None) -> list[Record]:
-    """Run the detector over every series of the database (or one machine / benchmark regex)."""
+    """Run the detector over every series of the database (or one machine / benchmark regex), a
+    batch of series at a time (:func:`~xrt.track.load.iter_series`: memory holds one batch)."""
     out: list[Record] = []
-    for s in load_series(db, machine=machine, benchmark=benchmark):
-        steps = detect(s, cfg)
-        by_index = {st.index: st for st in steps}
-        out += [_record(s, st, by_index) for st in steps]
+    for s in iter_series(db, machine=machine, benchmark=benchmark):
+        out += [_record(s, st) for st in detect(s, cfg)]
     return out
 
 

@@ -1,0 +1,33 @@
+"""``XRT_KERNEL_STATS=1``: counters of which path a kernel launch took (vectorized or fallback),
+kept per process and read by ``xrt diag``. Off (one environment lookup a launch) otherwise."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+_COUNTS: Counter[str] = Counter()
+try:  # read raw on every launch (os.environ.get encodes the key each time)
+    _ENV, _KEY = os.environ._data, os.environ.encodekey("XRT_KERNEL_STATS")  # type: ignore[attr-defined]
+    _ON = os.environ.encodevalue("1")  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV, _KEY, _ON = os.environ, "XRT_KERNEL_STATS", "1"
+
+
+def enabled() -> bool:
+    return _ENV.get(_KEY) == _ON
+
+
+def count(name: str, n: int = 1) -> None:
+    """Add ``n`` to counter ``name`` (``"conv_bn_relu.direct.vec"``) when stats are enabled."""
+    if _ENV.get(_KEY) == _ON:
+        _COUNTS[name] += n
+
+
+def snapshot(prefix: str = "") -> dict[str, int]:
+    """The counters whose names start with ``prefix``."""
+    return {k: v for k, v in sorted(_COUNTS.items()) if k.startswith(prefix)}
+
+
+def reset() -> None:
+    _COUNTS.clear()
