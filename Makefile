@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 XRT := $(VENV)/bin/xrt
 # CPU torch where there is no NVIDIA GPU; the CUDA build where there is one.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-EXTRAS := torch,bench,dashboard,dev
+EXTRAS := torch,bench,dashboard,tune,dev
 STAMP := $(VENV)/.xrt-installed
 
 .PHONY: venv test test-fast demo lint clean help browser

@@ -280,15 +280,26 @@ class Reader:
     # ------------------------------------------------------------------ tuning
 
     def tuning_table(self) -> pd.DataFrame:
+        """The tuner's evaluations: one row per config tried (status, error and search order where the
+        file has them: version 8 on; older rows count as timed)."""
         cols = self.columns("tuning_results")
         dev = next((c for c in ("device", "machine", "gpu") if c in cols), None)
         need = {"op", "shape", "dtype", "provider", "config", "median_s"}
         if dev is None or not need <= cols:
             return pd.DataFrame()
+
+        def opt(c: str, typ: str) -> str:
+            return f"{c}::{typ}" if c in cols else f"NULL::{typ}"
+
         gbps = "gbps" if "gbps" in cols else "NULL::DOUBLE"
+        status = "coalesce(status, CASE WHEN median_s IS NOT NULL THEN 'timed' END)" if "status" in cols \
+            else "CASE WHEN median_s IS NOT NULL THEN 'timed' END"
         return self.df(f"""SELECT op, {dev}::VARCHAR AS device, shape::VARCHAR AS shape, dtype::VARCHAR AS dtype,
                                   provider::VARCHAR AS provider, config::VARCHAR AS config, median_s,
-                                  {gbps} AS gbps FROM tuning_results""")
+                                  {gbps} AS gbps, {status}::VARCHAR AS status, {opt('error', 'VARCHAR')} AS error,
+                                  {opt('eval', 'INTEGER')} AS eval, {opt('is_default', 'BOOLEAN')} AS is_default,
+                                  {opt('space_hash', 'VARCHAR')} AS space_hash,
+                                  {opt('strategy', 'VARCHAR')} AS strategy FROM tuning_results""")
 
     def tuned_from_results(self, benchmarks: list[str]) -> pd.DataFrame:
         """The latest value of every series of these benchmarks (configs tried by the suites)."""

@@ -40,8 +40,9 @@ def lit(s: Any, limit: int | None = 200, code: bool = False) -> str:
     return f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
 
 
-def reader() -> D.Reader | None:
-    """The database, or an empty state that says what to run (and ``None``)."""
+def reader(allow_empty: bool = False) -> D.Reader | None:
+    """The database, or an empty state that says what to run (and ``None``). ``allow_empty``: a
+    database without benchmark results is returned too (the Tuning page's data is the tuner's)."""
     r = D.Reader.open()
     if r is None:
         st.info(f"No results database at {lit(D.db_path(), code=True)} yet. Build one with "
@@ -55,7 +56,7 @@ def reader() -> D.Reader | None:
         st.error(f"The results database {lit(r.path, None, code=True)} cannot be read: "
                  f"{lit(f'{type(e).__name__}: {e}', 300, code=True)}. Check `XRT_DB` (or `xrt dashboard --db`).")
         return None
-    if n == 0:
+    if n == 0 and not allow_empty:
         st.info(f"{lit(r.path, code=True)} holds no benchmark results yet. Run `xrt bench run` and then "
                 f"{lit(f'xrt db ingest results/asv --db {r.path}', None, code=True)}.")
         return None

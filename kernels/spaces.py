@@ -188,6 +188,178 @@ def check(key: str, config: dict[str, Any]) -> dict[str, Any]:
     return {**default(key), **config}
 
 
+# ---------------------------------------------------------------------------------------- pruning
+# Constraints: which configs of a space can run well on a device for a problem. Each rule returns
+# the reason it drops a config (one short phrase, counted by ``xrt tune space``), or None. Rules
+# that need a device fact skip themselves when the device cannot tell it (the CPU).
+# Bump CONSTRAINTS_VERSION when a rule changes: it is part of every space's hash, so journals and
+# stored evaluations of the older pruning are never mixed in silently with the newer ones.
+CONSTRAINTS_VERSION = 1
+
+MAX_REGS_PER_THREAD = 255  # every CUDA architecture since Kepler
+REG_OVERHEAD = 32  # registers a GEMM thread needs besides its accumulator (addresses, loop, fragments)
+
+
+class Limits:
+    """The device facts the rules check against (``DeviceInfo`` fields; None where unknown)."""
+
+    def __init__(self, max_threads_per_block: int | None = None, max_shared_memory_per_block: int | None = None,
+                 registers_per_block: int | None = None, warp_size: int | None = None,
+                 compute_capability: str | None = None) -> None:
+        self.max_threads_per_block = max_threads_per_block
+        self.max_shared_memory_per_block = max_shared_memory_per_block
+        self.registers_per_block = registers_per_block
+        self.warp_size = warp_size or 32
+        self.compute_capability = compute_capability
+
+    @classmethod
+    def of(cls, dev: Any) -> Limits:
+        return cls(getattr(dev, "max_threads_per_block", None), getattr(dev, "max_shared_memory_per_block", None),
+                   getattr(dev, "registers_per_block", None), getattr(dev, "warp_size", None),
+                   getattr(dev, "compute_capability", None))
+
+
+class Problem:
+    """What a rule may look at: the shape (a tuple), the element size in bytes, the device limits."""
+
+    def __init__(self, shape: tuple[int, ...], esize: int, limits: Limits) -> None:
+        self.shape, self.esize, self.limits = tuple(shape), esize, limits
+
+    @property
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        s = self.shape  # M x N x K, or B x M x N x K
+        return (s[-3], s[-2], s[-1]) if len(s) >= 3 else (s[0], s[0], s[0])
+
+
+def _threads(threads: int, p: Problem) -> str | None:
+    lim = p.limits.max_threads_per_block
+    return "threads per block over the device limit" if lim and threads > lim else None
+
+
+def _smem(nbytes: int, p: Problem) -> str | None:
+    lim = p.limits.max_shared_memory_per_block
+    return "shared memory over the device limit" if lim and nbytes > lim else None
+
+
+def _warps(c: dict[str, Any], p: Problem) -> str | None:
+    w = c.get("num_warps")
+    return None if not isinstance(w, int) else _threads(w * p.limits.warp_size, p)
+
+
+def _block(c: dict[str, Any], p: Problem) -> str | None:
+    b = c.get("block")
+    return None if not isinstance(b, int) else _threads(b, p)
+
+
+def _block_size_vs_threads(c: dict[str, Any], p: Problem) -> str | None:
+    # fewer elements than threads: idle threads by construction (masked lanes)
+    return ("BLOCK_SIZE smaller than the threads of a program"
+            if c["BLOCK_SIZE"] < c["num_warps"] * p.limits.warp_size else None)
+
+
+def _block_size_vs_shape(c: dict[str, Any], p: Problem) -> str | None:
+    n = 1
+    for d in p.shape:
+        n *= d
+    # one program holds the whole problem with room to spare: every larger block is the same launch
+    return "BLOCK_SIZE over twice the problem's elements" if c["BLOCK_SIZE"] > 2 * max(n, 1) and \
+        c["BLOCK_SIZE"] > 256 else None
+
+
+def _window_smem(c: dict[str, Any], p: Problem) -> str | None:
+    return _smem((c["block"] * c["items"] + 2) * p.esize, p)
+
+
+def _gemm_smem(c: dict[str, Any], p: Problem) -> str | None:
+    # the launcher (kernels/triton/matmul.py fit) shrinks a config over the budget into a smaller
+    # one, so such a config would time another config of the space: dropped as a duplicate.
+    c_tile = c["BLOCK_M"] * c["BLOCK_N"] * p.esize if c["kernel"] == "persistent_tma" else 0
+    need = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * p.esize + c_tile
+    return _smem(need, p)
+
+
+def _gemm_regs(c: dict[str, Any], p: Problem) -> str | None:
+    threads = c["num_warps"] * p.limits.warp_size
+    per_thread = c["BLOCK_M"] * c["BLOCK_N"] // threads + REG_OVERHEAD  # fp32 accumulator, one register each
+    if per_thread > MAX_REGS_PER_THREAD:
+        return "registers per thread over 255 (accumulator spills)"
+    lim = p.limits.registers_per_block
+    return "registers per block over the device limit" if lim and per_thread * threads > lim else None
+
+
+def _gemm_tile_vs_shape(c: dict[str, Any], p: Problem) -> str | None:
+    m, n, k = p.gemm_mnk
+    # a tile twice the size of its dimension is at least half padding; the next smaller tile does the same work
+    for name, dim in (("BLOCK_M", m), ("BLOCK_N", n), ("BLOCK_K", k)):
+        if c[name] > 64 and c[name] >= 2 * dim:
+            return f"{name} at least twice the shape's dimension"
+    return None
+
+
+def _gemm_tma_arch(c: dict[str, Any], p: Problem) -> str | None:
+    cc = p.limits.compute_capability
+    # the launcher falls back to "tiled" before Hopper: the same kernel as the "tiled" config
+    if c["kernel"] == "persistent_tma" and cc is not None and float(cc) < 9.0:
+        return "persistent_tma needs Hopper (falls back to tiled)"
+    return None
+
+
+def _gemm_group_one_tile_row(c: dict[str, Any], p: Problem) -> str | None:
+    m, _, _ = p.gemm_mnk
+    # with a single row of tiles, grouping rows changes nothing: GROUP_M > 1 is GROUP_M = 1
+    return "GROUP_M > 1 with one row of tiles" if c["GROUP_M"] > 1 and m <= c["BLOCK_M"] else None
+
+
+def _cuda_gemm_tiles(c: dict[str, Any], p: Problem) -> str | None:
+    if c["version"] == "v1":
+        return None
+    threads = (c["BM"] // c["TM"]) * (c["BN"] // c["TN"])
+    return _threads(threads, p) or _smem((c["BM"] + c["BN"]) * c["BK"] * 4 * (2 if c["version"] == "v4" else 1), p)
+
+
+def _attention_smem(c: dict[str, Any], p: Problem) -> str | None:
+    hd = p.shape[-1] if p.shape else 64
+    need = (c["BLOCK_M"] + c["num_stages"] * 2 * c["BLOCK_N"]) * hd * p.esize
+    return _smem(need, p)
+
+
+_ELEMENTWISE = [_warps, _block_size_vs_threads, _block_size_vs_shape]
+_GEMM = [_warps, _gemm_tma_arch, _gemm_smem, _gemm_regs, _gemm_tile_vs_shape, _gemm_group_one_tile_row]
+CONSTRAINTS: dict[str, list] = {
+    "square.triton": _ELEMENTWISE, "vector_add.triton": _ELEMENTWISE,
+    "window_sum.triton": [_warps, _block_size_vs_threads],
+    "square.cuda": [_block], "vector_add.cuda": [_block], "window_sum.cuda": [_block, _window_smem],
+    "softmax.triton": [_warps], "softmax.cuda": [_block], "layernorm.triton": [_warps], "layernorm.cuda": [_block],
+    "layernorm_bwd.triton": [_warps], "layernorm_bwd.cuda": [_block],
+    "matmul.triton": _GEMM, "bmm.triton": _GEMM,
+    "matmul.cuda": [_cuda_gemm_tiles], "bmm.cuda": [_cuda_gemm_tiles],
+    "attention.triton": [_warps, _attention_smem], "attention_bwd.triton": [_warps],
+}
+
+
+def why_dropped(key: str, config: dict[str, Any], problem: Problem) -> str | None:
+    """The first rule of ``key`` that drops ``config`` for ``problem`` (its reason), or None: it stays."""
+    for rule in CONSTRAINTS.get(key, ()):
+        why = rule(config, problem)
+        if why:
+            return why
+    return None
+
+
+def space_hash(key: str) -> str:
+    """A stable 16-hex name of the space: its values, its default, its rules and their version.
+
+    Every journal record and stored evaluation carries it; a changed space (a value added, a rule
+    renamed, CONSTRAINTS_VERSION bumped) has another hash, and the tuner refuses to mix the two.
+    """
+    import hashlib
+    import json
+
+    body = {"key": key, "space": space(key), "default": default(key), "version": CONSTRAINTS_VERSION,
+            "rules": [r.__name__ for r in CONSTRAINTS.get(key, ())]}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 # Environment knobs that override a space's parameter (they win over tuned and explicit configs):
 # name -> (the spaces it applies to, the parameter). The fused conv's, renamed from its design lab.
 ENV_KNOBS: dict[str, tuple[tuple[str, ...], str]] = {

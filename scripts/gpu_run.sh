@@ -20,6 +20,10 @@
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
 #            then the same for the device series of the six memory-bound ops and the allocator alone
 #            (the 220 combinations issue #15 counted; $OUT/suite220/)
+# tune     : the exhaustive Triton bf16 GEMM space at 4096x4096x4096 (pruned against this GPU's limits;
+#            `xrt tune space` prints its size first), every evaluation in the journal under
+#            $OUT/tuned/journal/, top-K in $OUT/tuned/matmul.json; stops proposing after 330 s.
+#            Then, on any machine: python -m xrt.tune.simulate <that journal> (model vs random)
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
 #            device time in a fresh process and after graph-mode measures
 # explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
@@ -115,6 +119,18 @@ for step in "$@"; do
         2>&1 | tee "$OUT/suite220.log" | tail -12
       rm -rf "$OUT/suite220/triton-cache"
       tar -czf "$OUT/suite220-results.tgz" -C "$OUT/suite220" cold warm 2>/dev/null && rm -rf "$OUT/suite220/cold" "$OUT/suite220/warm" ;;
+    tune)
+      python3 -m xrt.cli tune space matmul --shape 4096x4096x4096 --dtype bfloat16 2>&1 | tee "$OUT/tune-space.txt"
+      python3 -m xrt.cli tune matmul --provider triton --shape 4096x4096x4096 --dtype bfloat16 --strategy exhaustive \
+        --jobs "$(( $(nproc) > 2 ? $(nproc) - 2 : 1 ))" --timeout 60 --budget-seconds 330 --top-k 5 --out "$OUT/tuned" \
+        --json >"$OUT/tune.json" 2>"$OUT/tune.log"
+      t=$?
+      tail -25 "$OUT/tune.log"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['counts'], d['best'][:1])" \
+        "$OUT/tune.json" 2>/dev/null
+      # the workers' logs: one file (the device hands back few files)
+      tar -czf "$OUT/tune-worker-logs.tgz" -C "$OUT/tuned" journal --wildcards '*.log' 2>/dev/null \
+        && find "$OUT/tuned/journal" -name '*.log' -delete
+      (exit $t) ;;
     pycuda)
       python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
     explain)

@@ -102,7 +102,20 @@ def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, mon
     rows = json.loads((out_dir / "square.json").read_text())
     assert [r["rank"] for r in rows] == [1, 2, 3] and rows[0]["op"] == "square.triton"
     assert rows[0]["config"] == res.best[0]["config"] and rows[0]["default_median_s"] > 0
-    assert any("crash" in ln for ln in lines) and any(ln.startswith("  time [14/14]") for ln in lines)
+    assert any("crash" in ln for ln in lines) and any("18/18 evaluations" in ln for ln in lines)
+    # every record names its space (hash), problem and place in the search
+    assert {r["space_hash"] for r in last.values()} == {spaces.space_hash("square.triton")}
+    assert sorted(r["eval"] for r in Journal(res.journal).records) == list(range(18))
+    assert [r["default"] for r in last.values()].count(True) == 1
+    # ... and every evaluation, each failure with its status and error, reaches the database
+    from xrt.db import store, tuning
+
+    db = tmp_path / "x.duckdb"
+    assert tuning.sync(out_dir, db, lambda s: None)[:3] == (1, 0, 18)
+    with store.read(db) as con:
+        got = dict(con.execute("SELECT status, count(*) FROM tuning_results GROUP BY status").fetchall())
+        err = con.execute("SELECT error FROM tuning_results WHERE config_key = 'BLOCK_SIZE=512,num_warps=2'").fetchone()
+    assert got == {"crash": 2, "timeout": 1, "wrong": 1, "timed": 14} and "SIGSEGV" in err[0]
 
     # Resume: nothing left to try; a torn line and a forgotten config are tried again, alone.
     again = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir,
@@ -210,3 +223,28 @@ def test_bad_gpus_and_a_broken_top_k_file_are_named(tmp_path):
     with pytest.raises(TuneError, match="expected a JSON list"):
         write_top(tmp_path, Problem("square", "triton", "64", "float32"), cpu_info(),
                   [{"config": {}, "median_s": 1.0}], None)
+
+
+@pytest.mark.slow
+def test_model_search_with_budgets_resumes_without_measuring_again(tmp_path, interpreter, capsys):
+    from xrt import cli
+
+    out_dir = tmp_path / "tuned"
+    args = ["tune", "square", "--shape", "2048", "--strategy", "model", "--budget-evals", "5", "--jobs", "2",
+            "--seed", "3", "--out", str(out_dir), "--json"]
+    assert cli.main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    (path,) = (out_dir / "journal").rglob("*.jsonl")
+    recs = Journal(path).records
+    assert len(recs) == 5 and sum(r["default"] for r in recs) == 1 and {r["strategy"] for r in recs} == {"model"}
+    assert sum(first["counts"].values()) == 5
+    assert first["space_size"] == 15 and first["dropped"] == {"BLOCK_SIZE over twice the problem's elements": 3}
+    # the same command again (as after a kill -9): nothing measured again, the same best
+    assert cli.main(args) == 0
+    assert len(Journal(path).records) == 5 and json.loads(capsys.readouterr().out)["best"] == first["best"]
+    # a larger budget goes on from the journal; a seconds budget already spent stops at once
+    assert cli.main(args[:7] + ["7"] + args[8:]) == 0
+    assert len(Journal(path).records) == 7 and len({r["key"] for r in Journal(path).records}) == 7
+    capsys.readouterr()
+    assert cli.main(args[:7] + ["9"] + args[8:] + ["--budget-seconds", "1e-9"]) == 0
+    assert len(Journal(path).records) == 7 and "--budget-seconds 1e-09 spent" in capsys.readouterr().err

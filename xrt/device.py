@@ -36,6 +36,11 @@ class DeviceInfo:
     torch: str | None = None
     triton: str | None = None
     uuid: str | None = None  # "GPU-…": names the same GPU in torch and NVML, whatever CUDA_VISIBLE_DEVICES says
+    # Launch limits the tuner prunes its spaces against (kernels/spaces.py CONSTRAINTS); None off CUDA.
+    max_threads_per_block: int | None = None
+    max_shared_memory_per_block: int | None = None  # bytes a block may opt in to (H100: 227 KiB)
+    registers_per_block: int | None = None  # 32-bit registers
+    warp_size: int | None = None
     host: str = field(default_factory=platform.node)
 
     @property
@@ -183,6 +188,12 @@ def cuda_info(index: int) -> DeviceInfo:
         triton=v["triton"],
         cuda=v["cuda"],
         uuid=cuda_uuid(index),
+        # CUDA's limit on every architecture since Fermi; torch does not expose it
+        max_threads_per_block=1024,
+        max_shared_memory_per_block=getattr(p, "shared_memory_per_block_optin", None)
+        or getattr(p, "shared_memory_per_block", None),
+        registers_per_block=min(getattr(p, "regs_per_multiprocessor", None) or 65536, 65536),
+        warp_size=getattr(p, "warp_size", None) or 32,
     )
     for k, val in nvml_facts(index, uuid=info.uuid).items():
         setattr(info, k, val)

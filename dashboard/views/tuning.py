@@ -1,8 +1,9 @@
-"""Tuning: per op, shape and GPU, the configs tried (a heat map over two chosen parameters) and the top-K.
+"""Tuning: per op, shape, dtype and GPU, the configs the tuner evaluated: the best against the
+default, how the search converged, a heat map over two chosen parameters, the top-K and the failures.
 
-Source, in order: the tuner's ``tuning_results`` table if the database has one; else the suites'
-results whose ``config`` parameter is not ``default`` (the tuned configs the benchmarks measured,
-latest commit per series); else an empty state saying what to run.
+Source, in order: the tuner's ``tuning_results`` table (its journals, loaded by ``xrt db ingest``)
+when it has rows; else the suites' results whose ``config`` parameter is not ``default`` (the tuned
+configs the benchmarks measured, latest commit per series); else an empty state saying what to run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 st.title("Tuning")
-r = U.reader()
+r = U.reader(allow_empty=True)  # a database of tuner journals only is fine here
 if r is None:
     st.stop()
 
@@ -32,7 +33,9 @@ def from_results() -> pd.DataFrame:
         if p.get("config", "default") == "default" or unit not in (None, "seconds"):
             continue
         rows.append({"op": D.op_of(b), "device": m, "shape": p.get("shape", "-"), "dtype": p.get("dtype", "-"),
-                     "provider": p.get("provider", "-"), "config": p["config"], "median_s": v, "gbps": g})
+                     "provider": p.get("provider", "-"), "config": p["config"], "median_s": v, "gbps": g,
+                     "status": "timed", "error": None, "eval": None, "is_default": None, "space_hash": None,
+                     "strategy": None})
     return pd.DataFrame(rows)
 
 
@@ -42,11 +45,10 @@ if t.empty:
     t, src = from_results(), "benchmark results with a tuned config"
 if t.empty:
     st.info("No tuning results yet. Run the tuner on the GPU machine, e.g. `xrt tune OP --shape SHAPE "
-            "--dtype DTYPE`, then `xrt bench run` (the suites measure the tuned top-K configs) and "
-            f"`xrt db ingest results/asv --db {r.path}`.")
+            "--dtype DTYPE`, then `xrt db ingest results/asv --tuned results/tuned "
+            f"--db {r.path}` (every evaluation of its journals goes into tuning_results).")
     U.footer(r)
     st.stop()
-st.caption(f"From the {src}: {len(t)} measured configs.")
 
 c = st.columns(5)
 op = U.select("Op", sorted(t["op"].unique()), "tun:op", where=c[0])
@@ -59,6 +61,42 @@ dtype = U.select("Dtype", sorted(t["dtype"].unique()), "tun:dtype", where=c[3])
 t = t[t["dtype"] == dtype]
 prov = U.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
 t = t[t["provider"] == prov].copy()
+hashes = [h for h in t["space_hash"].dropna().unique()]
+if len(hashes) > 1:  # evaluations of two versions of the space are never mixed
+    newest = t.sort_values("eval", na_position="first")["space_hash"].dropna().iloc[-1]
+    h = U.select("Space hash", sorted(hashes), "tun:hash", default=newest)
+    t = t[t["space_hash"] == h].copy()
+ok = t["status"].eq("timed") & t["median_s"].notna()
+failed = t[~ok]
+st.caption(f"From the {src}: {len(t)} evaluated configs, {int(ok.sum())} timed, {len(failed)} failed"
+           + (f" ({', '.join(f'{n} {k}' for k, n in failed['status'].fillna('?').value_counts().items())})"
+              if len(failed) else "") + ".")
+
+# the best against the default, and how the search converged (best so far, in evaluation order)
+timed_all = t[ok]
+if len(timed_all):
+    best_row = timed_all.loc[timed_all["median_s"].idxmin()]
+    dflt = timed_all[timed_all["is_default"].fillna(False).astype(bool)]
+    m = st.columns(3)
+    m[0].metric("best (µs)", f"{best_row['median_s'] * 1e6:.4g}")
+    if len(dflt):
+        d_s = float(dflt["median_s"].iloc[0])
+        m[1].metric("default (µs)", f"{d_s * 1e6:.4g}")
+        m[2].metric("best vs default", f"{d_s / best_row['median_s']:.3f}×")
+    st.markdown(f"Best config: {U.lit(str(best_row['config']), 300, code=True)}")
+if t["eval"].notna().any() and len(timed_all):
+    conv = t.sort_values("eval").reset_index(drop=True)
+    conv["evaluation"] = range(1, len(conv) + 1)
+    conv["best_us"] = conv["median_s"].where(conv["status"].eq("timed")).cummin() * 1e6
+    conv["time_us"] = conv["median_s"].where(conv["status"].eq("timed")) * 1e6
+    conv = conv[["evaluation", "best_us", "time_us"]]
+    st.markdown("**Convergence**: the best time so far after each evaluation (dots: each config's time).")
+    line = alt.Chart(conv).mark_line(interpolate="step-after").encode(
+        x=alt.X("evaluation:Q", title="evaluations"), y=alt.Y("best_us:Q", title="best so far (µs)"))
+    dots = alt.Chart(conv.dropna(subset=["time_us"])).mark_circle(size=18, opacity=0.35).encode(
+        x="evaluation:Q", y=alt.Y("time_us:Q", title="time (µs)"))
+    st.altair_chart((dots + line).properties(height=260), width="stretch")
+t = t[ok].copy()
 
 # a config's values as the cells of one column each: a list or an object (JSON) becomes its JSON text
 cfg = pd.DataFrame([{k: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
@@ -98,4 +136,7 @@ top = t.sort_values("median_s").head(topk)
 st.dataframe(top[["config", "time_us", "gbps"]], hide_index=True, width="stretch", column_config={
     "time_us": st.column_config.NumberColumn("median time (µs)", format="%.4g"),
     "gbps": st.column_config.NumberColumn("GB/s", format="%.1f")})
+if len(failed):
+    st.markdown(f"**Failed configs** ({len(failed)}): crashed, hung (timeout), wrong result or error")
+    st.dataframe(failed[["config", "status", "error"]], hide_index=True, width="stretch")
 U.footer(r)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 DEFAULT_DB = "results/xrt.duckdb"  # as every other command (xrt.track.cli.DEFAULT_DB)
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--rev", default="HEAD", help="branch whose first-parent chain orders commits (HEAD)")
     i.add_argument("--strict", action="store_true", help="exit 1 if any file was refused or had errors")
     i.add_argument("--jobs", type=int, default=None, help="parsing processes (default: half the CPUs)")
+    i.add_argument("--tuned", default="auto", metavar="DIR",
+                   help="the tuner's folder whose journal/ to load into tuning_results (auto: a tuned/ next to "
+                        "or inside RESULTS_DIR, e.g. results/tuned for results/asv; none: skip)")
     i.add_argument("--no-judge", action="store_true",
                    help="do not judge each series' newest commit (suspected regressions) after ingesting")
     i.set_defaults(func=run_ingest)
@@ -56,7 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_ingest(args: argparse.Namespace) -> int:
     from xrt.db.ingest import ingest
 
-    rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev)
+    tuned = None if args.tuned == "none" else args.tuned
+    if tuned not in (None, "auto") and not Path(tuned, "journal").is_dir():
+        raise ValueError(f"--tuned {tuned}: no journal/ folder in it (xrt tune writes <out>/journal/)")
+    rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev, tuned=tuned)
     print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
           file=sys.stderr)
     if rep.wrote and not args.no_judge:

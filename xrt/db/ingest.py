@@ -36,10 +36,13 @@ class Report:
     seconds: float = 0.0
     wrote: bool = False
     notices: list[str] = field(default_factory=list)
+    journals: tuple[int, int, int] | None = None  # tuner journals (loaded, unchanged, evaluations loaded)
 
     def summary(self) -> str:
+        tj = "" if self.journals is None else (f"; tuner journals: {self.journals[0]} loaded "
+                                               f"({self.journals[2]} evaluations), {self.journals[1]} unchanged")
         return (f"{self.ingested} files ingested, {self.unchanged} unchanged, {len(self.errors)} errors; "
-                f"{self.values_ok} values, {self.failures} failures, {self.skips} skips; {self.seconds:.2f} s")
+                f"{self.values_ok} values, {self.failures} failures, {self.skips} skips{tj}; {self.seconds:.2f} s")
 
 
 def find_root(results_dir: str | Path) -> Path:
@@ -132,13 +135,25 @@ def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[st
 
 
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
-           echo: Callable[[str], None] | None = None, rev: str = "HEAD") -> Report:
-    """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``."""
+           echo: Callable[[str], None] | None = None, rev: str = "HEAD", tuned: str | Path | None = "auto") -> Report:
+    """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``.
+
+    ``tuned``: the tuner's folder whose ``journal/`` to load into ``tuning_results`` ("auto": a
+    ``tuned/`` next to or inside ``results_dir``, when there is one; None: none).
+    """
+    from xrt.db import tuning
+
     with _without_pandas():
         rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
     t0 = time.perf_counter()
-    if sync_carried(find_root(results_dir), db_path, echo or (lambda s: print(s, file=sys.stderr)), rep):
+    say = echo or (lambda s: print(s, file=sys.stderr))
+    if sync_carried(find_root(results_dir), db_path, say, rep):
         rep.wrote = True
+    where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
+    if where is not None:
+        loaded, unchanged, rows, wrote = tuning.sync(where, db_path, say)
+        rep.journals = (loaded, unchanged, rows)
+        rep.wrote = rep.wrote or wrote
     rep.seconds += time.perf_counter() - t0
     return rep
 

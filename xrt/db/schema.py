@@ -103,11 +103,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             machine VARCHAR, benchmark VARCHAR, param_key VARCHAR, "commit" VARCHAR, previous_commit VARCHAR,
             verdict VARCHAR, reason VARCHAR, ratio DOUBLE, z DOUBLE, p_value DOUBLE, judged_at TIMESTAMP)""",
     ]),
+    # Every evaluation of the tuner (xrt tune's journals, loaded by `xrt db ingest`): one row per
+    # config tried, timed or failed, with the space hash it was tried under and its place in the
+    # search (eval). The table of version 4 had the first eight columns only, and only tests wrote
+    # to it: its rows are kept (file NULL).
+    (8, "tuning_results: every evaluation of the tuner's journals (status, error, space hash, eval order)", [
+        "ALTER TABLE tuning_results RENAME TO tuning_results_v4",
+        """CREATE TABLE tuning_results (
+            op VARCHAR, device VARCHAR, shape VARCHAR, dtype VARCHAR, provider VARCHAR, config JSON,
+            median_s DOUBLE, gbps DOUBLE, machine VARCHAR, space VARCHAR, space_hash VARCHAR, config_key VARCHAR,
+            is_default BOOLEAN, status VARCHAR, error VARCHAR, max_rel_err DOUBLE, rel_noise DOUBLE, n INTEGER,
+            ran_on VARCHAR, strategy VARCHAR, seed INTEGER, eval INTEGER, evaluated_at TIMESTAMP, file VARCHAR)""",
+        """INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps, status)
+            SELECT op, device, shape, dtype, provider, config, median_s, gbps, 'timed' FROM tuning_results_v4""",
+        "DROP TABLE tuning_results_v4",
+    ]),
     # `xrt explain` (xrt.track.explain): what changed between base and head for one benchmark case
     # (kernel list, launch configuration, registers and spills, NCU throughput, settings), one row per
     # case and commit pair, keyed by the regression it explains (NULL for `--base/--head/--bench`).
-    # Number 8 is taken by a migration developed alongside (see RESERVED): migrate() applies every
-    # version a file has not recorded, so a file migrated to 9 before 8 existed still gets 8.
+    # (Merged before 8: migrate() applies every version a file has not recorded, so a file migrated
+    # to 9 before 8 existed still gets 8.)
     (9, "table: explanations (xrt explain: what changed between base and head for a benchmark case)", [
         """CREATE TABLE explanations (
             regression_id VARCHAR, machine VARCHAR, benchmark VARCHAR, param_key VARCHAR,
@@ -118,7 +133,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that
 # the versions are consecutive. Remove a number when its migration is merged.
-RESERVED: tuple[int, ...] = (8,)
+RESERVED: tuple[int, ...] = ()
 
 LATEST = MIGRATIONS[-1][0]
 

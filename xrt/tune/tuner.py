@@ -61,6 +61,14 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] = {}
 
+    @classmethod
+    def from_cmd(cls, cmd: list[str], env: dict[str, str], log: Path, start_timeout: float) -> Worker:
+        """A worker for a command line made elsewhere (a Ray actor's, :mod:`xrt.tune.distributed`)."""
+        w = cls.__new__(cls)
+        w.cmd, w.env, w.log, w.start_timeout = cmd, env, log, start_timeout
+        w.proc, w.ready = None, {}
+        return w
+
     def _start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._logf = open(self.log, "a")
@@ -149,6 +157,9 @@ class Outcome:
     out_file: Path | None = None
     journal: Path | None = None
     torn: int = 0
+    space_hash: str = ""
+    space_size: int = 0  # configs after pruning
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> configs the constraints dropped
 
 
 def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
@@ -176,46 +187,134 @@ def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
     return [(dev, _pin(dev))]
 
 
-def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
-         timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
-         seed: int = 0, log=print) -> Outcome:
-    from xrt.bench import suite
-    from xrt.bench.machine import machine_name
+class Progress:
+    """A progress bar with ETA on the tuner's log (stderr): redrawn in place on a terminal, else a
+    line every tenth of the total."""
 
-    space = problem.space
-    suite.parse_shape(problem.shape)
+    def __init__(self, total: int, log, seconds: float | None = None, tty: bool | None = None) -> None:
+        self.total, self.log, self.seconds = max(total, 1), log, seconds
+        self.t0 = time.monotonic()
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.shown = -1
+
+    def line(self, done: int, best: float | None) -> str:
+        el = time.monotonic() - self.t0
+        eta = el / done * (self.total - done) if done else float("nan")
+        if self.seconds is not None:
+            eta = min(eta, max(0.0, self.seconds - el)) if done else max(0.0, self.seconds - el)
+        n = int(24 * done / self.total)
+        b = f", best {best * 1e6:.2f} us" if best else ""
+        return (f"[{'#' * n}{'.' * (24 - n)}] {done}/{self.total} evaluations, {el:.0f} s, "
+                f"ETA {eta:.0f} s{b}")
+
+    def update(self, done: int, best: float | None) -> None:
+        step = max(1, self.total // 10)
+        if self.tty:
+            sys.stderr.write("\r" + self.line(done, best))
+            sys.stderr.flush()
+            if done >= self.total:
+                sys.stderr.write("\n")
+        elif done // step != self.shown or done >= self.total:
+            self.shown = done // step
+            self.log(self.line(done, best))
+
+
+def device_problem(problem: Problem, dev: Any):
+    """The problem as the space's constraints see it: shape, element size, the device's limits."""
     import torch
 
-    if not isinstance(getattr(torch, problem.dtype, None), torch.dtype):
+    from xrt.bench import suite
+    from xrt.kernels import spaces
+
+    shape = suite.parse_shape(problem.shape)
+    dt = getattr(torch, problem.dtype, None)
+    if not isinstance(dt, torch.dtype):
         raise TuneError(f"--dtype {problem.dtype!r} is not a torch dtype")
+    return spaces.Problem(shape, torch.empty((), dtype=dt).element_size(), spaces.Limits.of(dev))
+
+
+def check_journal(journal: Journal, space_hash: str) -> None:
+    """A journal written for another version of the space (or before spaces had a hash) is refused."""
+    other = {r.get("space_hash") for r in journal.records} - {space_hash}
+    if other:
+        old = ", ".join(sorted(str(h) for h in other))
+        raise TuneError(f"{journal.path}: written for space hash {old}, this space is {space_hash} (the space or "
+                        "its constraints changed); move that journal away or give another --out; nothing was "
+                        "overwritten")
+
+
+def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
+         timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
+         seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
+         prune: bool = True, address: str | None = None) -> Outcome:
+    from xrt.bench.machine import machine_name
+    from xrt.kernels import spaces
+
+    space = problem.space
+    if budget is not None and budget < 1:
+        raise TuneError(f"--budget-evals {budget}: give at least 1 config to try")
+    if budget_seconds is not None and not budget_seconds > 0:
+        raise TuneError(f"--budget-seconds {budget_seconds}: must be positive")
+    if strategy not in search.STRATEGIES:
+        raise TuneError(f"--strategy {strategy!r}: choose one of {', '.join(search.STRATEGIES)}")
     tgts = targets(gpus)
     dev0 = tgts[0][0]
+    dproblem = device_problem(problem, dev0)
     models = sorted({d.name for d, _ in tgts})
     if len(models) > 1:  # one ranking from several GPUs is only fair between identical ones
         raise TuneError(f"--gpus {gpus}: the GPUs differ ({', '.join(models)}); tune on one model at a time")
     machine = machine_name(dev0)
+    shash = spaces.space_hash(space)
     journal_path = out_dir / "journal" / machine / f"{problem.name}.jsonl"
     journal = Journal(journal_path)
-    cands = search.candidates(space, budget, seed)
-    done = journal.done(retry_failed)
-    todo = [c for c in cands if search.key(c) not in done]
-    result = Outcome(problem, machine, tried=len(todo), skipped=len(cands) - len(todo), journal=journal_path,
-                     torn=journal.torn)
+    check_journal(journal, shash)
+    try:
+        cands, dropped = search.pruned(space, dproblem if prune else None)
+        strat = search.make(strategy, cands, seed)
+    except ValueError as e:
+        raise TuneError(str(e)) from e
+    # the journal is the search's record: what it holds is told to the strategy, never measured again
+    done_keys = journal.done(retry_failed)
+    last = journal.last()
+    for k in done_keys:
+        if k in strat.by_key:
+            r = last[k]
+            strat.observe(r["config"], r.get("median_s") if r["status"] == "timed" else None)
+    n_known = len(strat.results)
+    total = len(cands) if budget is None else min(budget, len(cands))
+    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn)
+    result.space_hash, result.space_size, result.dropped = shash, len(cands), dict(dropped)
     log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {machine}: "
-        f"{len(cands)} configs of {space}, {result.skipped} already in the journal, {len(todo)} to try")
+        f"space {space} ({shash}): {len(search.grid(space))} configs, {len(cands)} after pruning; "
+        f"strategy {strategy}, seed {seed}: {total} to evaluate, {n_known} already in the journal")
     lock = threading.Lock()
     base_env = {**os.environ}
     if dev0.kind == "cpu":
         base_env.setdefault("TRITON_INTERPRET", "1")
+    workers: dict[tuple[str, int], Any] = {}
+    cluster = None
+    if address:
+        from xrt.tune.distributed import Cluster
 
-    def record(rec: dict[str, Any], phase: str, n_done: list[int], total: int) -> None:
+        try:
+            cluster = Cluster(address)
+        except RuntimeError as e:
+            raise TuneError(str(e)) from None
+        log(f"Ray cluster {address}: {jobs} compile actor(s), {max(1, cluster.gpus)} timing actor(s) "
+            f"({cluster.gpus} GPU(s))")
+    n_eval = [len(journal.records)]
+
+    def record(rec: dict[str, Any], phase: str) -> None:
         with lock:
+            rec.update(space_hash=shash, op=problem.op, provider=problem.provider, shape=problem.shape,
+                       dtype=problem.dtype, device=dev0.model_key, strategy=strategy, seed=seed,
+                       eval=n_eval[0], default=search.key(rec["config"]) == search.key(cands[0]))
+            n_eval[0] += 1
             journal.add(rec)
-            n_done[0] += 1
             tail = f"{rec['median_s'] * 1e6:.2f} us" if rec["status"] == "timed" else rec["status"]
             if rec.get("error"):
                 tail += f": {rec['error'][:160]}"
-            log(f"  {phase} [{n_done[0]}/{total}] {rec['key']}: {tail}")
+            log(f"  {phase} {rec['key']}: {tail}")
 
     def run_phase(phase: str, cfgs: list[dict[str, Any]],
                   slots: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
@@ -223,12 +322,17 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         for c in cfgs:
             q.put(c)
         answers: list[dict[str, Any]] = []
-        n_done = [0]
         failures: list[BaseException] = []
 
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
-            w = Worker(problem, phase, {**base_env, **env}, journal_path.parent / f"{problem.name}.{phase}{slot}.log",
-                       start_timeout=max(timeout, 300.0))
+            w = workers.get((phase, slot))
+            if w is None:
+                wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
+                w = Worker(problem, phase, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+                if cluster is not None:
+                    wlog.parent.mkdir(parents=True, exist_ok=True)
+                    w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
+                workers[(phase, slot)] = w
             try:
                 while True:
                     try:
@@ -240,18 +344,14 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                     except WorkerGone as e:
                         ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
                     # machine: whose search this is; ran_on: the device that ran this config
-                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=where, at=time.time())
-                    answers.append(ans)
+                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=ans.pop("actor", where),
+                               at=time.time())
+                    with lock:
+                        answers.append(ans)
                     if phase == "time" or ans["status"] != "compiled":
-                        record(ans, phase, n_done, len(cfgs))
-                    else:
-                        with lock:
-                            n_done[0] += 1
-                            if n_done[0] % max(1, len(cfgs) // 10) == 0 or n_done[0] == len(cfgs):
-                                log(f"  compile [{n_done[0]}/{len(cfgs)}] compiled and checked")
+                        record(ans, phase)
             except BaseException as e:  # noqa: BLE001 - surfaced below, after the other threads stop
                 failures.append(e)
-            finally:
                 w.stop()
 
         threads = [threading.Thread(target=loop, args=(i, where, env), daemon=True)
@@ -264,20 +364,55 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             raise failures[0]
         return answers
 
-    if todo:
-        named = [(machine_name(d), env) for d, env in tgts]
-        slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(todo))))]
-        log(f"compile pool: {len(slots)} worker(s), each config run once and checked against torch")
-        compiled = run_phase("compile", todo, slots)
-        ok = [a["config"] for a in compiled if a["status"] == "compiled"]
-        log(f"timing: {len(ok)} config(s) on {len(tgts)} device(s)")
-        run_phase("time", ok, named)
+    named = [(machine_name(d), env) for d, env in tgts]
+    if cluster is not None:  # Ray pins each timing actor to its GPU: no local pinning
+        named = [(f"ray-{i}", {}) for i in range(cluster.slots(jobs)[1])]
+    # exhaustive and random know their order: one batch as wide as the compile pool's work allows;
+    # the model proposes a batch of --jobs at a time and learns from each before the next
+    # (with --budget-seconds, rounds of a few compile-pool widths, so that the clock is looked at)
+    if strategy == "model":
+        batch = max(jobs, len(named))
+    elif budget_seconds is not None:
+        batch = max(16, 4 * jobs)
+    else:
+        batch = max(1, total - n_known)
+    prog = Progress(total, log, budget_seconds)
+    t0 = time.monotonic()
+    best = [min((v for v in strat.results.values() if v), default=None)]
+    try:
+        while len(strat.results) < total:
+            if budget_seconds is not None and time.monotonic() - t0 >= budget_seconds:
+                log(f"xrt tune: --budget-seconds {budget_seconds:g} spent; stopping")
+                break
+            cfgs = strat.propose(min(batch, total - len(strat.results)))
+            if not cfgs:
+                break
+            result.tried += len(cfgs)
+            slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(cfgs))))]
+            compiled = run_phase("compile", cfgs, slots)
+            for a in compiled:
+                if a["status"] != "compiled":
+                    strat.observe(a["config"], None)
+            ok = [a["config"] for a in compiled if a["status"] == "compiled"]
+            if ok:
+                for a in run_phase("time", ok, named):
+                    v = a.get("median_s") if a["status"] == "timed" else None
+                    strat.observe(a["config"], v)
+                    if v and (best[0] is None or v < best[0]):
+                        best[0] = v
+            prog.update(len(strat.results), best[0])
+    finally:
+        for w in workers.values():
+            w.stop()
+        if cluster is not None:
+            cluster.close()
 
     last = journal.last()
-    for rec in last.values():
-        result.counts[rec["status"]] = result.counts.get(rec["status"], 0) + 1
-    timed = sorted((r for r in last.values() if r["status"] == "timed" and search.key(r["config"]) in
-                    {search.key(c) for c in cands}), key=lambda r: r["median_s"])
+    keys = set(strat.by_key)
+    for k, rec in last.items():
+        if k in keys:
+            result.counts[rec["status"]] = result.counts.get(rec["status"], 0) + 1
+    timed = sorted((r for k, r in last.items() if r["status"] == "timed" and k in keys), key=lambda r: r["median_s"])
     result.best = timed[:top_k]
     result.default = last.get(search.key(cands[0]))
     if result.best:
