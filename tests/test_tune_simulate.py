@@ -69,3 +69,23 @@ def test_cli_table_json_exit_status_and_bad_input(tmp_path, capsys):
     assert simulate.main([str(mixed)]) == 2 and "2 space hashes" in capsys.readouterr().err
     dead, _ = journal(tmp_path, {k: None for k in keys}, name="dead.jsonl")
     assert simulate.main([str(dead)]) == 2 and "no config was timed" in capsys.readouterr().err
+
+
+def test_the_h100_journal_without_its_default(capsys):
+    """The committed H100 exhaustive journal: its optimum is the default, which every search evaluates
+    first; without it, the figure measures the search."""
+    from pathlib import Path
+
+    from xrt.tune import simulate
+
+    j = Path(__file__).resolve().parents[1] / ("results/tuned/journal/vm-nvidia-h100-80gb-hbm3-0/"
+                                               "matmul.triton-bfloat16-4096x4096x4096.jsonl")
+    full = simulate.run(j, ["random"], 3, 0.03, 0.25, 4, 0.5)
+    assert full["configs"] == 544 and full["strategies"]["random"]["evals"] == [4, 4, 4]  # the default, at once
+    rest = simulate.run(j, ["random"], 3, 0.03, 0.25, 4, 0.5, no_default=True)
+    assert rest["configs"] == 543 and rest["optimum_s"] > full["optimum_s"]
+    assert rest["without_default"] == full["optimum"]
+    assert all(e is None or e > 0 for e in rest["strategies"]["random"]["evals"])
+    assert rest["strategies"]["random"]["evals"] != [4, 4, 4]  # seeds start from their own draws
+    assert simulate.main([str(j), "--without-default", "--strategy", "random", "--seeds", "2"]) in (0, 1)
+    assert "Without the default (`BLOCK_K=64,BLOCK_M=128,BLOCK_N=256" in capsys.readouterr().out

@@ -81,15 +81,41 @@ def evals_to_find(strategy: str, cfgs: list[dict[str, Any]], times: dict[str, fl
     return None, best
 
 
+def without_default(cfgs: list[dict[str, Any]], times: dict[str, float | None], facts: dict[str, Any]
+                    ) -> tuple[list[dict[str, Any]], dict[str, float | None], dict[str, Any]]:
+    """The space less its default: the searches start from the default, so where the default is the
+    optimum (or near it) every strategy finds it at once and the figure says nothing about the search.
+    Each seed then starts from a config drawn by the seed (:func:`_start`)."""
+    dk = search.key(cfgs[0])
+    rest = {k: v for k, v in times.items() if k != dk}
+    if not any(rest.values()):
+        raise SimError("the space has no timed config but its default")
+    best = min(v for v in rest.values() if v)
+    facts = {**facts, "configs": len(cfgs) - 1, "timed": sum(1 for v in rest.values() if v), "optimum_s": best,
+             "optimum": next(k for k, v in rest.items() if v == best), "without_default": dk}
+    return cfgs[1:], rest, facts
+
+
+def _start(cfgs: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """``cfgs`` with a config drawn by ``seed`` first (the strategies evaluate the first one first)."""
+    import random
+
+    i = random.Random(seed).randrange(len(cfgs))
+    return [cfgs[i]] + cfgs[:i] + cfgs[i + 1:]
+
+
 def run(path: Path, strategies: list[str], seeds: int, within: float, target: float, batch: int,
-        cap_share: float) -> dict[str, Any]:
+        cap_share: float, no_default: bool = False) -> dict[str, Any]:
     cfgs, times, facts = load(path)
+    if no_default:
+        cfgs, times, facts = without_default(cfgs, times, facts)
     n = len(cfgs)
     cap = max(1, min(n, round(cap_share * n)))
     out: dict[str, Any] = {"journal": str(path), **facts, "within": within, "target": target, "batch": batch,
                            "cap": cap, "strategies": {}}
     for strat in strategies:
-        runs = [evals_to_find(strat, cfgs, times, s, within, batch, cap) for s in range(seeds)]
+        runs = [evals_to_find(strat, _start(cfgs, s) if no_default else cfgs, times, s, within, batch, cap)
+                for s in range(seeds)]
         shares = [(e / n if e is not None else None) for e, _ in runs]
         # a seed that never got there within the cap counts as the whole space (an upper bound)
         med = statistics.median([x if x is not None else 1.0 for x in shares])
@@ -103,6 +129,8 @@ def run(path: Path, strategies: list[str], seeds: int, within: float, target: fl
 def markdown(r: dict[str, Any]) -> str:
     lines = [f"Journal `{r['journal']}` (space hash {r['space_hash']}, recorded by {', '.join(r['recorded_by'])}): "
              f"{r['configs']} configs, {r['timed']} timed; optimum {r['optimum_s'] * 1e6:.2f} us (`{r['optimum']}`).",
+             *([f"Without the default (`{r['without_default']}`): the optimum of the rest, each seed starting "
+                "from a config it draws.", ""] if r.get("without_default") else []),
              "", f"Evaluations to find a config within {r['within'] * 100:g} % of the optimum, as a share of the "
              f"space (batches of {r['batch']}; a seed not there after {r['cap']} evaluations counts as 100 %):", "",
              "| strategy | median share | median evaluations | per seed | target ≤ "
@@ -123,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.25, help="share of the space the median may use [0.25]")
     p.add_argument("--batch", type=int, default=4, help="configs proposed at once, as --jobs in xrt tune [4]")
     p.add_argument("--cap", type=float, default=0.5, help="stop a seed after this share of the space [0.5]")
+    p.add_argument("--without-default", action="store_true",
+                   help="search the space less its default (the searches start there: a default at the optimum "
+                   "says nothing about the search)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = p.parse_args(argv)
     strategies = a.strategy or ["model", "random"]
@@ -136,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SimError("--within must be in [0, 1), --target and --cap in (0, 1]")
         if a.batch < 1:
             raise SimError(f"--batch {a.batch}: at least 1")
-        r = run(a.journal, strategies, a.seeds, a.within, a.target, a.batch, a.cap)
+        r = run(a.journal, strategies, a.seeds, a.within, a.target, a.batch, a.cap, a.without_default)
     except SimError as e:
         print(f"xrt.tune.simulate: {e}", file=sys.stderr)
         return 2
