@@ -445,3 +445,27 @@ def test_sass_diff_of_the_compared_pair(tmp_path):
     assert text.startswith("--- base/square_v2_f32\n+++ head/square_v1_f32\n") and "-LDG.E.128" in text
     (row,) = X.diff_rows(diffs)
     assert row["group"] == "compiled code" and row["head"] == f"+{d['added']}" and row["change"] == d["file"]
+
+
+def _h100_side(case: str, side: str) -> dict:
+    d = F / "h100" / case / side
+    return {"ncu": X.parse_ncu_csv((d / "ncu.csv").read_text()), "kernels": X.parse_trace((d / "trace.json").read_text()),
+            "settings": json.loads((d / "settings.json").read_text())}
+
+
+def test_the_h100_recordings_name_both_causes():
+    """The H100 run of scripts/explain_demo.py (Nsight Compute CSVs, torch.profiler traces and the
+    settings, recorded as they came): each planted regression's cause heads its table."""
+    rows = X.compare(_h100_side("clone", "base"), _h100_side("clone", "head"))
+    assert rows[0]["group"] == "kernel list" and rows[0]["what"] == "new kernel" and rows[0]["change"] == "added"
+    assert "Memcpy DtoD" in rows[0]["kernel"]
+    assert (rows[1]["base"], rows[1]["head"]) == ("1", "2")  # GPU launches per call
+    sq = {r["what"]: r for r in rows if r["kernel"] == "_square_kernel"}
+    assert abs(float(sq["duration (ns)"]["change"].rstrip(" %"))) < 5  # the kernel itself did not move
+    rows = X.compare(_h100_side("scalar", "base"), _h100_side("scalar", "head"))
+    assert (rows[0]["what"], rows[0]["base"], rows[0]["head"]) == ("kernel replaced", "square_v2_f32", "square_v1_f32")
+    by = {r["what"]: r for r in rows}
+    assert (by["grid"]["base"], by["grid"]["head"]) == ("(4224, 1, 1)", "(65536, 1, 1)")
+    dram = by["DRAM throughput %"]
+    assert float(dram["head"]) < float(dram["base"]) and float(by["duration (ns)"]["change"].rstrip(" %")) > 15
+    assert '"version": "v1"' in by["config"]["head"]
