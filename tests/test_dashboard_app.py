@@ -347,7 +347,8 @@ def test_tuning_from_results_heat_map_and_top_k(db):
 
 def test_tuning_prefers_the_tuner_table(db):
     def fn(con):
-        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) VALUES ('layernorm', 'gpu-a', '4096x4096', 'bfloat16', 'triton', "
+        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) "
+            "VALUES ('layernorm', 'gpu-a', '4096x4096', 'bfloat16', 'triton', "
                         "?, ?, 100)", [[json.dumps({"BLOCK": b, "num_warps": w}), 1e-5 * b / w]
                                        for b in (64, 128, 256) for w in (2, 4, 8)])
 
@@ -603,7 +604,8 @@ def evil_db(tmp_path_factory):
     hashes = build(db, EVIL_BENCH, EVIL_NAMES, EVIL_PARAMS, EVIL_MACHINES, EVIL_MESSAGE)
 
     def tuning(con):
-        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) VALUES (?, ?, ?, ?, 'triton', ?, ?, 100)",
+        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) "
+            "VALUES (?, ?, ?, ?, 'triton', ?, ?, 100)",
                         [["op ![o](http://evil/o.png)", list(EVIL_MACHINES)[0], "4096", "bf16",
                           json.dumps({"BLOCK.x": b, "w:Q [k](http://evil/k)": w}), 1e-5 * b / w]
                          for b in (64, 128) for w in (2, 4)])
@@ -873,7 +875,8 @@ def test_tuning_list_valued_and_mixed_configs_render(db):
     def fn(con):
         cfgs = [{"BLOCK": [64, 128], "num_warps": 4}, {"BLOCK": 64, "num_warps": 8}, {"BLOCK": "auto", "num_warps": 2},
                 {"BLOCK": {"x": 1}, "num_warps": [1, 2]}, [1, 2], {"BLOCK": None, "num_warps": 4}]
-        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",
+        con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) "
+            "VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",
                         [[json.dumps(c), 1e-5 * (i + 1)] for i, c in enumerate(cfgs)])
 
     store.write(db, fn)

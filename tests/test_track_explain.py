@@ -449,7 +449,8 @@ def test_sass_diff_of_the_compared_pair(tmp_path):
 
 def _h100_side(case: str, side: str) -> dict:
     d = F / "h100" / case / side
-    return {"ncu": X.parse_ncu_csv((d / "ncu.csv").read_text()), "kernels": X.parse_trace((d / "trace.json").read_text()),
+    return {"ncu": X.parse_ncu_csv((d / "ncu.csv").read_text()),
+            "kernels": X.parse_trace((d / "trace.json").read_text()),
             "settings": json.loads((d / "settings.json").read_text())}
 
 
