@@ -241,7 +241,7 @@ class Reader:
             SELECT r.machine, r.param_key, c.{o} AS ord, r.commit_hash, any_value(c.author_date) AS commit_date,
                    any_value(c.message) AS message, median(r.value) AS value, median(r.gbps) AS gbps,
                    median(r.tflops) AS tflops, median(r.pct_sol) AS pct_sol, any_value(r.unit) AS unit,
-                   median(r.q25) AS q25, median(r.q75) AS q75
+                   median(r.q25) AS q25, median(r.q75) AS q75, median(r.ci_99_a) AS ci_a, median(r.ci_99_b) AS ci_b
             FROM results r JOIN commits c ON c.hash = r.commit_hash
             WHERE list_contains($m, r.machine) AND r.benchmark = $b AND list_contains($p, r.param_key)
               AND r.status = 'ok' AND c.{o} IS NOT NULL

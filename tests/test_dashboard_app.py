@@ -208,6 +208,10 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     assert at.subheader[0].value == f"` {BENCH} ` [` {STEPPED[1]} `] on gpu-a"  # names as code: never Markdown
     assert at.metric[0].value.startswith("1.2") and at.metric[4].value == "new"
     assert len(charts(at)) == 2  # the series with the change point, the before/after samples
+    spec = json.loads(charts(at)[0].proto.spec)
+    marks = [ly.get("mark", {}).get("type", ly.get("mark")) for ly in spec["layer"]]
+    assert marks[0] == "rect" and "rule" in marks  # the threshold band under the series, the step's line
+    assert "threshold (2%)" in at.markdown[[i for i, m in enumerate(at.markdown) if "The series" in m.value][0]].value
     commits = at.dataframe[0].value
     assert commits["message"].tolist() == [f"commit {STEP_AT}: change things"]
     # acknowledge -> ignored with a note, through xrt.track (store.write), then the page says so
@@ -309,6 +313,16 @@ def test_explorer_deep_link_reopens_the_view(db):
     assert len(at.dataframe[0].value) == 2
     # the regression page's link: one series by its param_key
     at = app("explorer", bench=BENCH, m="gpu-a", pk=STEPPED[1])
+    layers = json.loads(charts(at)[0].proto.spec)["layer"]
+    assert not [ly for ly in layers if ly.get("mark", {}).get("type") == "rule"]  # no CI recorded: no bars
+    import duckdb
+
+    with duckdb.connect(str(db)) as con:  # asv's 99 % confidence interval, as result files carry it
+        con.execute("UPDATE results SET ci_99_a = value * 0.99, ci_99_b = value * 1.01")
+    at = app("explorer", bench=BENCH, m="gpu-a", pk=STEPPED[1])
+    layers = json.loads(charts(at)[0].proto.spec)["layer"]
+    assert [ly for ly in layers if ly.get("mark", {}).get("type") == "rule"]  # a bar per commit
+    assert any("99 % confidence interval" in c.value for c in at.caption)
     assert at.sidebar.multiselect(key="ex:p.provider").value == ["triton"]
     assert at.sidebar.multiselect(key="ex:p.config").value == ["default"]
 

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from xrt.track.detect import DetectConfig
+
 st.title("Regression detail")
 r = U.reader()
 if r is None:
@@ -87,8 +89,9 @@ else:
     q = [np.percentile(np.asarray(smp, float) * f, [25, 75]) if smp is not None and len(smp) >= 2 else (np.nan, np.nan)
          for smp in s["samples"]]
     s = s.assign(lo=[a for a, _ in q], hi=[b for _, b in q])
-    st.markdown("**The series**, one point per commit (median of its samples; the band is their interquartile "
-                "range); the red line is the first slow commit.")
+    st.markdown("**The series**, one point per commit (median of its samples; the grey band is their "
+                "interquartile range); the red line is the first slow commit; the green band is the level before "
+                f"it ± the detector's threshold ({DetectConfig().min_effect:.0%}): a change inside it is not reported.")
     fit = st.toggle("Fit the y axis to the data", key="det:fit", help="off: the axis starts at zero, so a change "
                     "reads at its true size")
     ys = alt.Scale(zero=not fit, nice=True)
@@ -102,6 +105,13 @@ else:
         y="y:Q", color=alt.Color("side:N", scale=alt.Scale(domain=["before", "after", "other"],
                                                           range=["#1f77b4", "#d62728", "#bbbbbb"]), title="window"))
     layers = [band, pts, colored]
+    if k is not None and rec.get("before"):  # the threshold: changes inside the band are not reported
+        thr = DetectConfig().min_effect
+        lvl = float(rec["before"]) * f
+        tb = pd.DataFrame({"lo": [lvl / (1 + thr)], "hi": [lvl * (1 + thr)], "x0": [s["ord"].min()],
+                           "x1": [s["ord"].max()]})
+        layers.insert(0, alt.Chart(tb).mark_rect(opacity=0.10, color="#2ca02c").encode(
+            x="x0:Q", x2="x1:Q", y=alt.Y("lo:Q", scale=ys), y2="hi:Q"))
     if k is not None:
         rule = alt.Chart(pd.DataFrame({"ord": [s["ord"].iloc[k]]})).mark_rule(color="red", strokeDash=[4, 3]).encode(
             x="ord:Q")

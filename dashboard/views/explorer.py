@@ -129,10 +129,17 @@ if col == "value" and d["q25"].notna().any():  # the samples' spread: asv's inte
     band = d.assign(lo=d["q25"] * f, hi=d["q75"] * f).dropna(subset=["lo", "hi"])
     layers.insert(0, alt.Chart(band).mark_area(opacity=0.18).encode(x=x, y=alt.Y("lo:Q", scale=yscale),
                                                                      y2="hi:Q", color=color))
+has_ci = col == "value" and d["ci_a"].notna().any()
+if has_ci:  # asv's 99 % confidence interval of each commit's value, as a bar
+    ci = d.assign(lo=d["ci_a"] * f, hi=d["ci_b"] * f).dropna(subset=["lo", "hi"])
+    layers.append(alt.Chart(ci).mark_rule(opacity=0.55).encode(x=x, y=alt.Y("lo:Q", scale=yscale), y2="hi:Q",
+                                                                color=color))
 chart = alt.layer(*layers).properties(height=420).interactive()
 st.subheader(U.lit(bench, code=True))
-if col == "value" and d["q25"].notna().any():
-    st.caption("Line: the median per commit; band: the samples' interquartile range (asv's q25–q75).")
+if col == "value" and (d["q25"].notna().any() or has_ci):
+    st.caption("Line: the median per commit"
+               + ("; band: the samples' interquartile range (asv's q25–q75)" if d["q25"].notna().any() else "")
+               + ("; bars: asv's 99 % confidence interval of the commit's value" if has_ci else "") + ".")
 st.altair_chart(chart, width="stretch")
 
 summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),
