@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xrt.bench.sidebyside import device_ms  # noqa: E402
+
 B, H = 4, 16
 CASES = [(128, False), (128, True), (64, False)]  # (head dim, causal)
 TARGET_S = 4096
@@ -69,12 +73,6 @@ def _inputs(s: int, d: int, grad: bool = False):
     if grad:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
     return q, k, v, do
-
-
-def _ms(fn, **rule: float) -> float:
-    from xrt.bench import timer
-
-    return timer.measure(fn, "cuda", **rule).median_s * 1e3
 
 
 def _fwd_fns(q, k, v, causal: bool, cfg: dict | None):
@@ -137,7 +135,7 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
     for cfg in fwd_cfgs:
         row: dict[str, Any] = {"pass": "fwd", "d": d, "causal": causal, "config": cfg}
         try:
-            row["ms"] = _ms(lambda c=cfg: attention(q, k, v, causal, scale, c), **QUICK_SWEEP)
+            row["ms"] = device_ms(lambda c=cfg: attention(q, k, v, causal, scale, c), **QUICK_SWEEP)
             if row["ms"] < best_f[0]:
                 best_f = (row["ms"], cfg)
         except Exception as e:  # out of shared memory, a config Triton cannot compile here
@@ -147,7 +145,7 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
     for cfg in bwd_cfgs:
         row = {"pass": "bwd", "d": d, "causal": causal, "config": cfg}
         try:
-            row["ms"] = _ms(lambda c=cfg: attention_bwd(do, q, k, v, o, lse, causal, scale, c), **QUICK_SWEEP)
+            row["ms"] = device_ms(lambda c=cfg: attention_bwd(do, q, k, v, o, lse, causal, scale, c), **QUICK_SWEEP)
             if row["ms"] < best_b[0]:
                 best_b = (row["ms"], cfg)
         except Exception as e:
@@ -185,11 +183,11 @@ def _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do) -> list[dict]:
     for pas in ("fwd", "bwd"):
         if pas == "fwd":
             with torch.no_grad():
-                t_x = _ms(lambda: mine(q, k, v))
-                t_s = _ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                t_x = device_ms(lambda: mine(q, k, v))
+                t_s = device_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
         else:
-            t_x = _ms(_bwd_fn(lambda: mine(q, k, v), q, k, v, do))
-            t_s = _ms(_bwd_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, do))
+            t_x = device_ms(_bwd_fn(lambda: mine(q, k, v), q, k, v, do))
+            t_s = device_ms(_bwd_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, do))
         f = flops(B, H, s, s, d, causal, backward=pas == "bwd")
         tf_x, tf_s = f / t_x / 1e9, f / t_s / 1e9
         ratio = tf_x / tf_s

@@ -25,11 +25,13 @@ import json
 import platform
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xrt.bench.sidebyside import config_label, fmt, run_row  # noqa: E402
 
 # (N, C, H, W, K, stride, target ratio: xrt time / torch time at most)
 SHAPES = [(64, 64, 56, 56, 64, 1, 1.0), (64, 256, 14, 14, 256, 1, 1.0), (64, 128, 28, 28, 128, 1, 1.1),
@@ -43,36 +45,6 @@ SWEEP = [  # beside the default (kernels/spaces.py), per path
     {"TILE": "8x8", "KO_STEP": 32, "CI_STEP": 64, "HALF_TILE": True, "num_warps": 4, "num_stages": 3},
 ]
 CNN = (256, 64)  # batch, width
-
-
-def device_ms(fn: Callable[[], Any], max_time: float) -> float:
-    from xrt.bench import timer
-
-    return timer.measure(fn, "cuda", flush_l2=True, max_time=max_time).median_s * 1e3
-
-
-def _err(y: Any, ref: Any) -> float:
-    return float((y.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30))
-
-
-def _label(cfg: dict | None) -> str:
-    return "default" if not cfg else ",".join(f"{k}={v}" for k, v in cfg.items())
-
-
-def run_row(group: str, shape: str, label: str, fn: Callable[[], Any], ref: Any, max_time: float,
-            tol: float = 2e-2) -> dict:
-    row: dict[str, Any] = {"group": group, "shape": shape, "impl": label}
-    try:
-        y = fn()
-        row["err"] = _err(y, ref) if ref is not None else 0.0
-        if row["err"] > tol:
-            row["error"] = f"wrong result: err {row['err']:.3g} > {tol}"
-            return row
-        row["ms"] = device_ms(fn, max_time)
-    except Exception as e:  # a config over the resources, a compile failure: recorded, not fatal
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        traceback.print_exc(file=sys.stderr)
-    return row
 
 
 def summarise(group: str, shape: str, rows: list[dict], target: float | None, strict: bool = False) -> dict:
@@ -116,7 +88,7 @@ def bench_conv(shape: tuple, sweep: list[dict], dtype: Any) -> list[dict]:
     for path in ("direct", "im2row"):
         for cfg in [None, *sweep]:
             full = {"path": path, **(cfg or {})}
-            label = f"triton {path} {_label(cfg)}"
+            label = f"triton {path} {config_label(cfg)}"
             rows.append(run_row(group, key, label, lambda full=full: conv_bias_relu(x, wf, bf, stride, 1, True, full),
                                 ref, 0.3))
     rows.append(summarise(group, key, rows, target))
@@ -181,10 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _f(v: Any, fmt: str) -> str:
-    return "" if v is None else format(v, fmt)
-
-
 def table(rows: list[dict], meta: dict) -> str:
     lines = [f"conv3x3 + BatchNorm + ReLU on {meta['device']} (torch {meta['torch']}, triton {meta['triton']}, "
              f"CUDA {meta['cuda']}, cuDNN {meta['cudnn']}, cudnn.benchmark on); device time from "
@@ -193,12 +161,12 @@ def table(rows: list[dict], meta: dict) -> str:
              "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         met = {True: "**met**", False: "not met", None: ""}[r.get("met")]
-        ratio = _f(r.get("ratio"), ".3f")
+        ratio = fmt(r.get("ratio"), ".3f")
         if r.get("summary") and r.get("default_ratio") is not None:
             ratio += f" (default {r['default_ratio']:.3f})"
-        note = r.get("error") or _f(r.get("err"), ".2g")
-        lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {_f(r.get('ms'), '.4f')} | {ratio} | "
-                     f"{_f(r.get('target'), '.2f')} | {met} | {note} |")
+        note = r.get("error") or fmt(r.get("err"), ".2g")
+        lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {fmt(r.get('ms'), '.4f')} | {ratio} | "
+                     f"{fmt(r.get('target'), '.2f')} | {met} | {note} |")
     return "\n".join(lines) + "\n"
 
 

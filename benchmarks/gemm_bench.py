@@ -27,12 +27,14 @@ import argparse
 import json
 import platform
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xrt.bench.sidebyside import config_label, fmt, run_row  # noqa: E402
 
 MATMUL_SHAPES = [  # (M, N, K, target ratio)
     (4096, 4096, 4096, 0.9), (8192, 8192, 8192, 0.9), (8192, 8192, 512, 0.8), (4097, 4096, 4096, 0.8),
@@ -59,52 +61,14 @@ CUDA_SWEEP = [{"version": "v4", "BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 4}
               {"version": "v4", "BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}]
 
 
-def tflops(flops: float, ms: float | None) -> float | None:
-    return None if not ms else flops / (ms * 1e-3) / 1e12
-
-
-def device_ms(fn: Callable[[], Any], max_time: float) -> float:
-    from xrt.bench import timer
-
-    return timer.measure(fn, "cuda", flush_l2=True, max_time=max_time).median_s * 1e3
-
-
-def _err(y: Any, ref: Any) -> float:
-    return float((y.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30))
-
-
-def run_row(group: str, shape: str, flops: float, label: str, fn: Callable[[], Any], ref: Any,
-            max_time: float, tol: float) -> dict:
-    """Check ``fn``'s output against ``ref``, then time it; failures are rows too."""
-    row: dict[str, Any] = {"group": group, "shape": shape, "impl": label, "flops": flops}
-    try:
-        y = fn()
-        row["err"] = _err(y, ref) if ref is not None else 0.0
-        if row["err"] > tol:
-            row["error"] = f"wrong result: err {row['err']:.3g} > {tol}"
-            return row
-        row["ms"] = device_ms(fn, max_time)
-        row["tflops"] = tflops(flops, row["ms"])
-    except Exception as e:  # a config over the resources, a compile failure: recorded, not fatal
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        traceback.print_exc(file=sys.stderr)
-    return row
-
-
-def _cfg_label(cfg: dict | None) -> str:
-    if cfg is None:
-        return "default"
-    return ",".join(f"{k}={v}" for k, v in cfg.items())
-
-
 def bench_group(group: str, shape: str, flops: float, baseline: Callable[[], Any], impls: list[tuple[str, Any]],
                 target: float | None, max_time: float, tol: float) -> list[dict]:
     """The baseline row, one row per impl, and a summary row (best impl vs the baseline)."""
-    base = run_row(group, shape, flops, "torch", baseline, None, max_time, tol)
+    base = run_row(group, shape, "torch", baseline, None, max_time, tol, flops)
     ref = baseline()
     rows = [base]
     for label, fn in impls:
-        rows.append(run_row(group, shape, flops, label, fn, ref, max_time * 0.6, tol))
+        rows.append(run_row(group, shape, label, fn, ref, max_time * 0.6, tol, flops))
     for r in rows[1:]:
         r["ratio"] = (r["tflops"] / base["tflops"]) if r.get("tflops") and base.get("tflops") else None
     ok = [r for r in rows[1:] if r.get("ratio")]
@@ -145,14 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     for m, n, k, target in MATMUL_SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-        impls = [(f"triton {_cfg_label(c)}", (lambda c=c, a=a, b=b: tr.matmul(a, b, c))) for c in [None, *sweep]]
+        impls = [(f"triton {config_label(c)}", (lambda c=c, a=a, b=b: tr.matmul(a, b, c))) for c in [None, *sweep]]
         rows += bench_group("matmul bf16", f"{m}x{n}x{k}", 2.0 * m * n * k, lambda a=a, b=b: torch.matmul(a, b),
                             impls, target, 0.4, 2e-2)
         del a, b
     for bsz, m, n, k, target in BMM_SHAPES:
         a = torch.randn(bsz, m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(bsz, k, n, device="cuda", dtype=torch.bfloat16)
-        impls = [(f"triton {_cfg_label(c)}", (lambda c=c, a=a, b=b: tr.bmm(a, b, c))) for c in [None, *sweep[:3]]]
+        impls = [(f"triton {config_label(c)}", (lambda c=c, a=a, b=b: tr.bmm(a, b, c))) for c in [None, *sweep[:3]]]
         rows += bench_group("bmm bf16", f"{bsz}x{m}x{n}x{k}", 2.0 * bsz * m * n * k,
                             lambda a=a, b=b: torch.bmm(a, b), impls, target, 0.4, 2e-2)
         del a, b
@@ -163,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     b = torch.randn(k, n, device="cuda")
     if why is None:
         cfgs = CUDA_VERSIONS + ([] if args.quick else CUDA_SWEEP)
-        impls = [(f"cuda {_cfg_label(c)}" + (" default" if c == {"version": "v4"} else ""),
+        impls = [(f"cuda {config_label(c)}" + (" default" if c == {"version": "v4"} else ""),
                   (lambda c=c: cu.matmul(a, b, c))) for c in cfgs]
     else:
         impls = []
@@ -187,10 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _f(v: Any, fmt: str) -> str:
-    return "" if v is None else format(v, fmt)
-
-
 def table(rows: list[dict], meta: dict) -> str:
     lines = [f"GEMM on {meta['device']} (torch {meta['torch']}, triton {meta['triton']}, CUDA {meta['cuda']}); "
              "device time from xrt.bench.timer.measure (median, L2 flushed); TFLOP/s = 2MNK/t. "
@@ -199,12 +159,12 @@ def table(rows: list[dict], meta: dict) -> str:
              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         met = {True: "**met**", False: "not met", None: ""}[r.get("met")]
-        ratio = _f(r.get("ratio"), ".3f")
+        ratio = fmt(r.get("ratio"), ".3f")
         if r.get("summary") and r.get("default_ratio") is not None:
             ratio += f" (default {r['default_ratio']:.3f})"
-        note = r.get("error") or _f(r.get("err"), ".2g")
-        lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {_f(r.get('ms'), '.4f')} | "
-                     f"{_f(r.get('tflops'), '.1f')} | {ratio} | {_f(r.get('target'), '.2f')} | {met} | {note} |")
+        note = r.get("error") or fmt(r.get("err"), ".2g")
+        lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {fmt(r.get('ms'), '.4f')} | "
+                     f"{fmt(r.get('tflops'), '.1f')} | {ratio} | {fmt(r.get('target'), '.2f')} | {met} | {note} |")
     lines.append("")
     lines.append(f"Triton bf16 >= 1.0x torch on at least one shape: "
                  f"{'met' if meta['bf16_at_least_1x_somewhere'] else 'not met'}")

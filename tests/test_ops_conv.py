@@ -269,3 +269,14 @@ def test_compile_training_step(interpreter):
         runs.append([t.grad for t in leaves] + [rm, rv])
     for got, want in zip(runs[1], runs[0]):
         torch.testing.assert_close(got, want)
+
+
+def test_auto_takes_the_inference_or_the_training_order(interpreter, monkeypatch):
+    """``auto`` walks AUTO_ORDER for inference and AUTO_TRAINING in training (P.choose's ``order``):
+    on the H100 the fused op beat cuDNN in inference and lost 9x in a training step."""
+    m = importlib.import_module("xrt.pytorch.ops.conv_bn_relu")
+    x = nhwc(1, 4, 5, 5, torch.float32)
+    monkeypatch.setitem(m.AUTO_ORDER, "cpu", ("triton", "torch"))  # as on CUDA, here where Triton interprets
+    monkeypatch.setitem(m.AUTO_TRAINING, "cpu", ("torch",))
+    assert m._provider(x, None) == "triton" and m._provider(x, None, training=True) == "torch"
+    assert m._provider(x, "triton", training=True) == "triton"  # an explicit choice is kept

@@ -37,6 +37,44 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _online_step(acc, l_i, m_i, s, v, offs_n, offs_m, S_k, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """One block of keys into the running (acc, l, m): the scores ``s`` [BLOCK_M, BLOCK_N] masked
+    where asked (past ``S_k``; above the causal diagonal), then the online softmax."""
+    if MASKED:
+        keep = offs_n[None, :] < S_k
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+    # m stays finite: each row's first block holds key 0, which every row sees. The scale
+    # (> 0, the launcher checks) is applied to the row max and then in one multiply-add.
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _key_range(start_m, S_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(n_full, hi) for a query block: keys [0, n_full) are whole blocks every query of the block
+    sees; [n_full, hi) need masks (the causal diagonal, the ragged end)."""
+    if CAUSAL:
+        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
+        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
+    else:
+        hi = S_k
+        n_full = (S_k // BLOCK_N) * BLOCK_N
+    return n_full, hi
+
+
+@triton.jit
+def _lse(m_i, l_i):
+    """The rows' natural-log log-sum-exp from the running max (log2 domain) and sum."""
+    return (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+
+
+@triton.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                 offs_m, offs_d, lo, hi, S_k, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, WS: tl.constexpr):
@@ -52,20 +90,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_v
         else:
             kt = tl.load(kt_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, kt)
-        if MASKED:
-            keep = offs_n[None, :] < S_k
-            if CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(keep, s, float("-inf"))
-        # m stays finite: each row's first block holds key 0, which every row sees. The scale
-        # (> 0, the launcher checks) is applied to the row max and then in one multiply-add.
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        acc, l_i, m_i = _online_step(acc, l_i, m_i, tl.dot(q, kt), v, offs_n, offs_m, S_k, qk_scale, MASKED, CAUSAL)
     return acc, l_i, m_i
 
 
@@ -104,13 +129,7 @@ def _attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    # Keys [0, n_full) are whole blocks every query of this block sees; [n_full, hi) need masks.
-    if CAUSAL:
-        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
-        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
-    else:
-        hi = S_k
-        n_full = (S_k // BLOCK_N) * BLOCK_N
+    n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
                                 0, n_full, S_k, qk_scale, BLOCK_N, False, CAUSAL, WS)
     acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
@@ -118,8 +137,7 @@ def _attn_fwd_kernel(
     out = acc / l_i[:, None]
     tl.store(o_ptr + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
              out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # back to natural log
-    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, lse, mask=rmask)
+    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, _lse(m_i, l_i), mask=rmask)
 
 
 @triton.jit
@@ -131,19 +149,8 @@ def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, lo, hi, S_k, q
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         k = desc_k.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         v = desc_v.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        s = tl.dot(q, tl.trans(k))
-        if MASKED:
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < S_k
-            if CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        acc, l_i, m_i = _online_step(acc, l_i, m_i, tl.dot(q, tl.trans(k)), v, start_n + offs_n0, offs_m, S_k,
+                                     qk_scale, MASKED, CAUSAL)
     return acc, l_i, m_i
 
 
@@ -173,22 +180,14 @@ def _attn_fwd_tma_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
-        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
-    else:
-        hi = S_k
-        n_full = (S_k // BLOCK_N) * BLOCK_N
+    n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
                                     HEAD_DIM, BLOCK_N, False, CAUSAL, WS)
     acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
                                     HEAD_DIM, BLOCK_N, True, CAUSAL, WS)
-    # rows past S_q (the ragged last block) have l = 0 where every score was masked: keep them finite
-    l_safe = tl.where(l_i > 0, l_i, 1.0)
-    out = acc / l_safe[:, None]
-    desc_o.store([bh, start_m * BLOCK_M, 0], out.to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
-    lse = (m_i + tl.math.log2(l_safe)) * 0.6931471805599453
-    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, lse, mask=offs_m < S_q)
+    # rows past S_q (zeros from the engine) see key 0 like every row: l > 0, and their stores are clipped
+    desc_o.store([bh, start_m * BLOCK_M, 0], (acc / l_i[:, None]).to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
+    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, _lse(m_i, l_i), mask=offs_m < S_q)
 
 
 @triton.jit

@@ -57,8 +57,10 @@ def get(op: str, name: str) -> Provider:
         raise ValueError(f"op {op!r} has no provider {name!r}; registered: {have}") from None
 
 
-def choose(op: str, x: torch.Tensor, explicit: str | None = None) -> Provider:
-    """The provider that runs ``op`` on ``x`` under the policy in force."""
+def choose(op: str, x: torch.Tensor, explicit: str | None = None,
+           order: dict[str, tuple[str, ...]] | None = None) -> Provider:
+    """The provider that runs ``op`` on ``x`` under the policy in force; ``auto`` takes the first
+    of ``order[device type]`` (an op's own order, else :data:`AUTO_ORDER`) that can run ``x``."""
     name = policy.resolve(op, explicit)
     if name != policy.AUTO:
         p = get(op, name)
@@ -66,7 +68,7 @@ def choose(op: str, x: torch.Tensor, explicit: str | None = None) -> Provider:
         if why:
             raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
         return p
-    for cand in AUTO_ORDER.get(x.device.type, ("torch",)):
+    for cand in (order or AUTO_ORDER).get(x.device.type, ("torch",)):
         p = _REGISTRY.get(op, {}).get(cand)
         if p is not None and p.missing(x) is None:
             return p

@@ -30,7 +30,6 @@ from torch.nn.grad import conv2d_input, conv2d_weight
 
 from xrt.kernels import checks, stats
 from xrt.kernels.reference import conv_bn_relu as ref
-from xrt.pytorch import policy
 from xrt.pytorch.ops import _checks as C
 from xrt.pytorch.ops import _providers as P
 from xrt.pytorch.ops import _tuned as T
@@ -209,16 +208,7 @@ def clear_fold_cache() -> None:
 # -- the public op -------------------------------------------------------------------------------------
 
 def _provider(x: torch.Tensor, explicit: str | None, training: bool = False) -> str:
-    choice = policy.resolve(OP, explicit)
-    if choice == policy.AUTO:
-        for name in (AUTO_TRAINING if training else AUTO_ORDER).get(x.device.type, ("torch",)):
-            if P.get(OP, name).missing(x) is None:
-                return name
-        return "torch"
-    why = P.get(OP, choice).missing(x)
-    if why:
-        raise RuntimeError(f"xrt op {OP!r}: provider {choice!r} is unavailable: {why}")
-    return choice
+    return P.choose(OP, x, explicit, AUTO_TRAINING if training else AUTO_ORDER).name
 
 
 def _autocast(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
