@@ -127,6 +127,16 @@ def tuning(space: str, config: dict[str, Any] | None = None) -> Tuning:
     return hit
 
 
+def effective_config(space: str, bound: int, config: dict[str, Any] | None) -> Tuning:
+    """``config`` checked; the default (``None``, or the defaults the op passes when no tuned config
+    applies) is the problem's own default (``spaces.SHAPE_DEFAULTS`` by ``bound``: a skinny GEMM's M,
+    attention's head dim). A config asked for is kept as it is."""
+    cfg = tuning(space, config)
+    if cfg.is_default:
+        return tuning(space, spaces.default_for(space, bound))
+    return cfg
+
+
 CONV_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 

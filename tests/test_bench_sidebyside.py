@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT
+
 from xrt.bench import sidebyside as S
 
 

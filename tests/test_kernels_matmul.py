@@ -169,7 +169,7 @@ def test_cuda_c_matmul_on_gpu(config):
 
 def test_skinny_problems_get_their_own_default_and_explicit_configs_are_kept():
     from xrt.kernels import checks
-    from xrt.kernels.triton.matmul import effective_config
+    from xrt.kernels.checks import effective_config
 
     skinny = effective_config("matmul.triton", 16, None)
     assert skinny["BLOCK_M"] == 64 and skinny["kernel"] == "tiled"

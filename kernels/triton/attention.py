@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks, spaces
+from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
@@ -433,8 +433,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
     _check(q, k, v, scale)
-    d = q.shape[-1]
-    cfg = checks.tuning("attention.triton", config if config is not None else spaces.default_for("attention.triton", d))
+    # the default (no config, or the op's defaults when no tuned config applies) is the head dim's
+    cfg = checks.effective_config("attention.triton", q.shape[-1], config)
     bsz, h, s_q, d = q.shape
     s_k = k.shape[2]
     o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)

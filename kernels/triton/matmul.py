@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks, spaces
+from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv
 
 SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
@@ -206,17 +206,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = Non
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N] (fp16, bf16 or fp32, any strides) -> [M, N]
     contiguous, a's dtype; ``config`` from the ``matmul.triton`` space."""
     check_pair("matmul", a, b, 2)
-    cfg = effective_config("matmul.triton", a.shape[0], config)
+    cfg = checks.effective_config("matmul.triton", a.shape[0], config)
     return _run(a.unsqueeze(0), b.unsqueeze(0), cfg)[0]
-
-
-def effective_config(space: str, m: int, config: dict[str, Any] | None) -> dict[str, Any]:
-    """``config`` checked; the default (``None``, or the defaults the op passes when no tuned config
-    applies) is the shape's default (``spaces.SHAPE_DEFAULTS``: skinny M has its own tile)."""
-    cfg = checks.tuning(space, config)
-    if cfg.is_default:
-        return checks.tuning(space, spaces.default_for(space, m))
-    return cfg
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
