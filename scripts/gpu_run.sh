@@ -24,6 +24,10 @@
 #            `xrt tune space` prints its size first), every evaluation in the journal under
 #            $OUT/tuned/journal/, top-K in $OUT/tuned/matmul.json; stops proposing after 330 s.
 #            Then, on any machine: python -m xrt.tune.simulate <that journal> (model vs random)
+# tunescale: scripts/tune_scale.py: the same exhaustive GEMM search on one GPU and on every GPU of the
+#            host in turns, after one run that fills the compile cache (the 2-GPU H200; $OUT/tunescale/)
+# tunegpu  : tests/test_tune_gpu.py: configs that fault on the device (illegal address, a kernel that
+#            never ends, a wrong result) and a kill -9 of the tuner mid-run, then the same command
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
 #            device time in a fresh process and after graph-mode measures
 # explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
@@ -131,6 +135,13 @@ for step in "$@"; do
       tar -czf "$OUT/tune-worker-logs.tgz" -C "$OUT/tuned" journal --wildcards '*.log' 2>/dev/null \
         && find "$OUT/tuned/journal" -name '*.log' -delete
       (exit $t) ;;
+    tunescale)
+      # the runs' journals and logs are many files: one archive comes back (the device returns few)
+      ts=$(mktemp -d); python3 scripts/tune_scale.py --out "$ts" 2>&1 | tail -30
+      cp "$ts"/tune-scale.md "$ts"/tune-scale.json "$OUT"/ 2>/dev/null
+      tar -czf "$OUT/tunescale-runs.tgz" -C "$ts" . 2>/dev/null ;;
+    tunegpu)
+      python3 -m pytest -q -s -p no:cacheprovider tests/test_tune_gpu.py 2>&1 | tee "$OUT/tunegpu.log" | tail -30 ;;
     pycuda)
       python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
     explain)

@@ -248,3 +248,30 @@ def test_model_search_with_budgets_resumes_without_measuring_again(tmp_path, int
     capsys.readouterr()
     assert cli.main(args[:7] + ["9"] + args[8:] + ["--budget-seconds", "1e-9"]) == 0
     assert len(Journal(path).records) == 7 and "--budget-seconds 1e-09 spent" in capsys.readouterr().err
+
+
+def test_a_lost_cuda_context_is_told_from_a_failing_config():
+    """After an illegal address every call fails: the worker must say crash and exit, not go on."""
+    import types
+
+    from xrt.tune.worker import context_alive
+
+    class Cuda:
+        def __init__(self, error: Exception | None):
+            self.error = error
+
+        def synchronize(self):
+            if self.error:
+                raise self.error
+
+    class One:
+        def add_(self, v):
+            return self
+
+        def item(self):
+            return 2.0
+
+    alive = types.SimpleNamespace(cuda=Cuda(None), ones=lambda *a, **k: One())
+    lost = types.SimpleNamespace(cuda=Cuda(RuntimeError("CUDA error: an illegal memory access was encountered")),
+                                 ones=lambda *a, **k: One())
+    assert context_alive(alive) and not context_alive(lost)

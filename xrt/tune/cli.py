@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"machine": out.machine, "space": problem.space, "space_hash": out.space_hash,
                           "space_size": out.space_size, "dropped": out.dropped, "strategy": args.strategy,
-                          "counts": out.counts, "default": out.default, "best": out.best,
+                          "counts": out.counts, "tried": out.tried, "skipped": out.skipped,
+                          "default": out.default, "best": out.best,
                           "file": str(out.out_file) if out.out_file else None,
                           "journal": str(out.journal), "torn_journal_lines": out.torn}, indent=1))
     else:

@@ -127,8 +127,25 @@ def main(argv: list[str] | None = None) -> int:
             rec["status"] = "error"
             rec["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             traceback.print_exc()
+            if dev.kind == "cuda" and not context_alive(torch):
+                # An illegal address or a trap is sticky: every later call in this process would fail
+                # too. Say so as a crash of this config and exit; the parent starts a fresh worker.
+                rec["status"] = "crash"
+                rec["error"] = f"the CUDA context is lost ({rec['error']}); the worker exits"
+                say(rec)
+                return 3
         say(rec)
     return 0
+
+
+def context_alive(torch: Any) -> bool:
+    """False when the CUDA context of this process is unusable (a sticky error such as an illegal address)."""
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception:  # noqa: BLE001 - any failure here means the context cannot run the next config
+        return False
+    return True
 
 
 if __name__ == "__main__":
