@@ -137,7 +137,7 @@ for step in "$@"; do
       (exit $t) ;;
     tunescale)
       # the runs' journals and logs are many files: one archive comes back (the device returns few)
-      ts=$(mktemp -d); python3 scripts/tune_scale.py --out "$ts" 2>&1 | tail -30
+      ts=$(mktemp -d); python3 scripts/tune_scale.py --out "$ts" --pairs "${TUNE_PAIRS:-2}" 2>&1 | tail -30
       cp "$ts"/tune-scale.md "$ts"/tune-scale.json "$OUT"/ 2>/dev/null
       tar -czf "$OUT/tunescale-runs.tgz" -C "$ts" . 2>/dev/null ;;
     tunegpu)

@@ -316,6 +316,36 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 tail += f": {rec['error'][:160]}"
             log(f"  {phase} {rec['key']}: {tail}")
 
+    def worker(phase: str, slot: int, env: dict[str, str]) -> Any:
+        w = workers.get((phase, slot))
+        if w is None:
+            wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
+            w = Worker(problem, phase, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+            if cluster is not None:
+                wlog.parent.mkdir(parents=True, exist_ok=True)
+                w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
+            workers[(phase, slot)] = w
+        return w
+
+    starting: list[threading.Thread] = []
+
+    def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
+        """Start each GPU's timing worker (imports, inputs, the reference) while the compile phase runs.
+
+        Nothing is timed before the compile phase ends, so the start-up cannot disturb a measurement;
+        a worker that fails to start here is started again, with its error, when it is first asked.
+        """
+        def start(w: Worker) -> None:
+            try:
+                w._start()
+            except Exception:  # noqa: BLE001 - ask() starts it again and reports why
+                w.stop()
+
+        for i, (_, env) in enumerate(slots):
+            t = threading.Thread(target=start, args=(worker("time", i, env),), daemon=True)
+            t.start()
+            starting.append(t)
+
     def run_phase(phase: str, cfgs: list[dict[str, Any]],
                   slots: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
         q: queue.Queue = queue.Queue()
@@ -324,15 +354,13 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         answers: list[dict[str, Any]] = []
         failures: list[BaseException] = []
 
+        if phase == "time":
+            for t in starting:  # timing workers started while the first configs compiled
+                t.join()
+            starting.clear()
+
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
-            w = workers.get((phase, slot))
-            if w is None:
-                wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-                w = Worker(problem, phase, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
-                if cluster is not None:
-                    wlog.parent.mkdir(parents=True, exist_ok=True)
-                    w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
-                workers[(phase, slot)] = w
+            w = worker(phase, slot, env)
             try:
                 while True:
                     try:
@@ -379,6 +407,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     prog = Progress(total, log, budget_seconds)
     t0 = time.monotonic()
     best = [min((v for v in strat.results.values() if v), default=None)]
+    if cluster is None and total > n_known:
+        start_timing_workers(named)
     try:
         while len(strat.results) < total:
             if budget_seconds is not None and time.monotonic() - t0 >= budget_seconds:
@@ -402,6 +432,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                         best[0] = v
             prog.update(len(strat.results), best[0])
     finally:
+        for t in starting:
+            t.join()
         for w in workers.values():
             w.stop()
         if cluster is not None:
