@@ -76,14 +76,19 @@ def test_bad_problems_are_named():
 
 
 @pytest.mark.slow
-def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, monkeypatch, interpreter):
+@pytest.mark.parametrize("pipeline", [None, True], ids=["phases", "pipelined"])
+def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, monkeypatch, interpreter, pipeline):
+    """Phases: every config compiles (and is checked) before any is timed, as on the CPU and for CUDA C.
+    Pipelined (Triton on a GPU): build workers compile without running, a config is timed (and checked
+    there) as soon as it compiled; the same faults end the same way."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SABOTAGE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out_dir = tmp_path / "tuned"
     lines: list[str] = []
-    res = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir, log=lines.append)
+    res = tune(Problem("square", "triton", "4096", "float32"), jobs=2, timeout=8, out_dir=out_dir, log=lines.append,
+               pipeline=pipeline)
     last = Journal(res.journal).last()
     assert len(last) == 18
     assert last["BLOCK_SIZE=512,num_warps=2"]["status"] == "crash"
@@ -97,7 +102,11 @@ def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, mon
     assert res.counts == {"crash": 2, "timeout": 1, "wrong": 1, "timed": 14}
     # Every other config ran after the crashes, in restarted workers, and was timed.
     timed = [r for r in last.values() if r["status"] == "timed"]
-    assert all(r["median_s"] > 0 and r["n"] >= 10 and r["ran_on"] == res.machine for r in timed)
+    # (pipelined on this CPU the build workers run the interpreter on the cores the timer uses, so
+    # its time budget ends some measurements early; on a GPU they run nothing on the device)
+    least = 10 if pipeline is None else 3
+    assert all(r["median_s"] > 0 and r["n"] >= least and r["ran_on"] == res.machine for r in timed), [
+        (r["median_s"], r["n"], r["ran_on"], res.machine) for r in timed]
     assert [r["median_s"] for r in res.best] == sorted(r["median_s"] for r in timed)[:3]
     rows = json.loads((out_dir / "square.json").read_text())
     assert [r["rank"] for r in rows] == [1, 2, 3] and rows[0]["op"] == "square.triton"

@@ -132,3 +132,31 @@ def test_kill_9_mid_run_then_the_same_command_measures_nothing_again(tmp_path):
     assert len({r["key"] for r in recs}) == len(recs) == 80
     print(f"\nkill -9 after {len(before)} of 80 evaluations (torn lines: {killed_at.torn}); the same command "
           f"measured the other {len(new)}, none again")
+
+
+def test_compile_only_compiles_and_runs_nothing():
+    """The tuner's build workers share a GPU with the timing worker: they must not launch."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from xrt.kernels.triton import launch
+
+    @triton.jit
+    def _ones(o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(o_ptr + offs, tl.full([BLOCK], 1.0, tl.float32), mask=offs < n)
+
+    la = launch.Launcher(_ones)
+    out = torch.full((1000,), 7.0, device="cuda")
+    launch.compile_only(True)
+    try:
+        la((4,), out, 1000, BLOCK=256)
+        la((4,), out, 1000, BLOCK=256)
+    finally:
+        launch.compile_only(False)
+    torch.cuda.synchronize()
+    assert la.compiles == 2 and not la.cache and bool((out == 7.0).all())
+    la((4,), out, 1000, BLOCK=256)
+    torch.cuda.synchronize()
+    assert bool((out == 1.0).all())

@@ -66,6 +66,16 @@ def _spec(a: Any) -> Any:
     return (t, a)  # anything else: keyed by its value (hashable, or the key raises and we fall back)
 
 
+_COMPILE_ONLY = [False]
+
+
+def compile_only(on: bool = True) -> None:
+    """From now on every :class:`Launcher` compiles what it is asked to launch and runs nothing
+    (Triton's ``warmup``; the interpreter, which has nothing to compile, still runs): the tuner's
+    compile workers, which share a GPU with a process that is timing. Outputs are left unwritten."""
+    _COMPILE_ONLY[0] = on
+
+
 class Launcher:
     """``Launcher(kernel)(grid, *args, num_warps=4, **constexprs)`` == ``kernel[grid](*args, ...)``."""
 
@@ -99,6 +109,9 @@ class Launcher:
 
     def __call__(self, grid: Sequence[int], *args: Any, num_warps: int = 4, num_stages: int | None = None,
                  **constexprs: Any) -> None:
+        if _COMPILE_ONLY[0]:
+            self._warm(grid, args, num_warps, num_stages, constexprs)
+            return
         if (not self.direct or len(args) != self.nargs or len(constexprs) != len(self.constexprs)
                 or not (isinstance(args[0], torch.Tensor) and (args[0].is_cuda or self._device is not None))):
             # The cached path speaks CUDA (torch's current device and stream); XPU and the
@@ -140,6 +153,18 @@ class Launcher:
         meta = tuple([constexprs[n] for n in self.constexprs])
         return meta, (device, num_warps, num_stages, meta,
                       *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else _spec(a) for a in args])
+
+    def _warm(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
+              constexprs: dict[str, Any]) -> Any:
+        warmup = getattr(self.kernel, "warmup", None)
+        if warmup is None:  # the interpreter compiles nothing: it runs
+            return self._slow(grid, args, num_warps, num_stages, constexprs)
+        kw = dict(constexprs)
+        kw["num_warps"] = num_warps
+        if num_stages is not None:
+            kw["num_stages"] = num_stages
+        self.compiles += 1
+        return warmup(*args, grid=tuple(grid), **kw)  # not kept: a Site must never launch it
 
     def _slow(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
               constexprs: dict[str, Any]) -> Any:

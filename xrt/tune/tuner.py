@@ -246,7 +246,7 @@ def check_journal(journal: Journal, space_hash: str) -> None:
 def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
-         prune: bool = True, address: str | None = None) -> Outcome:
+         prune: bool = True, address: str | None = None, pipeline: bool | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
 
@@ -303,6 +303,9 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         log(f"Ray cluster {address}: {jobs} compile actor(s), {max(1, cluster.gpus)} timing actor(s) "
             f"({cluster.gpus} GPU(s))")
     n_eval = [len(journal.records)]
+    finished = [n_known]  # evaluations of this search that are final (the progress bar's count)
+    best = [min((v for v in strat.results.values() if v), default=None)]
+    prog: Progress | None = None
 
     def record(rec: dict[str, Any], phase: str) -> None:
         with lock:
@@ -315,12 +318,25 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             if rec.get("error"):
                 tail += f": {rec['error'][:160]}"
             log(f"  {phase} {rec['key']}: {tail}")
+            if rec["status"] == "timed" and (best[0] is None or rec["median_s"] < best[0]):
+                best[0] = rec["median_s"]
+            finished[0] += 1
+            if prog is not None:
+                prog.update(finished[0], best[0])
+
+    # Triton configs compile in processes that run nothing on the device ("build" workers), so the
+    # timing workers can measure while later configs still compile; other providers (and the
+    # interpreter, and Ray) compile by running, so every config compiles before any is timed.
+    # (pipeline=True forces it: the tests, on the CPU)
+    pipelined = cluster is None and (dev0.kind == "cuda" and problem.provider == "triton" if pipeline is None
+                                     else pipeline)
 
     def worker(phase: str, slot: int, env: dict[str, str]) -> Any:
         w = workers.get((phase, slot))
         if w is None:
+            mode = "build" if phase == "compile" and pipelined else phase
             wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-            w = Worker(problem, phase, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
             if cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
                 w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
@@ -330,10 +346,9 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     starting: list[threading.Thread] = []
 
     def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
-        """Start each GPU's timing worker (imports, inputs, the reference) while the compile phase runs.
+        """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile.
 
-        Nothing is timed before the compile phase ends, so the start-up cannot disturb a measurement;
-        a worker that fails to start here is started again, with its error, when it is first asked.
+        A worker that fails to start here is started again, with its error, when it is first asked.
         """
         def start(w: Worker) -> None:
             try:
@@ -346,27 +361,25 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             t.start()
             starting.append(t)
 
-    def run_phase(phase: str, cfgs: list[dict[str, Any]],
-                  slots: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
-        q: queue.Queue = queue.Queue()
-        for c in cfgs:
-            q.put(c)
-        answers: list[dict[str, Any]] = []
-        failures: list[BaseException] = []
-
-        if phase == "time":
-            for t in starting:  # timing workers started while the first configs compiled
-                t.join()
-            starting.clear()
+    def start_phase(phase: str, q: queue.Queue, closed: threading.Event, slots: list[tuple[str, dict[str, str]]],
+                    answered, failures: list[BaseException]) -> list[threading.Thread]:
+        """One thread per slot asks its worker for the configs of ``q`` until ``closed`` is set and
+        ``q`` is empty; each answer goes to ``answered``."""
+        def next_config() -> dict[str, Any] | None:
+            while True:
+                try:
+                    return q.get(timeout=0.05)
+                except queue.Empty:
+                    if closed.is_set():  # everything was put before closing: empty now means done
+                        try:
+                            return q.get_nowait()
+                        except queue.Empty:
+                            return None
 
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
             w = worker(phase, slot, env)
             try:
-                while True:
-                    try:
-                        cfg = q.get_nowait()
-                    except queue.Empty:
-                        return
+                while (cfg := next_config()) is not None:
                     try:
                         ans = w.ask(cfg, timeout)
                     except WorkerGone as e:
@@ -374,11 +387,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                     # machine: whose search this is; ran_on: the device that ran this config
                     ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=ans.pop("actor", where),
                                at=time.time())
-                    with lock:
-                        answers.append(ans)
-                    if phase == "time" or ans["status"] != "compiled":
-                        record(ans, phase)
-            except BaseException as e:  # noqa: BLE001 - surfaced below, after the other threads stop
+                    answered(ans)
+            except BaseException as e:  # noqa: BLE001 - surfaced by run_round, after the other threads stop
                 failures.append(e)
                 w.stop()
 
@@ -386,11 +396,61 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                    for i, (where, env) in enumerate(slots)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        return threads
+
+    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]]
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Compile ``cfgs`` on ``slots`` and time those that compiled on every GPU: (compile answers,
+        timing answers). Pipelined, a config is timed as soon as it compiled."""
+        cq: queue.Queue = queue.Queue()
+        for c in cfgs:
+            cq.put(c)
+        tq: queue.Queue = queue.Queue()
+        c_closed, t_closed = threading.Event(), threading.Event()
+        c_closed.set()
+        compiled: list[dict[str, Any]] = []
+        timed: list[dict[str, Any]] = []
+        failures: list[BaseException] = []
+
+        def on_compiled(ans: dict[str, Any]) -> None:
+            with lock:
+                compiled.append(ans)
+            if ans["status"] != "compiled":
+                record(ans, "compile")
+            elif pipelined:
+                tq.put(ans["config"])
+
+        def on_timed(ans: dict[str, Any]) -> None:
+            with lock:
+                timed.append(ans)
+            record(ans, "time")
+
+        def start_timing() -> list[threading.Thread]:
+            for t in starting:  # timing workers started while the first configs compiled
+                t.join()
+            starting.clear()
+            return start_phase("time", tq, t_closed, named, on_timed, failures)
+
+        t_threads: list[threading.Thread] = []
+        try:
+            c_threads = start_phase("compile", cq, c_closed, slots, on_compiled, failures)
+            if pipelined:
+                t_threads = start_timing()
+            for t in c_threads:
+                t.join()
+            if not pipelined and not failures:
+                for a in compiled:
+                    if a["status"] == "compiled":
+                        tq.put(a["config"])
+                if not tq.empty():
+                    t_threads = start_timing()
+        finally:
+            t_closed.set()
+            for t in t_threads:
+                t.join()
         if failures:
             raise failures[0]
-        return answers
+        return compiled, timed
 
     named = [(machine_name(d), env) for d, env in tgts]
     if cluster is not None:  # Ray pins each timing actor to its GPU: no local pinning
@@ -406,7 +466,6 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         batch = max(1, total - n_known)
     prog = Progress(total, log, budget_seconds)
     t0 = time.monotonic()
-    best = [min((v for v in strat.results.values() if v), default=None)]
     if cluster is None and total > n_known:
         start_timing_workers(named)
     try:
@@ -419,18 +478,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 break
             result.tried += len(cfgs)
             slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(cfgs))))]
-            compiled = run_phase("compile", cfgs, slots)
+            compiled, timed = run_round(cfgs, slots)
             for a in compiled:
                 if a["status"] != "compiled":
                     strat.observe(a["config"], None)
-            ok = [a["config"] for a in compiled if a["status"] == "compiled"]
-            if ok:
-                for a in run_phase("time", ok, named):
-                    v = a.get("median_s") if a["status"] == "timed" else None
-                    strat.observe(a["config"], v)
-                    if v and (best[0] is None or v < best[0]):
-                        best[0] = v
-            prog.update(len(strat.results), best[0])
+            for a in timed:
+                strat.observe(a["config"], a.get("median_s") if a["status"] == "timed" else None)
     finally:
         for t in starting:
             t.join()

@@ -5,6 +5,10 @@ It makes the inputs and the torch reference once, says ``{"ready": ...}``, then 
 
 * ``--mode compile``: run the config once (compiling it) and check its output: ``compiled``,
   ``wrong`` (with the error against the reference) or ``error``;
+* ``--mode build``: compile the config's Triton kernels without running anything on the device
+  (:func:`xrt.kernels.triton.launch.compile_only`; inputs allocated, never written; no reference):
+  ``compiled`` or ``error``. The tuner uses it to compile while another process times on the same
+  GPU; the check then happens in the timing worker;
 * ``--mode time``: the same check, then :func:`xrt.bench.timer.measure`: ``timed`` with the median.
 
 The answers go to the stdout this process started with; everything else anything prints
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--provider", required=True)
     p.add_argument("--shape", required=True)
     p.add_argument("--dtype", required=True)
-    p.add_argument("--mode", choices=["compile", "time"], required=True)
+    p.add_argument("--mode", choices=["compile", "build", "time"], required=True)
     p.add_argument("--graph", choices=["auto", "on", "off"], default="auto")
     p.add_argument("--target-noise", type=float, default=0.005)
     a = p.parse_args(argv)
@@ -87,14 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         dev = default_device()
         shape = suite.parse_shape(a.shape)
         dtype = getattr(torch, a.dtype)
-        args = spec.make_inputs(shape, dtype, dev.torch_device)
+        if a.mode == "build":
+            from xrt.kernels.triton import launch
+
+            args = _unwritten_inputs(spec, shape, dtype, dev.torch_device)
+            launch.compile_only(True)
+        else:
+            args = spec.make_inputs(shape, dtype, dev.torch_device)
         from xrt.pytorch.ops import providers
 
         prov = providers(a.op).get(a.provider)  # as the suites check (layernorm_bwd is no policy op)
         why = "not registered" if prov is None else prov.missing(args[0])
         if why:
             raise RuntimeError(f"{a.op}[{a.provider}] cannot run here: {why}")
-        ref = spec.call(args, "torch", None)
+        ref = None if a.mode == "build" else spec.call(args, "torch", None)
         small = a.shape in {suite.shape_key(s) for s in spec.shapes.get("small", [])}
         graph = {"on": True, "off": False}.get(a.graph, dev.kind == "cuda" and a.provider != "cuda" and small)
     except Exception as e:
@@ -109,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         rec: dict[str, Any] = {"config": cfg}
         try:
             out = spec.call(args, a.provider, cfg)
+            if a.mode == "build":
+                say({**rec, "status": "compiled"})
+                continue
             if dev.kind == "cuda":
                 torch.cuda.synchronize()
             err = error_vs_reference(out, ref)
@@ -136,6 +149,20 @@ def main(argv: list[str] | None = None) -> int:
                 return 3
         say(rec)
     return 0
+
+
+def _unwritten_inputs(spec: Any, shape: Any, dtype: Any, device: str) -> tuple:
+    """The spec's inputs with their shapes, strides and dtypes on ``device``, allocated but never
+    written: made on the meta device (or the CPU where a spec needs values), so that nothing runs
+    on the GPU."""
+    import torch
+
+    try:
+        made = spec.make_inputs(shape, dtype, "meta")
+    except Exception:  # noqa: BLE001 - a spec that reads its values: make them on the CPU instead
+        made = spec.make_inputs(shape, dtype, "cpu")
+    return tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+                 if isinstance(t, torch.Tensor) else t for t in made)
 
 
 def context_alive(torch: Any) -> bool:
