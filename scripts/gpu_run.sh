@@ -26,6 +26,8 @@
 #            Then, on any machine: python -m xrt.tune.simulate <that journal> (model vs random)
 # tunescale: scripts/tune_scale.py: the same exhaustive GEMM search on one GPU and on every GPU of the
 #            host in turns, after one run that fills the compile cache (the 2-GPU H200; $OUT/tunescale/)
+# tunestart: scripts/tune_startup.sh: the tuner's fixed start-up (the parent's imports and profile, a
+#            worker's start)
 # tunegpu  : tests/test_tune_gpu.py: configs that fault on the device (illegal address, a kernel that
 #            never ends, a wrong result) and a kill -9 of the tuner mid-run, then the same command
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
@@ -140,6 +142,9 @@ for step in "$@"; do
       ts=$(mktemp -d); python3 scripts/tune_scale.py --out "$ts" --pairs "${TUNE_PAIRS:-2}" 2>&1 | tail -30
       cp "$ts"/tune-scale.md "$ts"/tune-scale.json "$OUT"/ 2>/dev/null
       tar -czf "$OUT/tunescale-runs.tgz" -C "$ts" . 2>/dev/null ;;
+    tunestart)
+      OUT="$OUT/tunestart" bash scripts/tune_startup.sh 2>&1 | tail -60
+      tar -czf "$OUT/tunestart.tgz" -C "$OUT" tunestart && rm -rf "$OUT/tunestart" ;;
     tunegpu)
       python3 -m pytest -q -s -p no:cacheprovider tests/test_tune_gpu.py 2>&1 | tee "$OUT/tunegpu.log" | tail -30 ;;
     pycuda)
