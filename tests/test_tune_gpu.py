@@ -82,7 +82,7 @@ def test_device_faults_are_recorded_and_the_search_goes_on(tmp_path):
     crash = last["BLOCK_SIZE=512,num_warps=2"]
     assert crash["status"] == "crash" and "CUDA context is lost" in crash["error"], crash
     assert "illegal" in crash["error"].lower(), crash
-    assert last["BLOCK_SIZE=2048,num_warps=2"]["status"] == "timeout"
+    assert last["BLOCK_SIZE=2048,num_warps=2"]["status"] == "timeout", last["BLOCK_SIZE=2048,num_warps=2"]
     assert last["BLOCK_SIZE=256,num_warps=2"]["status"] == "wrong"
     others = [r for k, r in last.items() if k not in {"BLOCK_SIZE=512,num_warps=2", "BLOCK_SIZE=2048,num_warps=2",
                                                        "BLOCK_SIZE=256,num_warps=2"}]
