@@ -109,10 +109,13 @@ class Worker:
             self.stop()
             raise WorkerGone("crash", "the worker had exited") from None
         try:
-            return self._read(timeout, f"running {search.key(cfg)}")
+            ans = self._read(timeout, f"running {search.key(cfg)}")
         except WorkerGone:
             self.stop()  # the next ask starts a fresh worker
             raise
+        if ans.get("status") == "crash":  # it said its CUDA context is lost, and exits
+            self.stop()
+        return ans
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -344,6 +347,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         return w
 
     starting: list[threading.Thread] = []
+    retried: set[tuple[str, str]] = set()  # (phase, config) that crashed once and went back in the queue
 
     def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
         """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile.
@@ -384,6 +388,15 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                         ans = w.ask(cfg, timeout)
                     except WorkerGone as e:
                         ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
+                    if ans["status"] == "crash" and (phase, search.key(cfg)) not in retried:
+                        # A device fault can end every process on that GPU, not only the one that
+                        # made it (seen on the H100): a config is a crash when it crashes twice.
+                        with lock:
+                            retried.add((phase, search.key(cfg)))
+                        log(f"  {phase} {search.key(cfg)}: crash ({ans.get('error', '')[:120]}); "
+                            "trying it once more in a fresh worker")
+                        q.put(cfg)
+                        continue
                     # machine: whose search this is; ran_on: the device that ran this config
                     ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=ans.pop("actor", where),
                                at=time.time())
