@@ -284,24 +284,3 @@ def test_a_lost_cuda_context_is_told_from_a_failing_config():
     lost = types.SimpleNamespace(cuda=Cuda(RuntimeError("CUDA error: an illegal memory access was encountered")),
                                  ones=lambda *a, **k: One())
     assert context_alive(alive) and not context_alive(lost)
-
-
-@pytest.mark.slow
-def test_pooled_workers_start_before_the_problem_is_known(tmp_path, interpreter):
-    """The pool's processes import torch first, then become the worker the setup line names, pinned
-    as asked; a process is never given an environment it was not started with beyond the pinning."""
-    from xrt.tune.tuner import Pool, Problem, Worker
-
-    pool = Pool(3)
-    try:
-        assert pool.take({**os.environ, "SOMETHING_ELSE": "1"}) is None  # would need a fresh process
-        env = {**os.environ, "XRT_DEVICE": "cpu"}
-        w = Worker(Problem("square", "triton", "1000", "float32"), "compile", env, tmp_path / "w.log", 120.0, pool=pool)
-        ans = w.ask(spaces.default("square.triton"), 120.0)
-        assert ans["status"] == "compiled" and w.ready["device"] == "cpu"
-        assert len(pool.procs) == 2  # one was taken
-        w.stop()
-        procs = list(pool.procs)
-    finally:
-        pool.close()
-    assert not pool.procs and all(p.poll() is not None for p in procs)

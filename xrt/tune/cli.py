@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -82,16 +81,9 @@ def run_space(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpus_here() -> int:
-    """NVIDIA GPUs the driver lists, without importing torch (0 where there is no driver)."""
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
-
-
 def run(args: argparse.Namespace) -> int:
-    from xrt.tune.tuner import Pool, Problem, TuneError, tune
+    from xrt.bench import specs
+    from xrt.tune.tuner import Problem, TuneError, tune
 
     if args.op == "space":
         return run_space(args)
@@ -105,24 +97,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs {args.jobs}: at least 1 worker")
     if args.timeout <= 0:
         raise ValueError(f"--timeout {args.timeout}: must be positive")
-    # The workers' start (import torch) overlaps this process's own: compile workers and one timing
-    # worker per GPU that --gpus may name (a local search only; Ray starts its own).
-    pool = None if args.address else Pool(args.jobs + max(1, _gpus_here() if args.gpus else 1))
+    specs.get(args.op)  # a clear error naming the known ops
+    problem = Problem(args.op, args.provider, args.shape, args.dtype)
     try:
-        from xrt.bench import specs
-
-        specs.get(args.op)  # a clear error naming the known ops
-        problem = Problem(args.op, args.provider, args.shape, args.dtype)
         out = tune(problem, budget=args.budget, top_k=args.top_k, jobs=args.jobs, gpus=args.gpus,
                    timeout=args.timeout, out_dir=args.out, retry_failed=args.retry_failed, seed=args.seed,
                    strategy=args.strategy, budget_seconds=args.budget_seconds, prune=not args.no_prune,
-                   address=args.address, pool=pool,
+                   address=args.address,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     except TuneError as e:
         raise ValueError(str(e)) from e
-    finally:
-        if pool is not None:
-            pool.close()
     base = out.default.get("median_s") if out.default and out.default.get("status") == "timed" else None
     if args.json:
         print(json.dumps({"machine": out.machine, "space": problem.space, "space_hash": out.space_hash,

@@ -51,55 +51,13 @@ class Problem:
         return f"{self.space}-{self.dtype}-{self.shape}"
 
 
-# What a waiting worker may still be told to change: read when CUDA (or XPU, or xrt's device choice)
-# is first initialised, which its torch import does not do.
-PIN_KEYS = ("CUDA_VISIBLE_DEVICES", "XRT_DEVICE", "ZE_AFFINITY_MASK")
-
-
-class Pool:
-    """Worker processes started before the tuner knows its problem, so that their ``import torch``
-    (most of a worker's start) overlaps the tuner's own start. Each waits for one line that makes
-    it a worker (``python -m xrt.tune.worker --wait``); those never taken are ended by ``close``."""
-
-    def __init__(self, n: int) -> None:
-        self.env = dict(os.environ)
-        self.lock = threading.Lock()
-        self.procs = [subprocess.Popen([sys.executable, "-m", "xrt.tune.worker", "--wait"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
-                      for _ in range(n)]
-
-    def take(self, env: dict[str, str]) -> subprocess.Popen | None:
-        """A waiting process for ``env``, or ``None`` (none left, or ``env`` differs in more than
-        the pinning)."""
-        if any(env.get(k) != self.env.get(k) for k in set(env) | set(self.env) if k not in PIN_KEYS):
-            return None
-        with self.lock:
-            while self.procs:
-                proc = self.procs.pop()
-                if proc.poll() is None:
-                    return proc
-        return None
-
-    def close(self) -> None:
-        with self.lock:
-            procs, self.procs = self.procs, []
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-            for f in (proc.stdin, proc.stdout):
-                if f is not None:
-                    f.close()
-
-
 class Worker:
     """One ``xrt.tune.worker`` process; ``ask`` sends a config and waits for its answer."""
 
-    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float,
-                 pool: Pool | None = None) -> None:
+    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float) -> None:
         self.cmd = [sys.executable, "-m", "xrt.tune.worker", "--op", problem.op, "--provider", problem.provider,
                     "--shape", problem.shape, "--dtype", problem.dtype, "--mode", mode]
         self.env, self.log, self.start_timeout = env, log, start_timeout
-        self.pool = pool
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] = {}
 
@@ -108,35 +66,18 @@ class Worker:
         """A worker for a command line made elsewhere (a Ray actor's, :mod:`xrt.tune.distributed`)."""
         w = cls.__new__(cls)
         w.cmd, w.env, w.log, w.start_timeout = cmd, env, log, start_timeout
-        w.proc, w.ready, w.pool = None, {}, None
+        w.proc, w.ready = None, {}
         return w
 
     def _start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._logf = open(self.log, "a")
-        self.proc = self._from_pool()
-        if self.proc is None:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
-                                         env=self.env, bufsize=0)
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
+                                     env=self.env, bufsize=0)
         self.ready = self._read(self.start_timeout, "starting")
         if not self.ready.get("ready"):
             self.stop()
             raise TuneError(f"the tuning worker cannot run this problem: {self.ready.get('error')}")
-
-    def _from_pool(self) -> subprocess.Popen | None:
-        proc = self.pool.take(self.env) if self.pool is not None else None
-        if proc is None:
-            return None
-        setup = {"argv": self.cmd[3:], "env": {k: self.env[k] for k in PIN_KEYS if k in self.env},
-                 "unset": [k for k in PIN_KEYS if k not in self.env], "log": str(self.log)}
-        try:
-            assert proc.stdin is not None
-            proc.stdin.write((json.dumps(setup) + "\n").encode())
-        except BrokenPipeError:
-            proc.kill()
-            proc.wait()
-            return None
-        return proc
 
     def _read(self, timeout: float, what: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
@@ -308,8 +249,7 @@ def check_journal(journal: Journal, space_hash: str) -> None:
 def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
-         prune: bool = True, address: str | None = None, pipeline: bool | None = None,
-         pool: Pool | None = None) -> Outcome:
+         prune: bool = True, address: str | None = None, pipeline: bool | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
 
@@ -399,8 +339,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         if w is None:
             mode = "build" if phase == "compile" and pipelined else phase
             wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0),
-                       pool=None if cluster is not None else pool)
+            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
             if cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
                 w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")

@@ -62,31 +62,7 @@ def error_vs_reference(out: Any, ref: Any) -> float:
     return worst
 
 
-def _wait_for_problem() -> list[str]:
-    """``--wait``: started by the tuner before it knows its problem (:class:`xrt.tune.tuner.Pool`).
-    Import torch (most of a worker's start), then read one JSON line: the arguments, the pinning
-    environment to apply (CUDA is not initialised yet, so ``CUDA_VISIBLE_DEVICES`` still counts) and
-    the log file to write stderr to."""
-    import torch  # noqa: F401
-
-    line = sys.stdin.readline()
-    if not line.strip():
-        sys.exit(0)  # the tuner ended without needing this process
-    setup = json.loads(line)
-    for k in setup.get("unset", []):
-        os.environ.pop(k, None)
-    os.environ.update(setup.get("env", {}))
-    if setup.get("log"):
-        fd = os.open(setup["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 2)
-        os.close(fd)
-    return list(setup["argv"])
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--wait"]:
-        argv = _wait_for_problem()
     p = argparse.ArgumentParser(prog="python -m xrt.tune.worker")
     p.add_argument("--op", required=True)
     p.add_argument("--provider", required=True)
