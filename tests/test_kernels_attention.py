@@ -437,3 +437,24 @@ def test_the_op_runs_each_head_dims_own_default(interpreter, monkeypatch):
         xp.ops.fused_attention(q, k, v, provider="triton")
     assert blocks == [(128, 64), (128, 128)]
     assert T.attention(q, k, v, False, 0.1, {"BLOCK_N": 64})[0].shape == q.shape and blocks[-1] == (128, 64)
+
+
+def test_bwd_sweep_candidates_are_in_the_space():
+    """benchmarks/attention_bench.py --bwd-sweep: at most 24 distinct configs a case, each valid in
+    ``attention_bwd.triton``, the first the default (the reference of the differences), TMA on and
+    off, causal pairs only in the causal case."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    key = "attention_bwd.triton"
+    for (_d, causal), cfgs in bench.BWD_CANDIDATES.items():
+        assert 0 < len(cfgs) <= 24
+        full = [spaces.check(key, c) for c in cfgs]
+        assert len({tuple(sorted(c.items())) for c in full}) == len(cfgs)
+        assert full[0] == spaces.default(key)
+        assert {c["tma"] for c in full} == {False, True}
+        assert any(c["causal_pairs"] for c in full) == causal
