@@ -269,19 +269,27 @@ def _count_bwd_launches(monkeypatch):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape_q,s_k", BWD_SHAPES, ids=str)
 def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, shape_q, s_k, causal):
-    """TMA kernels, causal pairs, the fused delta and the dQ kernel's own warps / stages give the
-    pointer backward's dq, dk, dv bit for bit (same steps, same order of accumulation), and run the
-    kernels they say: TMA for contiguous inputs, the preprocess only without fuse_delta."""
+    """Causal pairs, the fused delta and the dQ kernel's own warps / stages give their kernels'
+    dq, dk, dv bit for bit (same steps, same order of accumulation); the TMA kernels give the
+    pointer kernels' bit for bit without causality, and within one fp16 rounding under it (the TMA
+    dK/dV kernel adds the causal diagonal after the whole blocks). Each runs the kernels it says:
+    TMA for contiguous inputs, the preprocess only without fuse_delta."""
     from xrt.kernels.triton import attention as T
 
     q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
     o, lse = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
     want = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, SMALL_BWD)
+    want_tma = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, "tma": True})
+    for name, g, w in zip(("dq", "dk", "dv"), want_tma, want):
+        if causal:
+            torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3, msg=name)
+        else:
+            assert torch.equal(g, w), name
     ran = _count_bwd_launches(monkeypatch)
     for extra in BWD_VARIANTS:
         ran.clear()
         got = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, **extra})
-        for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        for name, g, w in zip(("dq", "dk", "dv"), got, want_tma if extra.get("tma") else want):
             assert torch.equal(g, w), (name, extra)
         tma = "_tma" if extra.get("tma") else ""
         kernels = ["_dq" + tma, "_dkdv" + tma] if extra.get("fuse_delta") else ["_pre", "_dkdv" + tma, "_dq" + tma]
@@ -308,7 +316,7 @@ def test_tma_backward_head_dim_128_and_mixed_blocks(interpreter, causal):
 
 def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monkeypatch):
     """A [B, S, H, D] view (or a non-contiguous dO) cannot be a TMA descriptor: the pointer kernels
-    run, with the same result as the contiguous copy through TMA."""
+    run, with the result of the contiguous copy through TMA (within one fp16 rounding: causal)."""
     from xrt.kernels.triton import attention as T
 
     base = torch.randn(4, 1, 19, 2, 64).half()  # q, k, v, do stacked, [B, S, H, D] each
@@ -322,7 +330,7 @@ def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monk
     want = T.attention_bwd(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o, lse, True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv_tma", "_dq_tma"]
     for g, w in zip(got, want):
-        assert torch.equal(g, w)
+        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
 
 
 def test_backward_space_keys():

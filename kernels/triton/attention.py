@@ -399,7 +399,7 @@ def _attn_bwd_dkdv_tma_kernel(
     PAIRS: tl.constexpr,
 ):
     """:func:`_attn_bwd_dkdv_kernel` with every tile moved by the TMA engine (Hopper): the same
-    step, the same query ranges, the same program order."""
+    step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     n_blocks = tl.cdiv(S_k, BLOCK_N)
@@ -413,11 +413,14 @@ def _attn_bwd_dkdv_tma_kernel(
         dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         lo, mid, m_full, tail = _query_ranges(start_n, S_q, BLOCK_M, BLOCK_N, CAUSAL)
+        # The whole blocks before the causal diagonal (the pointer kernel's order is the other way
+        # round): after the masked diagonal loop, ptxas (sm_90) serialized the whole-block loop's
+        # wgmma (warning C7515) whenever it was pipelined; in this order it does not.
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, mid, m_full,
+                                  S_q, qk_scale, HEAD_DIM, BLOCK_M, False, CAUSAL)
         if CAUSAL:
             dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, lo, mid,
                                       S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
-        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, mid, m_full,
-                                  S_q, qk_scale, HEAD_DIM, BLOCK_M, False, CAUSAL)
         dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, tail, S_q,
                                   S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
         desc_dk.store([bh, start_n * BLOCK_N, 0], (dk * sm_scale).to(desc_dk.dtype).reshape(1, BLOCK_N, HEAD_DIM))
