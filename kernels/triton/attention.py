@@ -8,7 +8,11 @@ scores pre-multiplied by ``scale * log2(e)``. Saves the natural-log log-sum-exp 
 Backward (after FlashAttention-2 and Triton's fused-attention tutorial): a preprocess computes
 ``delta = rowsum(dO * O)``; one kernel holds a block of keys and values and walks the queries,
 accumulating dK and dV; another holds a block of queries and walks the keys, accumulating dQ.
-Probabilities are recomputed from the saved log-sum-exp, never stored.
+Probabilities are recomputed from the saved log-sum-exp, never stored. Both backward kernels also
+come as TMA kernels (config ``tma``; contiguous inputs on Hopper), sharing each loop's step, the
+ranges, the row statistics and the program order with the pointer kernels as jit helpers; the
+options ``causal_pairs`` (a program takes block j and its mirror: equal causal work a program) and
+``fuse_delta`` (the dQ kernel computes delta and runs first) apply to both.
 
 Every loop is split into blocks that need no mask (full blocks wholly visible under causality)
 and the few that do (the causal diagonal, the ragged end of a sequence not a multiple of the
