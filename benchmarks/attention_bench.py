@@ -1,6 +1,7 @@
 """xrt's Triton attention against PyTorch SDPA, forward and backward, side by side in one run.
 
     python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick]
+    python benchmarks/attention_bench.py --bwd-sweep --out attention-bwd.json [--md attention-bwd.md]
 
 bf16, B=4, H=16. Cases: hd128, hd128 causal, hd64 (non-causal). First a bounded config sweep at
 S=4096 (a few BLOCK_M / BLOCK_N / warps / stages combinations for the forward, warp specialization
@@ -13,6 +14,13 @@ output kept alive (``retain_graph``), for xrt (its own backward kernels) and SDP
 FLOPs as FlashAttention's benchmarks count them: forward ``4 B H S^2 D``, halved when causal;
 backward 2.5x the forward. Targets at S=4096: forward >= 0.8x SDPA's TFLOP/s, backward >= 0.7x.
 The SDPA backend is read from the kernel names a profiler sees in one call.
+
+``--bwd-sweep``: the backward candidates alone at S=4096 (``BWD_CANDIDATES``: block / warp / stage
+configs with the pointer and the TMA kernels, the dQ kernel's own warps and stages, causal pairs,
+the fused delta; at most 24 a case), each beside SDPA's backward of the same inputs in the same
+run: its ms, TFLOP/s, ratio to SDPA and largest difference from the default config's dq, dk, dv
+(relative to their largest magnitude; over 2e-2 the row is an error, not a time). The JSON is
+rewritten after every case, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -62,6 +70,48 @@ BWD_SWEEP = [
     {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 2},
 ]
 QUICK_SWEEP = {"max_time": 0.15}
+
+# --bwd-sweep: block / warp / stage bases, each with the pointer kernels and the TMA kernels. What
+# chose them (ptxas for sm_90 from this tree, bf16 hd128 causal; no GPU timing yet): the pointer
+# dK/dV kernel spills at 64/64 with 4 warps (1.8 KB; 0.5-0.7 KB at 8 warps), the TMA one keeps K
+# and V in shared memory and spills nothing at 64/64 with 8 warps, 32/64 with 4, 32/128 with 8
+# (188 B at 64/64 with 4 warps, 224 B at 64/128 with 8); the dQ kernel does not spill at 4 warps
+# with TMA, nor at 128/32 with 8 warps either way.
+_BWD_BASES = [
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 2},  # default
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2,
+     "num_warps2": 4},
+    {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 3,
+     "num_warps2": 4, "num_stages2": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 3,
+     "num_stages2": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8, "num_stages": 3,
+     "num_stages2": 2},
+    {"BLOCK_M1": 64, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 8, "num_stages": 2,
+     "num_warps2": 4},
+]
+
+
+def _bwd_candidates(causal: bool) -> list[dict]:
+    """The --bwd-sweep configs of one case: every base without and with TMA, then the extras (causal
+    pairs only where causal: elsewhere the launcher ignores them). The first is the default."""
+    b = _BWD_BASES
+    out = [dict(c) for c in b] + [{**c, "tma": True} for c in b]
+    if causal:
+        out += [{**b[1], "tma": True, "causal_pairs": True}, {**b[1], "tma": True, "fuse_delta": True},
+                {**b[1], "tma": True, "causal_pairs": True, "fuse_delta": True},
+                {**b[0], "tma": True, "causal_pairs": True, "fuse_delta": True},
+                {**b[2], "tma": True, "causal_pairs": True}, {**b[3], "tma": True, "causal_pairs": True},
+                {**b[4], "tma": True, "causal_pairs": True}, {**b[0], "causal_pairs": True, "fuse_delta": True}]
+    else:
+        out += [{**b[1], "tma": True, "fuse_delta": True}, {**b[0], "fuse_delta": True}]
+    return out
+
+
+BWD_CANDIDATES = {(d, causal): _bwd_candidates(causal) for d, causal in CASES}
+BWD_SWEEP_TOL = 2e-2
 
 
 def _inputs(s: int, d: int, grad: bool = False):
@@ -203,6 +253,146 @@ def _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do) -> list[dict]:
     return out
 
 
+def bwd_sweep_case(d: int, causal: bool, cfgs: list[dict], t_start: float) -> list[dict]:
+    """SDPA's backward, then every config of ``cfgs`` (the first the reference for the differences),
+    at B, H, S=4096, bf16: one row each, a failure a row too."""
+    import torch
+    import torch.nn.functional as F
+
+    from xrt.bench.sidebyside import rel_err
+    from xrt.kernels.triton.attention import attention, attention_bwd, flops
+
+    q, k, v, do = _inputs(TARGET_S, d, grad=True)
+    scale = d ** -0.5
+    f = flops(B, H, TARGET_S, TARGET_S, d, causal, backward=True)
+    base = {"S": TARGET_S, "d": d, "causal": causal, "flops": f}
+    t_s = device_ms(_bwd_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, do))
+    backend = sdpa_backend(q, k, v, causal)
+    rows = [{**base, "impl": f"SDPA[{backend}]", "config": None, "ms": t_s, "tflops": f / t_s / 1e9,
+             "ratio": 1.0}]
+    print(f"bwd d={d} causal={causal}: SDPA[{backend}] {t_s:.3f} ms ({time.time() - t_start:.0f} s)", flush=True)
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    with torch.no_grad():
+        o, lse = attention(qd, kd, vd, causal, scale, None)
+    ref = None
+    for cfg in cfgs:
+        row: dict[str, Any] = {**base, "impl": "xrt", "config": cfg}
+        t0 = time.time()
+        try:
+            def run(c=cfg):
+                return attention_bwd(do, qd, kd, vd, o, lse, causal, scale, c)
+
+            got = run()
+            if ref is None:
+                ref = [g.clone() for g in got]
+            row["diff_vs_default"] = max(rel_err(g, r) for g, r in zip(got, ref))
+            if row["diff_vs_default"] > BWD_SWEEP_TOL:
+                row["error"] = f"wrong result: differs from the default config by {row['diff_vs_default']:.3g}"
+            else:
+                row["ms"] = device_ms(run, **QUICK_SWEEP)
+                row["tflops"] = f / row["ms"] / 1e9
+                row["ratio"] = t_s / row["ms"]
+        except Exception as e:  # out of shared memory, a config Triton cannot compile here
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        row["wall_s"] = time.time() - t0
+        rows.append(row)
+        cell = f"{row['ms']:.3f} ms, {row['ratio']:.2f}x SDPA" if "ms" in row else row["error"]
+        print(f"  {_cfg_label(cfg)}: {cell} ({row['wall_s']:.1f} s)", flush=True)
+    return rows
+
+
+def _cfg_label(cfg: dict | None) -> str:
+    return "default" if not cfg else ", ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def bwd_markdown(result: dict) -> str:
+    lines = [f"# Attention backward candidates vs SDPA ({result['gpu']}, bf16, B={B}, H={H}, S={TARGET_S})", "",
+             f"torch {result['torch']}, triton {result['triton']}. TFLOP/s with FlashAttention's count "
+             "(2.5x the forward's 4·B·H·S²·D, causal halved); device time from xrt.bench.timer.measure "
+             f"(max_time {QUICK_SWEEP['max_time']} s a config); ratio = SDPA ms / xrt ms (target >= 0.7); "
+             "diff = largest |dq, dk, dv - the default config's| / their largest magnitude.", ""]
+    for (d, causal) in CASES:
+        rows = [r for r in result["rows"] if r["d"] == d and r["causal"] == causal]
+        if not rows:
+            continue
+        lines += [f"## hd{d}{' causal' if causal else ''}", "", "| impl | config | ms | TFLOP/s | ratio | diff |",
+                  "|---|---|---|---|---|---|"]
+        ok = sorted((r for r in rows if "ms" in r and r["impl"] == "xrt"), key=lambda r: r["ms"])
+        best = ok[0] if ok else None
+        for r in rows:
+            if "ms" in r:
+                name = f"**{_cfg_label(r['config'])}** (best)" if r is best else _cfg_label(r["config"])
+                diff = f"{r['diff_vs_default']:.1e}" if "diff_vs_default" in r else ""
+                cells = f"{r['ms']:.3f} | {r['tflops']:.0f} | {r['ratio']:.2f} | {diff}"
+            else:
+                name, cells = _cfg_label(r["config"]), f"error: {r['error']} | | |"
+            lines.append(f"| {r['impl']} | {name if r['impl'] == 'xrt' else ''} | {cells} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+_WARM_INPUTS: dict = {}
+
+
+def _warm_one(job: tuple[int, bool, dict]) -> bool:
+    """A worker process: run one backward config once, which compiles its kernels into Triton's
+    on-disk cache (same shapes, so the same specializations as the timed run's)."""
+    from xrt.kernels.triton.attention import attention, attention_bwd
+
+    d, causal, cfg = job
+    if (d, causal) not in _WARM_INPUTS:
+        _WARM_INPUTS.clear()
+        q, k, v, do = _inputs(TARGET_S, d)
+        _WARM_INPUTS[(d, causal)] = (do, q, k, v, *attention(q, k, v, causal, d ** -0.5, None))
+    do, q, k, v, o, lse = _WARM_INPUTS[(d, causal)]
+    try:
+        attention_bwd(do, q, k, v, o, lse, causal, d ** -0.5, cfg)
+        return True
+    except Exception:  # the timed run records the failure
+        return False
+
+
+def precompile(jobs: int) -> None:
+    """Compile every --bwd-sweep config in ``jobs`` worker processes first (Triton compiles one
+    kernel at a time in a process, and ~60 configs x 2 kernels serially took most of the budget);
+    any failure here only means the timed run compiles that config itself."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    work = [(d, causal, cfg) for d, causal in CASES for cfg in BWD_CANDIDATES[(d, causal)]]
+    t0 = time.time()
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
+            ok = sum(ex.map(_warm_one, work))
+        print(f"precompiled {ok} of {len(work)} configs in {jobs} processes ({time.time() - t0:.0f} s)", flush=True)
+    except Exception as e:
+        print(f"precompile failed ({type(e).__name__}: {e}); compiling in the timed run", flush=True)
+
+
+def bwd_sweep_main(args: argparse.Namespace) -> int:
+    import torch
+    import triton
+
+    t0 = time.time()
+    if args.jobs > 0:
+        precompile(args.jobs)
+    result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "triton": triton.__version__, "python": platform.python_version(),
+                              "B": B, "H": H, "S": TARGET_S, "dtype": "bfloat16", "rows": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for d, causal in CASES:
+        result["rows"] += bwd_sweep_case(d, causal, BWD_CANDIDATES[(d, causal)], t0)
+        torch.cuda.empty_cache()
+        result["wall_s"] = time.time() - t0
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    md = bwd_markdown(result)
+    print(md)
+    if args.md:
+        args.md.write_text(md)
+    print(f"wall {result['wall_s']:.0f} s")
+    return 0
+
+
 def markdown(result: dict) -> str:
     lines = [f"# Attention, xrt Triton vs SDPA ({result['gpu']}, bf16, B={B}, H={H})", "",
              f"torch {result['torch']}, triton {result['triton']}. TFLOP/s with FlashAttention's count "
@@ -229,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="JSON results")
     ap.add_argument("--md", type=Path, help="also write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="defaults only, no sweep, S=4096 only")
+    ap.add_argument("--bwd-sweep", action="store_true",
+                    help="only the backward candidates (BWD_CANDIDATES) beside SDPA's backward, S=4096")
+    ap.add_argument("--jobs", type=int, default=8,
+                    help="--bwd-sweep: processes that compile the configs before the timed run (0: none)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import torch
@@ -237,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("attention_bench needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.bwd_sweep:
+        return bwd_sweep_main(args)
     t0 = time.time()
     result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "triton": triton.__version__, "python": platform.python_version(),

@@ -70,10 +70,17 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "attention.triton": {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
                          "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True], "tma": [False, True]},
     # Attention backward: the dK/dV kernel holds BLOCK_N1 keys and steps BLOCK_M1 queries, the dQ
-    # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split).
+    # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split). num_warps /
+    # num_stages are the dK/dV kernel's, num_warps2 / num_stages2 the dQ kernel's ("same": the
+    # dK/dV kernel's). tma: both kernels' tiles moved by the TMA engine (Hopper, contiguous inputs;
+    # else the pointer kernels). causal_pairs (causal only): a program takes block j and its mirror
+    # n-1-j, equal work a program. fuse_delta: the dQ kernel computes rowsum(dO * O) and runs first
+    # (no preprocess kernel).
     "attention_bwd.triton": {"BLOCK_M1": [16, 32, 64], "BLOCK_N1": [16, 32, 64, 128],
                              "BLOCK_M2": [16, 32, 64, 128], "BLOCK_N2": [16, 32, 64],
-                             "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5]},
+                             "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5],
+                             "num_warps2": ["same", 4, 8], "num_stages2": ["same", 1, 2, 3, 4, 5],
+                             "tma": [False, True], "causal_pairs": [False, True], "fuse_delta": [False, True]},
     # Fused conv3x3 + BatchNorm + ReLU on NHWC (kernels/triton/conv_bn_relu.py), one space per
     # stride so that each has its own defaults and tuned configs (the policy's per-stride override).
     # "path": the direct implicit-GEMM kernel or im2row + GEMM ("auto": direct for stride 1, im2row
@@ -121,8 +128,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                          "tma": True},
     # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
     # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
+    # tma, causal_pairs, fuse_delta and the dQ kernel's own warps / stages: not yet measured, off.
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
-                             "num_stages": 2},
+                             "num_stages": 2, "num_warps2": "same", "num_stages2": "same", "tma": False,
+                             "causal_pairs": False, "fuse_delta": False},
     # Untuned starting points (no GPU measurement yet, docs/kernels.md): a 128-pixel tile, 64 channels
     # a K step and 64 output channels a program, 16-byte channel vectors for fp16.
     # H100 (benchmarks/conv_bench.py, fp16): 16 x 8 pixels x 128 output channels, 8 warps was within the
@@ -323,6 +332,13 @@ def _attention_smem(c: dict[str, Any], p: Problem) -> str | None:
     return _smem(need, p)
 
 
+def _attention_bwd_same(c: dict[str, Any], p: Problem) -> str | None:
+    # the dQ kernel's warps or stages given as the dK/dV kernel's: the launch of "same", timed twice
+    if c.get("num_warps2") == c.get("num_warps") or c.get("num_stages2") == c.get("num_stages"):
+        return "dQ warps / stages equal to the dK/dV kernel's (the 'same' config)"
+    return None
+
+
 _ELEMENTWISE = [_warps, _block_size_vs_threads, _block_size_vs_shape]
 _GEMM = [_warps, _gemm_tma_arch, _gemm_smem, _gemm_regs, _gemm_tile_vs_shape, _gemm_group_one_tile_row]
 CONSTRAINTS: dict[str, list] = {
@@ -333,7 +349,7 @@ CONSTRAINTS: dict[str, list] = {
     "layernorm_bwd.triton": [_warps], "layernorm_bwd.cuda": [_block],
     "matmul.triton": _GEMM, "bmm.triton": _GEMM,
     "matmul.cuda": [_cuda_gemm_tiles], "bmm.cuda": [_cuda_gemm_tiles],
-    "attention.triton": [_warps, _attention_smem], "attention_bwd.triton": [_warps],
+    "attention.triton": [_warps, _attention_smem], "attention_bwd.triton": [_warps, _attention_bwd_same],
 }
 
 

@@ -250,6 +250,113 @@ def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
     assert (o1.double() - want).abs().max() < 2e-3
 
 
+BWD_VARIANTS = [{"tma": True}, {"causal_pairs": True}, {"fuse_delta": True},
+                {"tma": True, "causal_pairs": True, "fuse_delta": True},
+                {"num_warps2": 8, "num_stages2": 1}, {"tma": True, "num_warps2": 4, "num_stages2": 3}]
+BWD_SHAPES = [((1, 2, 1), 1), ((1, 2, 17), 17), ((2, 1, 33), 33), ((1, 2, 33), 17), ((1, 2, 17), 33)]
+
+
+def _count_bwd_launches(monkeypatch):
+    from xrt.kernels.triton import attention as T
+
+    ran = []
+    for name in ("_pre", "_dkdv", "_dkdv_tma", "_dq", "_dq_tma"):
+        real = getattr(T, name)
+        monkeypatch.setattr(T, name, lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
+    return ran
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape_q,s_k", BWD_SHAPES, ids=str)
+def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, shape_q, s_k, causal):
+    """Causal pairs, the fused delta and the dQ kernel's own warps / stages give their kernels'
+    dq, dk, dv bit for bit (same steps, same order of accumulation); the TMA kernels give the
+    pointer kernels' bit for bit without causality, and within one fp16 rounding under it (the TMA
+    dK/dV kernel adds the causal diagonal after the whole blocks). Each runs the kernels it says:
+    TMA for contiguous inputs, the preprocess only without fuse_delta."""
+    from xrt.kernels.triton import attention as T
+
+    q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
+    o, lse = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
+    want = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, SMALL_BWD)
+    want_tma = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, "tma": True})
+    for name, g, w in zip(("dq", "dk", "dv"), want_tma, want):
+        if causal:
+            torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3, msg=name)
+        else:
+            assert torch.equal(g, w), name
+    ran = _count_bwd_launches(monkeypatch)
+    for extra in BWD_VARIANTS:
+        ran.clear()
+        got = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, **extra})
+        for name, g, w in zip(("dq", "dk", "dv"), got, want_tma if extra.get("tma") else want):
+            assert torch.equal(g, w), (name, extra)
+        tma = "_tma" if extra.get("tma") else ""
+        kernels = ["_dq" + tma, "_dkdv" + tma] if extra.get("fuse_delta") else ["_pre", "_dkdv" + tma, "_dq" + tma]
+        assert ran == kernels, extra
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape_q,s_k", BWD_SHAPES, ids=str)
+def test_tma_backward_against_float64(interpreter, shape_q, s_k, causal):
+    """Through the op, the TMA backward with causal pairs and the fused delta within 2x SDPA's error."""
+    q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
+    bwd = {**SMALL_BWD, "tma": True, "causal_pairs": True, "fuse_delta": True}
+    _check_against_sdpa(q, k, v, do, causal, policy=_policy(SMALL_FWD, bwd))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tma_backward_head_dim_128_and_mixed_blocks(interpreter, causal):
+    """hd128, and blocks that differ between the two kernels (32-key dK/dV programs stepping 16
+    queries, 16-query dQ programs stepping 32 keys), odd block counts under causal pairs."""
+    q, k, v, do = _inputs((1, 1, 47), 47, torch.float16, "cpu", d=128)
+    bwd = {"BLOCK_M1": 16, "BLOCK_N1": 32, "BLOCK_M2": 16, "BLOCK_N2": 32, "tma": True, "causal_pairs": True}
+    _check_against_sdpa(q, k, v, do, causal, policy=_policy(SMALL_FWD, bwd))
+
+
+def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monkeypatch):
+    """A [B, S, H, D] view (or a non-contiguous dO) cannot be a TMA descriptor: the pointer kernels
+    run, with the result of the contiguous copy through TMA (within one fp16 rounding: causal)."""
+    from xrt.kernels.triton import attention as T
+
+    base = torch.randn(4, 1, 19, 2, 64).half()  # q, k, v, do stacked, [B, S, H, D] each
+    q, k, v, do = (base[i].transpose(1, 2) for i in range(4))
+    o, lse = T.attention(q, k, v, True, 0.125, SMALL_FWD)
+    ran = _count_bwd_launches(monkeypatch)
+    cfg = {**SMALL_BWD, "tma": True}
+    got = T.attention_bwd(do, q, k, v, o, lse, True, 0.125, cfg)
+    assert ran == ["_pre", "_dkdv", "_dq"]
+    ran.clear()
+    want = T.attention_bwd(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o, lse, True, 0.125, cfg)
+    assert ran == ["_pre", "_dkdv_tma", "_dq_tma"]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
+
+
+def test_backward_space_keys():
+    """Every backward key the launcher reads is in the space with its default; values outside the
+    space are refused; the dQ kernel's warps / stages equal to the dK/dV kernel's are pruned as
+    duplicates of "same"."""
+    key = "attention_bwd.triton"
+    s, dflt = spaces.space(key), spaces.default(key)
+    assert {"tma", "num_warps2", "num_stages2", "causal_pairs", "fuse_delta"} <= set(s)
+    assert {n: dflt[n] for n in ("tma", "num_warps2", "num_stages2", "causal_pairs", "fuse_delta")} == {
+        "tma": False, "num_warps2": "same", "num_stages2": "same", "causal_pairs": False, "fuse_delta": False}
+    for name in ("tma", "causal_pairs", "fuse_delta"):
+        assert s[name] == [False, True]
+        assert spaces.check(key, {name: True})[name] is True
+    for name, bad in (("tma", "yes"), ("num_warps2", 2), ("num_stages2", 0), ("causal_pairs", 1.5),
+                      ("fuse_delta", None)):
+        with pytest.raises(ValueError, match=name):
+            spaces.check(key, {name: bad})
+    assert spaces.check(key, {"num_warps2": 8, "num_stages2": 3})["num_warps2"] == 8
+    limits = spaces.Problem((4, 16, 4096, 128), 2, spaces.Limits())
+    assert spaces.why_dropped(key, spaces.check(key, {"num_warps2": 4}), limits)  # num_warps is 4
+    assert spaces.why_dropped(key, spaces.check(key, {"num_stages2": 2}), limits)  # num_stages is 2
+    assert spaces.why_dropped(key, spaces.check(key, {"num_warps2": 8, "num_stages2": 3}), limits) is None
+    assert spaces.why_dropped(key, spaces.default(key), limits) is None
+
+
 def test_spaces_hold_the_defaults():
     for key in ("attention.triton", "attention_bwd.triton"):
         assert spaces.check(key, {}) == spaces.default(key)
@@ -281,6 +388,19 @@ def test_configs_on_gpu(cfg):
     q, k, v, do = _inputs((1, 2, 1000), 1000, torch.bfloat16, "cuda", d=128)
     bwd = {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 2}
     _check_against_sdpa(q, k, v, do, True, policy=_policy(cfg, bwd))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("bwd", [{"tma": True}, {"tma": True, "causal_pairs": True, "fuse_delta": True},
+                                 {"causal_pairs": True, "fuse_delta": True, "num_warps2": 8, "num_stages2": 3},
+                                 {"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "num_warps": 8,
+                                  "num_stages": 2, "tma": True, "num_stages2": 3}], ids=str)
+def test_backward_variants_on_gpu(bwd, causal, d):
+    """The backward's TMA kernels, causal pairs and fused delta against float64, ragged S_q != S_k."""
+    q, k, v, do = _inputs((2, 2, 1000), 777, torch.bfloat16, "cuda", d=d)
+    _check_against_sdpa(q, k, v, do, causal, policy=_policy(None, bwd))
 
 
 @pytest.mark.gpu
@@ -325,3 +445,24 @@ def test_the_op_runs_each_head_dims_own_default(interpreter, monkeypatch):
         xp.ops.fused_attention(q, k, v, provider="triton")
     assert blocks == [(128, 64), (128, 128)]
     assert T.attention(q, k, v, False, 0.1, {"BLOCK_N": 64})[0].shape == q.shape and blocks[-1] == (128, 64)
+
+
+def test_bwd_sweep_candidates_are_in_the_space():
+    """benchmarks/attention_bench.py --bwd-sweep: at most 24 distinct configs a case, each valid in
+    ``attention_bwd.triton``, the first the default (the reference of the differences), TMA on and
+    off, causal pairs only in the causal case."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    key = "attention_bwd.triton"
+    for (_d, causal), cfgs in bench.BWD_CANDIDATES.items():
+        assert 0 < len(cfgs) <= 24
+        full = [spaces.check(key, c) for c in cfgs]
+        assert len({tuple(sorted(c.items())) for c in full}) == len(cfgs)
+        assert full[0] == spaces.default(key)
+        assert {c["tma"] for c in full} == {False, True}
+        assert any(c["causal_pairs"] for c in full) == causal

@@ -8,7 +8,11 @@ scores pre-multiplied by ``scale * log2(e)``. Saves the natural-log log-sum-exp 
 Backward (after FlashAttention-2 and Triton's fused-attention tutorial): a preprocess computes
 ``delta = rowsum(dO * O)``; one kernel holds a block of keys and values and walks the queries,
 accumulating dK and dV; another holds a block of queries and walks the keys, accumulating dQ.
-Probabilities are recomputed from the saved log-sum-exp, never stored.
+Probabilities are recomputed from the saved log-sum-exp, never stored. Both backward kernels also
+come as TMA kernels (config ``tma``; contiguous inputs on Hopper), sharing each loop's step, the
+ranges, the row statistics and the program order with the pointer kernels as jit helpers; the
+options ``causal_pairs`` (a program takes block j and its mirror: equal causal work a program) and
+``fuse_delta`` (the dQ kernel computes delta and runs first) apply to both.
 
 Every loop is split into blocks that need no mask (full blocks wholly visible under causality)
 and the few that do (the causal diagonal, the ragged end of a sequence not a multiple of the
@@ -191,6 +195,13 @@ def _attn_fwd_tma_kernel(
 
 
 @triton.jit
+def _delta_rows(o_base, som, sod, do, offs_m, offs_d, rmask):
+    """``rowsum(dO * O)`` of the rows ``offs_m`` (fp32), ``do`` already loaded."""
+    o = tl.load(o_base + offs_m[:, None] * som + offs_d[None, :] * sod, mask=rmask[:, None], other=0.0)
+    return tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+
+
+@triton.jit
 def _bwd_preprocess_kernel(
     o_ptr,  # [B, H, S_q, D] forward output, any strides
     do_ptr,  # [B, H, S_q, D] upstream gradient, any strides
@@ -207,18 +218,87 @@ def _bwd_preprocess_kernel(
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rmask = offs_m < S_q
-    o = tl.load(o_ptr + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
-                mask=rmask[:, None], other=0.0).to(tl.float32)
     do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
-                 mask=rmask[:, None], other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh.to(tl.int64) * S_q + offs_m, tl.sum(o * do, 1), mask=rmask)
+                 mask=rmask[:, None], other=0.0)
+    tl.store(delta_ptr + bh.to(tl.int64) * S_q + offs_m,
+             _delta_rows(o_ptr + b * sob + h * soh, som, sod, do, offs_m, offs_d, rmask), mask=rmask)
+
+
+@triton.jit
+def _program_count(pid, n_blocks, PAIRS: tl.constexpr):
+    """Blocks this program takes: one, or with PAIRS block ``pid`` and its mirror ``n_blocks - 1 - pid``
+    (one where they coincide, the middle block of an odd count)."""
+    count = 1
+    if PAIRS:
+        count = tl.where(2 * pid + 1 == n_blocks, 1, 2)
+    return count
+
+
+@triton.jit
+def _program_block(pid, t, n_blocks, REVERSE: tl.constexpr, PAIRS: tl.constexpr):
+    """The ``t``-th block of program ``pid``: with PAIRS ``pid`` then its mirror; else ``pid``, or
+    ``n_blocks - 1 - pid`` with REVERSE (the heaviest causal blocks started first)."""
+    blk = pid
+    if PAIRS:
+        blk = tl.where(t == 0, pid, n_blocks - 1 - pid)
+    elif REVERSE:
+        blk = n_blocks - 1 - pid
+    return blk
+
+
+@triton.jit
+def _query_ranges(start_n, S_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(lo, mid, m_full, tail) for a key block: queries [lo, mid) the causal diagonal (masked), [mid,
+    m_full) whole blocks that see every key of the block, [tail, S_q) the ragged end (masked).
+    Without causality lo = mid = 0 and tail = m_full."""
+    m_full = (S_q // BLOCK_M) * BLOCK_M
+    lo = 0
+    mid = 0
+    tail = m_full
+    if CAUSAL:
+        first = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+        lo = tl.minimum(first, m_full)
+        mid = tl.minimum(tl.cdiv((start_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M, m_full)
+        tail = tl.maximum(m_full, first)
+    return lo, mid, m_full, tail
+
+
+@triton.jit
+def _row_stats(lse_base, delta_base, offs_m, S_q, MASKED: tl.constexpr):
+    """The saved log-sum-exp (natural log) and delta of the rows ``offs_m``."""
+    if MASKED:
+        cmask = offs_m < S_q
+        lse = tl.load(lse_base + offs_m, mask=cmask, other=0.0)
+        delta = tl.load(delta_base + offs_m, mask=cmask, other=0.0)
+    else:
+        lse = tl.load(lse_base + offs_m)
+        delta = tl.load(delta_base + offs_m)
+    return lse, delta
+
+
+@triton.jit
+def _dkdv_step(dk, dv, k, v, qt, do, lse, delta, offs_n, offs_m, S_q, qk_scale,
+               MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """One block of queries (``qt`` [D, BLOCK_M], ``do`` [BLOCK_M, D]) into the dK, dV of a key block
+    (scores transposed: [keys, queries]); rows past S_q and, causal, above the diagonal masked."""
+    pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * 1.4426950408889634)[None, :])
+    if MASKED:
+        keep = offs_m[None, :] < S_q
+        if CAUSAL:
+            keep = keep & (offs_n[:, None] <= offs_m[None, :])
+        pt = tl.where(keep, pt, 0.0)
+    dv = tl.dot(pt.to(do.dtype), do, dv)
+    dpt = tl.dot(v, tl.trans(do))
+    dst = pt * (dpt - delta[None, :])
+    dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
+    return dk, dv
 
 
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
                  offs_n, offs_d, lo, hi, S_q, qk_scale,
                  BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """Queries ``[lo, hi)`` into the dK, dV of one key block (scores transposed: [keys, queries])."""
+    """Queries ``[lo, hi)`` into the dK, dV of one key block, loaded through pointers."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -228,23 +308,26 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, 
             cmask = offs_m < S_q
             qt = tl.load(qt_ptrs, mask=cmask[None, :], other=0.0)
             do = tl.load(do_ptrs, mask=cmask[:, None], other=0.0)
-            lse = tl.load(lse_base + offs_m, mask=cmask, other=0.0)
-            delta = tl.load(delta_base + offs_m, mask=cmask, other=0.0)
         else:
             qt = tl.load(qt_ptrs)
             do = tl.load(do_ptrs)
-            lse = tl.load(lse_base + offs_m)
-            delta = tl.load(delta_base + offs_m)
-        pt = tl.math.exp2(tl.dot(k, qt) * qk_scale - (lse * 1.4426950408889634)[None, :])
-        if MASKED:
-            keep = offs_m[None, :] < S_q
-            if CAUSAL:
-                keep = keep & (offs_n[:, None] <= offs_m[None, :])
-            pt = tl.where(keep, pt, 0.0)
-        dv = tl.dot(pt.to(do.dtype), do, dv)
-        dpt = tl.dot(v, tl.trans(do))
-        dst = pt * (dpt - delta[None, :])
-        dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
+        lse, delta = _row_stats(lse_base, delta_base, offs_m, S_q, MASKED)
+        dk, dv = _dkdv_step(dk, dv, k, v, qt, do, lse, delta, offs_n, offs_m, S_q, qk_scale, MASKED, CAUSAL)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, lo, hi, S_q, qk_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """:func:`_dkdv_blocks` with Q and dO fetched by the TMA engine (rows past S_q arrive as zeros)."""
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        q = desc_q.load([bh, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        do = desc_do.load([bh, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        lse, delta = _row_stats(lse_base, delta_base, offs_m, S_q, MASKED)
+        dk, dv = _dkdv_step(dk, dv, k, v, tl.trans(q), do, lse, delta, offs_n, offs_m, S_q, qk_scale,
+                            MASKED, CAUSAL)
     return dk, dv
 
 
@@ -266,51 +349,124 @@ def _attn_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr,  # queries a step
     BLOCK_N: tl.constexpr,  # keys a program
     CAUSAL: tl.constexpr,
+    PAIRS: tl.constexpr,  # a program takes key block j and its mirror (causal: equal work per program)
 ):
-    start_n = tl.program_id(0)
+    # Causal: the first key blocks see the most queries, so the plain order starts the heaviest first.
+    pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_blocks = tl.cdiv(S_k, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    nmask = offs_n < S_k
-    k = tl.load(k_ptr + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                mask=nmask[:, None], other=0.0)
-    v = tl.load(v_ptr + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
-                mask=nmask[:, None], other=0.0)
     q_base = q_ptr + b * sqb + h * sqh
     do_base = do_ptr + b * sdb + h * sdh
     lse_base = lse_ptr + bh.to(tl.int64) * S_q
     delta_base = delta_ptr + bh.to(tl.int64) * S_q
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    # Queries: [lo, mid) the causal diagonal (masked), [mid, m_full) whole blocks that see every
-    # key here, [m_full, S_q) the ragged end (masked). Rows padded past S_k are never stored.
-    m_full = (S_q // BLOCK_M) * BLOCK_M
-    if CAUSAL:
-        lo = tl.minimum((start_n * BLOCK_N // BLOCK_M) * BLOCK_M, m_full)
-        mid = tl.minimum(tl.cdiv((start_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M, m_full)
+    for t in range(_program_count(pid, n_blocks, PAIRS)):
+        start_n = _program_block(pid, t, n_blocks, False, PAIRS)
+        offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = offs_n < S_k
+        k = tl.load(k_ptr + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                    mask=nmask[:, None], other=0.0)
+        v = tl.load(v_ptr + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                    mask=nmask[:, None], other=0.0)
+        dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        # Rows padded past S_k are never stored.
+        lo, mid, m_full, tail = _query_ranges(start_n, S_q, BLOCK_M, BLOCK_N, CAUSAL)
+        if CAUSAL:
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                                  offs_n, offs_d, lo, mid, S_q, qk_scale, BLOCK_M, True, CAUSAL)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
-                              offs_n, offs_d, lo, mid, S_q, qk_scale, BLOCK_M, True, CAUSAL)
+                              offs_n, offs_d, mid, m_full, S_q, qk_scale, BLOCK_M, False, CAUSAL)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
+                              offs_n, offs_d, tail, S_q, S_q, qk_scale, BLOCK_M, True, CAUSAL)
+        out = bh.to(tl.int64) * S_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(dk_ptr + out, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=nmask[:, None])
+        tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=nmask[:, None])
+
+
+@triton.jit
+def _attn_bwd_dkdv_tma_kernel(
+    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
+    desc_k, desc_v,  # k, v as [B*H, S_k, D], block [1, BLOCK_N, D]
+    desc_do,  # do as [B*H, S_q, D], block [1, BLOCK_M, D]
+    lse_ptr, delta_ptr,  # [B, H, S_q] fp32, contiguous
+    desc_dk, desc_dv,  # dk, dv as [B*H, S_k, D], block [1, BLOCK_N, D]: stores past S_k are clipped
+    S_q, S_k,
+    sm_scale,
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PAIRS: tl.constexpr,
+):
+    """:func:`_attn_bwd_dkdv_kernel` with every tile moved by the TMA engine (Hopper): the same
+    step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    n_blocks = tl.cdiv(S_k, BLOCK_N)
+    lse_base = lse_ptr + bh.to(tl.int64) * S_q
+    delta_base = delta_ptr + bh.to(tl.int64) * S_q
+    for t in range(_program_count(pid, n_blocks, PAIRS)):
+        start_n = _program_block(pid, t, n_blocks, False, PAIRS)
+        offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        k = desc_k.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+        dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        lo, mid, m_full, tail = _query_ranges(start_n, S_q, BLOCK_M, BLOCK_N, CAUSAL)
+        # The whole blocks before the causal diagonal (the pointer kernel's order is the other way
+        # round): after the masked diagonal loop, ptxas (sm_90) serialized the whole-block loop's
+        # wgmma (warning C7515) whenever it was pipelined; in this order it does not.
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, mid, m_full,
+                                  S_q, qk_scale, HEAD_DIM, BLOCK_M, False, CAUSAL)
+        if CAUSAL:
+            dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, lo, mid,
+                                      S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, tail, S_q,
+                                  S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
+        desc_dk.store([bh, start_n * BLOCK_N, 0], (dk * sm_scale).to(desc_dk.dtype).reshape(1, BLOCK_N, HEAD_DIM))
+        desc_dv.store([bh, start_n * BLOCK_N, 0], dv.to(desc_dv.dtype).reshape(1, BLOCK_N, HEAD_DIM))
+
+
+@triton.jit
+def _dq_row_stats(lse_ptr, delta_ptr, o_base, som, sod, do, bh, offs_m, offs_d, S_q, FUSE_DELTA: tl.constexpr):
+    """(log2-domain lse, delta) of a query block; with FUSE_DELTA delta is computed here from O and
+    dO (the preprocess folded in) and stored for the dK/dV kernel, which then runs after this one."""
+    rmask = offs_m < S_q
+    row = bh.to(tl.int64) * S_q + offs_m
+    lse2 = tl.load(lse_ptr + row, mask=rmask, other=0.0) * 1.4426950408889634
+    if FUSE_DELTA:
+        delta = _delta_rows(o_base, som, sod, do, offs_m, offs_d, rmask)
+        tl.store(delta_ptr + row, delta, mask=rmask)
     else:
-        mid = 0
-    dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
-                          offs_n, offs_d, mid, m_full, S_q, qk_scale, BLOCK_M, False, CAUSAL)
-    tail = m_full
-    if CAUSAL:
-        tail = tl.maximum(m_full, (start_n * BLOCK_N // BLOCK_M) * BLOCK_M)
-    dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, sdm, sdd,
-                          offs_n, offs_d, tail, S_q, S_q, qk_scale, BLOCK_M, True, CAUSAL)
-    out = bh.to(tl.int64) * S_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(dk_ptr + out, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=nmask[:, None])
-    tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=nmask[:, None])
+        delta = tl.load(delta_ptr + row, mask=rmask, other=0.0)
+    return lse2, delta
+
+
+@triton.jit
+def _dq_step(dq, q, do, lse2, delta, kt, vt, offs_m, offs_n, S_k, qk_scale,
+             MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """One block of keys (``kt``, ``vt`` [D, BLOCK_N]) into the dQ of a query block; keys past S_k
+    and, causal, above the diagonal masked."""
+    p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
+    if MASKED:
+        keep = offs_n[None, :] < S_k
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, p, 0.0)
+    dp = tl.dot(do, vt)
+    ds = p * (dp - delta[:, None])
+    return tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
 
 
 @triton.jit
 def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
                offs_m, offs_d, lo, hi, S_k, qk_scale,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """Keys ``[lo, hi)`` into the dQ of one query block."""
+    """Keys ``[lo, hi)`` into the dQ of one query block, loaded through pointers."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -322,15 +478,20 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
         else:
             kt = tl.load(kt_ptrs)
             vt = tl.load(vt_ptrs)
-        p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
-        if MASKED:
-            keep = offs_n[None, :] < S_k
-            if CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, vt)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq)
+        dq = _dq_step(dq, q, do, lse2, delta, kt, vt, offs_m, offs_n, S_k, qk_scale, MASKED, CAUSAL)
+    return dq
+
+
+@triton.jit
+def _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, lo, hi, S_k, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """:func:`_dq_blocks` with K and V fetched by the TMA engine (rows past S_k arrive as zeros)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        k = desc_k.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        dq = _dq_step(dq, q, do, lse2, delta, tl.trans(k), tl.trans(v), offs_m, start_n + offs_n0, S_k, qk_scale,
+                      MASKED, CAUSAL)
     return dq
 
 
@@ -338,13 +499,15 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
 def _attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr,  # [B, H, S_q | S_k, D] forward inputs, any strides
     do_ptr,  # [B, H, S_q, D] upstream gradient, any strides
+    o_ptr,  # [B, H, S_q, D] forward output, any strides (read only with FUSE_DELTA)
     lse_ptr,  # [B, H, S_q] fp32 from the forward, contiguous
-    delta_ptr,  # [B, H, S_q] fp32 from the preprocess, contiguous
+    delta_ptr,  # [B, H, S_q] fp32, contiguous: read, or written with FUSE_DELTA
     dq_ptr,  # [B, H, S_q, D] output, contiguous, q's dtype
     sqb, sqh, sqm, sqd,
     skb, skh, skn, skd,
     svb, svh, svn, svd,
     sdb, sdh, sdm, sdd,  # do strides
+    sob, soh, som, sod,  # o strides
     H, S_q, S_k,
     sm_scale,
     qk_scale,  # sm_scale * log2(e)
@@ -352,44 +515,87 @@ def _attn_bwd_dq_kernel(
     BLOCK_M: tl.constexpr,  # queries a program
     BLOCK_N: tl.constexpr,  # keys a step
     CAUSAL: tl.constexpr,
+    PAIRS: tl.constexpr,  # a program takes query block j and its mirror (causal: equal work per program)
+    FUSE_DELTA: tl.constexpr,  # compute delta here (no preprocess kernel)
 ):
-    start_m = tl.program_id(0)
-    if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
-        start_m = tl.num_programs(0) - 1 - start_m
+    pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_blocks = tl.cdiv(S_q, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    rmask = offs_m < S_q
-    q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=rmask[:, None], other=0.0)
-    do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
-                 mask=rmask[:, None], other=0.0)
-    lse2 = tl.load(lse_ptr + bh.to(tl.int64) * S_q + offs_m, mask=rmask, other=0.0) * 1.4426950408889634
-    delta = tl.load(delta_ptr + bh.to(tl.int64) * S_q + offs_m, mask=rmask, other=0.0)
     k_base = k_ptr + b * skb + h * skh
     v_base = v_ptr + b * svb + h * svh
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        hi = tl.minimum(S_k, (start_m + 1) * BLOCK_M)
-        n_full = (tl.minimum(start_m * BLOCK_M, S_k) // BLOCK_N) * BLOCK_N
-    else:
-        hi = S_k
-        n_full = (S_k // BLOCK_N) * BLOCK_N
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
-                    0, n_full, S_k, qk_scale, BLOCK_N, False, CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
-                    n_full, hi, S_k, qk_scale, BLOCK_N, True, CAUSAL)
-    out = bh.to(tl.int64) * S_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(dq_ptr + out, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rmask[:, None])
+    for t in range(_program_count(pid, n_blocks, PAIRS)):
+        # causal: the last query blocks see the most keys: start them first, the short ones fill the tail
+        start_m = _program_block(pid, t, n_blocks, CAUSAL, PAIRS)
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rmask = offs_m < S_q
+        q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                    mask=rmask[:, None], other=0.0)
+        do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
+                     mask=rmask[:, None], other=0.0)
+        lse2, delta = _dq_row_stats(lse_ptr, delta_ptr, o_ptr + b * sob + h * soh, som, sod, do, bh, offs_m, offs_d,
+                                    S_q, FUSE_DELTA)
+        dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                        0, n_full, S_k, qk_scale, BLOCK_N, False, CAUSAL)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, offs_m, offs_d,
+                        n_full, hi, S_k, qk_scale, BLOCK_N, True, CAUSAL)
+        out = bh.to(tl.int64) * S_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(dq_ptr + out, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+@triton.jit
+def _attn_bwd_dq_tma_kernel(
+    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
+    desc_k, desc_v,  # k, v as [B*H, S_k, D], block [1, BLOCK_N, D]
+    desc_do,  # do as [B*H, S_q, D], block [1, BLOCK_M, D]
+    o_ptr,  # [B, H, S_q, D] forward output, any strides (read only with FUSE_DELTA)
+    lse_ptr, delta_ptr,  # [B, H, S_q] fp32, contiguous
+    desc_dq,  # dq as [B*H, S_q, D], block [1, BLOCK_M, D]: stores past S_q are clipped
+    sob, soh, som, sod,  # o strides
+    H, S_q, S_k,
+    sm_scale,
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PAIRS: tl.constexpr,
+    FUSE_DELTA: tl.constexpr,
+):
+    """:func:`_attn_bwd_dq_kernel` with every tile moved by the TMA engine (Hopper)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    n_blocks = tl.cdiv(S_q, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for t in range(_program_count(pid, n_blocks, PAIRS)):
+        start_m = _program_block(pid, t, n_blocks, CAUSAL, PAIRS)
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+        do = desc_do.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+        lse2, delta = _dq_row_stats(lse_ptr, delta_ptr, o_ptr + b * sob + h * soh, som, sod, do, bh, offs_m, offs_d,
+                                    S_q, FUSE_DELTA)
+        dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
+        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
+                            HEAD_DIM, BLOCK_N, False, CAUSAL)
+        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
+                            HEAD_DIM, BLOCK_N, True, CAUSAL)
+        desc_dq.store([bh, start_m * BLOCK_M, 0], (dq * sm_scale).to(desc_dq.dtype).reshape(1, BLOCK_M, HEAD_DIM))
 
 
 _fwd = Launcher(_attn_fwd_kernel)
 _fwd_tma = Launcher(_attn_fwd_tma_kernel)
 _pre = Launcher(_bwd_preprocess_kernel)
 _dkdv = Launcher(_attn_bwd_dkdv_kernel)
+_dkdv_tma = Launcher(_attn_bwd_dkdv_tma_kernel)
 _dq = Launcher(_attn_bwd_dq_kernel)
+_dq_tma = Launcher(_attn_bwd_dq_tma_kernel)
 
 _WS_BROKEN: set[Any] = set()  # (device, config) where a warp-specialized compile failed
 
@@ -470,15 +676,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
     return o, lse
 
 
-def _tma_views(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
-               ) -> tuple[torch.Tensor, ...] | None:
-    """q, k, v, o as [B*H, S, D] views for the TMA kernel, or None where it cannot take them: a GPU
-    before Hopper, or an input that is not contiguous (the engine's rules: last stride 1, the other
-    strides and the base 16-byte aligned). Under Triton's interpreter (CPU tensors) it runs too."""
-    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] < 9:
+def _tma_views(*ts: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """``ts`` ([B, H, S, D] each) as [B*H, S, D] views for the TMA kernels, or None where they cannot
+    take them: a GPU before Hopper, or a tensor that is not contiguous (the engine's rules: last
+    stride 1, the other strides and the base 16-byte aligned). Under Triton's interpreter (CPU
+    tensors) they run too."""
+    if ts[0].is_cuda and torch.cuda.get_device_capability(ts[0].device)[0] < 9:
         return None
     out = []
-    for t in (q, k, v, o):
+    for t in ts:
         if not t.is_contiguous() or t.data_ptr() % 16:
             return None
         out.append(t.view(t.shape[0] * t.shape[1], t.shape[2], t.shape[3]))
@@ -488,7 +694,11 @@ def _tma_views(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tenso
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                   lse: torch.Tensor, is_causal: bool, scale: float, config: dict[str, Any] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)``, contiguous, shaped as ``q, k, v``; config from ``attention_bwd.triton``."""
+    """``(dq, dk, dv)``, contiguous, shaped as ``q, k, v``; config from ``attention_bwd.triton``:
+    blocks, warps and stages of the dK/dV kernel (``num_warps2``, ``num_stages2`` the dQ kernel's,
+    ``"same"``: the dK/dV kernel's), ``tma`` (TMA kernels where the inputs allow, else the pointer
+    ones), ``causal_pairs`` (causal only: each program takes a block and its mirror, equal work a
+    program) and ``fuse_delta`` (delta computed by the dQ kernel, run first; no preprocess kernel)."""
     _check(q, k, v, scale)
     if do.shape != o.shape or o.shape != q.shape:
         raise ValueError(f"do.shape={tuple(do.shape)} and o.shape={tuple(o.shape)} must equal "
@@ -505,18 +715,57 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if dq.numel() == 0:
         return dq, dk, dv
     delta = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
-    pre_m = 64
-    _pre((cdiv(s_q, pre_m), bsz * h), o, do, delta, *o.stride(), *do.stride(), h, s_q,
-         HEAD_DIM=d, BLOCK_M=pre_m, num_warps=4)
-    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    warps, stages = cfg["num_warps"], cfg["num_stages"]
     causal = bool(is_causal)
-    _dkdv((cdiv(s_k, cfg["BLOCK_N1"]), bsz * h), q, k, v, do, lse, delta, dk, dv, *strides, h, s_q, s_k,
-          float(scale), float(scale) * LOG2E, HEAD_DIM=d, BLOCK_M=cfg["BLOCK_M1"], BLOCK_N=cfg["BLOCK_N1"],
-          CAUSAL=causal, num_warps=warps, num_stages=stages)
-    _dq((cdiv(s_q, cfg["BLOCK_M2"]), bsz * h), q, k, v, do, lse, delta, dq, *strides, h, s_q, s_k,
-        float(scale), float(scale) * LOG2E, HEAD_DIM=d, BLOCK_M=cfg["BLOCK_M2"], BLOCK_N=cfg["BLOCK_N2"],
-        CAUSAL=causal, num_warps=warps, num_stages=stages)
+    pairs = causal and bool(cfg["causal_pairs"])
+    fuse = bool(cfg["fuse_delta"])
+    bm1, bn1, bm2, bn2 = cfg["BLOCK_M1"], cfg["BLOCK_N1"], cfg["BLOCK_M2"], cfg["BLOCK_N2"]
+    warps, stages = cfg["num_warps"], cfg["num_stages"]
+    warps2 = warps if cfg["num_warps2"] == "same" else cfg["num_warps2"]
+    stages2 = stages if cfg["num_stages2"] == "same" else cfg["num_stages2"]
+    g1 = cdiv(s_k, bn1)
+    g2 = cdiv(s_q, bm2)
+    grid1 = (cdiv(g1, 2) if pairs else g1, bsz * h)
+    grid2 = (cdiv(g2, 2) if pairs else g2, bsz * h)
+    scales = (float(scale), float(scale) * LOG2E)
+    views = _tma_views(q, k, v, do, dq, dk, dv) if cfg.get("tma") else None
+    if views is not None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        q3, k3, v3, do3, dq3, dk3, dv3 = views
+
+        def desc(t: torch.Tensor, rows: int) -> Any:
+            return TensorDescriptor.from_tensor(t, [1, rows, d])
+
+        def run_dkdv() -> None:
+            _dkdv_tma(grid1, desc(q3, bm1), desc(k3, bn1), desc(v3, bn1), desc(do3, bm1), lse, delta,
+                      desc(dk3, bn1), desc(dv3, bn1), s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm1, BLOCK_N=bn1,
+                      CAUSAL=causal, PAIRS=pairs, num_warps=warps, num_stages=stages)
+
+        def run_dq() -> None:
+            _dq_tma(grid2, desc(q3, bm2), desc(k3, bn2), desc(v3, bn2), desc(do3, bm2), o, lse, delta,
+                    desc(dq3, bm2), *o.stride(), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2,
+                    CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse, num_warps=warps2, num_stages=stages2)
+    else:
+        strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+
+        def run_dkdv() -> None:
+            _dkdv(grid1, q, k, v, do, lse, delta, dk, dv, *strides, h, s_q, s_k, *scales,
+                  HEAD_DIM=d, BLOCK_M=bm1, BLOCK_N=bn1, CAUSAL=causal, PAIRS=pairs,
+                  num_warps=warps, num_stages=stages)
+
+        def run_dq() -> None:
+            _dq(grid2, q, k, v, do, o, lse, delta, dq, *strides, *o.stride(), h, s_q, s_k, *scales,
+                HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2, CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse,
+                num_warps=warps2, num_stages=stages2)
+    if fuse:  # the dQ kernel writes delta, which the dK/dV kernel reads
+        run_dq()
+        run_dkdv()
+    else:
+        pre_m = 64
+        _pre((cdiv(s_q, pre_m), bsz * h), o, do, delta, *o.stride(), *do.stride(), h, s_q,
+             HEAD_DIM=d, BLOCK_M=pre_m, num_warps=4)
+        run_dkdv()
+        run_dq()
     return dq, dk, dv
 
 
