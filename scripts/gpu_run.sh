@@ -15,6 +15,7 @@
 # conv     : the fused conv3x3 + BatchNorm + ReLU GPU tests (kernels, op, CNN modules), then
 #            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
 #            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
+# attnbwd  : the attention GPU tests, the defaults through the op (--quick), the backward sweep (--bwd-sweep)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -106,6 +107,16 @@ for step in "$@"; do
           --warmup 2 2>&1 | tee -a "$OUT/conv-diag.log" | tail -14
       done
       (exit $t) ;;
+    attnbwd)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -8
+      s=${PIPESTATUS[0]}
+      python3 benchmarks/attention_bench.py --quick --out "$OUT/attention-quick-h100.json" \
+        --md "$OUT/attention-quick-h100.md" 2>&1 | tail -14
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      python3 benchmarks/attention_bench.py --bwd-sweep --out "$OUT/attention-bwd-h100.json" \
+        --md "$OUT/attention-bwd-h100.md" 2>&1 | tee "$OUT/attn_bwd.log" | tail -80
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      (exit "$s") ;;
     attn)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -15
       s=${PIPESTATUS[0]}
