@@ -94,10 +94,15 @@ _BWD_BASES = [
 ]
 
 
+_OFF = {"tma": False, "causal_pairs": False, "fuse_delta": False}
+
+
 def _bwd_candidates(causal: bool) -> list[dict]:
     """The --bwd-sweep configs of one case: every base without and with TMA, then the extras (causal
-    pairs only where causal: elsewhere the launcher ignores them). The first is the default."""
-    b = _BWD_BASES
+    pairs only where causal: elsewhere the launcher ignores them). Every option is explicit (the
+    space's default turns them on). The first, the pointer kernels of the first base with every
+    option off, is the reference of the differences; the space's default is among them."""
+    b = [{**_OFF, **c} for c in _BWD_BASES]
     out = [dict(c) for c in b] + [{**c, "tma": True} for c in b]
     if causal:
         out += [{**b[1], "tma": True, "causal_pairs": True}, {**b[1], "tma": True, "fuse_delta": True},
@@ -106,7 +111,8 @@ def _bwd_candidates(causal: bool) -> list[dict]:
                 {**b[2], "tma": True, "causal_pairs": True}, {**b[3], "tma": True, "causal_pairs": True},
                 {**b[4], "tma": True, "causal_pairs": True}, {**b[0], "causal_pairs": True, "fuse_delta": True}]
     else:
-        out += [{**b[1], "tma": True, "fuse_delta": True}, {**b[0], "fuse_delta": True}]
+        out += [{**b[1], "tma": True, "fuse_delta": True}, {**b[0], "fuse_delta": True},
+                {**b[0], "tma": True, "fuse_delta": True}]
     return out
 
 

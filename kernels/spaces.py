@@ -126,12 +126,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # 128 x 64 (SHAPE_DEFAULTS: 0.600 ms against 0.762 for 128 x 128).
     "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
                          "tma": True},
-    # H100 sweep (benchmarks/attention_bench.py, bf16, S=4096): 64/64/64/64, 4 warps, 2 stages was the
-    # best backward for hd64 and hd128, causal or not (hd128: 3.18 ms against 4.97 for 32/128/128/32).
-    # tma, causal_pairs, fuse_delta and the dQ kernel's own warps / stages: not yet measured, off.
+    # H100 sweep (benchmarks/attention_bench.py --bwd-sweep, bf16, S=4096, 2026-11-23): 64/64/64/64,
+    # 4 warps, 2 stages with the TMA kernels was the best backward in every case (hd128 3.128 ms against
+    # 3.182 with pointer loads, hd64 1.934 / 1.972); causal hd128 best with causal pairs and the fused
+    # delta too: 1.708 ms against 1.765 (TMA alone) and 2.157 (pointers), 0.86 x SDPA. A separate warp
+    # count for dQ (8 / 4) was slower everywhere.
     "attention_bwd.triton": {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4,
-                             "num_stages": 2, "num_warps2": "same", "num_stages2": "same", "tma": False,
-                             "causal_pairs": False, "fuse_delta": False},
+                             "num_stages": 2, "num_warps2": "same", "num_stages2": "same", "tma": True,
+                             "causal_pairs": True, "fuse_delta": True},
     # Untuned starting points (no GPU measurement yet, docs/kernels.md): a 128-pixel tile, 64 channels
     # a K step and 64 output channels a program, 16-byte channel vectors for fp16.
     # H100 (benchmarks/conv_bench.py, fp16): 16 x 8 pixels x 128 output channels, 8 warps was within the

@@ -20,6 +20,8 @@ from xrt.pytorch.ops.attention import _attention_bwd_op, _attention_op
 F = torch.nn.functional
 SMALL_FWD = {"BLOCK_M": 16, "BLOCK_N": 16}
 SMALL_BWD = {"BLOCK_M1": 16, "BLOCK_N1": 16, "BLOCK_M2": 16, "BLOCK_N2": 16}
+# the pointer kernels with every option off (the defaults turn TMA, causal pairs and the fused delta on)
+POINTER_BWD = {**SMALL_BWD, "tma": False, "causal_pairs": False, "fuse_delta": False}
 FLOOR = 1e-4  # absolute: SDPA's error can be 0 where ours is one rounding (S_k = 1)
 
 
@@ -278,8 +280,8 @@ def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, 
 
     q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
     o, lse = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
-    want = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, SMALL_BWD)
-    want_tma = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, "tma": True})
+    want = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, POINTER_BWD)
+    want_tma = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, "tma": True})
     for name, g, w in zip(("dq", "dk", "dv"), want_tma, want):
         if causal:
             torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3, msg=name)
@@ -288,7 +290,7 @@ def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, 
     ran = _count_bwd_launches(monkeypatch)
     for extra in BWD_VARIANTS:
         ran.clear()
-        got = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**SMALL_BWD, **extra})
+        got = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, **extra})
         for name, g, w in zip(("dq", "dk", "dv"), got, want_tma if extra.get("tma") else want):
             assert torch.equal(g, w), (name, extra)
         tma = "_tma" if extra.get("tma") else ""
@@ -323,7 +325,7 @@ def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monk
     q, k, v, do = (base[i].transpose(1, 2) for i in range(4))
     o, lse = T.attention(q, k, v, True, 0.125, SMALL_FWD)
     ran = _count_bwd_launches(monkeypatch)
-    cfg = {**SMALL_BWD, "tma": True}
+    cfg = {**POINTER_BWD, "tma": True}
     got = T.attention_bwd(do, q, k, v, o, lse, True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv", "_dq"]
     ran.clear()
@@ -340,8 +342,9 @@ def test_backward_space_keys():
     key = "attention_bwd.triton"
     s, dflt = spaces.space(key), spaces.default(key)
     assert {"tma", "num_warps2", "num_stages2", "causal_pairs", "fuse_delta"} <= set(s)
+    # the H100 sweep's best in every case (docs/kernels.md)
     assert {n: dflt[n] for n in ("tma", "num_warps2", "num_stages2", "causal_pairs", "fuse_delta")} == {
-        "tma": False, "num_warps2": "same", "num_stages2": "same", "causal_pairs": False, "fuse_delta": False}
+        "tma": True, "num_warps2": "same", "num_stages2": "same", "causal_pairs": True, "fuse_delta": True}
     for name in ("tma", "causal_pairs", "fuse_delta"):
         assert s[name] == [False, True]
         assert spaces.check(key, {name: True})[name] is True
@@ -459,10 +462,15 @@ def test_bwd_sweep_candidates_are_in_the_space():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     key = "attention_bwd.triton"
+    _BWD_FIRST = bench._BWD_BASES[0]
     for (_d, causal), cfgs in bench.BWD_CANDIDATES.items():
         assert 0 < len(cfgs) <= 24
         full = [spaces.check(key, c) for c in cfgs]
         assert len({tuple(sorted(c.items())) for c in full}) == len(cfgs)
-        assert full[0] == spaces.default(key)
+        assert full[0] == spaces.check(key, {**_BWD_FIRST, "tma": False, "causal_pairs": False, "fuse_delta": False})
+        if not causal:  # causal pairs change nothing here: the default is there with them off
+            assert spaces.check(key, {**spaces.default(key), "causal_pairs": False}) in full
+        else:
+            assert spaces.default(key) in full
         assert {c["tma"] for c in full} == {False, True}
         assert any(c["causal_pairs"] for c in full) == causal
