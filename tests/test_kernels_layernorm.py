@@ -5,7 +5,7 @@ import torch
 from kernel_checks import check, poisoned_outputs
 
 import xrt.pytorch as xp
-from xrt.pytorch.ops.layernorm import _layernorm_bwd_op, _layernorm_op
+from xrt.pytorch.ops.layernorm import _layernorm_op, layernorm_bwd
 
 # (1023, 1) on the CPU: the backward walks its rows one by one, slow in the interpreter.
 SHAPES = [(1, 1), (1, 4097), (1023, 1), (7, 1023), (3, 5, 37), (13, 64)]
@@ -64,8 +64,8 @@ def test_opcheck_and_compile():
     result = torch.library.opcheck(_layernorm_op, (x, [17], w, b, 1e-5, "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
     _, mean, rstd = _layernorm_op(x, [17], w, b, 1e-5, "torch")
-    result = torch.library.opcheck(_layernorm_bwd_op, (torch.randn(6, 17), x.detach(), w.detach(), mean, rstd,
-                                                       "torch"))
+    result = torch.library.opcheck(layernorm_bwd, (torch.randn(6, 17), x.detach(), w.detach(), mean, rstd,
+                                                   "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
     f = torch.compile(lambda t: xp.ops.fused_layernorm(t, 17, w, b, provider="torch").sum(),
                       backend="aot_eager", fullgraph=True)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.square import _SUFFIX
+from xrt.kernels.cuda.square import DTYPE_SUFFIX
 
 ITEMS = (1, 2, 4, 8)  # the 16-byte vectors per thread that the v2 kernels are instantiated for
 
@@ -37,14 +37,14 @@ def row_plan(n: int, esize: int, block: int | str, version: str, aligned: bool,
 
 
 def kernel_name(op: str, version: str, dtype: torch.dtype, items: int) -> str:
-    return f"{op}_{version}_{_SUFFIX[dtype]}" + (f"_{items}" if version == "v2" else "")
+    return f"{op}_{version}_{DTYPE_SUFFIX[dtype]}" + (f"_{items}" if version == "v2" else "")
 
 
 def check_device(op: str, x: torch.Tensor) -> None:
     if x.device.type != "cuda":
         raise ValueError(f"CUDA C {op} needs a CUDA tensor, got one on {x.device}")
-    if x.dtype not in _SUFFIX:
-        raise ValueError(f"CUDA C {op} supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
+    if x.dtype not in DTYPE_SUFFIX:
+        raise ValueError(f"CUDA C {op} supports {', '.join(map(str, DTYPE_SUFFIX))}; got {x.dtype}")
 
 
 def softmax(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:

@@ -60,9 +60,9 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 def _ops() -> list[str]:
     import xrt.pytorch as xp  # noqa: F401  (importing the ops registers their providers)
-    from xrt.pytorch.ops import _providers
+    from xrt.pytorch.ops import dispatch
 
-    return sorted(_providers._REGISTRY)
+    return dispatch.ops()
 
 
 def _tool(name: str) -> str | None:

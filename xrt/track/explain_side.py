@@ -85,13 +85,17 @@ def _settings(args) -> dict:
         elif space:
             from xrt.kernels import spaces
 
-            try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops._tuned)
+            try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops.kernel_providers)
                 from xrt.device import default_device
-                from xrt.pytorch.ops import _tuned
+
+                try:
+                    from xrt.pytorch.ops import kernel_providers
+                except ImportError:  # a commit from before kernel_providers had its name
+                    from xrt.pytorch.ops import _tuned as kernel_providers
 
                 x = torch.empty(suite.parse_shape(args.shape), dtype=getattr(torch, args.dtype),
                                 device=default_device().torch_device)
-                t = _tuned.config(args.op, space, x)
+                t = kernel_providers.config(args.op, space, x)
                 default = getattr(t, "is_default", dict(t) == spaces.default(space))
                 out["config"] = dict(t)
                 out["config_source"] = (f"default of {space} (kernels/spaces.py)" if default else

@@ -6,16 +6,14 @@ import torch
 
 from xrt.kernels import checks
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("window_sum")
+kernel_providers.register("window_sum")
 
 
 @torch.library.custom_op("xrt::window_sum", mutates_args=())
 def _window_sum_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("window_sum", provider).fn(x)
+    return dispatch.get("window_sum", provider).fn(x)
 
 
 @_window_sum_op.register_fake
@@ -34,7 +32,7 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 _window_sum_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = P.eager_autograd("window_sum", _setup_context, _backward)  # the same, for eager training
+_eager = dispatch.eager_autograd("window_sum", _setup_context, _backward)  # the same, for eager training
 
 
 def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -53,15 +51,15 @@ def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     >>> window_sum(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     tensor([6., 9.])
     """
-    x = cast_for_hint(C.floating("x", "window_sum", x))
+    x = cast_for_hint(_checks.floating("x", "window_sum", x))
     checks.window_width(x)
-    chosen = P.choose("window_sum", x, provider)
-    route = P.route(x)
-    if route == P.DIRECT and not P.profiling():
+    chosen = dispatch.choose("window_sum", x, provider)
+    route = dispatch.route(x)
+    if route == dispatch.DIRECT and not dispatch.profiling():
         return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with P.op_range("window_sum", chosen.name):
-        if route == P.DIRECT:
+    with dispatch.op_range("window_sum", chosen.name):
+        if route == dispatch.DIRECT:
             return chosen.fn(x)
-        if route == P.DIRECT_GRAD:
+        if route == dispatch.DIRECT_GRAD:
             return _eager.apply(x, chosen.name)
         return _window_sum_op(x, chosen.name)

@@ -1,4 +1,4 @@
-"""Providers of xrt ops, and the choice between them.
+"""Providers of xrt ops, the choice between them and how a call reaches the chosen one.
 
 Each provider has a ``missing(x)`` check that says why it cannot run this input (or ``None``);
 an explicitly chosen provider that cannot run fails with that reason, ``auto`` takes the first
@@ -49,6 +49,11 @@ def providers(op: str) -> dict[str, Provider]:
     return dict(_REGISTRY.get(op, {}))
 
 
+def ops() -> list[str]:
+    """The ops that have providers registered, sorted."""
+    return sorted(_REGISTRY)
+
+
 def get(op: str, name: str) -> Provider:
     try:
         return _REGISTRY[op][name]
@@ -57,17 +62,22 @@ def get(op: str, name: str) -> Provider:
         raise ValueError(f"op {op!r} has no provider {name!r}; registered: {have}") from None
 
 
+def require(op: str, name: str, x: torch.Tensor) -> Provider:
+    """Provider ``name`` of ``op``; a RuntimeError that says why when it cannot run ``x`` here."""
+    p = get(op, name)
+    why = p.missing(x)
+    if why:
+        raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
+    return p
+
+
 def choose(op: str, x: torch.Tensor, explicit: str | None = None,
            order: dict[str, tuple[str, ...]] | None = None) -> Provider:
     """The provider that runs ``op`` on ``x`` under the policy in force; ``auto`` takes the first
     of ``order[device type]`` (an op's own order, else :data:`AUTO_ORDER`) that can run ``x``."""
     name = policy.resolve(op, explicit)
     if name != policy.AUTO:
-        p = get(op, name)
-        why = p.missing(x)
-        if why:
-            raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
-        return p
+        return require(op, name, x)
     for cand in (order or AUTO_ORDER).get(x.device.type, ("torch",)):
         p = _REGISTRY.get(op, {}).get(cand)
         if p is not None and p.missing(x) is None:
