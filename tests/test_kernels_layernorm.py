@@ -150,17 +150,18 @@ def test_triton_backward_paths_by_config_under_interpreter(interpreter, config):
 
 def test_triton_long_row_plans():
     """The defaults pick the tiled backward past TILED_FROM and the measured forward plans."""
-    from xrt.kernels.triton import layernorm as L
+    from xrt.kernels.triton import layernorm as triton_layernorm
 
-    assert L.TILED_FROM == 8192
-    assert L.bwd_programs_per_sm(4096, "auto") == 2 and L.bwd_programs_per_sm(8192, "auto") == 1
-    assert L.bwd_programs_per_sm(32768, 4) == 4
-    assert L.fwd_plan(4096, 16384, "auto", "auto") == (1, 8)
-    assert L.fwd_plan(8192, 8192, "auto", "auto") == (1, 8)
-    assert L.fwd_plan(16384, 4096, "auto", "auto") == (2, 32)
-    assert L.fwd_plan(32768, 2048, "auto", "auto") == (1, 32)
-    assert L.fwd_plan(16384, 1, "auto", "auto") == (1, 16)  # one row: no second row to share
-    assert L.fwd_plan(1024, 7, 4, 1) == (1, 4)
+    assert triton_layernorm.TILED_FROM == 8192
+    assert triton_layernorm.bwd_programs_per_sm(4096, "auto") == 2
+    assert triton_layernorm.bwd_programs_per_sm(8192, "auto") == 1
+    assert triton_layernorm.bwd_programs_per_sm(32768, 4) == 4
+    assert triton_layernorm.fwd_plan(4096, 16384, "auto", "auto") == (1, 8)
+    assert triton_layernorm.fwd_plan(8192, 8192, "auto", "auto") == (1, 8)
+    assert triton_layernorm.fwd_plan(16384, 4096, "auto", "auto") == (2, 32)
+    assert triton_layernorm.fwd_plan(32768, 2048, "auto", "auto") == (1, 32)
+    assert triton_layernorm.fwd_plan(16384, 1, "auto", "auto") == (1, 16)  # one row: no second row to share
+    assert triton_layernorm.fwd_plan(1024, 7, 4, 1) == (1, 4)
 
 
 def test_cuda_c_backward_plans():
