@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.softmax import check_device, kernel_name, row_plan
-from xrt.kernels.cuda.square import DTYPE_SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
+from xrt.kernels.cuda.softmax import kernel_name, row_plan
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, *others: tuple[str, torch.Tensor]) -> tuple[int, int]:

@@ -7,19 +7,14 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.square import DTYPE_SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` with ``vector_add_<version>_<dtype>``; ``config`` from the ``vector_add.cuda`` space."""
     checks.same("vector_add", a, b)
-    if a.device.type != "cuda":
-        raise ValueError(f"CUDA C vector_add needs CUDA tensors, got them on {a.device}")
-    if a.dtype not in DTYPE_SUFFIX:
-        raise ValueError(f"CUDA C vector_add supports {', '.join(map(str, DTYPE_SUFFIX))}; got {a.dtype}")
-    cfg = checks.tuning("vector_add.cuda", config)
-    a, b = a.contiguous(), b.contiguous()
-    y = torch.empty_like(a)
+    check_device("vector_add", a, b)
+    cfg, (a, b), y = checks.prepare("vector_add.cuda", config, a, b)
     n = a.numel()
     if n == 0:
         return y

@@ -249,34 +249,18 @@ def _gemm_flops(shape: Shape) -> int:
     return 2 * numel(lead) * m * n * k
 
 
-register(BenchSpec(
-    op="matmul",
-    shapes={"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
-            "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]},
-    dtypes=["bfloat16", "float32"],
-    providers=["torch", "triton", "cuda"],
-    make_inputs=_gemm_inputs,
-    call=_call_kernel("matmul", "matmul", "matmul"),
-    bytes_moved=_gemm_bytes,
-    flops=_gemm_flops,
-    spaces={"triton": "matmul.triton", "cuda": "matmul.cuda"},
-    check=_gemm_check("matmul"),
-))
+def _gemm_spec(op: str, shapes: dict[str, list[Shape]]) -> BenchSpec:
+    """matmul and bmm: the same dtypes, providers, inputs, counts and check; their own shapes and spaces."""
+    return BenchSpec(op=op, module="matmul", shapes=shapes, dtypes=["bfloat16", "float32"],
+                     providers=["torch", "triton", "cuda"], make_inputs=_gemm_inputs,
+                     call=_call_kernel(op, "matmul", op), bytes_moved=_gemm_bytes, flops=_gemm_flops,
+                     spaces={"triton": f"{op}.triton", "cuda": f"{op}.cuda"}, check=_gemm_check(op))
 
-register(BenchSpec(
-    op="bmm",
-    module="matmul",
-    shapes={"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
-            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]},
-    dtypes=["bfloat16", "float32"],
-    providers=["torch", "triton", "cuda"],
-    make_inputs=_gemm_inputs,
-    call=_call_kernel("bmm", "matmul", "bmm"),
-    bytes_moved=_gemm_bytes,
-    flops=_gemm_flops,
-    spaces={"triton": "bmm.triton", "cuda": "bmm.cuda"},
-    check=_gemm_check("bmm"),
-))
+
+register(_gemm_spec("matmul", {"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
+                               "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]}))
+register(_gemm_spec("bmm", {"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
+                            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]}))
 
 
 # -- attention, forward and backward ------------------------------------------------------------

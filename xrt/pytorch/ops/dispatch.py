@@ -140,6 +140,52 @@ def eager_autograd(op: str, setup_context: Callable[..., None],
         "forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(back)})
 
 
+def contiguous_like(x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """The fake output of an op whose output is shaped like its first input, contiguous."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def define(op: str, fake: Callable[..., torch.Tensor], setup_context: Callable[..., None],
+           backward: Callable[..., Any], inputs: int = 1) -> tuple[Any, type[torch.autograd.Function]]:
+    """The custom op ``xrt::<op>(*tensors, provider)`` of a one-output op with ``inputs`` tensor inputs
+    (1 or 2): the provider's function, ``fake(*tensors)`` for torch.compile, autograd from
+    ``setup_context`` and ``backward``; and its :func:`eager_autograd` twin, for :func:`call`."""
+    if inputs == 1:
+        def impl(x: torch.Tensor, provider: str) -> torch.Tensor:
+            return get(op, provider).fn(x)
+
+        def fake_impl(x: torch.Tensor, provider: str) -> torch.Tensor:
+            return fake(x)
+    elif inputs == 2:
+        def impl(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+            return get(op, provider).fn(a, b)
+
+        def fake_impl(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+            return fake(a, b)
+    else:
+        raise ValueError(f"xrt op {op!r}: define() takes 1 or 2 tensor inputs, not {inputs}")
+    custom = torch.library.custom_op(f"xrt::{op}", impl, mutates_args=())
+    custom.register_fake(fake_impl)
+    custom.register_autograd(backward, setup_context=setup_context)
+    return custom, eager_autograd(op, setup_context, backward)
+
+
+def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Function],
+         *tensors: torch.Tensor) -> torch.Tensor:
+    """Run ``chosen`` on ``tensors`` the way :func:`route` says: its function itself in plain eager
+    PyTorch (what the custom op would run, without its dispatch), ``eager`` when autograd records the
+    call, else the custom op; inside :func:`op_range` while a profiler records."""
+    how = route(*tensors)
+    if how == DIRECT and not _profiling():
+        return chosen.fn(*tensors)
+    with op_range(op, chosen.name):
+        if how == DIRECT:
+            return chosen.fn(*tensors)
+        if how == DIRECT_GRAD:
+            return eager.apply(*tensors, chosen.name)
+        return custom(*tensors, chosen.name)
+
+
 def profiling() -> bool:
     """Is a profiler recording (then ops wrap their call in :func:`op_range`)?"""
     return _profiling()

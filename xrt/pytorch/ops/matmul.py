@@ -13,6 +13,9 @@ same provider) -> :func:`matmul` and :func:`bmm`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from xrt.kernels import checks
@@ -76,51 +79,30 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(a, b)
 
 
-# -- xrt::matmul ----------------------------------------------------------------------------------
+def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[int, ...]]) -> tuple[Any, Any]:
+    """The custom op ``xrt::<op>`` (its fake and its autograd: the gradients are GEMMs of the same op
+    and provider) and its eager twin (:func:`dispatch.eager_autograd`)."""
 
-@torch.library.custom_op("xrt::matmul", mutates_args=())
-def _matmul_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("matmul", provider).fn(a, b)
+    @torch.library.custom_op(f"xrt::{op}", mutates_args=())
+    def custom(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+        return dispatch.get(op, provider).fn(a, b)
 
+    @custom.register_fake
+    def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+        return a.new_empty(out_shape(a, b))
 
-@_matmul_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return a.new_empty((a.shape[0], b.shape[1]))
+    def backward(ctx, grad: torch.Tensor):
+        a, b = ctx.saved_tensors
+        da = custom(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
+        db = custom(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
+        return da, db, None
 
-
-def _matmul_backward(ctx, grad: torch.Tensor):
-    a, b = ctx.saved_tensors
-    da = _matmul_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
-    db = _matmul_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
-    return da, db, None
-
-
-_matmul_op.register_autograd(_matmul_backward, setup_context=_setup_context)
-_eager_matmul = dispatch.eager_autograd("matmul", _setup_context, _matmul_backward)
-
-
-# -- xrt::bmm -------------------------------------------------------------------------------------
-
-@torch.library.custom_op("xrt::bmm", mutates_args=())
-def _bmm_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("bmm", provider).fn(a, b)
+    custom.register_autograd(backward, setup_context=_setup_context)
+    return custom, dispatch.eager_autograd(op, _setup_context, backward)
 
 
-@_bmm_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-
-
-def _bmm_backward(ctx, grad: torch.Tensor):
-    a, b = ctx.saved_tensors
-    da = _bmm_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
-    db = _bmm_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
-    return da, db, None
-
-
-_bmm_op.register_autograd(_bmm_backward, setup_context=_setup_context)
-_eager_bmm = dispatch.eager_autograd("bmm", _setup_context, _bmm_backward)
-
+_matmul_op, _eager_matmul = _gemm_op("matmul", lambda a, b: (a.shape[0], b.shape[1]))
+_bmm_op, _eager_bmm = _gemm_op("bmm", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]))
 _OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
 
 

@@ -10,16 +10,6 @@ from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 kernel_providers.register("softmax")
 
 
-@torch.library.custom_op("xrt::softmax", mutates_args=())
-def _softmax_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("softmax", provider).fn(x)
-
-
-@_softmax_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(output)
 
@@ -31,8 +21,8 @@ def _backward(ctx, grad: torch.Tensor):
     return softmax_bwd(grad, y), None
 
 
-_softmax_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = dispatch.eager_autograd("softmax", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::softmax, and the same for eager training
+_softmax_op, _eager = dispatch.define("softmax", dispatch.contiguous_like, _setup_context, _backward)
 
 
 def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -52,12 +42,4 @@ def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension, got a 0-d tensor")
     chosen = dispatch.choose("softmax", x, provider)
-    route = dispatch.route(x)
-    if route == dispatch.DIRECT and not dispatch.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with dispatch.op_range("softmax", chosen.name):
-        if route == dispatch.DIRECT:
-            return chosen.fn(x)
-        if route == dispatch.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _softmax_op(x, chosen.name)
+    return dispatch.call("softmax", chosen, _softmax_op, _eager, x)

@@ -15,16 +15,6 @@ from xrt.pytorch.ops import dispatch, kernel_providers
 kernel_providers.register("square", shape=lambda x: (x.numel(),))
 
 
-@torch.library.custom_op("xrt::square", mutates_args=())
-def _square_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("square", provider).fn(x)
-
-
-@_square_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     x, _ = inputs
     ctx.save_for_backward(x)
@@ -35,8 +25,8 @@ def _backward(ctx, grad: torch.Tensor):
     return grad * 2 * x, None
 
 
-_square_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = dispatch.eager_autograd("square", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::square, and the same for eager training
+_square_op, _eager = dispatch.define("square", dispatch.contiguous_like, _setup_context, _backward)
 
 
 def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -58,12 +48,4 @@ def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
         raise TypeError(f"square expects a floating tensor, got dtype {x.dtype}")
     x = cast_for_hint(x)
     chosen = dispatch.choose("square", x, provider)
-    route = dispatch.route(x)
-    if route == dispatch.DIRECT and not dispatch.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with dispatch.op_range("square", chosen.name):
-        if route == dispatch.DIRECT:
-            return chosen.fn(x)
-        if route == dispatch.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _square_op(x, chosen.name)
+    return dispatch.call("square", chosen, _square_op, _eager, x)

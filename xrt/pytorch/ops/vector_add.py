@@ -11,16 +11,6 @@ from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 kernel_providers.register("vector_add", shape=lambda a: (a.numel(),))
 
 
-@torch.library.custom_op("xrt::vector_add", mutates_args=())
-def _vector_add_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("vector_add", provider).fn(a, b)
-
-
-@_vector_add_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(a, memory_format=torch.contiguous_format)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     pass
 
@@ -29,8 +19,9 @@ def _backward(ctx, grad: torch.Tensor):
     return grad, grad, None
 
 
-_vector_add_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = dispatch.eager_autograd("vector_add", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::vector_add, and the same for eager training
+_vector_add_op, _eager = dispatch.define("vector_add", dispatch.contiguous_like, _setup_context, _backward,
+                                         inputs=2)
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -49,12 +40,4 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None)
     a, b = cast_for_hint(_checks.floating("a", "vector_add", a)), cast_for_hint(_checks.floating("b", "vector_add", b))
     checks.same("vector_add", a, b)
     chosen = dispatch.choose("vector_add", a, provider)
-    route = dispatch.route(a, b)
-    if route == dispatch.DIRECT and not dispatch.profiling():
-        return chosen.fn(a, b)  # what the custom op would run, without its dispatch
-    with dispatch.op_range("vector_add", chosen.name):
-        if route == dispatch.DIRECT:
-            return chosen.fn(a, b)
-        if route == dispatch.DIRECT_GRAD:
-            return _eager.apply(a, b, chosen.name)
-        return _vector_add_op(a, b, chosen.name)
+    return dispatch.call("vector_add", chosen, _vector_add_op, _eager, a, b)

@@ -11,16 +11,6 @@ from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 kernel_providers.register("window_sum")
 
 
-@torch.library.custom_op("xrt::window_sum", mutates_args=())
-def _window_sum_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return dispatch.get("window_sum", provider).fn(x)
-
-
-@_window_sum_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], x.shape[-1] - 2))
-
-
 def _setup_context(ctx, inputs, output) -> None:
     pass
 
@@ -31,8 +21,9 @@ def _backward(ctx, grad: torch.Tensor):
     return pad(grad, (0, 2)) + pad(grad, (1, 1)) + pad(grad, (2, 0)), None
 
 
-_window_sum_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = dispatch.eager_autograd("window_sum", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::window_sum, and the same for eager training
+_window_sum_op, _eager = dispatch.define("window_sum", lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] - 2)),
+                                         _setup_context, _backward)
 
 
 def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -54,12 +45,4 @@ def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     x = cast_for_hint(_checks.floating("x", "window_sum", x))
     checks.window_width(x)
     chosen = dispatch.choose("window_sum", x, provider)
-    route = dispatch.route(x)
-    if route == dispatch.DIRECT and not dispatch.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with dispatch.op_range("window_sum", chosen.name):
-        if route == dispatch.DIRECT:
-            return chosen.fn(x)
-        if route == dispatch.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _window_sum_op(x, chosen.name)
+    return dispatch.call("window_sum", chosen, _window_sum_op, _eager, x)
