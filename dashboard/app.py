@@ -52,7 +52,7 @@ try:
     page.run()
 except Exception as e:  # viewers see one plain line; the traceback goes to the server's log
     log.exception("dashboard page %s failed", page.title)
-    import dashui as U
+    import dashui
 
-    st.error(f"This view could not be shown: {U.lit(f'{type(e).__name__}: {e}', 300, code=True)}. "
+    st.error(f"This view could not be shown: {dashui.lit(f'{type(e).__name__}: {e}', 300, code=True)}. "
              "The details are in the server's log.")

@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-import dashdata as D
+import dashdata
 import streamlit as st
 
 log = logging.getLogger("xrt.dashboard")
@@ -40,12 +40,12 @@ def lit(s: Any, limit: int | None = 200, code: bool = False) -> str:
     return f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
 
 
-def reader(allow_empty: bool = False) -> D.Reader | None:
+def reader(allow_empty: bool = False) -> dashdata.Reader | None:
     """The database, or an empty state that says what to run (and ``None``). ``allow_empty``: a
     database without benchmark results is returned too (the Tuning page's data is the tuner's)."""
-    r = D.Reader.open()
+    r = dashdata.Reader.open()
     if r is None:
-        st.info(f"No results database at {lit(D.db_path(), code=True)} yet. Build one with "
+        st.info(f"No results database at {lit(dashdata.db_path(), code=True)} yet. Build one with "
                 "`xrt db ingest results/asv --db results/xrt.duckdb` (after `xrt bench run`), or run `make demo`; "
                 "or open another with `XRT_DB=path/to/xrt.duckdb streamlit run dashboard/app.py`.")
         return None
@@ -63,7 +63,7 @@ def reader(allow_empty: bool = False) -> D.Reader | None:
     return r
 
 
-def no_regressions_yet(r: D.Reader) -> None:
+def no_regressions_yet(r: dashdata.Reader) -> None:
     st.info(f"Regressions have not been computed for this database yet. Run "
             f"{lit(f'xrt regressions --db {r.path}', None, code=True)} "
             "(it detects every step, stores them and keeps their status); then reload this page.")
@@ -222,7 +222,7 @@ def writes() -> tuple[bool, str]:
                    "starts it can allow the form with `XRT_DASHBOARD_WRITES=1` (or `-- --allow-writes`).")
 
 
-def footer(r: D.Reader) -> None:
+def footer(r: dashdata.Reader) -> None:
     st.caption(f"Database {lit(r.path, None, code=True)} · read-only, each query on its own short-lived connection · "
                "the address bar's link reopens this view as it is.")
 

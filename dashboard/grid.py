@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-import dashdata as D
-import dashui as U
+import dashdata
+import dashui
 import pandas as pd
 import streamlit as st
 
@@ -31,25 +31,26 @@ def _rank(status: str) -> int:
         else 2
 
 
-def show(r: D.Reader) -> None:
+def show(r: dashdata.Reader) -> None:
     st.subheader("Every benchmark")
     c0, c1, c2, c3, c4 = st.columns([1, 2, 2, 2, 2])
-    n = int(U.number("Last N commits", "ov:n", 20, where=c0, min_value=2, max_value=200, step=1,
-                     help="the sparkline's commits, and the change is the latest against the first of them"))
+    n = int(dashui.number("Last N commits", "ov:n", 20, where=c0, min_value=2, max_value=200, step=1,
+                          help="the sparkline's commits, and the change is the latest against the first of them"))
     g = r.grid(n)
     if g.empty:
         st.info("No ok results to show.")
         return
     names = r.param_names()
-    g = g.assign(op=g["benchmark"].map(D.op_of),
-                 provider=[D.param_of(p, names.get(b, []), "provider") for p, b in zip(g["params"], g["benchmark"])],
-                 dtype=[D.param_of(p, names.get(b, []), "dtype") for p, b in zip(g["params"], g["benchmark"])])
-    sel_m = U.multi("Machine", sorted(g["machine"].unique()), "ov:gm", where=c1, placeholder="all machines")
-    sel_op = U.multi("Op", sorted(g["op"].unique()), "ov:gop", where=c2, placeholder="all ops")
+    pairs = list(zip(g["params"], g["benchmark"]))
+    g = g.assign(op=g["benchmark"].map(dashdata.op_of),
+                 provider=[dashdata.param_of(p, names.get(b, []), "provider") for p, b in pairs],
+                 dtype=[dashdata.param_of(p, names.get(b, []), "dtype") for p, b in pairs])
+    sel_m = dashui.multi("Machine", sorted(g["machine"].unique()), "ov:gm", where=c1, placeholder="all machines")
+    sel_op = dashui.multi("Op", sorted(g["op"].unique()), "ov:gop", where=c2, placeholder="all ops")
     provs = sorted(x for x in g["provider"].dropna().unique())
     dts = sorted(x for x in g["dtype"].dropna().unique())
-    sel_p = U.multi("Provider", provs, "ov:gprov", where=c3, placeholder="all providers", disabled=not provs)
-    sel_d = U.multi("Dtype", dts, "ov:gdtype", where=c4, placeholder="all dtypes", disabled=not dts)
+    sel_p = dashui.multi("Provider", provs, "ov:gprov", where=c3, placeholder="all providers", disabled=not provs)
+    sel_d = dashui.multi("Dtype", dts, "ov:gdtype", where=c4, placeholder="all dtypes", disabled=not dts)
     keep = pd.Series(True, index=g.index)
     for col, sel in (("machine", sel_m), ("op", sel_op), ("provider", sel_p), ("dtype", sel_d)):
         if sel:
@@ -63,7 +64,7 @@ def show(r: D.Reader) -> None:
         "status": status,
         "op": g["op"], "params": g["param_key"].replace("", "—"), "machine": g["machine"],
         "trend": [list(s) if s is not None else [] for s in g["spark"]],
-        "latest": [D.fmt_value(v, u) for v, u in zip(g["latest"], g["unit"])],
+        "latest": [dashdata.fmt_value(v, u) for v, u in zip(g["latest"], g["unit"])],
         "change": [(a / b - 1.0) if b and a == a and b == b else None for a, b in zip(g["latest"], g["earlier"])],
         "commits": g["commits"].astype(int),
         "benchmark": g["benchmark"],

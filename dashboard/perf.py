@@ -25,7 +25,7 @@ APP = Path(__file__).resolve().parent / "app.py"
 def build(db: Path) -> None:
     from xrt.db import store
     from xrt.db.perf import build_synthetic
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     build_synthetic(db, 1_000_000)
 
@@ -45,7 +45,7 @@ def build(db: Path) -> None:
     from xrt.track import newest
 
     newest.after_ingest(db, echo=lambda s: None)  # what `xrt db ingest` does last: the grid's statuses
-    R.save(db, R.detect_db(db))
+    regressions.save(db, regressions.detect_db(db))
 
 
 def measure(db: Path, repeat: int = 3) -> list[tuple[str, float, float, float]]:

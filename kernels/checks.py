@@ -31,6 +31,16 @@ def window_width(x: torch.Tensor) -> int:
     return n
 
 
+def prepare(space: str, config: dict[str, Any] | None, *inputs: torch.Tensor,
+            shape: tuple[int, ...] | None = None) -> tuple[Tuning, list[torch.Tensor], torch.Tensor]:
+    """A launcher's start: the config of ``space`` checked (:func:`tuning`), the inputs made contiguous, and
+    the output, contiguous, of ``shape`` (the first input's unless given) in the first input's dtype and device."""
+    cfg = tuning(space, config)
+    inputs_c = [t.contiguous() for t in inputs]
+    x = inputs_c[0]
+    return cfg, inputs_c, torch.empty_like(x) if shape is None else x.new_empty(shape)
+
+
 def rows_and_vectors(x: torch.Tensor, **vectors: torch.Tensor | None) -> tuple[int, int]:
     """``(M, N)`` of a row kernel's ``x`` ``[M, N]``; each named vector (``weight=w``) must be ``[N]``."""
     if x.dim() != 2:

@@ -140,19 +140,19 @@ def main(argv: list[str] | None = None) -> int:
             row(f"[{p}] public op fwd+bwd, autograd multithreading off", lambda p=p: torch.autograd.grad(
                 xp.ops.fused_layernorm(xg, 1024, wg, bg, 1e-5, provider=p), (xg, wg, bg), dy))
     if "triton" in xp.ops.providers("layernorm"):
-        from xrt.kernels.triton import layernorm as L
+        from xrt.kernels.triton import layernorm as triton_layernorm
 
         y = torch.empty_like(x)
         mean = torch.empty(64, device=dev)
         rstd = torch.empty(64, device=dev)
-        rows_, warps = L.fwd_plan(1024, 64, "auto", "auto")
+        rows_, warps = triton_layernorm.fwd_plan(1024, 64, "auto", "auto")
         row("[triton] Launcher call alone (forward kernel)",
-            lambda: L._fwd((64 // rows_,), x, w, b, y, mean, rstd, 0, 64, 1024, 1e-5, STATS=True, ROWS=rows_,
-                           BLOCK=1024, num_warps=warps))
-        plan = L.FwdPlan(64, 1024, checks.tuning("layernorm.triton", None))
+            lambda: triton_layernorm._fwd((64 // rows_,), x, w, b, y, mean, rstd, 0, 64, 1024, 1e-5, STATS=True,
+                                          ROWS=rows_, BLOCK=1024, num_warps=warps))
+        plan = triton_layernorm.FwdPlan(64, 1024, checks.tuning("layernorm.triton", None))
         stats = torch.empty(2, 64, device=dev)
         row("[triton] FwdPlan call alone (a Site)", lambda: plan(x, w, b, y, stats, 1e-5, True))
-        bplan = L.BwdPlan(64, 1024, checks.tuning("layernorm_bwd.triton", None), x)
+        bplan = triton_layernorm.BwdPlan(64, 1024, checks.tuning("layernorm_bwd.triton", None), x)
         row("[triton] BwdPlan call alone (3 buffers, 2 Sites)", lambda: bplan(dy, x, w, stats))
     prof = {}
     for p in ("triton", "cuda"):

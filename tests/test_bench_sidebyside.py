@@ -9,22 +9,24 @@ import pytest
 import torch
 from conftest import ROOT
 
-from xrt.bench import sidebyside as S
+from xrt.bench import sidebyside
 
 
 def test_rows_check_before_they_time_and_record_failures(capsys):
     ref = torch.tensor([1.0, -2.0, 4.0])
-    wrong = S.run_row("g", "3", "xrt v1", lambda: ref + 0.5, ref, max_time=0.1, tol=1e-2, flops=6.0)
+    wrong = sidebyside.run_row("g", "3", "xrt v1", lambda: ref + 0.5, ref, max_time=0.1, tol=1e-2, flops=6.0)
     assert wrong["error"] == "wrong result: err 0.125 > 0.01" and "ms" not in wrong and wrong["flops"] == 6.0
 
     def boom():
         raise RuntimeError("out of resource: shared memory\nmore")
 
-    failed = S.run_row("g", "3", "xrt v2", boom, ref, max_time=0.1)
+    failed = sidebyside.run_row("g", "3", "xrt v2", boom, ref, max_time=0.1)
     assert failed["error"] == "RuntimeError: out of resource: shared memory" and "ms" not in failed
     assert "Traceback" in capsys.readouterr().err  # the whole failure is on stderr
-    assert S.config_label(None) == "default" and S.config_label({"BLOCK": 64, "warps": 4}) == "BLOCK=64,warps=4"
-    assert S.fmt(None, ".3f") == "" and S.fmt(0.12345, ".3f") == "0.123" and S.tflops(2e12, 1000.0) == 2.0
+    assert sidebyside.config_label(None) == "default"
+    assert sidebyside.config_label({"BLOCK": 64, "warps": 4}) == "BLOCK=64,warps=4"
+    assert sidebyside.fmt(None, ".3f") == "" and sidebyside.fmt(0.12345, ".3f") == "0.123"
+    assert sidebyside.tflops(2e12, 1000.0) == 2.0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU host the benchmarks run")

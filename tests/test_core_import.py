@@ -1,5 +1,10 @@
-"""The core imports without torch, and the wheel carries every kernel."""
+"""The core imports without torch, and the wheel carries every kernel.
 
+kernels/ reaches ``xrt.kernels`` one way: ``xrt/kernels`` is a link to it. The tests below load it through
+that link from a checkout (PYTHONPATH), an editable install and the wheel.
+"""
+
+import os
 import subprocess
 import sys
 import venv
@@ -7,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+
+# The subprocesses run without the caller's PYTHONPATH (a checkout, when the tests run from one): with it,
+# the bare venv's pip and python would see this checkout instead of the wheel.
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def test_import_xrt_does_not_import_torch():
@@ -21,18 +30,20 @@ def bare_venv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bare")
     wheel_dir = tmp / "wheel"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheel_dir), str(ROOT)], check=True, capture_output=True)
+                    "-w", str(wheel_dir), str(ROOT)], check=True, capture_output=True, env=_ENV)
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
     wheel = next(wheel_dir.glob("xpuruntime-*.whl"))
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   capture_output=True)
+                   capture_output=True, env=_ENV)
     return py, tmp
 
 
-def _run(py: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([py, "-c", code], capture_output=True, text=True, cwd=cwd)
+def _run(py: Path, code: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    """``py -c code`` in ``cwd``, with ``pythonpath`` as PYTHONPATH (none by default)."""
+    env = _ENV if pythonpath is None else {**_ENV, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run([py, "-c", code], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_installed_without_torch(bare_venv):
@@ -64,3 +75,29 @@ def test_wheel_ships_every_kernel(bare_venv):
     # The wheel's kernels come from site-packages, not from this checkout.
     where = _run(py, "import xrt.kernels; print(xrt.kernels.__file__)", tmp)
     assert str(ROOT) not in where.stdout and "site-packages" in where.stdout
+
+
+_WHERE = "import xrt.kernels as k, xrt.kernels.spaces as s; print(k.__file__); print(s.__file__)"
+
+
+def test_checkout_loads_its_own_kernels(tmp_path):
+    """PYTHONPATH=<checkout> (the tests, asv and ``xrt bench run``): xrt.kernels is that checkout's kernels/."""
+    out = _run(Path(sys.executable), _WHERE, tmp_path, pythonpath=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(ROOT / "xrt" / "kernels" / "__init__.py"),
+                                  str(ROOT / "xrt" / "kernels" / "spaces.py")]
+    assert (ROOT / "xrt" / "kernels").resolve() == (ROOT / "kernels").resolve()
+
+
+def test_editable_install_loads_the_checkouts_kernels(tmp_path):
+    """``pip install -e .``: xrt and xrt.kernels load from this checkout."""
+    prefix = tmp_path / "prefix"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--prefix", str(prefix), "-e", str(ROOT)], check=True, capture_output=True, env=_ENV)
+    site = next(prefix.glob("lib/python*/site-packages"))
+    code = f"import site; site.addsitedir({str(site)!r}); " + _WHERE
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env=_ENV)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(ROOT / "xrt" / "kernels" / "__init__.py"),
+                                  str(ROOT / "xrt" / "kernels" / "spaces.py")]

@@ -84,12 +84,12 @@ def build(db: Path, bench: str = BENCH, names: list = NAMES, params: list = PARA
 
 @pytest.fixture(scope="module")
 def xdb(tmp_path_factory):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     db = tmp_path_factory.mktemp("dash") / "xrt.duckdb"
     hashes = build(db)
-    recs = R.detect_db(db)
-    R.save(db, recs)
+    recs = regressions.detect_db(db)
+    regressions.save(db, recs)
     return db, hashes
 
 
@@ -110,10 +110,10 @@ def charts(at: AppTest) -> list:
 
 
 def stepped_id(db: Path) -> str:
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
-    (rid,) = [k for k, v in R.stored(db).items() if v["kind"] == "regression" and (v["machine"], v["param_key"])
-              == STEPPED]
+    (rid,) = [k for k, v in regressions.stored(db).items()
+              if v["kind"] == "regression" and (v["machine"], v["param_key"]) == STEPPED]
     return rid
 
 
@@ -157,7 +157,7 @@ def test_overview_machines_and_open_regressions(db):
 
 def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
     """One expandable row per (machine, first slow commit), with its series and their ratios."""
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     rid = stepped_id(db)
     other = "'4096', 'float32', 'torch', 'default'"
@@ -168,7 +168,7 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
                         "? AS ratio) FROM regressions WHERE id = ?", [new_id, machine, pk, ratio, rid])
 
     store.write(db, more)
-    assert len(R.stored(db)) >= 3
+    assert len(regressions.stored(db)) >= 3
     at = app()
     labels = [e.label for e in at.expander]
     assert len(labels) == 2, labels
@@ -181,7 +181,7 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
     by_len = sorted(inside, key=len)
     assert [len(d) for d in by_len] == [1, 2]
     assert sorted(by_len[1]["params"]) == sorted([STEPPED[1], other])
-    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(R.stored(db)[rid]["ratio"], 3), 1.5]
+    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(regressions.stored(db)[rid]["ratio"], 3), 1.5]
     assert len(frames[last]) == 3  # the flat table keeps every step
 
 
@@ -200,7 +200,7 @@ def test_overview_filters_and_deep_link(db):
 # ---------------------------------------------------------------------- detail and the ack flow
 
 def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     served_at("127.0.0.1")  # the shipped config's address, whatever directory pytest runs from
     rid = stepped_id(db)
@@ -220,7 +220,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     at.button[0].click().run()
     assert not at.exception
     assert "is now ignored" in at.success[0].value and at.metric[4].value == "ignored"
-    row = R.stored(db)[rid]
+    row = regressions.stored(db)[rid]
     assert row["status"] == "ignored" and row["note"] == "driver update on gpu-a"
     assert not list(db.parent.glob(".xrt.duckdb.tmp-*"))  # the single-writer path swapped its copy in
     over = app()
@@ -228,31 +228,31 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     # and it can be reopened
     at.radio[0].set_value("new")
     at.button[0].click().run()
-    assert R.stored(db)[rid]["status"] == "new"
+    assert regressions.stored(db)[rid]["status"] == "new"
 
 
 def test_detail_shows_the_stored_explanation(db):
     """`xrt explain`'s stored result (tests/explain_fixtures: square v2 -> v1 under NCU) on the page,
     ranked, with what was not collected; without one, the command that collects it."""
-    from xrt.track import explain as X
-    from xrt.track import regressions as R
+    from xrt.track import explain, regressions
 
     rid = stepped_id(db)
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert f"xrt explain {rid} --db" in ex.caption[0].value and not ex.dataframe
-    rec = R.stored(db)[rid]
+    rec = regressions.stored(db)[rid]
     fx = Path(__file__).resolve().parent / "explain_fixtures"
     sides = {}
     for label, f, version in (("base", "ncu_square_v2.csv", "v2"), ("head", "ncu_square_v1.csv", "v1")):
-        sides[label] = {"ncu": X.parse_ncu_csv((fx / f).read_text()), "parts": {"ncu": "ok", "profiler": (
+        sides[label] = {"ncu": explain.parse_ncu_csv((fx / f).read_text()), "parts": {"ncu": "ok", "profiler": (
             "ok" if label == "base" else "skipped: no CUDA device (the profiler's kernel list needs a GPU)")},
                         "settings": {"config": {"block": 256, "version": version}}}
-    payload = {"schema": X.SCHEMA, "case": {"benchmark": BENCH}, "param_key": rec["param_key"], "regression_id": rid,
+    payload = {"schema": explain.SCHEMA, "case": {"benchmark": BENCH}, "param_key": rec["param_key"],
+               "regression_id": rid,
                "machine": rec["machine"], "ratio": rec["ratio"], "base": rec["previous_commit"], "head": rec["commit"],
                "host": "gpu-host", "gpu": "NVIDIA H100 80GB HBM3", "ncu": {"clock_control": "none"},
-               "sides": sides, "changes": X.compare(sides["base"], sides["head"])}
-    X.save(db, payload, X.render_markdown(payload))
+               "sides": sides, "changes": explain.compare(sides["base"], sides["head"])}
+    explain.save(db, payload, explain.render_markdown(payload))
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert "collected on gpu-host" in ex.caption[0].value and "` none `" in ex.caption[0].value
@@ -599,11 +599,11 @@ def test_outside_code_follows_commonmark():
 
 
 def test_note_is_shown_as_text(db, served_at):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     served_at("127.0.0.1")
     rid = stepped_id(db)
-    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    regressions.set_status(db, rid, "acknowledged", EVIL_NOTE)
     at = app("detail", id=rid)
     assert any(EVIL_NOTE in t.value for t in at.text)  # literally, as typed
     assert at.text_input[0].value == EVIL_NOTE  # the form keeps it for editing
@@ -612,7 +612,7 @@ def test_note_is_shown_as_text(db, served_at):
 
 @pytest.fixture(scope="module")
 def evil_db(tmp_path_factory):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     db = tmp_path_factory.mktemp("evil") / "xrt.duckdb"
     hashes = build(db, EVIL_BENCH, EVIL_NAMES, EVIL_PARAMS, EVIL_MACHINES, EVIL_MESSAGE)
@@ -625,10 +625,10 @@ def evil_db(tmp_path_factory):
                          for b in (64, 128) for w in (2, 4)])
 
     store.write(db, tuning)
-    recs = R.detect_db(db)
-    R.save(db, recs)
+    recs = regressions.detect_db(db)
+    regressions.save(db, recs)
     (rid,) = [r.id for r in recs if r.kind == "regression"]
-    R.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    regressions.set_status(db, rid, "acknowledged", EVIL_NOTE)
     return db, hashes, rid
 
 
@@ -660,9 +660,9 @@ def test_names_params_machines_and_messages_are_shown_as_text(evil_db, monkeypat
                                "x" * 500, "plain words", "gpu-a", "under_score"])
 def test_lit_shows_any_string_as_it_is(s):
     sys.path.insert(0, str(ROOT / "dashboard"))
-    import dashui as U
+    import dashui
 
-    out = U.lit(s)
+    out = dashui.lit(s)
     words = " ".join(s.split())
     if outside_code(out) == out:  # left plain: words only (letters, digits, inner - and _)
         assert out == words and re.fullmatch(r"[^\W_][\w-]*( [^\W_][\w-]*)*", out)

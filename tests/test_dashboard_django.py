@@ -32,14 +32,13 @@ SKIP_MACHINES = ("ubuntu-latest",)
 @pytest.fixture(scope="session")
 def django_db(tmp_path_factory) -> Path:
     from xrt.db.ingest import ingest
-    from xrt.track import diag
-    from xrt.track import regressions as R
+    from xrt.track import diag, regressions
 
     out = extract_django(tmp_path_factory.mktemp("django-dash"), skip_machines=SKIP_MACHINES)
     db = out / "django.duckdb"
     ingest(out, db, echo=lambda s: None)
-    recs = R.detect_db(db)  # what `xrt regressions --db DB` stores
-    R.save(db, recs, diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+    recs = regressions.detect_db(db)  # what `xrt regressions --db DB` stores
+    regressions.save(db, recs, diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
     assert any(r.kind == "regression" and r.status == "new" for r in recs)
     return db
 

@@ -47,8 +47,7 @@ def demo_db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def large_db(tmp_path_factory):
     from xrt.db.perf import build_synthetic
-    from xrt.track import newest
-    from xrt.track import regressions as R
+    from xrt.track import newest, regressions
 
     db = tmp_path_factory.mktemp("large") / "xrt.duckdb"
     build_synthetic(db, 60_000, machines=2, benchmarks=20)
@@ -57,7 +56,7 @@ def large_db(tmp_path_factory):
         "WHERE machine = 'synthetic-0' AND benchmark = 'ops.Op3.time_op' AND param_index = 1 "
         "AND commit_hash IN (SELECT hash FROM commits WHERE position >= 240)"))
     newest.after_ingest(db, echo=lambda s: None)
-    R.save(db, R.detect_db(db))
+    regressions.save(db, regressions.detect_db(db))
     return db
 
 

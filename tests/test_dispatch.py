@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import xrt.pytorch as xp
 from xrt.kernels import checks
 from xrt.pytorch import policy as pol
-from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import dispatch
 
 
 @pytest.fixture(autouse=True)
@@ -24,29 +24,29 @@ def _clean(monkeypatch):
 
 def test_route_is_direct_only_in_plain_eager():
     x = torch.randn(4)
-    assert P.route(x) == P.DIRECT
-    assert P.route(x.requires_grad_()) == P.DIRECT_GRAD
+    assert dispatch.route(x) == dispatch.DIRECT
+    assert dispatch.route(x.requires_grad_()) == dispatch.DIRECT_GRAD
     with torch.no_grad():
-        assert P.route(x) == P.DIRECT
-    assert P.route(torch.nn.Parameter(torch.randn(3)), None) == P.DIRECT_GRAD
+        assert dispatch.route(x) == dispatch.DIRECT
+    assert dispatch.route(torch.nn.Parameter(torch.randn(3)), None) == dispatch.DIRECT_GRAD
     with torch.device("cpu"):  # a torch-function mode
-        assert P.route(torch.randn(3)) == P.OP
+        assert dispatch.route(torch.randn(3)) == dispatch.OP
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        assert P.route(torch.empty(3)) == P.OP
+        assert dispatch.route(torch.empty(3)) == dispatch.OP
 
     class Sub(torch.Tensor):
         pass
 
-    assert P.route(torch.randn(3).as_subclass(Sub)) == P.OP
+    assert dispatch.route(torch.randn(3).as_subclass(Sub)) == dispatch.OP
     seen = []
-    torch.func.vmap(lambda t: seen.append(P.route(t)) or t)(torch.randn(2, 3))
-    assert seen == [P.OP]
+    torch.func.vmap(lambda t: seen.append(dispatch.route(t)) or t)(torch.randn(2, 3))
+    assert seen == [dispatch.OP]
     import torch.autograd.forward_ad as fwAD
 
     with fwAD.dual_level():  # forward-mode AD: the custom op says it has no formula; no silent zero
-        assert P.route(fwAD.make_dual(torch.randn(3), torch.randn(3))) == P.OP
+        assert dispatch.route(fwAD.make_dual(torch.randn(3), torch.randn(3))) == dispatch.OP
 
 
 def _custom_op_calls(monkeypatch, module, name):

@@ -5,7 +5,7 @@ import torch
 from kernel_checks import check, poisoned_outputs
 
 import xrt.pytorch as xp
-from xrt.pytorch.ops.layernorm import _layernorm_bwd_op, _layernorm_op
+from xrt.pytorch.ops.layernorm import _layernorm_op, layernorm_bwd
 
 # (1023, 1) on the CPU: the backward walks its rows one by one, slow in the interpreter.
 SHAPES = [(1, 1), (1, 4097), (1023, 1), (7, 1023), (3, 5, 37), (13, 64)]
@@ -64,8 +64,8 @@ def test_opcheck_and_compile():
     result = torch.library.opcheck(_layernorm_op, (x, [17], w, b, 1e-5, "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
     _, mean, rstd = _layernorm_op(x, [17], w, b, 1e-5, "torch")
-    result = torch.library.opcheck(_layernorm_bwd_op, (torch.randn(6, 17), x.detach(), w.detach(), mean, rstd,
-                                                       "torch"))
+    result = torch.library.opcheck(layernorm_bwd, (torch.randn(6, 17), x.detach(), w.detach(), mean, rstd,
+                                                   "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
     f = torch.compile(lambda t: xp.ops.fused_layernorm(t, 17, w, b, provider="torch").sum(),
                       backend="aot_eager", fullgraph=True)
@@ -150,17 +150,18 @@ def test_triton_backward_paths_by_config_under_interpreter(interpreter, config):
 
 def test_triton_long_row_plans():
     """The defaults pick the tiled backward past TILED_FROM and the measured forward plans."""
-    from xrt.kernels.triton import layernorm as L
+    from xrt.kernels.triton import layernorm as triton_layernorm
 
-    assert L.TILED_FROM == 8192
-    assert L.bwd_programs_per_sm(4096, "auto") == 2 and L.bwd_programs_per_sm(8192, "auto") == 1
-    assert L.bwd_programs_per_sm(32768, 4) == 4
-    assert L.fwd_plan(4096, 16384, "auto", "auto") == (1, 8)
-    assert L.fwd_plan(8192, 8192, "auto", "auto") == (1, 8)
-    assert L.fwd_plan(16384, 4096, "auto", "auto") == (2, 32)
-    assert L.fwd_plan(32768, 2048, "auto", "auto") == (1, 32)
-    assert L.fwd_plan(16384, 1, "auto", "auto") == (1, 16)  # one row: no second row to share
-    assert L.fwd_plan(1024, 7, 4, 1) == (1, 4)
+    assert triton_layernorm.TILED_FROM == 8192
+    assert triton_layernorm.bwd_programs_per_sm(4096, "auto") == 2
+    assert triton_layernorm.bwd_programs_per_sm(8192, "auto") == 1
+    assert triton_layernorm.bwd_programs_per_sm(32768, 4) == 4
+    assert triton_layernorm.fwd_plan(4096, 16384, "auto", "auto") == (1, 8)
+    assert triton_layernorm.fwd_plan(8192, 8192, "auto", "auto") == (1, 8)
+    assert triton_layernorm.fwd_plan(16384, 4096, "auto", "auto") == (2, 32)
+    assert triton_layernorm.fwd_plan(32768, 2048, "auto", "auto") == (1, 32)
+    assert triton_layernorm.fwd_plan(16384, 1, "auto", "auto") == (1, 16)  # one row: no second row to share
+    assert triton_layernorm.fwd_plan(1024, 7, 4, 1) == (1, 4)
 
 
 def test_cuda_c_backward_plans():

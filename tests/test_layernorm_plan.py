@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 import xrt.pytorch as xp
 from xrt.pytorch import policy as pol
-from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops import layernorm as LN
 
 
@@ -41,9 +41,9 @@ def test_plan_is_made_once_per_signature_and_again_after_a_policy_change(interpr
     assert len([p for p in _plans().values() if p is not False]) == 2
     # The policy now says torch: the next call must see it, not the kept Triton plan.
     seen = []
-    torch_p = P.get("layernorm", "torch")
-    monkeypatch.setitem(P._REGISTRY["layernorm"], "torch",
-                        P.Provider("layernorm", "torch", lambda *a: seen.append(1) or torch_p.fn(*a), torch_p.missing))
+    torch_p = dispatch.get("layernorm", "torch")
+    counted = dispatch.Provider("layernorm", "torch", lambda *a: seen.append(1) or torch_p.fn(*a), torch_p.missing)
+    monkeypatch.setitem(dispatch._REGISTRY["layernorm"], "torch", counted)
     xp.set_kernel_policy(layernorm="torch")
     y = xp.ops.fused_layernorm(x, 40, w, b)
     assert seen, "the policy change did not reach the call"

@@ -234,7 +234,7 @@ def test_diag_prints_the_four_axes(interpreter, monkeypatch):
 def test_per_stride_tuned_configs_through_the_policy(interpreter):
     """A config keyed by a stride's space applies to that stride only; one keyed by the op to both;
     and the op runs with it."""
-    from xrt.pytorch.ops import _tuned as T
+    from xrt.pytorch.ops import kernel_providers
 
     x = nhwc(1, 4, 5, 5, torch.float32)
     shape = (*x.shape, 8)
@@ -242,8 +242,8 @@ def test_per_stride_tuned_configs_through_the_policy(interpreter):
     pol.add_tuned("conv_bn_relu_s2.triton", {"KO_STEP": 16, "TILE": "4x8"})
     pol.add_tuned("conv_bn_relu", {"num_warps": 2})
     with xp.kernel_policy(pol):
-        s1 = T.config("conv_bn_relu", "conv_bn_relu_s1.triton", x, shape)
-        s2 = T.config("conv_bn_relu", "conv_bn_relu_s2.triton", x, shape)
+        s1 = kernel_providers.config("conv_bn_relu", "conv_bn_relu_s1.triton", x, shape)
+        s2 = kernel_providers.config("conv_bn_relu", "conv_bn_relu_s2.triton", x, shape)
         assert (s1["KO_STEP"], s1["TILE"], s1["num_warps"]) == (128, "16x8", 2)  # its default, the op's warps
         assert (s2["KO_STEP"], s2["TILE"], s2["num_warps"]) == (16, "4x8", 4)
         weight, gamma, beta, mean, var = bn_inputs(4, 8, torch.float32)
@@ -272,7 +272,7 @@ def test_compile_training_step(interpreter):
 
 
 def test_auto_takes_the_inference_or_the_training_order(interpreter, monkeypatch):
-    """``auto`` walks AUTO_ORDER for inference and AUTO_TRAINING in training (P.choose's ``order``):
+    """``auto`` walks AUTO_ORDER for inference and AUTO_TRAINING in training (dispatch.choose's ``order``):
     on the H100 the fused op beat cuDNN in inference and lost 9x in a training step."""
     m = importlib.import_module("xrt.pytorch.ops.conv_bn_relu")
     x = nhwc(1, 4, 5, 5, torch.float32)

@@ -9,8 +9,8 @@ from gemm_checks import check_gemm, operands
 
 import xrt.pytorch as xp
 from xrt.pytorch import policy
-from xrt.pytorch.ops import _tuned
-from xrt.pytorch.ops.matmul import _bmm_op, _matmul_op, _provider
+from xrt.pytorch.ops import kernel_providers
+from xrt.pytorch.ops.matmul import _bmm_op, _matmul_op, choose_provider
 
 
 @pytest.fixture(autouse=True)
@@ -38,16 +38,16 @@ def test_triton_provider_under_interpreter(interpreter):
 def test_policy_routes_matmul():
     # Triton takes CPU tensors only under the interpreter: on a GPU host without it, a CUDA tensor.
     a = torch.randn(4, 5, device="cuda" if torch.cuda.is_available() else "cpu")
-    assert _provider("matmul", a, None) == "torch"  # "default": torch's own matmul
+    assert choose_provider("matmul", a, None) == "torch"  # "default": torch's own matmul
     for choice, want in (("cublas", "torch"), ("cublasLt", "torch"), ("triton", "triton"), ("auto", "torch")):
         if choice.startswith("cublas") and torch.version.cuda is None:
             continue  # the BLAS switch needs a CUDA build (test_policy checks the error)
         with xp.kernel_policy(matmul=choice):
-            assert _provider("matmul", a, None) == want, choice
-            assert _provider("bmm", a, None) == want, choice
-            assert _provider("matmul", a, "torch") == "torch"  # provider= wins
+            assert choose_provider("matmul", a, None) == want, choice
+            assert choose_provider("bmm", a, None) == want, choice
+            assert choose_provider("matmul", a, "torch") == "torch"  # provider= wins
     with xp.kernel_policy(matmul="triton"):
-        assert _provider("matmul", a, "default") == "torch"
+        assert choose_provider("matmul", a, "default") == "torch"
 
 
 def test_xrt_kernel_choices_need_no_cuda_build_and_keep_the_blas_switch():
@@ -65,15 +65,16 @@ def test_policy_routes_triton_end_to_end(interpreter):
     calls = []
     fn = xp.ops.providers("matmul")["triton"].fn
     with xp.kernel_policy(matmul="triton"):
-        from xrt.pytorch.ops import _providers as P
+        from xrt.pytorch.ops import dispatch
 
-        orig = P._REGISTRY["matmul"]["triton"]
-        P._REGISTRY["matmul"]["triton"] = P.Provider("matmul", "triton", lambda *t: calls.append(1) or fn(*t),
-                                                     orig.missing)
+        orig = dispatch._REGISTRY["matmul"]["triton"]
+        dispatch._REGISTRY["matmul"]["triton"] = dispatch.Provider("matmul", "triton",
+                                                                   lambda *t: calls.append(1) or fn(*t),
+                                                                   orig.missing)
         try:
             check_gemm(xp.ops.matmul(a, b), a, b, torch.float32)
         finally:
-            P._REGISTRY["matmul"]["triton"] = orig
+            dispatch._REGISTRY["matmul"]["triton"] = orig
     assert calls == [1]
 
 
@@ -130,9 +131,9 @@ def test_tuned_config_reaches_the_kernel(tmp_path, monkeypatch):
                                  "config": tuned}]))
     monkeypatch.setenv("XRT_TUNED", str(path))
     a = torch.randn(16, 20)
-    cfg = _tuned.config("matmul", "matmul.triton", a, (16, 8, 20))  # (M, N, K): bucket 16x8x32
+    cfg = kernel_providers.config("matmul", "matmul.triton", a, (16, 8, 20))  # (M, N, K): bucket 16x8x32
     assert dict(cfg) == tuned
-    other = _tuned.config("matmul", "matmul.triton", a, (16, 300, 20))
+    other = kernel_providers.config("matmul", "matmul.triton", a, (16, 300, 20))
     assert other["kernel"] == "persistent_tma"  # another bucket: the default
 
 

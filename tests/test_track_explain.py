@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from xrt.track import explain as X
+from xrt.orchestrate import explain_collect
+from xrt.track import explain
 
 F = Path(__file__).resolve().parent / "explain_fixtures"
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def ncu(name: str) -> list[dict]:
-    return X.parse_ncu_csv((F / name).read_text())
+    return explain.parse_ncu_csv((F / name).read_text())
 
 
 # ---------------------------------------------------------------------------------------- parsers
@@ -62,19 +63,20 @@ def test_ncu_csv_without_rule_columns_and_with_other_units():
         if r[12] == "Duration":
             r[13], r[14] = "msecond", "0.04971"
         w.writerow(r[:15])
-    (k,) = X.parse_ncu_csv(out.getvalue())
+    (k,) = explain.parse_ncu_csv(out.getvalue())
     assert k["rules"] == [] and k["metrics"]["duration_ns"] == pytest.approx(49710.0)
     assert k["metrics"]["dram_pct"] == 74.02 and k["grid"] == "(65536, 1, 1)"
 
 
 def test_ncu_csv_parser_refuses_text_that_is_not_the_table():
     with pytest.raises(ValueError, match="not Nsight Compute CSV"):
-        X.parse_ncu_csv("==PROF== Connected to process 1\n==ERROR== The application returned an error code (1).\n")
+        explain.parse_ncu_csv("==PROF== Connected to process 1\n"
+                              "==ERROR== The application returned an error code (1).\n")
 
 
 def test_profiler_trace_lists_the_kernels_of_one_call_in_launch_order():
-    base = X.parse_trace((F / "trace_square_base.json").read_text())
-    head = X.parse_trace(json.loads((F / "trace_square_clone.json").read_text()))
+    base = explain.parse_trace((F / "trace_square_base.json").read_text())
+    head = explain.parse_trace(json.loads((F / "trace_square_clone.json").read_text()))
     assert [(k["name"], k["count"]) for k in base] == [("_square_kernel", 1)]
     assert len(head) == 2 and "direct_copy_kernel_cuda" in head[0]["name"] and head[1]["name"] == "_square_kernel"
     assert head[0]["grid"] == [16384, 1, 1] and head[0]["block"] == [128, 1, 1] and head[0]["registers"] == 26
@@ -83,15 +85,15 @@ def test_profiler_trace_lists_the_kernels_of_one_call_in_launch_order():
 
 
 def test_compiled_code_parsers_on_real_tool_output():
-    res = X.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
+    res = explain.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
     assert res["square_v2_f32"] == {"registers": 30, "stack": 0, "shared": 0, "local": 0}
     assert res["square_v1_f32"]["registers"] == 10 and len(res) == 6
     sass_text = (F / "square_cuda.sm_90.sass").read_text()
-    assert X.parse_sass(sass_text) == {"square_v2_f32": 384, "square_v1_f32": 32}
-    ops = X.parse_sass_memory_ops(sass_text)  # v2: 16-byte vector accesses (plus the scalar tail); v1: scalar
+    assert explain.parse_sass(sass_text) == {"square_v2_f32": 384, "square_v1_f32": 32}
+    ops = explain.parse_sass_memory_ops(sass_text)  # v2: 16-byte vector accesses (plus the scalar tail); v1: scalar
     assert ops["square_v2_f32"]["LDG.E.128"] == 5 and ops["square_v2_f32"]["STG.E.128"] == 5
     assert ops["square_v1_f32"] == {"LDG.E.CONSTANT": 1, "STG.E": 1}
-    ptx = X.parse_ptx((F / "square_cuda.sm_90.ptx").read_text())
+    ptx = explain.parse_ptx((F / "square_cuda.sm_90.ptx").read_text())
     assert set(ptx) == set(res) and ptx["square_v2_f32"] > 3 * ptx["square_v1_f32"] > 0
 
 
@@ -104,12 +106,12 @@ def _settings(version: str) -> dict:
 
 
 def test_tuning_default_v2_to_v1_is_named_kernel_launch_registers_throughput_then_settings():
-    res = X.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
+    res = explain.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
     base = {"ncu": ncu("ncu_square_v2.csv"), "settings": _settings("v2"), "compiled": res}
     head = {"ncu": ncu("ncu_square_v1.csv"), "settings": _settings("v1"), "compiled": res}
-    rows = X.compare(base, head)
+    rows = explain.compare(base, head)
     groups = [r["group"] for r in rows]
-    assert groups == sorted(groups, key=X.GROUPS.index)  # ranked: the kernel list first
+    assert groups == sorted(groups, key=explain.GROUPS.index)  # ranked: the kernel list first
     first = rows[0]
     assert (first["what"], first["base"], first["head"]) == ("kernel replaced", "square_v2_f32", "square_v1_f32")
     launch = {r["what"]: (r["base"], r["head"]) for r in rows if r["group"] == "launch configuration"}
@@ -130,11 +132,11 @@ def test_tuning_default_v2_to_v1_is_named_kernel_launch_registers_throughput_the
 
 
 def _compiled() -> dict:
-    res = X.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
+    res = explain.parse_res_usage((F / "res_usage_square_cuda.txt").read_text())
     text = (F / "square_cuda.sm_90.sass").read_text()
-    for fn, n in X.parse_sass(text).items():
+    for fn, n in explain.parse_sass(text).items():
         res[fn]["sass_instructions"] = n
-    for fn, ops in X.parse_sass_memory_ops(text).items():
+    for fn, ops in explain.parse_sass_memory_ops(text).items():
         res[fn]["memory_ops"] = ops
     return res
 
@@ -145,7 +147,7 @@ def test_without_a_gpu_the_config_selects_the_cuda_c_functions_to_compare():
     loads gone, marked as selected by the config."""
     base = {"compiled": _compiled(), "settings": {**_settings("v2"), "dtype": "float32"}}
     head = {"compiled": _compiled(), "settings": {**_settings("v1"), "dtype": "float32"}}
-    rows = X.compare(base, head)
+    rows = explain.compare(base, head)
     by = {r["what"]: r for r in rows}
     assert by["registers (ptxas)"]["kernel"] == "square_v2_f32 → square_v1_f32 (selected by the config)"
     assert (by["registers (ptxas)"]["base"], by["registers (ptxas)"]["head"]) == ("30", "10")
@@ -158,9 +160,9 @@ def test_without_a_gpu_the_config_selects_the_cuda_c_functions_to_compare():
 
 
 def test_defensive_clone_is_a_new_kernel_first():
-    base = {"kernels": X.parse_trace((F / "trace_square_base.json").read_text()), "settings": _settings("v2")}
-    head = {"kernels": X.parse_trace((F / "trace_square_clone.json").read_text()), "settings": _settings("v2")}
-    rows = X.compare(base, head)
+    base = {"kernels": explain.parse_trace((F / "trace_square_base.json").read_text()), "settings": _settings("v2")}
+    head = {"kernels": explain.parse_trace((F / "trace_square_clone.json").read_text()), "settings": _settings("v2")}
+    rows = explain.compare(base, head)
     assert rows[0]["group"] == "kernel list" and rows[0]["what"] == "new kernel"
     assert "direct_copy_kernel_cuda" in rows[0]["kernel"] and rows[0]["change"] == "added"
     assert rows[0]["head"] == "1 launch(es), 27.6 us"  # what the copy costs per call
@@ -172,7 +174,7 @@ def test_compiled_code_alone_without_a_kernel_list():
     """On the CPU: no kernel list, so every changed function is shown and marked as such."""
     a = {"k": {"registers": 32, "local": 0, "sass_instructions": 100}}
     b = {"k": {"registers": 40, "local": 16, "sass_instructions": 120}}
-    rows = X.compare({"compiled": a}, {"compiled": b})
+    rows = explain.compare({"compiled": a}, {"compiled": b})
     # new spills outrank a register increase; instruction counts come last
     assert [r["what"] for r in rows] == ["local memory / spills (B)", "registers (ptxas)", "SASS instructions"]
     assert all("not known to run" in r["kernel"] for r in rows)
@@ -182,30 +184,30 @@ def test_nothing_changed_renders_as_such_with_the_skipped_parts():
     side = {"parts": {"settings": "ok", "ncu": "skipped: no CUDA GPU visible to torch"}, "settings": _settings("v2")}
     payload = {"case": {"benchmark": "bench_ops.Square.time_op"}, "param_key": "'4096', 'float32', 'cuda', 'default'",
                "base": "a" * 40, "head": "b" * 40, "host": "h", "ncu": {"clock_control": "none"},
-               "sides": {"base": side, "head": side}, "changes": X.compare(side, side)}
-    md = X.render_markdown(payload)
+               "sides": {"base": side, "head": side}, "changes": explain.compare(side, side)}
+    md = explain.render_markdown(payload)
     assert "Nothing that was collected differs" in md and "clock control: `none`" in md
     assert "- base: ncu: skipped: no CUDA GPU visible to torch" in md
 
 
 def test_case_from_the_database_and_from_the_command_line():
-    c = X.make_case("bench_ops.LayernormBwd.time_op",
-                    ["'4096x4096'", "'bfloat16'", "'triton'", "'BLOCK=128,num_warps=4'"])
+    c = explain.make_case("bench_ops.LayernormBwd.time_op",
+                          ["'4096x4096'", "'bfloat16'", "'triton'", "'BLOCK=128,num_warps=4'"])
     assert (c.op, c.shape, c.config) == ("layernorm_bwd", "4096x4096", "BLOCK=128,num_warps=4")
     assert c.param_key == "'4096x4096', 'bfloat16', 'triton', 'BLOCK=128,num_warps=4'"
-    assert X.make_case("bench_ops.Square.time_op", c.param_key.replace("4096x4096", "1024")).shape == "1024"
-    assert X.make_case("bench_ops.VectorAdd.time_op", "4096,float32,cuda,block=256,version=v1").config == \
+    assert explain.make_case("bench_ops.Square.time_op", c.param_key.replace("4096x4096", "1024")).shape == "1024"
+    assert explain.make_case("bench_ops.VectorAdd.time_op", "4096,float32,cuda,block=256,version=v1").config == \
         "block=256,version=v1"
-    with pytest.raises(X.ExplainError, match="op suites"):
-        X.make_case("gemm_bench.Gemm.time_op", "1,float32,torch,default")
-    with pytest.raises(X.ExplainError, match="expected shape, dtype, provider, config"):
-        X.make_case("bench_ops.Square.time_op", "4096,float32")
-    with pytest.raises(X.ExplainError, match="dtype 'int8'"):
-        X.make_case("bench_ops.Square.time_op", "4096,int8,torch,default")
+    with pytest.raises(explain.ExplainError, match="op suites"):
+        explain.make_case("gemm_bench.Gemm.time_op", "1,float32,torch,default")
+    with pytest.raises(explain.ExplainError, match="expected shape, dtype, provider, config"):
+        explain.make_case("bench_ops.Square.time_op", "4096,float32")
+    with pytest.raises(explain.ExplainError, match="dtype 'int8'"):
+        explain.make_case("bench_ops.Square.time_op", "4096,int8,torch,default")
 
 
 def test_ncu_command_leaves_the_clocks_alone():
-    cmd = X.ncu_command("ncu", ["python", "t.py"])
+    cmd = explain_collect.ncu_command("ncu", ["python", "t.py"])
     assert cmd[cmd.index("--clock-control") + 1] == "none"
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"] == ["SpeedOfLight", "LaunchStats", "Occupancy"]
     assert "--csv" in cmd and cmd[-2:] == ["python", "t.py"] and cmd[cmd.index("--profile-from-start") + 1] == "off"
@@ -216,23 +218,23 @@ def test_ncu_command_leaves_the_clocks_alone():
 def _payload(rid: str | None, head: str = "b" * 40) -> dict:
     base = {"ncu": ncu("ncu_square_v2.csv"), "settings": _settings("v2"), "parts": {"ncu": "ok"}}
     hd = {"ncu": ncu("ncu_square_v1.csv"), "settings": _settings("v1"), "parts": {"ncu": "ok"}}
-    case = X.make_case("bench_ops.Square.time_op", "16777216,float32,cuda,default")
-    return {"schema": X.SCHEMA, "case": case.__dict__, "param_key": case.param_key, "regression_id": rid,
+    case = explain.make_case("bench_ops.Square.time_op", "16777216,float32,cuda,default")
+    return {"schema": explain.SCHEMA, "case": case.__dict__, "param_key": case.param_key, "regression_id": rid,
             "machine": "h100", "ratio": 1.2, "base": "a" * 40, "head": head, "host": "gpu-host", "gpu": "H100",
-            "ncu": {"clock_control": "none"}, "sides": {"base": base, "head": hd}, "changes": X.compare(base, hd)}
+            "ncu": {"clock_control": "none"}, "sides": {"base": base, "head": hd}, "changes": explain.compare(base, hd)}
 
 
 def test_saved_explanation_is_replaced_not_duplicated(tmp_path):
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    X.save(db, p, X.render_markdown(p))
-    X.save(db, p, "second")
-    rows = X.stored(db, regression_id="r1")
+    explain.save(db, p, explain.render_markdown(p))
+    explain.save(db, p, "second")
+    rows = explain.stored(db, regression_id="r1")
     assert len(rows) == 1 and rows[0]["markdown"] == "second" and rows[0]["machine"] == "h100"
     assert rows[0]["payload"]["changes"][0]["what"] == "kernel replaced"
     q = _payload(None)
-    X.save(db, q, X.render_markdown(q))  # an ad hoc explanation (no regression) is its own row
-    assert len(X.stored(db, head="b" * 40)) == 2 and X.stored(db, regression_id="nope") == []
+    explain.save(db, q, explain.render_markdown(q))  # an ad hoc explanation (no regression) is its own row
+    assert len(explain.stored(db, head="b" * 40)) == 2 and explain.stored(db, regression_id="nope") == []
 
 
 def test_gate_summary_shows_the_stored_explanation_of_a_slower_series(tmp_path):
@@ -240,15 +242,15 @@ def test_gate_summary_shows_the_stored_explanation_of_a_slower_series(tmp_path):
 
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    X.save(db, p, X.render_markdown(p))
+    explain.save(db, p, explain.render_markdown(p))
     item = {"machine": "h100", "benchmark": "bench_ops.Square.time_op", "param_key": p["param_key"],
             "params": p["case"] and ["'16777216'", "'float32'", "'cuda'", "'default'"], "before": 4.1e-5,
             "after": 4.9e-5, "ratio": 1.2, "p_value": 1e-4, "z": None, "cycles_ratio": 1.2}
-    assert X.for_gate(db, "b" * 40, [item]) == [X.render_markdown(p)]
-    assert X.for_gate(db, "c" * 40, [item]) == []  # another head
+    assert explain.for_gate(db, "b" * 40, [item]) == [explain.render_markdown(p)]
+    assert explain.for_gate(db, "c" * 40, [item]) == []  # another head
     v = gate.Verdict(base="a" * 40, head="b" * 40)
     v.regressions.append(item)
-    md = gate.summary_markdown(v, X.for_gate(db, v.head, v.regressions))
+    md = gate.summary_markdown(v, explain.for_gate(db, v.head, v.regressions))
     assert "What changed (xrt explain)" in md and "| 1 | kernel list | kernel replaced |" in md
     plain = gate.summary_markdown(v)  # nothing stored: the command that would explain the slowest case
     assert "What changed" not in plain
@@ -269,7 +271,7 @@ def xrt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_unknown_regression_id_is_one_line_and_exit_2(tmp_path):
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    X.save(db, p, "x")  # a database with the tables, and no regression
+    explain.save(db, p, "x")  # a database with the tables, and no regression
     r = xrt("explain", "deadbeef", "--db", str(db))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["xrt explain: error: regression 'deadbeef': 0 stored regressions match "
@@ -329,7 +331,7 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
         assert (out / sd["change"]).is_file() and payload["changes"][-1] == sd
     else:
         assert "nvcc" in payload["sides"]["head"]["parts"]["compiled"]
-    (row,) = X.stored(db, head=g("rev-parse", "HEAD"))
+    (row,) = explain.stored(db, head=g("rev-parse", "HEAD"))
     assert row["regression_id"] is None and row["markdown"] == r.stdout
     assert not [w for w in g("worktree", "list").splitlines() if "xrt-explain" in w]  # worktrees removed
 
@@ -338,8 +340,9 @@ def test_triton_side_compiles_for_sm90_without_a_gpu(tmp_path, monkeypatch):
     """Under the CPU tests' TRITON_INTERPRET=1 the side still compiles the Triton kernel for sm_90
     (PTX, cubin, SASS): registers and instruction counts without a GPU."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    case = X.make_case("bench_ops.Square.time_op", "4096,float32,triton,default")
-    side = X.collect_side(ROOT, "HEAD", case, tmp_path, "base", use_ncu=False, arch="sm_90", log=lambda s: None)
+    case = explain.make_case("bench_ops.Square.time_op", "4096,float32,triton,default")
+    side = explain_collect.collect_side(ROOT, "HEAD", case, tmp_path, "base", use_ncu=False, arch="sm_90",
+                                        log=lambda s: None)
     assert side["parts"]["compiled"] == "ok", side["parts"]
     k = side["compiled"]["_square_kernel"]
     assert k["registers"] > 0 and k["local"] == 0 and k["sass_instructions"] > 0 and k["ptx_instructions"] > 0
@@ -352,15 +355,15 @@ def test_ncu_metrics_pair_with_the_profilers_full_kernel_names():
     full = ("void at::native::vectorized_elementwise_kernel<4, "
             "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>")
     by = {"vectorized_elementwise_kernel": {"n": 1}, "elementwise_kernel": {"n": 2}, "_square_kernel": {"n": 3}}
-    assert X._ncu_for(full, by) == {"n": 1}  # the longest base name that is a whole word of the signature
-    assert X._ncu_for("_square_kernel", by) == {"n": 3} and X._ncu_for("other", by) is None
+    assert explain._ncu_for(full, by) == {"n": 1}  # the longest base name that is a whole word of the signature
+    assert explain._ncu_for("_square_kernel", by) == {"n": 3} and explain._ncu_for("other", by) is None
     base = {"kernels": [{"name": full, "count": 1, "total_us": 27.0}],
             "ncu": [{"name": "vectorized_elementwise_kernel", "grid": "(1, 1, 1)", "block": "(128, 1, 1)",
                      "metrics": {"duration_ns": 100.0}, "rules": []}]}
     head = {"kernels": [{"name": full, "count": 1, "total_us": 27.0}],
             "ncu": [{"name": "vectorized_elementwise_kernel", "grid": "(2, 1, 1)", "block": "(128, 1, 1)",
                      "metrics": {"duration_ns": 150.0}, "rules": []}]}
-    rows = X.compare(base, head)
+    rows = explain.compare(base, head)
     assert [(r["group"], r["what"]) for r in rows] == [("launch configuration", "grid"),
                                                        ("throughput", "duration (ns)")]
 
@@ -389,9 +392,9 @@ def test_gate_summary_file_carries_the_stored_explanation(gated, tmp_path, capsy
     from xrt.cli import main
 
     repo, commits, db, synth = gated
-    case = X.make_case(synth.OP, [p[0] for p in synth.OP_PARAMS])
+    case = explain.make_case(synth.OP, [p[0] for p in synth.OP_PARAMS])
     p = {**_payload(None, head=commits[-1]), "case": case.__dict__, "param_key": case.param_key, "base": commits[-2]}
-    X.save(db, p, X.render_markdown(p))
+    explain.save(db, p, explain.render_markdown(p))
     summary = tmp_path / "summary.md"
     code = main(["gate", "--db", str(db), "--repo", str(repo), "--base", commits[-2], "--head", commits[-1],
                  "--summary", str(summary)])
@@ -405,15 +408,15 @@ def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, 
     """REGRESSION_ID: the case and commits come from the stored row; the synthetic repository has no
     xrt of its own, so neither side may report another checkout's code as the commit's."""
     from xrt.cli import main
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     repo, commits, db, synth = gated
     params = [p[0] for p in synth.OP_PARAMS]
     item = {"machine": "h100", "benchmark": synth.OP, "param_key": ", ".join(params), "params": params,
             "before": 50e-6, "after": 60e-6, "ratio": 1.2, "p_value": 1e-4, "z": None}
-    (rec,) = R.gate_records(commits[-2], commits[-1], [item])
-    R.save(db, [rec])  # stored as `xrt regressions` stores a step
-    (rid,) = [k for k, v in R.stored(db).items() if v["kind"] == "regression"]
+    (rec,) = regressions.gate_records(commits[-2], commits[-1], [item])
+    regressions.save(db, [rec])  # stored as `xrt regressions` stores a step
+    (rid,) = [k for k, v in regressions.stored(db).items() if v["kind"] == "regression"]
     out = tmp_path / "out"
     code = main(["explain", rid[:8], "--db", str(db), "--repo", str(repo), "--no-ncu", "--out", str(out)])
     assert code == 0
@@ -425,45 +428,45 @@ def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, 
         assert side["parts"]["collect"].startswith("refused: the side imported xrt from")
         assert "settings" not in side and "compiled" not in side
     assert payload["changes"] == []
-    (row,) = X.stored(db, regression_id=rid)
+    (row,) = explain.stored(db, regression_id=rid)
     assert "refused" in row["markdown"]
 
 
 def test_sass_diff_of_the_compared_pair(tmp_path):
     """The SASS of the v2 and v1 functions (addresses and encodings dropped), diffed per pair."""
-    sass = X.split_sass((F / "square_cuda.sm_90.sass").read_text())
+    sass = explain.split_sass((F / "square_cuda.sm_90.sass").read_text())
     assert sass["square_v1_f32"][0] == "LDC R1, c[0x0][0x28]" and len(sass["square_v1_f32"]) == 32
     for label in ("base", "head"):
         (tmp_path / label).mkdir()
         (tmp_path / label / "square.sm_90.sass").write_text((F / "square_cuda.sm_90.sass").read_text())
-    diffs = X.sass_diffs(tmp_path / "base", tmp_path / "head", [("square_v2_f32", "square_v1_f32"),
-                                                                ("square_v1_f32", "square_v1_f32")],
-                         " (selected by the config)", tmp_path / "keep")
+    diffs = explain.sass_diffs(tmp_path / "base", tmp_path / "head", [("square_v2_f32", "square_v1_f32"),
+                                                                      ("square_v1_f32", "square_v1_f32")],
+                               " (selected by the config)", tmp_path / "keep")
     (d,) = diffs  # the identical pair is not listed
     assert (d["base_fn"], d["head_fn"]) == ("square_v2_f32", "square_v1_f32") and d["removed"] > d["added"] > 0
     text = (tmp_path / "keep" / d["file"]).read_text()
     assert text.startswith("--- base/square_v2_f32\n+++ head/square_v1_f32\n") and "-LDG.E.128" in text
-    (row,) = X.diff_rows(diffs)
+    (row,) = explain.diff_rows(diffs)
     assert row["group"] == "compiled code" and row["head"] == f"+{d['added']}" and row["change"] == d["file"]
 
 
 def _h100_side(case: str, side: str) -> dict:
     d = F / "h100" / case / side
-    return {"ncu": X.parse_ncu_csv((d / "ncu.csv").read_text()),
-            "kernels": X.parse_trace((d / "trace.json").read_text()),
+    return {"ncu": explain.parse_ncu_csv((d / "ncu.csv").read_text()),
+            "kernels": explain.parse_trace((d / "trace.json").read_text()),
             "settings": json.loads((d / "settings.json").read_text())}
 
 
 def test_the_h100_recordings_name_both_causes():
     """The H100 run of scripts/explain_demo.py (Nsight Compute CSVs, torch.profiler traces and the
     settings, recorded as they came): each planted regression's cause heads its table."""
-    rows = X.compare(_h100_side("clone", "base"), _h100_side("clone", "head"))
+    rows = explain.compare(_h100_side("clone", "base"), _h100_side("clone", "head"))
     assert rows[0]["group"] == "kernel list" and rows[0]["what"] == "new kernel" and rows[0]["change"] == "added"
     assert "Memcpy DtoD" in rows[0]["kernel"]
     assert (rows[1]["base"], rows[1]["head"]) == ("1", "2")  # GPU launches per call
     sq = {r["what"]: r for r in rows if r["kernel"] == "_square_kernel"}
     assert abs(float(sq["duration (ns)"]["change"].rstrip(" %"))) < 5  # the kernel itself did not move
-    rows = X.compare(_h100_side("scalar", "base"), _h100_side("scalar", "head"))
+    rows = explain.compare(_h100_side("scalar", "base"), _h100_side("scalar", "head"))
     assert (rows[0]["what"], rows[0]["base"], rows[0]["head"]) == ("kernel replaced", "square_v2_f32", "square_v1_f32")
     by = {r["what"]: r for r in rows}
     assert (by["grid"]["base"], by["grid"]["head"]) == ("(4224, 1, 1)", "(65536, 1, 1)")

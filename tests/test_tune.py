@@ -144,7 +144,7 @@ def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, cap
     import xrt.pytorch as xp
     from xrt.bench import suite
     from xrt.pytorch import policy
-    from xrt.pytorch.ops._tuned import config
+    from xrt.pytorch.ops.kernel_providers import config
 
     out_dir = tmp_path / "tuned"
     res = tune(Problem("square", "triton", "1000", "float32"), budget=3, top_k=2, jobs=1, out_dir=out_dir,
@@ -189,7 +189,7 @@ def test_tuned_configs_feed_the_policy_and_the_suites(tmp_path, monkeypatch, cap
 
 
 def test_xrt_tuned_names_a_missing_file(monkeypatch):
-    from xrt.pytorch.ops._tuned import config
+    from xrt.pytorch.ops.kernel_providers import config
 
     monkeypatch.setenv("XRT_TUNED", "/nonexistent/tuned.json")
     with pytest.raises(ValueError, match="XRT_TUNED=.*does not exist"):

@@ -41,9 +41,9 @@ def write_journal(tuned, recs, name=NAME, tail=""):
 
 @pytest.fixture
 def tuned_db(tmp_path):
-    from db_fixtures import asvgen as G
+    from db_fixtures import asvgen
 
-    results = G.make_results(tmp_path / "results" / "asv", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    results = asvgen.make_results(tmp_path / "results" / "asv", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
     write_journal(tmp_path / "results" / "tuned", SEARCH)
     return results, tmp_path / "results" / "tuned", tmp_path / "x.duckdb"
 

@@ -63,20 +63,13 @@ class DeviceInfo:
         return asdict(self)
 
     def summary(self) -> str:
-        parts = [f"{self.torch_device}: {self.name}"]
-        if self.compute_capability:
-            parts.append(f"cc {self.compute_capability}")
-        if self.sm_count:
-            parts.append(f"{self.sm_count} {'SMs' if self.kind == 'cuda' else 'units'}")
-        if self.l2_bytes:
-            parts.append(f"L2 {self.l2_bytes / 2**20:.0f} MiB")
-        if self.total_memory_bytes:
-            parts.append(f"{self.total_memory_bytes / 2**30:.0f} GiB")
-        if self.max_sm_clock_mhz:
-            parts.append(f"SM clock max {self.max_sm_clock_mhz} MHz")
-        if self.driver:
-            parts.append(f"driver {self.driver}")
-        return ", ".join(parts)
+        facts = ((self.compute_capability, lambda v: f"cc {v}"),
+                 (self.sm_count, lambda v: f"{v} {'SMs' if self.kind == 'cuda' else 'units'}"),
+                 (self.l2_bytes, lambda v: f"L2 {v / 2**20:.0f} MiB"),
+                 (self.total_memory_bytes, lambda v: f"{v / 2**30:.0f} GiB"),
+                 (self.max_sm_clock_mhz, lambda v: f"SM clock max {v} MHz"),
+                 (self.driver, lambda v: f"driver {v}"))
+        return ", ".join([f"{self.torch_device}: {self.name}"] + [text(v) for v, text in facts if v])
 
 
 def _versions() -> dict[str, str | None]:

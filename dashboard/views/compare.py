@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dashdata as D
-import dashui as U
+import dashdata
+import dashui
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -15,7 +15,7 @@ st.caption("Every benchmark measured on both sides, A → B. Marked slower (+) o
            "least the threshold and the samples differ significantly (Mann-Whitney p ≤ α), as `asv compare` and "
            "`xrt gate` judge; ~ when the change is large but not significant. Never compare timings across GPU "
            "models: two machines are for like-for-like hosts.")
-r = U.reader()
+r = dashui.reader()
 if r is None:
     st.stop()
 
@@ -24,32 +24,32 @@ ca, cb = st.columns(2)
 
 
 def pick_side(col, tag: str, default_machine: str, nth: int) -> tuple[str, str | None]:
-    m = U.select(f"Machine {tag}", machines, f"cmp:m{tag.lower()}", default=default_machine, where=col)
+    m = dashui.select(f"Machine {tag}", machines, f"cmp:m{tag.lower()}", default=default_machine, where=col)
     commits = r.commits_of(m)
     if commits.empty:
-        col.info(f"{U.lit(m)} has no runs.")
+        col.info(f"{dashui.lit(m)} has no runs.")
         return m, None
-    labels = {h: f"{D.short(h)}  {str(d)[:10]}  {D.first_line(msg, 50)}" for h, d, msg in
+    labels = {h: f"{dashdata.short(h)}  {str(d)[:10]}  {dashdata.first_line(msg, 50)}" for h, d, msg in
               zip(commits["hash"], commits["author_date"], commits["message"])}
     key = f"c{tag.lower()}"
     q = st.query_params.get_all(key)
-    if len(q) == 1 and q[0] and q[0] not in labels:  # a hash prefix in a shared link (else U.select warns)
+    if len(q) == 1 and q[0] and q[0] not in labels:  # a hash prefix in a shared link (else dashui.select warns)
         full = [h for h in labels if h.startswith(q[0])]
         if len(full) == 1:
             st.query_params[key] = full[0]
     hashes = list(labels)
-    c = U.select(f"Commit {tag}", hashes, f"cmp:{key}", default=hashes[min(nth, len(hashes) - 1)], fmt=labels.get,
-                 where=col)
+    c = dashui.select(f"Commit {tag}", hashes, f"cmp:{key}", default=hashes[min(nth, len(hashes) - 1)], fmt=labels.get,
+                      where=col)
     return m, c
 
 
 ma, a = pick_side(ca, "A", machines[0], 1)
 mb, b = pick_side(cb, "B", ma, 0)
 o1, o2, o3 = st.columns(3)
-thr = U.number("Threshold (%)", "cmp:thr", 5.0, where=o1, min_value=0.0, max_value=100.0, step=1.0)
-alpha = U.number("α (p-value bar)", "cmp:alpha", 0.002, where=o2, min_value=0.0, max_value=1.0, step=0.001,
-                 format="%.3f")
-only = U.radio("Rows", ["changed", "all"], "cmp:rows", where=o3)
+thr = dashui.number("Threshold (%)", "cmp:thr", 5.0, where=o1, min_value=0.0, max_value=100.0, step=1.0)
+alpha = dashui.number("α (p-value bar)", "cmp:alpha", 0.002, where=o2, min_value=0.0, max_value=1.0, step=0.001,
+                      format="%.3f")
+only = dashui.radio("Rows", ["changed", "all"], "cmp:rows", where=o3)
 if a is None or b is None:
     st.stop()
 
@@ -76,7 +76,7 @@ def judge(row) -> tuple[float, float, str]:
     sa = np.asarray(row.a_samples if row.a_samples is not None else [av], dtype=float)
     sb = np.asarray(row.b_samples if row.b_samples is not None else [bv], dtype=float)
     p = mannwhitney(sa, sb)[0] if len(sa) >= 2 and len(sb) >= 2 else np.nan
-    worse = ratio < 1 if D.higher_is_better(row.unit) else ratio > 1
+    worse = ratio < 1 if dashdata.higher_is_better(row.unit) else ratio > 1
     big = abs(np.log(ratio)) >= np.log1p(thr / 100) if ratio and ratio > 0 else False
     if not big:
         mark = ""
@@ -104,13 +104,14 @@ if d.empty:
     st.success(f"No benchmark moved by {thr:g} % or more between A and B.")
     st.stop()
 d = d.assign(params=d["param_key"].replace("", "—"), change=d["change"].replace({"-": "−"}),
-             a=[D.fmt_value(v, u) for v, u in zip(d["a_value"], d["unit"])],  # in its unit: 41.2 µs, not 4.12e-05
-             b=[D.fmt_value(v, u) for v, u in zip(d["b_value"], d["unit"])])
+             # in its unit: 41.2 µs, not 4.12e-05
+             a=[dashdata.fmt_value(v, u) for v, u in zip(d["a_value"], d["unit"])],
+             b=[dashdata.fmt_value(v, u) for v, u in zip(d["b_value"], d["unit"])])
 d = d.sort_values("ratio", ascending=False, na_position="first")
 st.dataframe(d[["change", "benchmark", "params", "a", "b", "ratio", "p"]], hide_index=True,
              width="stretch", height=min(38 * (len(d) + 1), 700), column_config={
-                 "a": st.column_config.TextColumn(f"A {D.short(a, 8)}"),
-                 "b": st.column_config.TextColumn(f"B {D.short(b, 8)}"),
+                 "a": st.column_config.TextColumn(f"A {dashdata.short(a, 8)}"),
+                 "b": st.column_config.TextColumn(f"B {dashdata.short(b, 8)}"),
                  "ratio": st.column_config.NumberColumn("ratio B/A", format="%.3f×"),
                  "p": st.column_config.NumberColumn("p (Mann-Whitney)", format="%.1e")})
-U.footer(r)
+dashui.footer(r)

@@ -4,8 +4,8 @@ the ``--diag`` checklist, and acknowledge / ignore with a note."""
 from __future__ import annotations
 
 import altair as alt
-import dashdata as D
-import dashui as U
+import dashdata
+import dashui
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -13,24 +13,24 @@ import streamlit as st
 from xrt.track.detect import DetectConfig
 
 st.title("Regression detail")
-r = U.reader()
+r = dashui.reader()
 if r is None:
     st.stop()
 if not r.has_regressions():
-    U.no_regressions_yet(r)
+    dashui.no_regressions_yet(r)
     st.stop()
 
 flash = st.session_state.pop("ack_flash", None)
 if flash:
-    st.success(flash)  # built below from the stored id and status, through U.lit
+    st.success(flash)  # built below from the stored id and status, through dashui.lit
 
-rid = U.one("id")
+rid = dashui.one("id")
 rec = r.regression(rid) if rid and len(rid) <= 64 else None
 if rec is None:
-    regs = r.regressions(list(D.OPEN), ["regression", "clock"])
+    regs = r.regressions(list(dashdata.OPEN), ["regression", "clock"])
     if rid is not None:
-        U.bad_param("id", rid, "no stored regression has this id, or more than one starts with it (a later "
-                    "`xrt regressions` run may have dropped it); pick one of the open ones below")
+        dashui.bad_param("id", rid, "no stored regression has this id, or more than one starts with it (a later "
+                         "`xrt regressions` run may have dropped it); pick one of the open ones below")
     if "id" in st.query_params:  # a bad id (or several) leaves the address bar
         del st.query_params["id"]
     if regs.empty:
@@ -46,22 +46,23 @@ if rec is None:
 st.query_params["id"] = rec["id"]
 
 # Names, parameters, machines, the unit, the status and the note come from the database: they reach
-# Markdown (headings, metrics, captions) only through U.lit, and the note is plain text.
+# Markdown (headings, metrics, captions) only through dashui.lit, and the note is plain text.
 unit = rec.get("unit") or ""
 suspected = rec.get("suspected") in (True, 1)  # the newest commit, judged at ingest (xrt.track.newest)
-st.subheader(f"{U.lit(rec['benchmark'], code=True)} [{U.lit(rec['param_key'] or '-')}] on {U.lit(rec['machine'])}")
+st.subheader(f"{dashui.lit(rec['benchmark'], code=True)} [{dashui.lit(rec['param_key'] or '-')}] "
+             f"on {dashui.lit(rec['machine'])}")
 c = st.columns(5)
 c[0].metric("ratio (after / before)", f"{rec['ratio']:.3f}×")
-c[1].metric("before", U.lit(D.fmt_value(rec["before"], unit), 40))
-c[2].metric("after", U.lit(D.fmt_value(rec["after"], unit), 40))
+c[1].metric("before", dashui.lit(dashdata.fmt_value(rec["before"], unit), 40))
+c[2].metric("after", dashui.lit(dashdata.fmt_value(rec["after"], unit), 40))
 c[3].metric("p (Mann-Whitney)", f"{rec['p_value']:.1e}")
-c[4].metric("status", U.lit(rec["status"], 40) + (" (fixed)" if rec.get("fixed_by") else ""))
-st.caption(f"{U.lit(rec['kind'], 40)} first seen at commit {U.lit(D.short(rec['commit']), code=True)} "
-           f"(previous {U.lit(D.short(rec['previous_commit']), code=True)}); "
+c[4].metric("status", dashui.lit(rec["status"], 40) + (" (fixed)" if rec.get("fixed_by") else ""))
+st.caption(f"{dashui.lit(rec['kind'], 40)} first seen at commit {dashui.lit(dashdata.short(rec['commit']), code=True)} "
+           f"(previous {dashui.lit(dashdata.short(rec['previous_commit']), code=True)}); "
            + (f"judged on {rec['n_before']} samples before and {rec['n_after']} after; " if suspected else
               f"judged on {rec['n_before']} commits before and {rec['n_after']} after; ") +
-           f"id {U.lit(rec['id'], code=True)}"
-           + (f"; fixed by {U.lit(D.short(rec['fixed_by']), code=True)}" if rec.get("fixed_by") else ""))
+           f"id {dashui.lit(rec['id'], code=True)}"
+           + (f"; fixed by {dashui.lit(dashdata.short(rec['fixed_by']), code=True)}" if rec.get("fixed_by") else ""))
 if suspected:
     st.info("Suspected: the newest commit of this series, judged when its results were ingested against the "
             "commit before it, by the gate's rules (`xrt gate`). The change-point detector confirms it or "
@@ -69,18 +70,18 @@ if suspected:
 if rec.get("note"):
     st.text(f"Note: {rec['note']}")
 st.page_link("views/explorer.py", label="Open this series in the explorer", icon=":material/show_chart:",
-             query_params={"bench": rec["benchmark"], "op": D.op_of(rec["benchmark"]), "m": rec["machine"],
+             query_params={"bench": rec["benchmark"], "op": dashdata.op_of(rec["benchmark"]), "m": rec["machine"],
                            "pk": rec["param_key"]})
 
 s = r.series(rec["machine"], rec["benchmark"], rec["param_key"])
 if s.empty:
     st.info("The series has no ok results left in the database.")
 else:
-    f, lab = D.time_scale(s["unit"].iloc[0] or unit, s["value"])
+    f, lab = dashdata.time_scale(s["unit"].iloc[0] or unit, s["value"])
     idx = s.index[s["commit_hash"] == rec["commit"]]
     k = int(idx[0]) if len(idx) else None
-    s = s.assign(y=s["value"] * f, commit=s["commit_hash"].map(D.short), msg=s["message"].map(D.first_line),
-                 side="other")
+    s = s.assign(y=s["value"] * f, commit=s["commit_hash"].map(dashdata.short),
+                 msg=s["message"].map(dashdata.first_line), side="other")
     # the commits judged each side (a suspected step: the newest commit against the one before it)
     nb, na = (1, 1) if suspected else (int(rec["n_before"] or 20), int(rec["n_after"] or 20))
     if k is not None:
@@ -95,7 +96,7 @@ else:
     fit = st.toggle("Fit the y axis to the data", key="det:fit", help="off: the axis starts at zero, so a change "
                     "reads at its true size")
     ys = alt.Scale(zero=not fit, nice=True)
-    base = alt.Chart(s).encode(x=U.commit_x(s))
+    base = alt.Chart(s).encode(x=dashui.commit_x(s))
     pts = base.mark_line(point=True, strokeWidth=1, color="#888").encode(
         y=alt.Y("y:Q", title=f"time ({lab})" if lab != unit or unit == "seconds" else lab, scale=ys,
                 axis=alt.Axis(format=",.4~r")),
@@ -136,16 +137,17 @@ cm = r.commits_between(rec["previous_commit"], rec["commit"])
 if cm.empty:
     st.caption("The database has no commit details for this step.")
 else:
-    st.dataframe(cm.assign(hash=cm["hash"].map(D.short), message=cm["message"].map(lambda x: D.first_line(x, 120))),
+    st.dataframe(cm.assign(hash=cm["hash"].map(dashdata.short),
+                           message=cm["message"].map(lambda x: dashdata.first_line(x, 120))),
                  hide_index=True, width="stretch",
                  column_config={"author_date": st.column_config.DatetimeColumn("date", format="YYYY-MM-DD HH:mm")})
 
 st.markdown("**Likely causes** (`xrt regressions show ID`'s checklist, computed when the step was first seen)")
 if not rec["diag"]:
     show = f"xrt regressions show {rec['id']} --db {r.path}"
-    st.caption(f"No checklist stored for this step. {U.lit(show, None, code=True)} computes it.")
+    st.caption(f"No checklist stored for this step. {dashui.lit(show, None, code=True)} computes it.")
 for chk in rec["diag"]:
-    st.markdown(f"{U.STATUS_ICON.get(chk.get('status'), '•')} **{U.lit(chk.get('name'), 80)}**")
+    st.markdown(f"{dashui.STATUS_ICON.get(chk.get('status'), '•')} **{dashui.lit(chk.get('name'), 80)}**")
     st.text(str(chk.get("detail") or "") + (f"\n→ {chk['advice']}" if chk.get("advice") else ""))
 
 # `xrt explain` runs on a GPU host and stores its result; this page only shows what is stored.
@@ -154,14 +156,15 @@ with st.expander("What changed between base and head (`xrt explain`)", expanded=
     if ex is None:
         cmd = f"xrt explain {rec['id']} --db {r.path}"
         st.caption("No explanation stored for this step. On a GPU host (Nsight Compute for the NCU part), "
-                   f"{U.lit(cmd, None, code=True)} collects one; this page never runs it.")
+                   f"{dashui.lit(cmd, None, code=True)} collects one; this page never runs it.")
     else:
         pl = ex["payload"]
-        st.caption(f"base {U.lit(D.short(ex['base_commit']), code=True)} → head "
-                   f"{U.lit(D.short(ex['head_commit']), code=True)}; collected on {U.lit(ex.get('host') or '?', 80)}"
-                   + (f" ({U.lit(pl['gpu'], 80)})" if pl.get("gpu") else "")
-                   + f" at {U.lit(str(ex['created_at'])[:19])}; ncu clock control "
-                   + U.lit((pl.get("ncu") or {}).get("clock_control", "?"), 20, code=True)
+        st.caption(f"base {dashui.lit(dashdata.short(ex['base_commit']), code=True)} → head "
+                   f"{dashui.lit(dashdata.short(ex['head_commit']), code=True)}; "
+                   f"collected on {dashui.lit(ex.get('host') or '?', 80)}"
+                   + (f" ({dashui.lit(pl['gpu'], 80)})" if pl.get("gpu") else "")
+                   + f" at {dashui.lit(str(ex['created_at'])[:19])}; ncu clock control "
+                   + dashui.lit((pl.get("ncu") or {}).get("clock_control", "?"), 20, code=True)
                    + "; ranked: kernel list, launch configuration, registers/spills, throughput, NCU findings, "
                      "settings, compiled code.")
         changes = pd.DataFrame(pl.get("changes") or [], columns=["group", "what", "kernel", "base", "head", "change"])
@@ -176,10 +179,10 @@ with st.expander("What changed between base and head (`xrt explain`)", expanded=
             st.text("Not collected:\n" + "\n".join(missing))
 
 st.markdown("**Acknowledge or ignore**")
-can_write, why = U.writes()
+can_write, why = dashui.writes()
 if not can_write:
     ack = f"xrt regressions ack {rec['id']} --note TEXT"
-    st.caption(f"{why} Use {U.lit(ack, None, code=True)} on the database's host.")
+    st.caption(f"{why} Use {dashui.lit(ack, None, code=True)} on the database's host.")
 else:
     with st.form("ack"):
         choice = st.radio("Mark as", ["acknowledged", "ignored", "new"], horizontal=True,
@@ -191,8 +194,8 @@ else:
             try:
                 out = set_status(r.path, rec["id"], choice, note.strip() or None)
             except (ValueError, RuntimeError, OSError) as e:
-                st.error(f"Not saved: {U.lit(e, 300, code=True)}")
+                st.error(f"Not saved: {dashui.lit(e, 300, code=True)}")
             else:
-                st.session_state["ack_flash"] = f"Saved: {U.lit(out['id'])} is now {U.lit(out['status'])}."
+                st.session_state["ack_flash"] = f"Saved: {dashui.lit(out['id'])} is now {dashui.lit(out['status'])}."
                 st.rerun()
-U.footer(r)
+dashui.footer(r)

@@ -10,20 +10,20 @@ from __future__ import annotations
 import itertools
 
 import altair as alt
-import dashdata as D
-import dashui as U
+import dashdata
+import dashui
 import streamlit as st
 
 MAX_SERIES = 24
 METRICS = {"time": "value", "GB/s": "gbps", "TFLOP/s": "tflops", "% of peak": "pct_sol"}
 
 st.title("Series explorer")
-r = U.reader()
+r = dashui.reader()
 if r is None:
     st.stop()
 
 cat = r.catalog()
-cat = cat.assign(op=cat["benchmark"].map(D.op_of))
+cat = cat.assign(op=cat["benchmark"].map(dashdata.op_of))
 names = r.param_names()
 
 side = st.sidebar
@@ -33,17 +33,17 @@ side.header("Filters")
 # CPU machine has no `cuda` series).
 has = cat[cat["n"] > 0]
 ops = sorted(cat["op"].unique())
-op = U.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), where=side,
-              help="the class (or module) part of the benchmark's name")
+op = dashui.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), where=side,
+                   help="the class (or module) part of the benchmark's name")
 in_op = cat[cat["op"] == op]
 benches = sorted(in_op["benchmark"].unique())
-bench = U.select("Benchmark", benches, "ex:bench", default=min(in_op.loc[in_op["n"] > 0, "benchmark"],
-                                                                default=benches[0]),
-                 where=side, disabled=len(benches) == 1)
+bench = dashui.select("Benchmark", benches, "ex:bench", default=min(in_op.loc[in_op["n"] > 0, "benchmark"],
+                                                                     default=benches[0]),
+                      where=side, disabled=len(benches) == 1)
 rows = in_op[in_op["benchmark"] == bench]
 machines = sorted(rows["machine"].unique())
-sel_m = U.multi("Machines (GPUs)", machines, "ex:m",
-                default=[min(rows.loc[rows["n"] > 0, "machine"], default=machines[0])], where=side)
+sel_m = dashui.multi("Machines (GPUs)", machines, "ex:m",
+                     default=[min(rows.loc[rows["n"] > 0, "machine"], default=machines[0])], where=side)
 
 # one filter per parameter; values as asv wrote them (repr strings), shown unquoted
 plist = [list(p) if p is not None else [] for p in rows["params"]]
@@ -52,19 +52,19 @@ pnames = names.get(bench, [])
 if len(pnames) != width:
     pnames = [f"parameter {i + 1}" for i in range(width)]
 for q in [q for q in st.query_params if q.startswith("p.") and q[2:] not in pnames]:
-    U.bad_param(q, st.query_params.get_all(q), f"{U.lit(bench, 120, code=True)} has no parameter "
-                f"{U.lit(q[2:], 60, code=True)}" + (f"; its parameters are {', '.join(map(U.lit, pnames))}"
-                                                    if pnames else "; it takes none"))
+    dashui.bad_param(q, st.query_params.get_all(q), f"{dashui.lit(bench, 120, code=True)} has no parameter "
+                f"{dashui.lit(q[2:], 60, code=True)}" + (f"; its parameters are {', '.join(map(dashui.lit, pnames))}"
+                                                              if pnames else "; it takes none"))
     del st.query_params[q]
-pk = U.one("pk")  # a deep link to one series (from the regression page)
+pk = dashui.one("pk")  # a deep link to one series (from the regression page)
 if "pk" in st.query_params:
     del st.query_params["pk"]
 if pk is not None:
     hit = [p for p, k in zip(plist, rows["param_key"]) if k == pk]
     if not hit:
-        U.bad_param("pk", pk, f"no series of {U.lit(bench, 120, code=True)} has these parameters")
+        dashui.bad_param("pk", pk, f"no series of {dashui.lit(bench, 120, code=True)} has these parameters")
     for i, name in enumerate(pnames if hit else []):
-        st.session_state[f"ex:p.{name}"] = [D.unquote(hit[0][i])]
+        st.session_state[f"ex:p.{name}"] = [dashdata.unquote(hit[0][i])]
 mine = rows[rows["machine"].isin(sel_m) & (rows["n"] > 0)]
 # the most ok values; on a tie, the first values in the filters' own order (shortest, then by name)
 cands = [(int(n), list(p) if p is not None else []) for n, p in zip(mine["n"], mine["params"])]
@@ -72,20 +72,20 @@ best = min(cands, key=lambda t: (-t[0], [(len(v), v) for v in t[1]]))[1] if cand
 chosen: list[list[str]] = []
 for i, name in enumerate(pnames):
     values = sorted({p[i] for p in plist if len(p) > i}, key=lambda v: (len(v), v))
-    pretty = {v: D.unquote(v) for v in values}
+    pretty = {v: dashdata.unquote(v) for v in values}
     opts = [pretty[v] for v in values]
     default = [pretty[best[i]]] if len(best) > i and best[i] in pretty else opts[:1]
-    picked = U.multi(U.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=default, where=side)
+    picked = dashui.multi(dashui.lit(name.capitalize(), 80), opts, f"ex:p.{name}", default=default, where=side)
     back = {b: a for a, b in pretty.items()}
     chosen.append([back[v] for v in picked])
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
 keys = [k for k in keys if k in set(rows["param_key"])]
 
-metric = U.radio("Show", list(METRICS), "ex:metric", help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
-                 "timing layer records (xrt's own suites); foreign corpora have time only")
-xaxis = U.radio("Against", ["commit", "date"], "ex:x")
-yaxis = U.radio("Y axis", ["from zero", "fit the data"], "ex:y",
-                help="from zero: a change reads at its true size; fit the data: small changes show")
+metric = dashui.radio("Show", list(METRICS), "ex:metric", help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
+                      "timing layer records (xrt's own suites); foreign corpora have time only")
+xaxis = dashui.radio("Against", ["commit", "date"], "ex:x")
+yaxis = dashui.radio("Y axis", ["from zero", "fit the data"], "ex:y",
+                     help="from zero: a change reads at its true size; fit the data: small changes show")
 
 if not sel_m or not keys:
     st.info("Pick at least one machine and one value of every parameter in the sidebar.")
@@ -110,14 +110,14 @@ if d[col].isna().all():
 
 unit = d["unit"].dropna().iloc[0] if d["unit"].notna().any() else None
 if col == "value":
-    f, lab = D.time_scale(unit, d["value"])
+    f, lab = dashdata.time_scale(unit, d["value"])
     ytitle = f"time ({lab})" if unit == "seconds" else (unit or "value")
 else:
     f, ytitle = 1.0, metric
-d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(D.short), msg=d["message"].map(D.first_line),
+d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
              series=[(m if len(keys) == 1 else f"{m} [{pk}]") if len(sel_m) > 1 else (pk or m)
                      for m, pk in zip(d["machine"], d["param_key"])])
-x = U.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
+x = dashui.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
 yscale = alt.Scale(zero=yaxis == "from zero", nice=True)
 color = alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400))
 line = (alt.Chart(d.dropna(subset=["y"])).mark_line(point=alt.OverlayMarkDef(size=18), strokeWidth=1.2)
@@ -135,21 +135,21 @@ if has_ci:  # asv's 99 % confidence interval of each commit's value, as a bar
     layers.append(alt.Chart(ci).mark_rule(opacity=0.55).encode(x=x, y=alt.Y("lo:Q", scale=yscale), y2="hi:Q",
                                                                 color=color))
 chart = alt.layer(*layers).properties(height=420).interactive()
-st.subheader(U.lit(bench, code=True))
+st.subheader(dashui.lit(bench, code=True))
 if col == "value" and (d["q25"].notna().any() or has_ci):
     st.caption("Line: the median per commit"
                + ("; band: the samples' interquartile range (asv's q25–q75)" if d["q25"].notna().any() else "")
                + ("; bars: asv's 99 % confidence interval of the commit's value" if has_ci else "") + ".")
 st.altair_chart(chart, width="stretch")
 
-summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"),
-                                best=("y", "min" if not D.higher_is_better(ytitle) and col == "value" else "max"))
+best = "min" if not dashdata.higher_is_better(ytitle) and col == "value" else "max"
+summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"), best=("y", best))
         .reset_index())
 summ["last / first"] = summ["last"] / summ["first"]
 st.dataframe(summ, hide_index=True, width="stretch",
              column_config={c: st.column_config.NumberColumn(f"{c} ({ytitle})", format="%.4g")
                             for c in ("first", "last", "best")} |
              {"last / first": st.column_config.NumberColumn(format="%.3f×")})
-if metric == "time" and D.higher_is_better(unit):
-    st.caption(f"Unit {U.lit(unit, 40)}: higher is better.")
-U.footer(r)
+if metric == "time" and dashdata.higher_is_better(unit):
+    st.caption(f"Unit {dashui.lit(unit, 40)}: higher is better.")
+dashui.footer(r)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import altair as alt
-import dashdata as D
-import dashui as U
-import grid as G
+import dashdata
+import dashui
+import grid
 import pandas as pd
 import streamlit as st
 
@@ -17,7 +17,7 @@ st.title("Regressions")
 st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
            "first slow commit first. Click a row for its series, its commits and the checklist of likely causes.")
 
-r = U.reader()
+r = dashui.reader()
 if r is None:
     st.stop()
 
@@ -28,7 +28,8 @@ if m.empty:
 else:
     view = pd.DataFrame({
         "machine": m["machine"], "GPU": m["gpu"].fillna("—"),
-        "commit": m["commit_hash"].map(D.short), "message": m["message"].map(D.first_line).replace("", "—"),
+        "commit": m["commit_hash"].map(dashdata.short),
+        "message": m["message"].map(dashdata.first_line).replace("", "—"),
         "ran at": m["ran_at"],
         "status": [f"{ok} ok" + (f", {f} failed" if f else "") + (f", {s} skipped" if s else "")
                    for ok, f, s in zip(m["n_ok"].fillna(0).astype(int), m["n_failed"].fillna(0).astype(int),
@@ -41,30 +42,30 @@ else:
                                                  help="share of samples with an NVML slowdown reason")})
 
 if not r.has_regressions():
-    U.no_regressions_yet(r)
-    G.show(r)
-    U.footer(r)
+    dashui.no_regressions_yet(r)
+    grid.show(r)
+    dashui.footer(r)
     st.stop()
 
 machines = sorted(m["machine"]) if not m.empty else []
 c1, c2, c3 = st.columns([2, 2, 1])
-sel_m = U.multi("Machines", machines, "ov:m", where=c1, placeholder="all machines")
-kinds = U.multi("Kinds", ["regression", "clock", "improvement"], "ov:kind", default=["regression", "clock"], where=c2,
-                help="clock: time moved but GPU cycles did not (a clock change, not code)")
-show = U.radio("Status", ["open", "all"], "ov:status", where=c3, help="open = new or acknowledged")
-statuses = list(D.OPEN) if show == "open" else ["new", "acknowledged", "ignored", "fixed"]
+sel_m = dashui.multi("Machines", machines, "ov:m", where=c1, placeholder="all machines")
+kinds = dashui.multi("Kinds", ["regression", "clock", "improvement"], "ov:kind", default=["regression", "clock"],
+                     where=c2, help="clock: time moved but GPU cycles did not (a clock change, not code)")
+show = dashui.radio("Status", ["open", "all"], "ov:status", where=c3, help="open = new or acknowledged")
+statuses = list(dashdata.OPEN) if show == "open" else ["new", "acknowledged", "ignored", "fixed"]
 regs = r.regressions(statuses, kinds or ["regression"], sel_m or None)
 
 st.subheader(f"Open regressions ({len(regs)})" if show == "open" else f"Steps ({len(regs)})")
 if regs.empty:
     st.success("No open regressions for this selection." if show == "open" else "No steps for this selection.")
-    G.show(r)
-    U.footer(r)
+    grid.show(r)
+    dashui.footer(r)
     st.stop()
 
 regs = regs.assign(
     params=regs["param_key"].replace("", "—"),
-    first_slow=regs["commit"].map(D.short) + "  " + regs["message"].map(lambda s: D.first_line(s, 60)),
+    first_slow=regs["commit"].map(dashdata.short) + "  " + regs["message"].map(lambda s: dashdata.first_line(s, 60)),
     slower_pct=(regs["ratio"] - 1.0),
     # suspected: the newest commit, judged at ingest; the detector confirms or withdraws it later
     status=[f"{s} (suspected)" if sus else s for s, sus in zip(regs["status"], regs["suspected"])],
@@ -78,8 +79,9 @@ st.markdown(f"**{len(groups)} alert{'s' if len(groups) != 1 else ''}**: the step
 for g in groups:
     items = pd.DataFrame(g.items)
     big = items.loc[(items["ratio"].map(lambda x: abs(x - 1.0) if x == x else 0.0)).idxmax()]
-    label = (f"{U.lit(g.machine, 60)} at {U.lit(D.short(g.commit))}: {A.counts_text(items['kind'])}, largest "
-             f"{big['ratio']:.3f}× ({len(items)} series) — {U.lit(D.first_line(big['message'], 60))}")
+    label = (f"{dashui.lit(g.machine, 60)} at {dashui.lit(dashdata.short(g.commit))}: "
+             f"{A.counts_text(items['kind'])}, largest "
+             f"{big['ratio']:.3f}× ({len(items)} series) — {dashui.lit(dashdata.first_line(big['message'], 60))}")
     with st.expander(label, expanded=len(groups) == 1):
         st.dataframe(items[["link", "benchmark", "params", "ratio", "slower_pct", "kind", "status"]], hide_index=True,
                      width="stretch", column_config={
@@ -116,5 +118,5 @@ else:
                      tooltip=["benchmark", "machine", alt.Tooltip("ratio:Q", format=".3f"), "first_slow", "status"])
              .properties(height=320))
     st.altair_chart(chart, width="stretch")
-G.show(r)
-U.footer(r)
+grid.show(r)
+dashui.footer(r)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 
 import altair as alt
-import dashdata as D
-import dashui as U
+import dashdata
+import dashui
 import pandas as pd
 import streamlit as st
 
 st.title("Tuning")
-r = U.reader(allow_empty=True)  # a database of tuner journals only is fine here
+r = dashui.reader(allow_empty=True)  # a database of tuner journals only is fine here
 if r is None:
     st.stop()
 
@@ -29,10 +29,10 @@ def from_results() -> pd.DataFrame:
     d = r.tuned_from_results(sorted(with_config))
     rows = []
     for m, b, params, v, g, unit in d.itertuples(index=False):
-        p = dict(zip(with_config[b], (D.unquote(x) for x in params)))
+        p = dict(zip(with_config[b], (dashdata.unquote(x) for x in params)))
         if p.get("config", "default") == "default" or unit not in (None, "seconds"):
             continue
-        rows.append({"op": D.op_of(b), "device": m, "shape": p.get("shape", "-"), "dtype": p.get("dtype", "-"),
+        rows.append({"op": dashdata.op_of(b), "device": m, "shape": p.get("shape", "-"), "dtype": p.get("dtype", "-"),
                      "provider": p.get("provider", "-"), "config": p["config"], "median_s": v, "gbps": g,
                      "status": "timed", "error": None, "eval": None, "is_default": None, "space_hash": None,
                      "strategy": None})
@@ -47,24 +47,24 @@ if t.empty:
     st.info("No tuning results yet. Run the tuner on the GPU machine, e.g. `xrt tune OP --shape SHAPE "
             "--dtype DTYPE`, then `xrt db ingest results/asv --tuned results/tuned "
             f"--db {r.path}` (every evaluation of its journals goes into tuning_results).")
-    U.footer(r)
+    dashui.footer(r)
     st.stop()
 
 c = st.columns(5)
-op = U.select("Op", sorted(t["op"].unique()), "tun:op", where=c[0])
+op = dashui.select("Op", sorted(t["op"].unique()), "tun:op", where=c[0])
 t = t[t["op"] == op]
-dev = U.select("GPU (machine)", sorted(t["device"].unique()), "tun:dev", where=c[1])
+dev = dashui.select("GPU (machine)", sorted(t["device"].unique()), "tun:dev", where=c[1])
 t = t[t["device"] == dev]
-shape = U.select("Shape", sorted(t["shape"].unique()), "tun:shape", where=c[2])
+shape = dashui.select("Shape", sorted(t["shape"].unique()), "tun:shape", where=c[2])
 t = t[t["shape"] == shape]
-dtype = U.select("Dtype", sorted(t["dtype"].unique()), "tun:dtype", where=c[3])
+dtype = dashui.select("Dtype", sorted(t["dtype"].unique()), "tun:dtype", where=c[3])
 t = t[t["dtype"] == dtype]
-prov = U.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
+prov = dashui.select("Provider", sorted(t["provider"].unique()), "tun:prov", where=c[4])
 t = t[t["provider"] == prov].copy()
 hashes = [h for h in t["space_hash"].dropna().unique()]
 if len(hashes) > 1:  # evaluations of two versions of the space are never mixed
     newest = t.sort_values("eval", na_position="first")["space_hash"].dropna().iloc[-1]
-    h = U.select("Space hash", sorted(hashes), "tun:hash", default=newest)
+    h = dashui.select("Space hash", sorted(hashes), "tun:hash", default=newest)
     t = t[t["space_hash"] == h].copy()
 ok = t["status"].eq("timed") & t["median_s"].notna()
 failed = t[~ok]
@@ -83,7 +83,7 @@ if len(timed_all):
         d_s = float(dflt["median_s"].iloc[0])
         m[1].metric("default (µs)", f"{d_s * 1e6:.4g}")
         m[2].metric("best vs default", f"{d_s / best_row['median_s']:.3f}×")
-    st.markdown(f"Best config: {U.lit(str(best_row['config']), 300, code=True)}")
+    st.markdown(f"Best config: {dashui.lit(str(best_row['config']), 300, code=True)}")
 if t["eval"].notna().any() and len(timed_all):
     conv = t.sort_values("eval").reset_index(drop=True)
     conv["evaluation"] = range(1, len(conv) + 1)
@@ -100,16 +100,16 @@ t = t[ok].copy()
 
 # a config's values as the cells of one column each: a list or an object (JSON) becomes its JSON text
 cfg = pd.DataFrame([{k: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
-                     for k, v in D.parse_config(x).items()} for x in t["config"]], index=t.index)
+                     for k, v in dashdata.parse_config(x).items()} for x in t["config"]], index=t.index)
 knobs = [k for k in cfg.columns if cfg[k].notna().any()]
 t = pd.concat([t, cfg.add_prefix("cfg.")], axis=1)
 t["time_us"] = t["median_s"] * 1e6
 
 k1, k2, k3 = st.columns(3)
-topk = int(U.number("Top K", "tun:k", 5, where=k3, min_value=1, max_value=100, step=1))
+topk = int(dashui.number("Top K", "tun:k", 5, where=k3, min_value=1, max_value=100, step=1))
 if len(knobs) >= 2:
-    px = U.select("Heat map: x", knobs, "tun:hx", default=knobs[0], where=k1)
-    py = U.select("Heat map: y", [k for k in knobs if k != px], "tun:hy", where=k2)
+    px = dashui.select("Heat map: x", knobs, "tun:hx", default=knobs[0], where=k1)
+    py = dashui.select("Heat map: y", [k for k in knobs if k != px], "tun:hy", where=k2)
     # best (lowest) time per cell over the other parameters; the knobs' names come from the data, so
     # the chart's fields are fixed names (a "." or ":" in a name means something to Vega-Lite)
     cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False, sort=False)["time_us"].min().reset_index()
@@ -122,11 +122,11 @@ if len(knobs) >= 2:
                  alt.Tooltip("time_us:Q", format=".4g", title="best time (µs)")])
         + alt.Chart(cell).mark_text(fontSize=11, color="white").encode(
         x="hx:O", y="hy:O", text=alt.Text("time_us:Q", format=".3g")))
-    st.markdown(f"**Configs tried**: best time (µs) for each ({U.lit(px, 80)}, {U.lit(py, 80)}), over the other "
-                "parameters. Darker is faster.")
+    st.markdown(f"**Configs tried**: best time (µs) for each ({dashui.lit(px, 80)}, {dashui.lit(py, 80)}), "
+                "over the other parameters. Darker is faster.")
     st.altair_chart(heat.properties(height=320), width="stretch")
 elif knobs:
-    st.markdown(f"**Configs tried** over {U.lit(knobs[0], 80, code=True)} (only one tunable parameter).")
+    st.markdown(f"**Configs tried** over {dashui.lit(knobs[0], 80, code=True)} (only one tunable parameter).")
     bar = alt.Chart(t.assign(v=t[f"cfg.{knobs[0]}"].astype(str))).mark_bar().encode(
         x=alt.X("v:O", title=knobs[0]), y=alt.Y("time_us:Q", title="time (µs)"))
     st.altair_chart(bar.properties(height=280), width="stretch")
@@ -139,4 +139,4 @@ st.dataframe(top[["config", "time_us", "gbps"]], hide_index=True, width="stretch
 if len(failed):
     st.markdown(f"**Failed configs** ({len(failed)}): crashed, hung (timeout), wrong result or error")
     st.dataframe(failed[["config", "status", "error"]], hide_index=True, width="stretch")
-U.footer(r)
+dashui.footer(r)

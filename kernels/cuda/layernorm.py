@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.softmax import check_device, kernel_name, row_plan
-from xrt.kernels.cuda.square import _SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
+from xrt.kernels.cuda.softmax import kernel_name, row_plan
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, *others: tuple[str, torch.Tensor]) -> tuple[int, int]:
@@ -93,16 +93,15 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
     aligned = _aligned(dy, x, weight, dx)
     version, block, items = bwd_plan(n, x.element_size(), cfg["block"], cfg["version"], aligned)
     dev = x.device.index or 0
-    red = cuda.prepared("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev, "PPPPqq")
+    red = cuda.prepared("layernorm", f"layernorm_sum_partials_{DTYPE_SUFFIX[x.dtype]}", dev, "PPPPqq")
     if version == "v3":
         vec = items > 0  # 16-byte vectors (n % VEC == 0, aligned rows)
         width = 16 // x.element_size() if vec else 1
         c1 = torch.empty(m, dtype=torch.float32, device=x.device)
         c2 = torch.empty(m, dtype=torch.float32, device=x.device)
-        rowsum = cuda.prepared("layernorm", f"layernorm_bwd_rowsum_{'v2' if vec else 'v1'}_{_SUFFIX[x.dtype]}", dev,
-                               "PPPPPPPq")
-        tiled = cuda.prepared("layernorm", f"layernorm_bwd_v3{'_vec' if vec else ''}_{_SUFFIX[x.dtype]}", dev,
-                              "PPPPPPPPPPqqq")
+        suffix = DTYPE_SUFFIX[x.dtype]
+        rowsum = cuda.prepared("layernorm", f"layernorm_bwd_rowsum_{'v2' if vec else 'v1'}_{suffix}", dev, "PPPPPPPq")
+        tiled = cuda.prepared("layernorm", f"layernorm_bwd_v3{'_vec' if vec else ''}_{suffix}", dev, "PPPPPPPPPPqqq")
         cuda.launch(rowsum, x.device, (m, 1), (ROWSUM_BLOCK, 1, 1), *_ptrs(dy, x, weight, mean, rstd, c1, c2), n)
         cols_per_block = block * width
         cuda.launch(tiled, x.device, (groups, (n + cols_per_block - 1) // cols_per_block), (block, 1, 1),
@@ -133,7 +132,7 @@ class BwdPlan:
         if version != "v3":
             dev = x.device.index or 0
             fn = cuda.prepared("layernorm", kernel_name("layernorm_bwd", version, x.dtype, items), dev, "PPPPPPPPqqq")
-            red = cuda.prepared("layernorm", f"layernorm_sum_partials_{_SUFFIX[x.dtype]}", dev, "PPPPqq")
+            red = cuda.prepared("layernorm", f"layernorm_sum_partials_{DTYPE_SUFFIX[x.dtype]}", dev, "PPPPqq")
             self.kernel = cuda.Site(fn, x.device, (groups, 1), (block, 1, 1))
             self.total = cuda.Site(red, x.device, ((n + 255) // 256, 1), (256, 1, 1))
 

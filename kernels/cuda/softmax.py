@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.square import _SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
 
 ITEMS = (1, 2, 4, 8)  # the 16-byte vectors per thread that the v2 kernels are instantiated for
 
@@ -37,22 +37,14 @@ def row_plan(n: int, esize: int, block: int | str, version: str, aligned: bool,
 
 
 def kernel_name(op: str, version: str, dtype: torch.dtype, items: int) -> str:
-    return f"{op}_{version}_{_SUFFIX[dtype]}" + (f"_{items}" if version == "v2" else "")
+    return f"{op}_{version}_{DTYPE_SUFFIX[dtype]}" + (f"_{items}" if version == "v2" else "")
 
-
-def check_device(op: str, x: torch.Tensor) -> None:
-    if x.device.type != "cuda":
-        raise ValueError(f"CUDA C {op} needs a CUDA tensor, got one on {x.device}")
-    if x.dtype not in _SUFFIX:
-        raise ValueError(f"CUDA C {op} supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
 
 
 def softmax(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """Softmax over the last dim with ``softmax_<version>_<dtype>[_<items>]``; config from ``softmax.cuda``."""
     check_device("softmax", x)
-    cfg = checks.tuning("softmax.cuda", config)
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    cfg, (x,), y = checks.prepare("softmax.cuda", config, x)
     if x.numel() == 0:
         return y
     n = x.shape[-1]

@@ -7,19 +7,13 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-
-_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
 
 
 def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``x * x`` with ``square_<version>_<dtype>``; ``config`` from the ``square.cuda`` space."""
-    if x.device.type != "cuda":
-        raise ValueError(f"CUDA C square needs a CUDA tensor, got one on {x.device}")
-    if x.dtype not in _SUFFIX:
-        raise ValueError(f"CUDA C square supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
-    cfg = checks.tuning("square.cuda", config)
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    check_device("square", x)
+    cfg, (x,), y = checks.prepare("square.cuda", config, x)
     n = x.numel()
     if n == 0:
         return y
@@ -27,7 +21,7 @@ def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tenso
     version = cfg["version"]
     if version == "v2" and (x.data_ptr() % 16 or y.data_ptr() % 16):
         version = "v1"  # v2's float4 accesses need 16-byte alignment
-    fn = cuda.prepared("square", f"square_{version}_{_SUFFIX[x.dtype]}", x.device.index or 0, "PPq")
+    fn = cuda.prepared("square", f"square_{version}_{DTYPE_SUFFIX[x.dtype]}", x.device.index or 0, "PPq")
     if version == "v1":
         grid = (n + block - 1) // block
     else:

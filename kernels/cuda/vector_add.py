@@ -7,26 +7,21 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.square import _SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` with ``vector_add_<version>_<dtype>``; ``config`` from the ``vector_add.cuda`` space."""
     checks.same("vector_add", a, b)
-    if a.device.type != "cuda":
-        raise ValueError(f"CUDA C vector_add needs CUDA tensors, got them on {a.device}")
-    if a.dtype not in _SUFFIX:
-        raise ValueError(f"CUDA C vector_add supports {', '.join(map(str, _SUFFIX))}; got {a.dtype}")
-    cfg = checks.tuning("vector_add.cuda", config)
-    a, b = a.contiguous(), b.contiguous()
-    y = torch.empty_like(a)
+    check_device("vector_add", a, b)
+    cfg, (a, b), y = checks.prepare("vector_add.cuda", config, a, b)
     n = a.numel()
     if n == 0:
         return y
     block, version = int(cfg["block"]), cfg["version"]
     if version == "v2" and any(t.data_ptr() % 16 for t in (a, b, y)):
         version = "v1"  # v2's float4 accesses need 16-byte alignment
-    fn = cuda.prepared("vector_add", f"vector_add_{version}_{_SUFFIX[a.dtype]}", a.device.index or 0, "PPPq")
+    fn = cuda.prepared("vector_add", f"vector_add_{version}_{DTYPE_SUFFIX[a.dtype]}", a.device.index or 0, "PPPq")
     if version == "v1":
         grid = (n + block - 1) // block
     else:

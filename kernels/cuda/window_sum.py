@@ -7,26 +7,21 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.square import _SUFFIX
+from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
 
 
 def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``[..., n]`` -> ``[..., n - 2]`` with ``window_sum_<version>_<dtype>``; config from ``window_sum.cuda``."""
-    if x.device.type != "cuda":
-        raise ValueError(f"CUDA C window_sum needs a CUDA tensor, got one on {x.device}")
-    if x.dtype not in _SUFFIX:
-        raise ValueError(f"CUDA C window_sum supports {', '.join(map(str, _SUFFIX))}; got {x.dtype}")
+    check_device("window_sum", x)
     n = checks.window_width(x)
-    cfg = checks.tuning("window_sum.cuda", config)
-    x = x.contiguous()
+    cfg, (x,), y = checks.prepare("window_sum.cuda", config, x, shape=(*x.shape[:-1], n - 2))
     rows = x.numel() // n
-    y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
     block, items, version = int(cfg["block"]), int(cfg["items"]), cfg["version"]
     if version == "v2" and x.data_ptr() % 16:
         version = "v1"  # v2's float4 fetch needs a 16-byte aligned base
-    kernel = f"window_sum_{version}_{_SUFFIX[x.dtype]}"
+    kernel = f"window_sum_{version}_{DTYPE_SUFFIX[x.dtype]}"
     dev = x.device.index or 0
     if version == "v1":
         grid = (rows * (n - 2) + block - 1) // block

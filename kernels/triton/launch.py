@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import triton
+import triton.language as tl
 from triton import knobs
 
 _LAUNCHERS: list[Launcher] = []
@@ -264,3 +266,11 @@ def _hooks() -> tuple[Any, Any]:
     if leave is not None and not getattr(leave, "calls", True):
         leave = None
     return enter, leave
+
+
+@triton.jit
+def flat_block(n, BLOCK_SIZE: tl.constexpr):
+    """A flat elementwise kernel's block: this program's ``BLOCK_SIZE`` offsets (64-bit) and which are
+    below ``n`` (``square``, ``vector_add``)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    return offs, offs < n

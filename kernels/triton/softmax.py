@@ -94,9 +94,7 @@ def softmax(x: torch.Tensor, config: dict[str, Any] | None = None, *, loop_block
 
     ``loop_block`` forces the looped (two-read) kernel with that step, for tests of long rows.
     """
-    cfg = checks.tuning("softmax.triton", config)
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    cfg, (x,), y = checks.prepare("softmax.triton", config, x)
     if x.numel() == 0:
         return y
     n = x.shape[-1]

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher, cdiv
+from xrt.kernels.triton.launch import Launcher, cdiv, flat_block
 
 
 @triton.jit
@@ -23,9 +23,7 @@ def _square_kernel(
     n,  # number of elements
     BLOCK_SIZE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    offs = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
+    offs, mask = flat_block(n, BLOCK_SIZE)
     x = tl.load(x_ptr + offs, mask=mask)
     tl.store(y_ptr + offs, x * x, mask=mask)
 
@@ -35,9 +33,7 @@ _launch = Launcher(_square_kernel)
 
 def square(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``x * x`` for a tensor of any shape; ``config`` from the ``square.triton`` tuning space."""
-    cfg = checks.tuning("square.triton", config)
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    cfg, (x,), y = checks.prepare("square.triton", config, x)
     n = x.numel()
     if n == 0:
         return y

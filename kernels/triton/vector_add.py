@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher, cdiv
+from xrt.kernels.triton.launch import Launcher, cdiv, flat_block
 
 
 @triton.jit
@@ -20,9 +20,7 @@ def _vector_add_kernel(
     n,  # number of elements
     BLOCK_SIZE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    offs = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
+    offs, mask = flat_block(n, BLOCK_SIZE)
     a = tl.load(a_ptr + offs, mask=mask)
     b = tl.load(b_ptr + offs, mask=mask)
     tl.store(y_ptr + offs, a + b, mask=mask)
@@ -34,9 +32,7 @@ _launch = Launcher(_vector_add_kernel)
 def vector_add(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a + b`` for two tensors of one shape and dtype; ``config`` from ``vector_add.triton``."""
     checks.same("vector_add", a, b)
-    cfg = checks.tuning("vector_add.triton", config)
-    a, b = a.contiguous(), b.contiguous()
-    y = torch.empty_like(a)
+    cfg, (a, b), y = checks.prepare("vector_add.triton", config, a, b)
     n = a.numel()
     if n == 0:
         return y

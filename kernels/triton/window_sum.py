@@ -46,10 +46,8 @@ _launch = Launcher(_window_sum_kernel)
 def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """The 3-wide window sum over the last dim: ``[..., n]`` -> ``[..., n - 2]``."""
     n = checks.window_width(x)
-    cfg = checks.tuning("window_sum.triton", config)
-    x = x.contiguous()
+    cfg, (x,), y = checks.prepare("window_sum.triton", config, x, shape=(*x.shape[:-1], n - 2))
     rows = x.numel() // n
-    y = torch.empty(*x.shape[:-1], n - 2, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
     grid = (rows * cdiv(n - 2, cfg["BLOCK_SIZE"]),)

@@ -219,7 +219,7 @@ def diagnose(op: str, *, shape: str | None = None, dtype: str = "float32", provi
 
     chosen = policy.resolve(op, None if provider == "auto" else provider)
     if chosen == "auto":
-        from xrt.pytorch.ops._providers import choose
+        from xrt.pytorch.ops.dispatch import choose
 
         chosen = choose(op, args[0]).name
     spec.runnable(args, chosen)

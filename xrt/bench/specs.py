@@ -40,7 +40,7 @@ class BenchSpec:
         if self.check is not None:
             self.check(args, provider)
             return
-        from xrt.pytorch.ops._providers import choose
+        from xrt.pytorch.ops.dispatch import choose
 
         choose(self.op, args[0], provider)
 
@@ -137,9 +137,9 @@ def _layernorm_public(args: tuple, provider: str):
 
 
 def _layernorm_bwd_public(args: tuple, provider: str):
-    from xrt.pytorch.ops.layernorm import _layernorm_bwd_op
+    from xrt.pytorch.ops.layernorm import layernorm_bwd
 
-    return _layernorm_bwd_op(*args, provider)
+    return layernorm_bwd(*args, provider)
 
 
 def _ln_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
@@ -232,9 +232,9 @@ def _gemm_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
 
 def _gemm_check(op: str) -> Callable[[tuple, str], None]:
     def check(args: tuple, provider: str) -> None:
-        from xrt.pytorch.ops.matmul import _provider
+        from xrt.pytorch.ops.matmul import choose_provider
 
-        _provider(op, args[0], provider)
+        choose_provider(op, args[0], provider)
 
     return check
 
@@ -249,34 +249,18 @@ def _gemm_flops(shape: Shape) -> int:
     return 2 * numel(lead) * m * n * k
 
 
-register(BenchSpec(
-    op="matmul",
-    shapes={"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
-            "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]},
-    dtypes=["bfloat16", "float32"],
-    providers=["torch", "triton", "cuda"],
-    make_inputs=_gemm_inputs,
-    call=_call_kernel("matmul", "matmul", "matmul"),
-    bytes_moved=_gemm_bytes,
-    flops=_gemm_flops,
-    spaces={"triton": "matmul.triton", "cuda": "matmul.cuda"},
-    check=_gemm_check("matmul"),
-))
+def _gemm_spec(op: str, shapes: dict[str, list[Shape]]) -> BenchSpec:
+    """matmul and bmm: the same dtypes, providers, inputs, counts and check; their own shapes and spaces."""
+    return BenchSpec(op=op, module="matmul", shapes=shapes, dtypes=["bfloat16", "float32"],
+                     providers=["torch", "triton", "cuda"], make_inputs=_gemm_inputs,
+                     call=_call_kernel(op, "matmul", op), bytes_moved=_gemm_bytes, flops=_gemm_flops,
+                     spaces={"triton": f"{op}.triton", "cuda": f"{op}.cuda"}, check=_gemm_check(op))
 
-register(BenchSpec(
-    op="bmm",
-    module="matmul",
-    shapes={"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
-            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]},
-    dtypes=["bfloat16", "float32"],
-    providers=["torch", "triton", "cuda"],
-    make_inputs=_gemm_inputs,
-    call=_call_kernel("bmm", "matmul", "bmm"),
-    bytes_moved=_gemm_bytes,
-    flops=_gemm_flops,
-    spaces={"triton": "bmm.triton", "cuda": "bmm.cuda"},
-    check=_gemm_check("bmm"),
-))
+
+register(_gemm_spec("matmul", {"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
+                               "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]}))
+register(_gemm_spec("bmm", {"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
+                            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]}))
 
 
 # -- attention, forward and backward ------------------------------------------------------------
@@ -334,13 +318,11 @@ def _call_attention(args: tuple, provider: str, config: dict | None):
 def _attn_check(op: str) -> Callable[[tuple, str], None]:
     """``runnable`` for the attention specs: their providers are ``torch`` (SDPA) and ``triton``."""
     def check(args: tuple, provider: str) -> None:
-        from xrt.pytorch.ops._providers import get
+        from xrt.pytorch.ops.dispatch import require
 
         if provider not in ("torch", "triton"):
             raise ValueError(f"{op} has no provider {provider!r} in the benchmarks (torch, triton)")
-        why = get(op, provider).missing(args[0])
-        if why:
-            raise RuntimeError(f"xrt op {op!r}: provider {provider!r} is unavailable: {why}")
+        require(op, provider, args[0])
 
     return check
 
@@ -508,11 +490,9 @@ def _cnn_call(train: bool):
 def _cnn_check(op: str) -> Callable[[tuple, str], None]:
     def check(args: tuple, provider: str) -> None:
         from xrt.pytorch.modules import cnn_step  # noqa: F401  (registers the providers)
-        from xrt.pytorch.ops._providers import get
+        from xrt.pytorch.ops.dispatch import require
 
-        why = get(op, provider).missing(args[0])
-        if why:
-            raise RuntimeError(f"{op}: provider {provider!r} is unavailable: {why}")
+        require(op, provider, args[0])
 
     return check
 

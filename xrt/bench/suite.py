@@ -500,35 +500,8 @@ def _replay_setup(cache: dict, key: tuple, what: str, params: list[list[str]]) -
 
 def make_suite(op: str, class_name: str, module: str) -> type:
     """An asv benchmark class for ``op`` (see the module docstring)."""
-    params, names = params_for(op)
-    bench_name = f"{module}.{class_name}.time_op"
-
-    class Suite:
-        timer = staticmethod(device_timer)
-        # asv's benchmark version (else a hash of this code): results of different versions are not
-        # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
-        version = SUITE_VERSION
-        number = 1
-        warmup_time = 0.0  # measured already: nothing to warm
-        rounds = 1
-        min_run_count = 1
-        repeat = (MIN_SAMPLES, MAX_ASV_SAMPLES, 30.0)
-        timeout = 300
-
-        def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, ("device", op, *p), bench_name, params)
-            self.repeat = (n, n, 30.0)  # asv takes exactly the measured samples
-
-        def time_op(self, cache: dict, *p: str) -> None:
-            DEVICE_CLOCK[0] += _REPLAY[(bench_name, "device", op, *p)].pop()
-
-    # One function for every class of both modules (one process: imports, CUDA context, inputs and
-    # Triton's cache paid once).
-    Suite.setup_cache = _setup_cache
-    Suite.params, Suite.param_names = params, names
-    Suite.__name__ = Suite.__qualname__ = class_name
-    Suite.__doc__ = f"{op}: device time per call (asv samples are single device-timed calls)."
-    return Suite
+    return _suite(op, class_name, module, "device", (MIN_SAMPLES, MAX_ASV_SAMPLES),
+                  f"{op}: device time per call (asv samples are single device-timed calls).")
 
 
 def make_host_suite(op: str, class_name: str, module: str) -> type:
@@ -537,28 +510,43 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
     Each asv sample is the host seconds per call of one :meth:`HostCase.sample` (``calls_per_sample``
     back-to-back calls, no device wait inside; docs/timing.md, "Host time").
     """
+    return _suite(op, class_name, module, "host", (HOST_MIN_SAMPLES, HOST_SAMPLES),
+                  f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls).")
+
+
+def _suite(op: str, class_name: str, module: str, kind: str, samples: tuple[int, int], doc: str) -> type:
+    """The class of :func:`make_suite` (``kind`` "device": ``time_op``, the device clock) or of
+    :func:`make_host_suite` ("host": ``time_host``, the host clock): it replays what ``setup_cache`` measured."""
     params, names = params_for(op)
-    bench_name = f"{module}.{class_name}.time_host"
+    method = "time_op" if kind == "device" else "time_host"
+    clock = DEVICE_CLOCK if kind == "device" else HOST_CLOCK
+    bench_name = f"{module}.{class_name}.{method}"
 
     class Suite:
-        timer = staticmethod(host_timer)
-        version = SUITE_VERSION  # as make_suite's
+        timer = staticmethod(device_timer if kind == "device" else host_timer)
+        # asv's benchmark version (else a hash of this code): results of different versions are not
+        # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
+        version = SUITE_VERSION
         number = 1
         warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
         min_run_count = 1
-        repeat = (HOST_MIN_SAMPLES, HOST_SAMPLES, 30.0)
+        repeat = (*samples, 30.0)
         timeout = 300
 
         def setup(self, cache: dict, *p: str) -> None:
-            n = _replay_setup(cache, ("host", op, *p), bench_name, params)
-            self.repeat = (n, n, 30.0)
+            n = _replay_setup(cache, (kind, op, *p), bench_name, params)
+            self.repeat = (n, n, 30.0)  # asv takes exactly the measured samples
 
-        def time_host(self, cache: dict, *p: str) -> None:
-            HOST_CLOCK[0] += _REPLAY[(bench_name, "host", op, *p)].pop()
+    def replay(self, cache: dict, *p: str) -> None:
+        clock[0] += _REPLAY[(bench_name, kind, op, *p)].pop()
 
-    Suite.setup_cache = _setup_cache  # make_suite's: one for both modules
+    replay.__name__, replay.__qualname__ = method, f"{class_name}.{method}"
+    setattr(Suite, method, replay)
+    # One function for every class of both modules (one process: imports, CUDA context, inputs and
+    # Triton's cache paid once).
+    Suite.setup_cache = _setup_cache
     Suite.params, Suite.param_names = params, names
     Suite.__name__ = Suite.__qualname__ = class_name
-    Suite.__doc__ = f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls)."
+    Suite.__doc__ = doc
     return Suite

@@ -60,12 +60,12 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 def _ops() -> list[str]:
     import xrt.pytorch as xp  # noqa: F401  (importing the ops registers their providers)
-    from xrt.pytorch.ops import _providers
+    from xrt.pytorch.ops import dispatch
 
-    return sorted(_providers._REGISTRY)
+    return dispatch.ops()
 
 
-def _tool(name: str) -> str | None:
+def find_tool(name: str) -> str | None:
     """A CUDA binary tool from PATH, the CUDA toolkit, or the copy Triton ships."""
     import shutil
 
@@ -83,7 +83,7 @@ def _tool(name: str) -> str | None:
 
 def _sass(cubin: Path, out: Path) -> str:
     for tool, argv in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
-        exe = _tool(tool)
+        exe = find_tool(tool)
         if exe:
             r = subprocess.run([exe, *argv, str(cubin)], capture_output=True, text=True, check=False)
             if r.returncode == 0:
@@ -98,7 +98,7 @@ def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
     name = "layernorm.cu" if op.startswith("layernorm") else "matmul.cu" if op == "bmm" else f"{op}.cu"
     if name not in cuda_sources():
         raise CLIError(f"op {op!r} has no CUDA C source; sources: {', '.join(cuda_sources())}")
-    nvcc = _tool("nvcc")
+    nvcc = find_tool("nvcc")
     if nvcc is None:
         raise CLIError("nvcc (the CUDA toolkit) is not on PATH: it compiles the CUDA C source to PTX")
     src = out / name

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xrt.pytorch.ops import _providers as P
+from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops.conv_bn_relu import conv_bn_relu
 
 
@@ -102,6 +102,6 @@ def _cuda_only(missing: Any) -> Any:
 
 
 for _op, _train in (("cnn_infer", False), ("cnn_train", True)):  # what the suites' availability check asks
-    for _name, _missing in (("torch", P.torch_missing), ("triton", P.triton_missing)):
-        P.register(_op, _name, _cuda_only(_missing))(
-            lambda *args, _p=_name, _t=_train: cnn_step(args, _p, _t))
+    for _name, _missing in (("torch", dispatch.torch_missing), ("triton", dispatch.triton_missing)):
+        dispatch.register(_op, _name, _cuda_only(_missing))(
+                   lambda *args, _p=_name, _t=_train: cnn_step(args, _p, _t))

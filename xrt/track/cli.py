@@ -1,4 +1,5 @@
-"""``xrt regressions``, ``xrt gate`` and ``xrt bisect``. Registration imports nothing heavy."""
+"""``xrt regressions``, ``xrt gate``, ``xrt report``, ``xrt bisect`` and ``xrt explain`` (the last two run
+:mod:`xrt.orchestrate`). Registration imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -131,18 +132,17 @@ def _config(args: argparse.Namespace):
 
 
 def run_regressions(args: argparse.Namespace) -> int:
-    from xrt.track import diag
-    from xrt.track import regressions as R
+    from xrt.track import diag, regressions
 
     db = _db(args)
-    recs = R.detect_db(db, _config(args), machine=args.machine, benchmark=args.benchmark)
-    R.apply_lifecycle(recs, R.stored(db))
+    recs = regressions.detect_db(db, _config(args), machine=args.machine, benchmark=args.benchmark)
+    regressions.apply_lifecycle(recs, regressions.stored(db))
     if not args.no_save and args.benchmark is None:
-        R.save(db, recs, scope_machine=args.machine,
-               diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+        regressions.save(db, recs, scope_machine=args.machine,
+                         diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
     if args.since:
-        order = R.commit_order(db)
-        since = order.get(R.resolve_in_db(db, args.since))
+        order = regressions.commit_order(db)
+        since = order.get(regressions.resolve_in_db(db, args.since))
         recs = [r for r in recs if order.get(r.commit, -1) >= since]
     if args.kind != "all":
         recs = [r for r in recs if r.kind == args.kind]
@@ -150,25 +150,26 @@ def run_regressions(args: argparse.Namespace) -> int:
         recs = [r for r in recs if r.status in ("new", "acknowledged")]
     elif args.status != "all":
         recs = [r for r in recs if r.status == args.status]
-    sys.stdout.write(R.render(recs, args.format) if args.flat else R.render_alerts(R.alerts(db, recs), args.format))
+    sys.stdout.write(regressions.render(recs, args.format) if args.flat
+                     else regressions.render_alerts(regressions.alerts(db, recs), args.format))
     return 0
 
 
 def _find(db: str, rid: str):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
-    rows = [row for k, row in R.stored(db).items() if k.startswith(rid)]
+    rows = [row for k, row in regressions.stored(db).items() if k.startswith(rid)]
     if len(rows) != 1:
         raise ValueError(f"regression {rid!r}: {len(rows)} stored regressions match (run `xrt regressions` first)")
     row = rows[0]
-    fields = R.Record.__dataclass_fields__
-    return R.Record(**{k: row.get(k) for k in fields}), row
+    fields = regressions.Record.__dataclass_fields__
+    return regressions.Record(**{k: row.get(k) for k in fields}), row
 
 
 def run_ack(args: argparse.Namespace) -> int:
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
-    out = R.set_status(_db(args), args.id, args.new_status, args.note)
+    out = regressions.set_status(_db(args), args.id, args.new_status, args.note)
     print(f"{out['id']}: {out['status']}" + (f" ({out['note']})" if out.get("note") else ""))
     return 0
 
@@ -250,14 +251,14 @@ def _explanations(db: str, v) -> list[str]:
 
 def run_bisect(args: argparse.Namespace) -> int:
     from xrt.db import store
-    from xrt.track import bisect as B
+    from xrt.orchestrate import bisect
     from xrt.track import gate
 
     store.check_path(args.db)  # a bad --db is one line and exit 2 (xrt.cli), before any git or bench work
     good = gate.resolve(args.repo, args.good, args.db)
     bad = gate.resolve(args.repo, args.bad, args.db)
-    res = B.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
-                   log=lambda s: print(s, flush=True))
+    res = bisect.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
+                        log=lambda s: print(s, flush=True))
     return 0 if res.culprit else 1
 
 
@@ -266,7 +267,8 @@ def run_explain(args: argparse.Namespace) -> int:
     not an op suite's) is one line naming it, exit 2 (xrt.cli); nothing is checked out before then."""
     from xrt.bench import worktrees
     from xrt.cli import CLIError
-    from xrt.track import explain as X
+    from xrt.orchestrate import explain_collect
+    from xrt.track import explain
 
     adhoc = [n for n in ("base", "head", "bench", "params") if getattr(args, n)]
     if args.id and adhoc:
@@ -286,23 +288,24 @@ def run_explain(args: argparse.Namespace) -> int:
 
         store.check_path(db)
         _, regression = _find(db, args.id)
-        case = X.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
+        case = explain.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
         base_rev, head_rev = regression["previous_commit"], regression["commit"]
     else:
-        case = X.make_case(args.bench, args.params)
+        case = explain.make_case(args.bench, args.params)
         base_rev, head_rev = args.base, args.head
     base, head = worktrees.resolve(repo, base_rev), worktrees.resolve(repo, head_rev)
     print(f"xrt explain: {case.benchmark} [{case.param_key}] base {base[:10]} head {head[:10]}", file=sys.stderr)
-    payload = X.explain(repo, base, head, case, regression=regression, use_ncu=not args.no_ncu, arch=args.arch,
-                        keep=args.out, log=lambda s: print(s, file=sys.stderr, flush=True))
-    md = X.render_markdown(payload)
+    payload = explain_collect.explain(repo, base, head, case, regression=regression, use_ncu=not args.no_ncu,
+                                      arch=args.arch, keep=args.out,
+                                      log=lambda s: print(s, file=sys.stderr, flush=True))
+    md = explain.render_markdown(payload)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "explain.json").write_text(json.dumps(payload, indent=1, default=str))
         (args.out / "explain.md").write_text(md)
     saved = not args.no_save and (args.id is not None or args.db is not None or Path(db).is_file())
     if saved:
-        X.save(db, payload, md)
+        explain.save(db, payload, md)
     print(json.dumps(payload, indent=1, default=str) if args.json else md, end="" if args.json else "")
     if saved:
         print(f"stored in {db} (explanations)", file=sys.stderr)

@@ -3,7 +3,9 @@
 For the case (op, shape, dtype, provider, config) of a stored regression, or one named with
 ``--base/--head/--bench/--params``, each commit is checked out in a temporary worktree
 (:mod:`xrt.bench.worktrees`, as ``xrt bench run`` does) and, in a subprocess per side that imports
-that commit's own xrt (:mod:`xrt.track.explain_side`), four things are collected:
+that commit's own xrt (:mod:`xrt.orchestrate.explain_side`), four things are collected (the checking
+out, collecting and profiling are :mod:`xrt.orchestrate.explain_collect`'s; this module names the case, reads
+what was collected, compares, renders and stores it):
 
 * **Nsight Compute** (GPU and ``ncu`` only): one profiled launch per kernel of one call after
   warm-up (``--profile-from-start off``; the target brackets that call with cudaProfilerStart and
@@ -31,21 +33,12 @@ import csv
 import io
 import json
 import os
-import platform
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SCHEMA = "xrt-explain/1"
-SIDE_SCRIPT = Path(__file__).with_name("explain_side.py")
-NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
-CLOCK_CONTROL = "none"  # never lock or change clocks; recorded in every payload
 SUITES = ("bench_ops", "bench_host")  # the op suites whose params are shape x dtype x provider x config
 
 
@@ -226,18 +219,27 @@ def parse_res_usage(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def parse_sass(text: str) -> dict[str, int]:
-    """``cuobjdump -sass``: instructions per function (NOPs included, as the code holds them)."""
-    out: dict[str, int] = {}
+_SASS_LINE = r"\s*/\*[0-9a-f]{4,}\*/\s+"  # an instruction line: its address, then the instruction
+
+
+def _sass_functions(text: str) -> dict[str, list[str]]:
+    """``cuobjdump -sass`` per function: its instruction lines as printed (address, instruction,
+    encoding comment), what :func:`parse_sass`, :func:`parse_sass_memory_ops` and :func:`split_sass` read."""
+    out: dict[str, list[str]] = {}
     fn = None
     for line in text.splitlines():
         m = re.match(r"\s*Function\s*:\s*(\S+)", line)
         if m:
             fn = m.group(1)
-            out[fn] = 0
-        elif fn and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
-            out[fn] += 1
+            out[fn] = []
+        elif fn and re.match(_SASS_LINE + r"\S", line):
+            out[fn].append(line)
     return out
+
+
+def parse_sass(text: str) -> dict[str, int]:
+    """``cuobjdump -sass``: instructions per function (NOPs included, as the code holds them)."""
+    return {fn: len(lines) for fn, lines in _sass_functions(text).items()}
 
 
 MEMORY_OPS = ("LDG", "STG", "LDS", "STS", "LDL", "STL", "LD.", "ST.", "LDGSTS", "ATOM", "RED", "LDSM", "UTMA")
@@ -247,16 +249,12 @@ def parse_sass_memory_ops(text: str) -> dict[str, dict[str, int]]:
     """``cuobjdump -sass``: per function, its memory instructions by full mnemonic (``LDG.E.128``:
     a 16-byte vector load; ``LDG.E``: a scalar one; ``LDL``/``STL``: spills)."""
     out: dict[str, dict[str, int]] = {}
-    fn = None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function\s*:\s*(\S+)", line)
-        if m:
-            fn = m.group(1)
-            out[fn] = {}
-            continue
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if fn and m and m.group(1).startswith(MEMORY_OPS):
-            out[fn][m.group(1)] = out[fn].get(m.group(1), 0) + 1
+    for fn, lines in _sass_functions(text).items():
+        ops = out[fn] = {}
+        for line in lines:
+            m = re.match(_SASS_LINE + r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+            if m and m.group(1).startswith(MEMORY_OPS):
+                ops[m.group(1)] = ops.get(m.group(1), 0) + 1
     return out
 
 
@@ -279,30 +277,6 @@ def parse_ptx(text: str) -> dict[str, int]:
             continue
         if s.endswith(";") and not s.startswith((".reg", ".shared", ".local", ".param", ".loc", "//", ".pragma")):
             out[fn] += 1
-    return out
-
-
-def compiled_stats(dump: Path) -> dict[str, dict[str, Any]]:
-    """Per kernel function of a ``xrt kernels dump`` folder: registers, spills (local bytes), stack,
-    static shared memory, SASS and PTX instruction counts (what the tools found)."""
-    from xrt.commands.kernels import _tool
-
-    out: dict[str, dict[str, Any]] = {}
-    for ptx in sorted(dump.glob("*.ptx")):
-        for fn, n in parse_ptx(ptx.read_text(errors="replace")).items():
-            out.setdefault(fn, {})["ptx_instructions"] = n
-    for sass in sorted(dump.glob("*.sass")):
-        text = sass.read_text(errors="replace")
-        for fn, n in parse_sass(text).items():
-            out.setdefault(fn, {})["sass_instructions"] = n
-        for fn, ops in parse_sass_memory_ops(text).items():
-            out.setdefault(fn, {})["memory_ops"] = ops
-    exe = _tool("cuobjdump")
-    for cubin in sorted(dump.glob("*.cubin")) if exe else []:
-        r = subprocess.run([exe, "-res-usage", str(cubin)], capture_output=True, text=True, check=False)
-        if r.returncode == 0:
-            for fn, st in parse_res_usage(r.stdout).items():
-                out.setdefault(fn, {}).update(st)
     return out
 
 
@@ -388,9 +362,10 @@ THROUGHPUT = (("duration_ns", "duration (ns)"), ("sm_pct", "SM throughput %"), (
 
 
 def compare(base: dict, head: dict) -> list[dict[str, Any]]:
-    """The ranked list of what changed between the two sides' collections (:func:`collect_side`):
-    dicts with ``group`` (one of :data:`GROUPS`, in that order), ``what``, ``kernel``, ``base``,
-    ``head``, ``change``; within a group, the larger relative change first."""
+    """The ranked list of what changed between the two sides' collections
+    (:func:`xrt.orchestrate.explain_collect.collect_side`): dicts with ``group`` (one of :data:`GROUPS`, in
+    that order), ``what``, ``kernel``, ``base``, ``head``, ``change``; within a group, the larger relative
+    change first."""
     rows: list[dict[str, Any]] = []
 
     def add(group: str, what: str, kernel: str, b: Any, h: Any, change: str = "", weight: float = 0.0) -> None:
@@ -515,16 +490,9 @@ def split_sass(text: str) -> dict[str, list[str]]:
     """``cuobjdump -sass`` per function: its instructions without addresses and encodings (what a
     diff of two compilations should compare)."""
     out: dict[str, list[str]] = {}
-    fn = None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function\s*:\s*(\S+)", line)
-        if m:
-            fn = m.group(1)
-            out[fn] = []
-            continue
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;?\s*(?:/\*.*\*/)?\s*$", line)
-        if fn and m and m.group(1):
-            out[fn].append(" ".join(m.group(1).split()))
+    for fn, lines in _sass_functions(text).items():
+        matches = (re.match(_SASS_LINE + r"(.*?)\s*;?\s*(?:/\*.*\*/)?\s*$", line) for line in lines)
+        out[fn] = [" ".join(m.group(1).split()) for m in matches if m and m.group(1)]
     return out
 
 
@@ -595,143 +563,12 @@ def _ratio(a: Any, b: Any) -> float:
         return 0.0
 
 
-# ---------------------------------------------------------------------------------------- collecting
-
-def find_ncu() -> str | None:
-    """``ncu`` from PATH, the CUDA toolkit, or a standalone Nsight Compute install (the newest)."""
-    import glob
-
-    found = shutil.which("ncu") or shutil.which("ncu", path="/usr/local/cuda/bin")
-    if found:
-        return found
-    cands = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda-*/bin/ncu"))
-    return cands[-1] if cands else None
-
-
-def ncu_command(ncu: str, target: list[str]) -> list[str]:
-    cmd = [ncu]
-    for s in NCU_SECTIONS:
-        cmd += ["--section", s]
-    # --profile-from-start off: only the launches between the target's cudaProfilerStart and Stop
-    # (one call after warm-up; the inputs' random kernels and the warm-up calls are not profiled)
-    return cmd + ["--csv", "--page", "details", "--clock-control", CLOCK_CONTROL, "--profile-from-start", "off",
-                  *target]
-
-
-def _gpu_here() -> str | None:
-    """None when a CUDA GPU is visible to torch here, else why not."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    return None if torch.cuda.is_available() else "no CUDA GPU visible to torch"
-
-
-def collect_side(repo: Path, commit: str, case: Case, work: Path, label: str, *, use_ncu: bool = True,
-                 arch: str | None = None, timeout: float = 900, log=print) -> dict[str, Any]:
-    """One commit's collection for ``case``, in a worktree of it (removed afterwards)."""
-    from xrt.bench import worktrees
-
-    out = work / f"side-{label}"
-    side: dict[str, Any] = {"commit": commit, "parts": {}}
-    with worktrees.checkout(repo, commit, work / f"wt-{label}") as wt:
-        path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests' setting) cannot compile for a GPU
-        # target: the sides always compile and run for real
-        env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "PYTHONPATH": path}
-        argv = [f"--op={case.op}", f"--shape={case.shape}", f"--dtype={case.dtype}", f"--provider={case.provider}",
-                f"--config={case.config}"]
-        cmd = [sys.executable, str(SIDE_SCRIPT), *argv, f"--out={out}"] + ([f"--arch={arch}"] if arch else [])
-        log(f"  {label} {commit[:10]}: settings, compiled code, profiler")
-        r = subprocess.run(cmd, cwd=wt, env=env, capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-            side["parts"]["collect"] = f"failed: exit {r.returncode}: {tail}"
-        try:
-            side["parts"].update(json.loads((out / "parts.json").read_text()))
-        except (OSError, ValueError):
-            pass
-        if (out / "settings.json").is_file():
-            side["settings"] = json.loads((out / "settings.json").read_text())
-        src = (side.get("settings") or {}).get("xrt_source", "")
-        if not str(src).startswith(str(wt.resolve())) and not str(src).startswith(str(wt)):
-            # the commit has no xrt of its own (or another one shadowed it): nothing here is the commit's
-            side["parts"] = {"collect": f"refused: the side imported xrt from {src or 'nowhere'}, not from the "
-                             f"commit's worktree; {commit[:10]} cannot be explained with its own code",
-                             "ncu": "skipped: the commit's own xrt did not load"}
-            side.pop("settings", None)
-            return side
-        if (out / "trace.json").is_file():
-            side["kernels"] = parse_trace((out / "trace.json").read_text())
-        if (out / "dump").is_dir():
-            side["compiled"] = compiled_stats(out / "dump")
-            side["compiled_files"] = sorted(p.name for p in (out / "dump").iterdir())
-        ncu, why = find_ncu(), _gpu_here()
-        if not use_ncu:
-            side["parts"]["ncu"] = "skipped: --no-ncu"
-        elif why:
-            side["parts"]["ncu"] = f"skipped: {why}"
-        elif ncu is None:
-            side["parts"]["ncu"] = "skipped: ncu (Nsight Compute) is not on PATH, in the CUDA toolkit or /opt/nvidia"
-        else:
-            ncmd = ncu_command(ncu, [sys.executable, str(SIDE_SCRIPT), *argv, "--mode=target"])
-            log(f"  {label} {commit[:10]}: {' '.join(ncmd[:14])} …")
-            r = subprocess.run(ncmd, cwd=wt, env=env, capture_output=True, text=True, timeout=timeout)
-            (out / "ncu.csv").write_text(r.stdout)
-            try:
-                side["ncu"] = parse_ncu_csv(r.stdout)
-                side["parts"]["ncu"] = "ok" if side["ncu"] else "ncu profiled no kernel between cudaProfilerStart/Stop"
-            except ValueError as e:
-                tail = (r.stderr.strip().splitlines() or [""])[-1]
-                side["parts"]["ncu"] = f"failed: exit {r.returncode}: {e}; {tail}"
-    return side
-
-
-def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | None = None,
-            use_ncu: bool = True, arch: str | None = None, keep: Path | None = None, log=print) -> dict[str, Any]:
-    """Collect both sides and compare them: the payload stored in ``explanations``."""
-    work = Path(tempfile.mkdtemp(prefix="xrt-explain-"))
-    t0 = time.time()
-    try:
-        sides = {label: collect_side(repo, commit, case, work, label, use_ncu=use_ncu, arch=arch, log=log)
-                 for label, commit in (("base", base), ("head", head))}
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            for label in sides:
-                src = work / f"side-{label}"
-                if src.is_dir():
-                    shutil.copytree(src, keep / label, dirs_exist_ok=True)
-        pairs, note = code_pairs(sides["base"], sides["head"])
-        diffs = sass_diffs(work / "side-base" / "dump", work / "side-head" / "dump", pairs, note, keep)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    payload = {"schema": SCHEMA, "case": asdict(case), "param_key": case.param_key,
-               "regression_id": (regression or {}).get("id"), "machine": (regression or {}).get("machine"),
-               "ratio": (regression or {}).get("ratio"), "base": base, "head": head, "host": platform.node(),
-               "gpu": _gpu_name(), "seconds": round(time.time() - t0, 1),
-               "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL,
-                       "profiled": "one call after warm-up", "launches_per_kernel": 1, "warmup_calls": 10},
-               "sides": sides}
-    payload["sass_diffs"] = diffs
-    payload["changes"] = compare(sides["base"], sides["head"]) + diff_rows(diffs)
-    return payload
-
-
 def diff_rows(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows for :func:`sass_diffs` (last: the compiled-code group is the last one)."""
     return [{"group": "compiled code", "what": "SASS diff (lines)",
              "kernel": (d["base_fn"] if d["base_fn"] == d["head_fn"] else f"{d['base_fn']} → {d['head_fn']}")
              + d.get("note", ""), "base": f"-{d['removed']}", "head": f"+{d['added']}",
              "change": d.get("file", "")} for d in diffs]
-
-
-def _gpu_name() -> str | None:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:
-        return None
 
 
 # ---------------------------------------------------------------------------------------- rendering

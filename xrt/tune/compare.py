@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from xrt.bench import specs, suite, timer
     from xrt.device import default_device
-    from xrt.pytorch.ops._tuned import config
+    from xrt.pytorch.ops.kernel_providers import config
 
     spec = specs.get(a.op)
     dev = default_device()

@@ -1,8 +1,8 @@
 """xrt's custom ops. Each is a ``torch.library`` custom op with providers chosen by the policy."""
 
-from xrt.pytorch.ops._providers import providers
 from xrt.pytorch.ops.attention import fused_attention
 from xrt.pytorch.ops.conv_bn_relu import conv_bn_relu
+from xrt.pytorch.ops.dispatch import providers
 from xrt.pytorch.ops.layernorm import fused_layernorm
 from xrt.pytorch.ops.matmul import bmm, matmul
 from xrt.pytorch.ops.softmax import softmax

@@ -26,11 +26,11 @@ import torch
 from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import dispatch as P
+from xrt.pytorch.ops import kernel_providers as T
 
-T.register_kernels("attention")
-T.register_kernels("attention_bwd", module="attention")
+T.register("attention")
+T.register("attention_bwd", module="attention")
 
 _SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH",
                   "cudnn": "CUDNN_ATTENTION"}

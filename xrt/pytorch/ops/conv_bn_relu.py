@@ -30,9 +30,7 @@ from torch.nn.grad import conv2d_input, conv2d_weight
 
 from xrt.kernels import checks, stats
 from xrt.kernels.reference import conv_bn_relu as ref
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 OP = "conv_bn_relu"
 # What ``conv_bn_relu=auto`` runs, per device type: the unfused torch path until the H100 run shows
@@ -54,7 +52,7 @@ def _kernel_conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, st
     """The Triton provider: the tuned config of this stride's space for (N, C, H, W, K)."""
     from xrt.kernels.triton.conv_bn_relu import conv_bias_relu
 
-    cfg = T.config(OP, _space(stride), x, (*x.shape, w.shape[3]))
+    cfg = kernel_providers.config(OP, _space(stride), x, (*x.shape, w.shape[3]))
     return conv_bias_relu(x, w, bias, stride, padding, relu, cfg)
 
 
@@ -70,13 +68,13 @@ def _train_forward(conv: Any, x: torch.Tensor, weight: torch.Tensor, bn_weight: 
     return y.contiguous(memory_format=torch.channels_last), mean, var
 
 
-P.register(OP, "torch", P.torch_missing)(ref.conv_bias_relu)
-P.register(OP, "triton", P.triton_missing)(_kernel_conv)
-P.register(OP, "xpu", P.xpu_missing)(_kernel_conv)  # Triton's XPU backend compiles the same kernels
+dispatch.register(OP, "torch", dispatch.torch_missing)(ref.conv_bias_relu)
+dispatch.register(OP, "triton", dispatch.triton_missing)(_kernel_conv)
+dispatch.register(OP, "xpu", dispatch.xpu_missing)(_kernel_conv)  # Triton's XPU backend compiles the same kernels
 for _name in ("torch", "triton", "xpu"):
-    _conv = P.get(OP, _name).fn
-    P.register(f"{OP}_train", _name, P.get(OP, _name).missing)(
-        lambda *a, _conv=_conv: _train_forward(_conv, *a))
+    _conv = dispatch.get(OP, _name).fn
+    dispatch.register(f"{OP}_train", _name, dispatch.get(OP, _name).missing)(
+                      lambda *a, _conv=_conv: _train_forward(_conv, *a))
 
 
 # -- xrt::conv_bias_relu (inference, BatchNorm folded) ---------------------------------------------
@@ -92,7 +90,7 @@ def _out_hw(x: torch.Tensor, stride: int, padding: int) -> tuple[int, int]:
 @torch.library.custom_op("xrt::conv_bias_relu", mutates_args=())
 def _infer_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: int, padding: int,
               relu: bool, provider: str) -> torch.Tensor:
-    return P.get(OP, provider).fn(x, w, bias, stride, padding, relu)
+    return dispatch.get(OP, provider).fn(x, w, bias, stride, padding, relu)
 
 
 @_infer_op.register_fake
@@ -119,7 +117,7 @@ def _infer_backward(ctx, grad: torch.Tensor):
 
 
 _infer_op.register_autograd(_infer_backward, setup_context=_infer_setup)
-_eager_infer = P.eager_autograd(OP, _infer_setup, _infer_backward)
+_eager_infer = dispatch.eager_autograd(OP, _infer_setup, _infer_backward)
 
 
 # -- xrt::conv_bn_relu_train (batch statistics) ------------------------------------------------------
@@ -127,7 +125,7 @@ _eager_infer = P.eager_autograd(OP, _infer_setup, _infer_backward)
 @torch.library.custom_op("xrt::conv_bn_relu_train", mutates_args=())
 def _train_op(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor, bn_bias: torch.Tensor, eps: float,
               stride: int, padding: int, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return P.get(f"{OP}_train", provider).fn(x, weight, bn_weight, bn_bias, eps, stride, padding)
+    return dispatch.get(f"{OP}_train", provider).fn(x, weight, bn_weight, bn_bias, eps, stride, padding)
 
 
 @_train_op.register_fake
@@ -208,7 +206,7 @@ def clear_fold_cache() -> None:
 # -- the public op -------------------------------------------------------------------------------------
 
 def _provider(x: torch.Tensor, explicit: str | None, training: bool = False) -> str:
-    return P.choose(OP, x, explicit, AUTO_TRAINING if training else AUTO_ORDER).name
+    return dispatch.choose(OP, x, explicit, AUTO_TRAINING if training else AUTO_ORDER).name
 
 
 def _autocast(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,8 +246,8 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
     >>> conv_bn_relu(x, conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var).shape
     torch.Size([2, 8, 5, 5])
     """
-    x = C.floating("x", OP, x)
-    weight = C.floating("weight", OP, weight)
+    x = _checks.floating("x", OP, x)
+    weight = _checks.floating("weight", OP, weight)
     x, checked = _autocast(x, weight)
     checks.conv3x3(OP, x, checked, stride, padding)
     checks.channel_vectors(OP, weight.shape[0], bn_weight=bn_weight, bn_bias=bn_bias, running_mean=running_mean,
@@ -271,7 +269,7 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
         x = x.contiguous(memory_format=torch.channels_last)
     if training:
         w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
-        with P.op_range(OP, name):
+        with dispatch.op_range(OP, name):
             y, mean, var = _train_op(x, w, bn_weight, bn_bias, eps, stride, padding, name)
         if running_mean is not None and running_var is not None:
             count = y.numel() // y.shape[1]
@@ -281,15 +279,15 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
                 running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
         return y
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in (weight, bn_weight, bn_bias))
-    route = P.route(x, weight, bn_weight, bn_bias)
+    route = dispatch.route(x, weight, bn_weight, bn_bias)
     w, b = fold_bn(weight, bn_weight, bn_bias, running_mean, running_var, eps, x.dtype,
-                   cache=not grads and route != P.OP)
-    fn = P.get(OP, name).fn
-    if route == P.DIRECT and not P.profiling():
+                   cache=not grads and route != dispatch.OP)
+    fn = dispatch.get(OP, name).fn
+    if route == dispatch.DIRECT and not dispatch.profiling():
         return fn(x, w, b, stride, padding, True)  # what the custom op would run, without its dispatch
-    with P.op_range(OP, name):
-        if route == P.DIRECT:
+    with dispatch.op_range(OP, name):
+        if route == dispatch.DIRECT:
             return fn(x, w, b, stride, padding, True)
-        if route == P.DIRECT_GRAD:
+        if route == dispatch.DIRECT_GRAD:
             return _eager_infer.apply(x, w, b, stride, padding, True, name)
         return _infer_op(x, w, b, stride, padding, True, name)

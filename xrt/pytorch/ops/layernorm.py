@@ -17,12 +17,10 @@ import torch
 
 from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("layernorm")
-T.register_kernels("layernorm_bwd", module="layernorm")
+kernel_providers.register("layernorm")
+kernel_providers.register("layernorm_bwd", module="layernorm")
 
 
 @torch.library.custom_op("xrt::layernorm", mutates_args=())
@@ -30,7 +28,7 @@ def _layernorm_op(x: torch.Tensor, normalized_shape: Sequence[int], weight: torc
                   bias: torch.Tensor, eps: float, provider: str
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = math.prod(normalized_shape)
-    y, mean, rstd = P.get("layernorm", provider).fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
+    y, mean, rstd = dispatch.get("layernorm", provider).fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
     return y.view(x.shape), mean, rstd
 
 
@@ -42,15 +40,15 @@ def _(x, normalized_shape, weight, bias, eps, provider):
 
 
 @torch.library.custom_op("xrt::layernorm_bwd", mutates_args=())
-def _layernorm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
-                      rstd: torch.Tensor, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
+                  rstd: torch.Tensor, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = weight.numel()
-    dx, dw, db = P.get("layernorm_bwd", provider).fn(dy.reshape(-1, n), x.reshape(-1, n), weight.reshape(n),
-                                                     mean, rstd)
+    dx, dw, db = dispatch.get("layernorm_bwd", provider).fn(dy.reshape(-1, n), x.reshape(-1, n), weight.reshape(n),
+                                                            mean, rstd)
     return dx.view(x.shape), dw.view(weight.shape), db.view(weight.shape)
 
 
-@_layernorm_bwd_op.register_fake
+@layernorm_bwd.register_fake
 def _(dy, x, weight, mean, rstd, provider):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(weight, memory_format=torch.contiguous_format),
@@ -67,7 +65,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layernorm_bwd_op(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
+    dx, dw, db = layernorm_bwd(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
     return dx, None, dw, db, None, None
 
 
@@ -81,7 +79,8 @@ class _EagerLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, n, eps, provider):
-        y, mean, rstd = P.get("layernorm", provider).fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
+        fn = dispatch.get("layernorm", provider).fn
+        y, mean, rstd = fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
         ctx.provider = provider
         ctx.save_for_backward(x, weight, mean, rstd)
         return y.view(x.shape)
@@ -91,8 +90,8 @@ class _EagerLayerNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
         n = weight.numel()
-        dx, dw, db = P.get("layernorm_bwd", ctx.provider).fn(dy.contiguous().reshape(-1, n), x.reshape(-1, n),
-                                                            weight.reshape(n), mean, rstd)
+        dx, dw, db = dispatch.get("layernorm_bwd", ctx.provider).fn(dy.contiguous().reshape(-1, n), x.reshape(-1, n),
+                                                                   weight.reshape(n), mean, rstd)
         return dx.view(x.shape), dw.view(weight.shape), db.view(weight.shape), None, None, None
 
 
@@ -111,8 +110,8 @@ class _Plan:
         self.provider, self.m, self.n, self.shape = provider, m, n, x.shape
         self.kind = "triton" if provider in ("triton", "xpu") else provider
         kernels = importlib.import_module(f"xrt.kernels.{self.kind}.layernorm")
-        cfg = T.config("layernorm", f"layernorm.{self.kind}", x, (m, n))
-        bcfg = T.config("layernorm_bwd", f"layernorm_bwd.{self.kind}", x, (m, n))
+        cfg = kernel_providers.config("layernorm", f"layernorm.{self.kind}", x, (m, n))
+        bcfg = kernel_providers.config("layernorm_bwd", f"layernorm_bwd.{self.kind}", x, (m, n))
         if self.kind == "triton":
             self.fwd, self.bwd = kernels.FwdPlan(m, n, cfg), kernels.BwdPlan(m, n, bcfg, x)
         else:
@@ -132,7 +131,7 @@ class _Plan:
         if self.fwd(x, w, b, y, stats, eps):
             return y, stats
         n = self.n  # a tensor not 16-byte aligned: the launcher picks the kernel that takes it
-        y, mean, rstd = P.get("layernorm", self.provider).fn(x.reshape(-1, n), w, b, eps)
+        y, mean, rstd = dispatch.get("layernorm", self.provider).fn(x.reshape(-1, n), w, b, eps)
         return y.view(x.shape), torch.stack((mean, rstd))
 
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
@@ -146,7 +145,7 @@ class _Plan:
             return got
         n = self.n
         mean, rstd = stats.unbind(0)
-        dx, dw, db = P.get("layernorm_bwd", self.provider).fn(dy.reshape(-1, n), x.reshape(-1, n), w, mean, rstd)
+        dx, dw, db = dispatch.get("layernorm_bwd", self.provider).fn(dy.reshape(-1, n), x.reshape(-1, n), w, mean, rstd)
         return dx.view(x.shape), dw, db
 
 
@@ -178,7 +177,7 @@ def _plan(x: torch.Tensor, ns: Any, w: torch.Tensor, b: torch.Tensor, provider: 
     if not x.is_contiguous() or x.numel() == 0 or n == 0:
         return False
     try:
-        chosen = P.choose("layernorm", x, provider)
+        chosen = dispatch.choose("layernorm", x, provider)
     except (ValueError, RuntimeError):
         return False
     if chosen.name not in ("triton", "cuda"):  # (Triton on the CPU: the interpreter, which the Sites fall back to)
@@ -236,10 +235,10 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
         plan = memo[key] = _plan(x, ns, w, b, provider)
     if plan is False:
         return None
-    route = P.route(x, w, b)
-    if route == P.OP or P.profiling():
+    route = dispatch.route(x, w, b)
+    if route == dispatch.OP or dispatch.profiling():
         return None
-    if route == P.DIRECT:
+    if route == dispatch.DIRECT:
         return plan.forward(x, w, b, float(eps), False)[0]
     return _LeanLayerNorm.apply(x, w, b, plan, float(eps))
 
@@ -267,7 +266,7 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
     y = _fast(input, normalized_shape, weight, bias, eps, provider)
     if y is not None:
         return y
-    x = cast_for_hint(C.floating("input", "fused_layernorm", input))
+    x = cast_for_hint(_checks.floating("input", "fused_layernorm", input))
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
     if not ns or tuple(x.shape[x.dim() - len(ns):]) != ns or x.dim() < len(ns):
         raise ValueError(f"fused_layernorm: input.shape={tuple(x.shape)} must end with "
@@ -277,18 +276,18 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
     if bias is None:
         bias = torch.zeros(ns, dtype=x.dtype, device=x.device)
     for name, t in (("weight", weight), ("bias", bias)):
-        C.floating(name, "fused_layernorm", t)
+        _checks.floating(name, "fused_layernorm", t)
         if tuple(t.shape) != ns:
             raise ValueError(f"fused_layernorm: {name}.shape={tuple(t.shape)} must equal normalized_shape={ns}")
         if t.device != x.device:
             raise ValueError(f"fused_layernorm: {name} is on {t.device} but input is on {x.device}")
-    chosen = P.choose("layernorm", x, provider)
+    chosen = dispatch.choose("layernorm", x, provider)
     weight, bias = weight.to(x.dtype), bias.to(x.dtype)
-    with P.op_range("layernorm", chosen.name):
-        route = P.route(x, weight, bias)
-        if route == P.DIRECT_GRAD:
+    with dispatch.op_range("layernorm", chosen.name):
+        route = dispatch.route(x, weight, bias)
+        if route == dispatch.DIRECT_GRAD:
             return _EagerLayerNorm.apply(x, weight, bias, math.prod(ns), float(eps), chosen.name)
-        if route == P.DIRECT:  # what the custom op would run, without its dispatch
+        if route == dispatch.DIRECT:  # what the custom op would run, without its dispatch
             n = math.prod(ns)
             y, _, _ = chosen.fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), float(eps))
             return y.view(x.shape)

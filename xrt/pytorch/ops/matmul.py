@@ -13,29 +13,31 @@ same provider) -> :func:`matmul` and :func:`bmm`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from xrt.kernels import checks
 from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
-T.register_kernels("bmm", module="matmul", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
+kernel_providers.register("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
+kernel_providers.register("bmm", module="matmul",
+                                  shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
 
 
 
 def _cuda_missing(x: torch.Tensor) -> str | None:
-    why = P.cuda_missing(x)
+    why = dispatch.cuda_missing(x)
     if why is None and x.dtype != torch.float32:
         why = f"the CUDA C GEMM is fp32 only (SIMT SGEMM), got {x.dtype}"
     return why
 
 
 for _op in ("matmul", "bmm"):  # the CUDA C provider says up front that it takes fp32 only
-    P.register(_op, "cuda", _cuda_missing)(P.get(_op, "cuda").fn)
+    dispatch.register(_op, "cuda", _cuda_missing)(dispatch.get(_op, "cuda").fn)
 
 # What ``matmul=auto`` runs, per device type: torch's GEMM (cuBLAS on CUDA) until measurements show
 # one of xrt's kernels ahead (docs/kernels.md, the GEMM family); then put it first here.
@@ -43,7 +45,7 @@ AUTO_ORDER = {"cuda": ("torch",), "cpu": ("torch",)}
 _TORCH = {"matmul": torch.mm, "bmm": torch.bmm}
 
 
-def _provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
+def choose_provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
     """The provider that runs ``op`` on ``a``: ``torch`` or one of xrt's (checked to run here)."""
     if explicit == "torch":
         return "torch"
@@ -55,18 +57,18 @@ def _provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
         return "torch"
     if choice == policy.AUTO:
         for name in AUTO_ORDER.get(a.device.type, ("torch",)):
-            if name == "torch" or P.get(op, name).missing(a) is None:
+            if name == "torch" or dispatch.get(op, name).missing(a) is None:
                 return name
         return "torch"
-    why = P.get(op, choice).missing(a)
+    why = dispatch.get(op, choice).missing(a)
     if why:
         raise ValueError(f"xrt op {op!r}: provider {choice!r} cannot take a {a.dtype} tensor on {a.device}: {why}")
     return choice
 
 
 def _check(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    a = cast_for_hint(C.floating("a", op, a))
-    b = cast_for_hint(C.floating("b", op, b))
+    a = cast_for_hint(_checks.floating("a", op, a))
+    b = cast_for_hint(_checks.floating("b", op, b))
     checks.gemm(op, a, b, rank)
     return a, b
 
@@ -77,67 +79,46 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(a, b)
 
 
-# -- xrt::matmul ----------------------------------------------------------------------------------
+def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[int, ...]]) -> tuple[Any, Any]:
+    """The custom op ``xrt::<op>`` (its fake and its autograd: the gradients are GEMMs of the same op
+    and provider) and its eager twin (:func:`dispatch.eager_autograd`)."""
 
-@torch.library.custom_op("xrt::matmul", mutates_args=())
-def _matmul_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("matmul", provider).fn(a, b)
+    @torch.library.custom_op(f"xrt::{op}", mutates_args=())
+    def custom(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+        return dispatch.get(op, provider).fn(a, b)
 
+    @custom.register_fake
+    def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+        return a.new_empty(out_shape(a, b))
 
-@_matmul_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return a.new_empty((a.shape[0], b.shape[1]))
+    def backward(ctx, grad: torch.Tensor):
+        a, b = ctx.saved_tensors
+        da = custom(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
+        db = custom(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
+        return da, db, None
 
-
-def _matmul_backward(ctx, grad: torch.Tensor):
-    a, b = ctx.saved_tensors
-    da = _matmul_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
-    db = _matmul_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
-    return da, db, None
-
-
-_matmul_op.register_autograd(_matmul_backward, setup_context=_setup_context)
-_eager_matmul = P.eager_autograd("matmul", _setup_context, _matmul_backward)
-
-
-# -- xrt::bmm -------------------------------------------------------------------------------------
-
-@torch.library.custom_op("xrt::bmm", mutates_args=())
-def _bmm_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("bmm", provider).fn(a, b)
+    custom.register_autograd(backward, setup_context=_setup_context)
+    return custom, dispatch.eager_autograd(op, _setup_context, backward)
 
 
-@_bmm_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-
-
-def _bmm_backward(ctx, grad: torch.Tensor):
-    a, b = ctx.saved_tensors
-    da = _bmm_op(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
-    db = _bmm_op(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
-    return da, db, None
-
-
-_bmm_op.register_autograd(_bmm_backward, setup_context=_setup_context)
-_eager_bmm = P.eager_autograd("bmm", _setup_context, _bmm_backward)
-
+_matmul_op, _eager_matmul = _gemm_op("matmul", lambda a, b: (a.shape[0], b.shape[1]))
+_bmm_op, _eager_bmm = _gemm_op("bmm", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]))
 _OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
 
 
 def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
-    name = _provider(op, a, provider)
+    name = choose_provider(op, a, provider)
     if name == "torch":
         return _TORCH[op](a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
     custom, eager = _OPS[op]
-    route = P.route(a, b)
-    fn = P.get(op, name).fn
-    if route == P.DIRECT and not P.profiling():
+    route = dispatch.route(a, b)
+    fn = dispatch.get(op, name).fn
+    if route == dispatch.DIRECT and not dispatch.profiling():
         return fn(a, b)  # what the custom op would run, without its dispatch
-    with P.op_range(op, name):
-        if route == P.DIRECT:
+    with dispatch.op_range(op, name):
+        if route == dispatch.DIRECT:
             return fn(a, b)
-        if route == P.DIRECT_GRAD:
+        if route == dispatch.DIRECT_GRAD:
             return eager.apply(a, b, name)
         return custom(a, b, name)
 

@@ -5,21 +5,9 @@ from __future__ import annotations
 import torch
 
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("softmax")
-
-
-@torch.library.custom_op("xrt::softmax", mutates_args=())
-def _softmax_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("softmax", provider).fn(x)
-
-
-@_softmax_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+kernel_providers.register("softmax")
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -33,8 +21,8 @@ def _backward(ctx, grad: torch.Tensor):
     return softmax_bwd(grad, y), None
 
 
-_softmax_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = P.eager_autograd("softmax", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::softmax, and the same for eager training
+_softmax_op, _eager = dispatch.define("softmax", dispatch.contiguous_like, _setup_context, _backward)
 
 
 def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -50,16 +38,8 @@ def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     >>> softmax(torch.tensor([0.0, 0.0]))
     tensor([0.5000, 0.5000])
     """
-    x = cast_for_hint(C.floating("x", "softmax", x))
+    x = cast_for_hint(_checks.floating("x", "softmax", x))
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension, got a 0-d tensor")
-    chosen = P.choose("softmax", x, provider)
-    route = P.route(x)
-    if route == P.DIRECT and not P.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with P.op_range("softmax", chosen.name):
-        if route == P.DIRECT:
-            return chosen.fn(x)
-        if route == P.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _softmax_op(x, chosen.name)
+    chosen = dispatch.choose("softmax", x, provider)
+    return dispatch.call("softmax", chosen, _softmax_op, _eager, x)

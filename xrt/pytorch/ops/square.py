@@ -10,20 +10,9 @@ from __future__ import annotations
 import torch
 
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import dispatch, kernel_providers
 
-T.register_kernels("square", shape=lambda x: (x.numel(),))
-
-
-@torch.library.custom_op("xrt::square", mutates_args=())
-def _square_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("square", provider).fn(x)
-
-
-@_square_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+kernel_providers.register("square", shape=lambda x: (x.numel(),))
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -36,8 +25,8 @@ def _backward(ctx, grad: torch.Tensor):
     return grad * 2 * x, None
 
 
-_square_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = P.eager_autograd("square", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::square, and the same for eager training
+_square_op, _eager = dispatch.define("square", dispatch.contiguous_like, _setup_context, _backward)
 
 
 def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -58,13 +47,5 @@ def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     if not x.is_floating_point():
         raise TypeError(f"square expects a floating tensor, got dtype {x.dtype}")
     x = cast_for_hint(x)
-    chosen = P.choose("square", x, provider)
-    route = P.route(x)
-    if route == P.DIRECT and not P.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with P.op_range("square", chosen.name):
-        if route == P.DIRECT:
-            return chosen.fn(x)
-        if route == P.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _square_op(x, chosen.name)
+    chosen = dispatch.choose("square", x, provider)
+    return dispatch.call("square", chosen, _square_op, _eager, x)

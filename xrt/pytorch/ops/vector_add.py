@@ -6,21 +6,9 @@ import torch
 
 from xrt.kernels import checks
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("vector_add", shape=lambda a: (a.numel(),))
-
-
-@torch.library.custom_op("xrt::vector_add", mutates_args=())
-def _vector_add_op(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("vector_add", provider).fn(a, b)
-
-
-@_vector_add_op.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-    return torch.empty_like(a, memory_format=torch.contiguous_format)
+kernel_providers.register("vector_add", shape=lambda a: (a.numel(),))
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -31,8 +19,9 @@ def _backward(ctx, grad: torch.Tensor):
     return grad, grad, None
 
 
-_vector_add_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = P.eager_autograd("vector_add", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::vector_add, and the same for eager training
+_vector_add_op, _eager = dispatch.define("vector_add", dispatch.contiguous_like, _setup_context, _backward,
+                                         inputs=2)
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -48,15 +37,7 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None)
     >>> vector_add(torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0]))
     tensor([1.5000, 1.0000])
     """
-    a, b = cast_for_hint(C.floating("a", "vector_add", a)), cast_for_hint(C.floating("b", "vector_add", b))
+    a, b = cast_for_hint(_checks.floating("a", "vector_add", a)), cast_for_hint(_checks.floating("b", "vector_add", b))
     checks.same("vector_add", a, b)
-    chosen = P.choose("vector_add", a, provider)
-    route = P.route(a, b)
-    if route == P.DIRECT and not P.profiling():
-        return chosen.fn(a, b)  # what the custom op would run, without its dispatch
-    with P.op_range("vector_add", chosen.name):
-        if route == P.DIRECT:
-            return chosen.fn(a, b)
-        if route == P.DIRECT_GRAD:
-            return _eager.apply(a, b, chosen.name)
-        return _vector_add_op(a, b, chosen.name)
+    chosen = dispatch.choose("vector_add", a, provider)
+    return dispatch.call("vector_add", chosen, _vector_add_op, _eager, a, b)

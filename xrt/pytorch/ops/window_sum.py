@@ -6,21 +6,9 @@ import torch
 
 from xrt.kernels import checks
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import _providers as P
-from xrt.pytorch.ops import _tuned as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register_kernels("window_sum")
-
-
-@torch.library.custom_op("xrt::window_sum", mutates_args=())
-def _window_sum_op(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return P.get("window_sum", provider).fn(x)
-
-
-@_window_sum_op.register_fake
-def _(x: torch.Tensor, provider: str) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], x.shape[-1] - 2))
+kernel_providers.register("window_sum")
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -33,8 +21,9 @@ def _backward(ctx, grad: torch.Tensor):
     return pad(grad, (0, 2)) + pad(grad, (1, 1)) + pad(grad, (2, 0)), None
 
 
-_window_sum_op.register_autograd(_backward, setup_context=_setup_context)
-_eager = P.eager_autograd("window_sum", _setup_context, _backward)  # the same, for eager training
+# the custom op xrt::window_sum, and the same for eager training
+_window_sum_op, _eager = dispatch.define("window_sum", lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] - 2)),
+                                         _setup_context, _backward)
 
 
 def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -53,15 +42,7 @@ def window_sum(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     >>> window_sum(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     tensor([6., 9.])
     """
-    x = cast_for_hint(C.floating("x", "window_sum", x))
+    x = cast_for_hint(_checks.floating("x", "window_sum", x))
     checks.window_width(x)
-    chosen = P.choose("window_sum", x, provider)
-    route = P.route(x)
-    if route == P.DIRECT and not P.profiling():
-        return chosen.fn(x)  # what the custom op would run, without its dispatch
-    with P.op_range("window_sum", chosen.name):
-        if route == P.DIRECT:
-            return chosen.fn(x)
-        if route == P.DIRECT_GRAD:
-            return _eager.apply(x, chosen.name)
-        return _window_sum_op(x, chosen.name)
+    chosen = dispatch.choose("window_sum", x, provider)
+    return dispatch.call("window_sum", chosen, _window_sum_op, _eager, x)

@@ -1,4 +1,7 @@
-"""What every op's providers share: the tuned-config lookup and the cached CUDA device facts."""
+"""The providers that launch xrt's kernels: their registration (:func:`register`: ``torch``, ``triton``,
+``cuda`` and ``xpu`` for an op), the tuned config they launch with (:func:`config`) and the cached device
+facts that config is looked up by (:func:`device_info`). The registry and the choice between providers
+are :mod:`xrt.pytorch.ops.dispatch`'s."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     return hit
 
 
-def register_kernels(op: str, module: str | None = None, fn: str | None = None,
+def register(op: str, module: str | None = None, fn: str | None = None,
                      shape: Callable[[torch.Tensor], Sequence[int]] | None = None,
                      shape_args: Callable[..., Sequence[int]] | None = None) -> None:
     """Register the four providers of ``op`` the way every xrt op has them.
@@ -66,7 +69,7 @@ def register_kernels(op: str, module: str | None = None, fn: str | None = None,
     ``module`` and ``fn`` default to ``op``. ``shape_args`` buckets by all the arguments instead
     (``matmul``: ``(M, N, K)`` from ``a`` and ``b``).
     """
-    from xrt.pytorch.ops import _providers as P
+    from xrt.pytorch.ops import dispatch
 
     module, fn = module or op, fn or op
 
@@ -92,8 +95,8 @@ def register_kernels(op: str, module: str | None = None, fn: str | None = None,
         run.__name__ = f"_{op}_{kind}"
         return run
 
-    P.register(op, "torch", P.torch_missing)(reference)
-    P.register(op, "triton", P.triton_missing)(tuned("triton", "triton"))
-    P.register(op, "cuda", P.cuda_missing)(tuned("cuda", "cuda"))
+    dispatch.register(op, "torch", dispatch.torch_missing)(reference)
+    dispatch.register(op, "triton", dispatch.triton_missing)(tuned("triton", "triton"))
+    dispatch.register(op, "cuda", dispatch.cuda_missing)(tuned("cuda", "cuda"))
     # Upstream torch.xpu: the Triton kernel compiles for Intel GPUs through Triton's XPU backend.
-    P.register(op, "xpu", P.xpu_missing)(tuned("triton", "triton"))
+    dispatch.register(op, "xpu", dispatch.xpu_missing)(tuned("triton", "triton"))

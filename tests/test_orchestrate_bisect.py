@@ -9,8 +9,8 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 from xrt.db.ingest import ingest  # noqa: E402
+from xrt.orchestrate.bisect import bisect  # noqa: E402
 from xrt.track import synth  # noqa: E402
-from xrt.track.bisect import bisect  # noqa: E402
 
 
 @pytest.mark.parametrize("culprit", [1, 7, 16])

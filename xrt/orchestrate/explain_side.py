@@ -22,7 +22,7 @@ from __future__ import annotations
 import os.path
 import sys
 
-# Run as a script, Python puts this file's folder first on sys.path: its bisect.py (xrt.track's)
+# Run as a script, Python puts this file's folder first on sys.path: its bisect.py (xrt.orchestrate's)
 # would shadow the standard library's for every module imported after this.
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
@@ -85,13 +85,17 @@ def _settings(args) -> dict:
         elif space:
             from xrt.kernels import spaces
 
-            try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops._tuned)
+            try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops.kernel_providers)
                 from xrt.device import default_device
-                from xrt.pytorch.ops import _tuned
+
+                try:
+                    from xrt.pytorch.ops import kernel_providers
+                except ImportError:  # a commit from before kernel_providers had its name
+                    from xrt.pytorch.ops import _tuned as kernel_providers
 
                 x = torch.empty(suite.parse_shape(args.shape), dtype=getattr(torch, args.dtype),
                                 device=default_device().torch_device)
-                t = _tuned.config(args.op, space, x)
+                t = kernel_providers.config(args.op, space, x)
                 default = getattr(t, "is_default", dict(t) == spaces.default(space))
                 out["config"] = dict(t)
                 out["config_source"] = (f"default of {space} (kernels/spaces.py)" if default else
@@ -110,7 +114,7 @@ def _dump(args, out: Path) -> str:
     import torch
 
     try:
-        from xrt.commands import kernels as K
+        from xrt.commands import kernels as kernels_command
     except ImportError as e:
         return f"skipped: this commit has no `xrt kernels dump` ({e})"
     arch = args.arch
@@ -120,10 +124,10 @@ def _dump(args, out: Path) -> str:
     d.mkdir(parents=True, exist_ok=True)
     try:
         if args.provider == "cuda":
-            written = K._dump_cuda(args.op, d, arch)
+            written = kernels_command._dump_cuda(args.op, d, arch)
         elif args.provider == "triton":
-            dtype = args.dtype if args.dtype in K._DTYPES else "float32"
-            written = K._dump_triton(args.op, d, dtype, arch)
+            dtype = args.dtype if args.dtype in kernels_command._DTYPES else "float32"
+            written = kernels_command._dump_triton(args.op, d, dtype, arch)
         else:
             return f"skipped: provider {args.provider!r} has no kernels of xrt's own to dump"
     except Exception as e:  # CLIError and friends: the reason in one line

@@ -1,4 +1,4 @@
-"""Providers of xrt ops, and the choice between them.
+"""Providers of xrt ops, the choice between them and how a call reaches the chosen one.
 
 Each provider has a ``missing(x)`` check that says why it cannot run this input (or ``None``);
 an explicitly chosen provider that cannot run fails with that reason, ``auto`` takes the first
@@ -49,6 +49,11 @@ def providers(op: str) -> dict[str, Provider]:
     return dict(_REGISTRY.get(op, {}))
 
 
+def ops() -> list[str]:
+    """The ops that have providers registered, sorted."""
+    return sorted(_REGISTRY)
+
+
 def get(op: str, name: str) -> Provider:
     try:
         return _REGISTRY[op][name]
@@ -57,17 +62,22 @@ def get(op: str, name: str) -> Provider:
         raise ValueError(f"op {op!r} has no provider {name!r}; registered: {have}") from None
 
 
+def require(op: str, name: str, x: torch.Tensor) -> Provider:
+    """Provider ``name`` of ``op``; a RuntimeError that says why when it cannot run ``x`` here."""
+    p = get(op, name)
+    why = p.missing(x)
+    if why:
+        raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
+    return p
+
+
 def choose(op: str, x: torch.Tensor, explicit: str | None = None,
            order: dict[str, tuple[str, ...]] | None = None) -> Provider:
     """The provider that runs ``op`` on ``x`` under the policy in force; ``auto`` takes the first
     of ``order[device type]`` (an op's own order, else :data:`AUTO_ORDER`) that can run ``x``."""
     name = policy.resolve(op, explicit)
     if name != policy.AUTO:
-        p = get(op, name)
-        why = p.missing(x)
-        if why:
-            raise RuntimeError(f"xrt op {op!r}: provider {name!r} is unavailable: {why}")
-        return p
+        return require(op, name, x)
     for cand in (order or AUTO_ORDER).get(x.device.type, ("torch",)):
         p = _REGISTRY.get(op, {}).get(cand)
         if p is not None and p.missing(x) is None:
@@ -128,6 +138,52 @@ def eager_autograd(op: str, setup_context: Callable[..., None],
     # Built with type() so that the graph node is named after the op (Eager_squareBackward).
     return type(f"Eager_{op}", (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(back)})
+
+
+def contiguous_like(x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """The fake output of an op whose output is shaped like its first input, contiguous."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def define(op: str, fake: Callable[..., torch.Tensor], setup_context: Callable[..., None],
+           backward: Callable[..., Any], inputs: int = 1) -> tuple[Any, type[torch.autograd.Function]]:
+    """The custom op ``xrt::<op>(*tensors, provider)`` of a one-output op with ``inputs`` tensor inputs
+    (1 or 2): the provider's function, ``fake(*tensors)`` for torch.compile, autograd from
+    ``setup_context`` and ``backward``; and its :func:`eager_autograd` twin, for :func:`call`."""
+    if inputs == 1:
+        def impl(x: torch.Tensor, provider: str) -> torch.Tensor:
+            return get(op, provider).fn(x)
+
+        def fake_impl(x: torch.Tensor, provider: str) -> torch.Tensor:
+            return fake(x)
+    elif inputs == 2:
+        def impl(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+            return get(op, provider).fn(a, b)
+
+        def fake_impl(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+            return fake(a, b)
+    else:
+        raise ValueError(f"xrt op {op!r}: define() takes 1 or 2 tensor inputs, not {inputs}")
+    custom = torch.library.custom_op(f"xrt::{op}", impl, mutates_args=())
+    custom.register_fake(fake_impl)
+    custom.register_autograd(backward, setup_context=setup_context)
+    return custom, eager_autograd(op, setup_context, backward)
+
+
+def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Function],
+         *tensors: torch.Tensor) -> torch.Tensor:
+    """Run ``chosen`` on ``tensors`` the way :func:`route` says: its function itself in plain eager
+    PyTorch (what the custom op would run, without its dispatch), ``eager`` when autograd records the
+    call, else the custom op; inside :func:`op_range` while a profiler records."""
+    how = route(*tensors)
+    if how == DIRECT and not _profiling():
+        return chosen.fn(*tensors)
+    with op_range(op, chosen.name):
+        if how == DIRECT:
+            return chosen.fn(*tensors)
+        if how == DIRECT_GRAD:
+            return eager.apply(*tensors, chosen.name)
+        return custom(*tensors, chosen.name)
 
 
 def profiling() -> bool:

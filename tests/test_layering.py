@@ -1,0 +1,130 @@
+"""Each layer imports only the ones below it: kernels -> xrt.pytorch -> xrt.bench (and xrt.tune) -> xrt.db
+-> xrt.track -> the top (the CLI, xrt.orchestrate, the dashboard). Read from the source with ast, lazy
+imports inside functions included, so that it stays true."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+# Bottom first. xrt itself (its version) and xrt.device (the DeviceInfo every layer uses) sit under all.
+LAYERS = ["base", "kernels", "pytorch", "bench", "tune", "db", "track", "top"]
+BASE = {"xrt", "xrt._version", "xrt.device"}
+# Named exceptions, each with its reason: (importer's layer, imported module).
+ALLOWED = {
+    # the .xrt sidecar's key names: written by xrt.bench, read by xrt.db; stdlib only and no imports
+    ("bench", "xrt.db.sidecar_keys"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "kernels":
+        parts.insert(0, "xrt")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> str | None:
+    """The layer of an xrt (or dashboard) module; None for anything else (the standard library, torch...)."""
+    parts = module.split(".")
+    if parts[0] == "dashboard":
+        return "top"
+    if parts[0] != "xrt":
+        return None
+    if module in BASE:
+        return "base"
+    if parts[1] in ("cli", "commands", "orchestrate") or parts[-1] == "cli":
+        return "top"
+    return parts[1] if parts[1] in LAYERS else "unknown"
+
+
+def imports(path: Path, name: str) -> list[str]:
+    """The modules ``path`` imports (``from a import b``: ``a.b`` when that is a module, else ``a``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            out += [f"{base}.{a.name}" if module_exists(f"{base}.{a.name}") else base for a in node.names]
+    return out
+
+
+def module_exists(module: str) -> bool:
+    parts = module.split(".")
+    if parts[0] != "xrt":
+        return False
+    where = ROOT.joinpath("kernels", *parts[2:]) if parts[1:2] == ["kernels"] else ROOT.joinpath(*parts)
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def sources() -> list[tuple[Path, str]]:
+    paths = [*(ROOT / "kernels").rglob("*.py"), *(p for p in (ROOT / "xrt").rglob("*.py")
+                                                  if not p.relative_to(ROOT / "xrt").parts[0] == "kernels")]
+    paths += (ROOT / "dashboard").rglob("*.py")
+    return [(p, module_name(p)) for p in sorted(paths)]
+
+
+def test_every_module_has_a_layer():
+    unknown = [name for _, name in sources() if layer(name) == "unknown"]
+    assert unknown == []
+
+
+def upward(modules: list[tuple[Path, str]]) -> list[str]:
+    """Each import of a higher layer's module, as 'file (layer) imports module (layer)'."""
+    out = []
+    for path, name in modules:
+        mine = layer(name)
+        for imported in imports(path, name):
+            theirs = layer(imported)
+            if theirs is not None and (mine, imported) not in ALLOWED and LAYERS.index(theirs) > LAYERS.index(mine):
+                out.append(f"{path.name} [{name}] ({mine}) imports {imported} ({theirs})")
+    return out
+
+
+def test_each_layer_imports_only_the_ones_below_it():
+    assert upward(sources()) == []
+
+
+# What measures, ingests or checks out commits: orchestration (xrt.orchestrate, the CLI) drives it.
+DRIVERS = {"xrt.bench.runner", "xrt.bench.worktrees", "xrt.db.ingest"}
+
+
+def test_detection_reads_what_is_stored_and_drives_nothing():
+    """xrt.track judges the database; running benchmarks, ingesting and checking out commits (xrt bisect,
+    xrt explain) is xrt.orchestrate's."""
+    offenders = [f"{path.name}: {imported}" for path, name in sources() if layer(name) == "track"
+                 for imported in imports(path, name) if imported in DRIVERS]
+    assert offenders == []
+
+
+def test_kernels_are_imported_as_xrt_kernels_only():
+    """kernels/ is the package xrt.kernels (the link xrt/kernels): a bare ``import kernels`` would load
+    a second copy of every kernel module."""
+    offenders = []
+    for path in [p for d in ("xrt", "kernels", "benchmarks", "dashboard", "tests", "scripts")
+                 for p in (ROOT / d).rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "kernels"]
+    assert offenders == []
+
+
+def test_the_rule_catches_an_import_from_above(tmp_path):
+    """The check itself: a track module importing the orchestration layer or the CLI is reported, lazily
+    or not; one importing the database is not."""
+    f = tmp_path / "fake.py"
+    f.write_text("from xrt.db import store\nfrom xrt.orchestrate import bisect\n\n\n"
+                 "def f():\n    from xrt.cli import CLIError\n")
+    assert upward([(f, "xrt.track.fake")]) == [
+        "fake.py [xrt.track.fake] (track) imports xrt.orchestrate.bisect (top)",
+        "fake.py [xrt.track.fake] (track) imports xrt.cli (top)"]
+    assert layer("xrt.kernels.triton.square") == "kernels" and layer("xrt.bench.cli") == "top"
+    assert layer("xrt.db.cli") == "top" and layer("torch") is None
