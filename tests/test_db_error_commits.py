@@ -101,3 +101,21 @@ def test_result_file_naming_is_asvs():
         assert asv_files.is_result_file_of(name, A) and not asv_files.is_result_file_of(name, B)
         assert asv_files.commit_of_name(f"m1/{name}") == asv_files.result_file_prefix(A) == A[:8]
     assert asv_files.commit_of_name("m1/machine.json") is None and asv_files.commit_of_name("benchmarks.json") is None
+
+
+def test_schema_1_reads_as_asvs_own_update_to_schema_2():
+    """asv_files reads a schema-1 file itself (asv.results.Results.update_to_2 rounds stats to 5 digits,
+    needs date/python/requirements and costs importing asv); the rows are those of asv's update."""
+    import copy
+    import json
+
+    results = pytest.importorskip("asv.results")
+    v1 = asvgen.v1_file(A)
+    v2 = {**results.Results.update_to_2(copy.deepcopy(v1)), "version": 2}
+    known = asv_files.parse_benchmarks(json.dumps(asvgen.BENCHMARKS).encode())
+
+    def rows(d):
+        run = asv_files.parse_result(json.dumps(d).encode(), "m1", known)
+        return sorted(zip(*(run.columns[c] for c in asv_files.VALUE_COLUMNS)), key=repr)
+
+    assert len(rows(v1)) == 6 and rows(v1) == rows(v2)
