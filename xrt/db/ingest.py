@@ -1,9 +1,11 @@
 """``xrt db ingest``: asv results (and git history) into the database, incrementally and atomically.
 
-The plan: hash every file; skip those whose hash the database already holds; parse the rest
-(in worker processes) into Arrow tables; then, in one writer transaction on a private copy of
-the database (:func:`xrt.db.store.write`), replace the rows of every changed file, record the
-refused files in ``ingest_errors`` and swap the copy in. Nothing changed: nothing is written.
+Three steps on one state object (:class:`_Ingest`): :func:`_scan` hashes every file and keeps
+those whose hash the database does not hold yet; :func:`_parse` turns them (in worker processes
+where there are many) into Arrow tables; :func:`_commit`, in one writer transaction on a private
+copy of the database (:func:`xrt.db.store.write`), replaces the rows of every changed file, records
+the refused files in ``ingest_errors`` (with the commit each is about) and swaps the copy in.
+Nothing changed: nothing is written.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _what(e: os.DirEntry) -> tuple[str | None, str | None]:
         mode = e.stat().st_mode
     except OSError as err:
         return None, f"cannot follow: {err.strerror or err}"
-    return None, f"not a regular file ({store._kind_of(mode)})"
+    return None, f"not a regular file ({store.kind_of(mode)})"
 
 
 def scan(root: Path) -> dict[str, list]:
