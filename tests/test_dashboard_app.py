@@ -373,10 +373,8 @@ def test_tuning_prefers_the_tuner_table(db):
 
 
 def test_tuning_empty_state(tmp_path, monkeypatch):
-    from xrt.db import store as S
-
     p = tmp_path / "plain.duckdb"
-    S.write(p, lambda con: con.execute(
+    store.write(p, lambda con: con.execute(
         "INSERT INTO results (run_id, machine, commit_hash, benchmark, param_key, params, value, status) "
         "VALUES (1, 'm', 'c', 'x.time_y', '', [], 1.0, 'ok')"), fresh=True)
     monkeypatch.setenv("XRT_DB", str(p))

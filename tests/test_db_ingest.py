@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen as G  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
-from xrt.db import ingest as I  # noqa: E402
 from xrt.db import schema, store  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def q(db, sql, params=None):
 
 def run_ingest(results, db, repo=None):
     lines: list[str] = []
-    rep = I.ingest(results, db, repo, echo=lines.append)
+    rep = ingest(results, db, repo, echo=lines.append)
     return rep, lines
 
 

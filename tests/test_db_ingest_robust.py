@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen as G  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
-from xrt.db import ingest as I  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def _results(tmp_path, n=3, machines=("m1",)):
 
 def run(root, db):
     lines: list[str] = []
-    rep = I.ingest(root, db, echo=lines.append)
+    rep = ingest(root, db, echo=lines.append)
     return rep, lines
 
 
@@ -87,7 +87,7 @@ def test_unlistable_machine_folder(tmp_path, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(I.os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", scandir)  # the os module xrt.db.ingest lists folders with
     db = tmp_path / "x.duckdb"
     rep, lines = run(root, db)
     assert rep.ingested == 3 and q(db, "SELECT DISTINCT machine FROM runs") == [("m1",)]

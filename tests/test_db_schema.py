@@ -119,7 +119,7 @@ def test_explanations_table_comes_after_version_7(tmp_path):
         assert cols[:6] == ["regression_id", "machine", "benchmark", "param_key", "base_commit", "head_commit"]
         assert {"payload", "markdown"} <= set(cols)
         assert con.execute("SELECT count(*) FROM explanations").fetchone()[0] == 0
-        assert schema.current_version(con) == schema.LATEST == 9
+        assert schema.current_version(con) == schema.LATEST
 
 
 def test_a_migration_numbered_below_the_files_version_still_applies(tmp_path, monkeypatch):
@@ -129,7 +129,7 @@ def test_a_migration_numbered_below_the_files_version_still_applies(tmp_path, mo
 
     p = tmp_path / "v9.duckdb"
     with monkeypatch.context() as m:  # the schema as it was before 8 was merged
-        m.setattr(schema, "MIGRATIONS", [x for x in schema.MIGRATIONS if x[0] != 8])
+        m.setattr(schema, "MIGRATIONS", [x for x in schema.MIGRATIONS if x[0] <= 9 and x[0] != 8])
         store.write(p, lambda c: c.execute("INSERT INTO tuning_results VALUES ('sq', 'g', '64', 'f32', 'triton', "
                                            "'{}', 1e-5, 1.0)"))
     con = duckdb.connect(str(p))
@@ -142,7 +142,7 @@ def test_a_migration_numbered_below_the_files_version_still_applies(tmp_path, mo
     assert con.execute("SELECT op, median_s, status, space_hash FROM tuning_results").fetchall() == [
         ("sq", 1e-5, "timed", None)]
     assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == \
-        list(range(1, 10))
+        list(range(1, schema.LATEST + 1))
     con.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from xrt.db import asv_files as A
+from xrt.db import asv_files
 from xrt.db import sidecar_keys as SK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_names_files_on_disk_already_use():
     # files written before the names moved here must still read
     assert SK.SCHEMA == "xrt-sidecar/1" and SK.SUFFIXES == (".xrt", ".xrt.json") and SK.CASES == "cases"
-    assert A.SIDECAR_SUFFIXES is SK.SUFFIXES and A.SIDECAR_SUFFIX == SK.LEGACY_SUFFIX
+    assert asv_files.SIDECAR_SUFFIXES is SK.SUFFIXES and asv_files.SIDECAR_SUFFIX == SK.LEGACY_SUFFIX
 
 
 def _record_keys() -> set[str]:
@@ -45,7 +45,7 @@ def test_reader_takes_a_case_written_with_these_names():
     case = {SK.CASE_BENCHMARK: "b.time_x", SK.CASE_PARAMS: ["1"], SK.CASE_BYTES: 8.0, SK.CASE_FLOPS: 2.0,
             SK.CASE_SM_MHZ: [1000, 1000], SK.CASE_MEM_MHZ: [2000, 2000], SK.CASE_CYCLES: [5.0, 7.0],
             SK.CASE_THROTTLED_SHARE: 0.5}
-    facts, cases, problems = A.read_sidecar({SK.SCHEMA_KEY: SK.SCHEMA, SK.CASES: [case]})
+    facts, cases, problems = asv_files.read_sidecar({SK.SCHEMA_KEY: SK.SCHEMA, SK.CASES: [case]})
     assert problems == [] and facts[SK.SCHEMA_KEY] == SK.SCHEMA
     f = cases[("b.time_x", ("1",))]
     assert (f.bytes, f.flops, f.sm_mhz, f.cycles_median, f.throttled_share) == (8.0, 2.0, 1000, 6.0, 0.5)

@@ -11,7 +11,7 @@ import grid
 import pandas as pd
 import streamlit as st
 
-from xrt.db import alerts as A
+from xrt.db import alerts
 
 st.title("Regressions")
 st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
@@ -73,14 +73,14 @@ regs = regs.assign(
 
 # One alert per machine and first slow commit (xrt.db.alerts.group: the grouping `xrt regressions` and the
 # gate's summary use), newest first; open one for its series and their ratios.
-groups = A.group(regs.to_dict("records"), by_size=False)
+groups = alerts.group(regs.to_dict("records"), by_size=False)
 st.markdown(f"**{len(groups)} alert{'s' if len(groups) != 1 else ''}**: the steps one machine saw at one commit, "
             "together (usually one cause). Open one for its series.")
 for g in groups:
     items = pd.DataFrame(g.items)
     big = items.loc[(items["ratio"].map(lambda x: abs(x - 1.0) if x == x else 0.0)).idxmax()]
     label = (f"{dashui.lit(g.machine, 60)} at {dashui.lit(dashdata.short(g.commit))}: "
-             f"{A.counts_text(items['kind'])}, largest "
+             f"{alerts.counts_text(items['kind'])}, largest "
              f"{big['ratio']:.3f}× ({len(items)} series) — {dashui.lit(dashdata.first_line(big['message'], 60))}")
     with st.expander(label, expanded=len(groups) == 1):
         st.dataframe(items[["link", "benchmark", "params", "ratio", "slower_pct", "kind", "status"]], hide_index=True,

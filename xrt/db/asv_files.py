@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import operator
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,29 @@ def loads(data: bytes) -> Any:
         raise BadFile("corrupt", f"invalid JSON: {e.msg} at line {e.lineno} col {e.colno}") from None
 
 
+# asv names a result file <machine>/<commit_hash[:8]>-<env_name>.json (asv.results.get_filename; an
+# env name of 128 characters or more becomes "env-<md5>"); a sidecar adds its suffix to the stem.
+# The one place xrt knows that rule: the runner picks a commit's files by it, ingest keys errors by it.
+RESULT_COMMIT_CHARS = 8
+_COMMIT_OF_NAME = re.compile(r"([0-9a-f]{8})-")
+
+
+def result_file_prefix(commit: str) -> str:
+    """The start of the name of each asv result file (and sidecar) of ``commit``."""
+    return commit[:RESULT_COMMIT_CHARS]
+
+
+def is_result_file_of(name: str, commit: str) -> bool:
+    """Whether ``name`` (a file name in a machine folder) is one of asv's result files of ``commit``."""
+    return name.startswith(result_file_prefix(commit)) and name.endswith(".json")
+
+
+def commit_of_name(rel: str) -> str | None:
+    """The commit prefix that an asv result file's (or sidecar's) name gives, else None."""
+    m = _COMMIT_OF_NAME.match(rel.rsplit("/", 1)[-1])
+    return m.group(1) if m else None
+
+
 def is_result_file(path: Path) -> bool:
     return path.suffix == ".json" and path.name not in _NOT_RESULTS and not path.name.endswith(SIDECAR_SUFFIX)
 
@@ -153,11 +177,20 @@ def n_combos(params: list) -> int:
     return n
 
 
-def parse_benchmarks(data: bytes) -> dict[str, Benchmark]:
+class Benchmarks(dict):
+    """benchmarks.json: :class:`Benchmark` by name."""
+
+    @functools.cached_property
+    def with_formulas(self) -> frozenset:
+        """The names that declare bytes, FLOPs or a speed-of-light time (computed once per ingest)."""
+        return frozenset(n for n, b in self.items() if b.bytes or b.flops or b.sol_s)
+
+
+def parse_benchmarks(data: bytes) -> Benchmarks:
     d = loads(data)
     if not isinstance(d, dict):
         raise BadFile("unknown-format", "benchmarks.json is not a JSON object")
-    out: dict[str, Benchmark] = {}
+    out = Benchmarks()
     for name, b in d.items():
         if name == "version" or not isinstance(b, dict):
             continue
@@ -322,7 +355,10 @@ _V2_COLS = ("result", "params", "version", "started_at", "duration", "stats_ci_9
 
 
 def _v1_to_rows(d: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
-    """asv schema 1 -> schema 2 rows (what ``Results.update_to_2`` does, minus rounding)."""
+    """asv schema 1 -> schema 2 rows: what ``asv.results.Results.update_to_2`` makes (tested), minus
+    its rounding of stats and durations to 5 digits. asv's own is not called: it rounds, raises on a
+    file without date/python/requirements, and importing asv costs 0.2 s. asv's ``Results.load``
+    is not used either: it parses with ``json`` (orjson here) and refuses a file as a whole."""
     started = d.get("started_at") or {}
     duration = d.get("duration") or {}
     bversion = d.get("benchmark_version") or {}
@@ -391,6 +427,8 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
     if not isinstance(d["commit_hash"], str) or not d["commit_hash"]:
         raise BadFile("unknown-format", "'commit_hash' is not a string")
 
+    if known is not None and not isinstance(known, Benchmarks):
+        known = Benchmarks(known)
     cl: dict[str, list] = into if into is not None else {c: [] for c in VALUE_COLUMNS}
     start = len(cl["benchmark"])
     warnings: list[tuple[str, str]] = []
@@ -497,172 +535,180 @@ def _note_bad(bad: list[str] | None, name: str, combo: list, why: str) -> None:
         bad.append("more bad values in this file (not named one by one)")
 
 
-def _flatten_rows(cols: list, rows: dict, known: dict[str, Benchmark] | None, sidecar: Any,
-                  cl: dict[str, list], cases: dict[tuple[str, tuple], CaseFacts] | None = None,
-                  bad: list[str] | None = None, fast: bool = True) -> list[str]:
-    """The hot loop of ingest: one entry per benchmark x parameter combination in each column list.
+class _Layout:
+    """Where a file's columns sit in its rows (its ``result_columns``). Index ``ncol`` reads None in a
+    padded row: a column this file does not have (asv trims trailing nulls, so a short row means None)."""
+
+    def __init__(self, cols: list):
+        self.ncol = ncol = len(cols)
+        pos = {c: i for i, c in enumerate(cols)}
+        self.result = pos["result"]
+        self.params, self.version, self.started, self.duration, self.samples = (
+            pos.get(c, ncol) for c in ("params", "version", "started_at", "duration", "samples"))
+        self.stats = [pos.get(c, ncol) for c in _STATS]
+        self.pad = [None] * (ncol + 1)
+
+    def padded(self, name: str, row: Any) -> list:
+        if not isinstance(row, list) or len(row) <= self.result:
+            raise BadFile("unknown-format", f"benchmark {name!r}: result row is not a list with a 'result'")
+        return row + self.pad[len(row):] if len(row) <= self.ncol else row
+
+
+@dataclass
+class _Benchmark:
+    """One benchmark's row of a result file, as lists with one entry per parameter combination."""
+
+    name: str
+    combos: list  # the parameter combinations, asv's order (itertools.product of the params)
+    values: list
+    samples: list
+    stats: list  # per _STATS column
+    version: str | None
+    started: int | None
+    duration: float | None
+    nonneg: bool
+    bytes: list | None = None  # declared formula inputs, per combination
+    flops: list | None = None
+    sol_s: list | None = None
+
+
+def _one(x: Any) -> Any:
+    """A plain benchmark's entry of a per-combination column: its first element, None for null / []."""
+    return x[0] if x else None
+
+
+def _per_combination(what: str, name: str, x: Any, n: int) -> list:
+    """A stats column of a parameterized benchmark: None (all missing), a scalar or a list of ``n``."""
+    x = [None] * n if x is None else x if isinstance(x, list) else [x]
+    if len(x) != n:
+        raise BadFile("unknown-format", f"benchmark {name!r}: {what} of length {len(x)}, expected {n}")
+    return x
+
+
+def _read_benchmark(name: str, row: list, lay: _Layout, b: Benchmark | None, sc: Any, plain: bool) -> _Benchmark:
+    """The benchmark's row as per-combination lists; raises :class:`BadFile` on a malformed row.
+
+    ``plain``: no parameters and no formulas, the value a list of one (or None); its other columns
+    are read as asv writes them for one value (the first element, None for null or an empty list)."""
+    result, params = row[lay.result], row[lay.params] or _NO_PARAMS
+    version, started, duration = row[lay.version], row[lay.started], row[lay.duration]
+    bench = _Benchmark(
+        name=name, combos=[_NO_PARAMS], values=[], samples=[], stats=[],
+        version=version if isinstance(version, str) else None,
+        started=started if isinstance(started, int) and not isinstance(started, bool) else None,
+        duration=duration if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
+        nonneg=_nonneg(name, b))
+    if plain:
+        if result is not None and len(result) != 1:
+            raise BadFile("unknown-format", f"benchmark {name!r}: {len(result)} results for 1 parameter combination")
+        bench.values = [None if result is None else result[0]]
+        bench.samples = [_one(row[lay.samples])]
+        bench.stats = [[_one(row[i])] for i in lay.stats]
+        return bench
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        raise BadFile("unknown-format", f"benchmark {name!r}: 'params' is not a list of lists")
+    n = n_combos(params)
+    values = [None] * n if result is None else result if isinstance(result, list) else [result]
+    if len(values) != n:
+        raise BadFile("unknown-format", f"benchmark {name!r}: {len(values)} results for {n} parameter "
+                      "combinations")
+    bench.values = values
+    bench.stats = [_per_combination("stats", name, row[i], n) for i in lay.stats]
+    samples = row[lay.samples]
+    if samples is None:
+        samples = [None] * n
+    elif not isinstance(samples, list) or len(samples) != n:
+        raise BadFile("unknown-format", f"benchmark {name!r}: samples do not match its {n} results")
+    bench.samples = samples
+    if isinstance(sc, dict):
+        bench.bytes = _per_combo(sc.get("bytes", sc.get("bytes_moved")), n)
+        bench.flops = _per_combo(sc.get("flops"), n)
+        bench.sol_s = _per_combo(sc.get("sol_s", sc.get("sol_seconds")), n)
+    if b is not None and len(b.params) == len(params) and n_combos(b.params) == n:
+        bench.bytes, bench.flops, bench.sol_s = bench.bytes or b.bytes, bench.flops or b.flops, bench.sol_s or b.sol_s
+    if params:
+        bench.combos = [list(c) for c in itertools.product(*params)]
+    return bench
+
+
+def classify(value: Any) -> str:
+    """asv's status of a result value: ``failed`` (None, or +-inf), ``skipped`` (NaN), else ``ok``.
+
+    Whether an ``ok`` value is a measurement (not a boolean, a string, a negative time) is
+    :func:`_bad_value`'s question; the row keeps a value only when its status is ``ok``."""
+    if value is None:
+        return "failed"
+    if value.__class__ is float and value - value != 0.0:  # NaN or +-inf
+        return "failed" if value == value else "skipped"
+    return "ok"
+
+
+_FACT_COLUMNS = ("sm_mhz", "cycles", "cycles_median", "throttled_share")
+_STAT_COLUMNS = ("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat")
+
+
+def _add_rows(cl: dict[str, list], bench: _Benchmark, cases: dict, bad: list[str] | None) -> None:
+    """The row builder: one row per parameter combination of ``bench``, appended to the column lists.
 
     A value that is no measurement (a boolean, a string, a negative time, or samples with NaN, inf,
-    a negative time or a non-number) becomes a row with status ``bad`` and no value, samples or
-    stats; ``bad`` collects why (benchmark, parameters, value)."""
-    ncol = len(cols)
-    pos = {c: i for i, c in enumerate(cols)}
-    i_res = pos["result"]
-    i_par, i_ver, i_sta, i_dur, i_smp = (pos.get(c, ncol) for c in ("params", "version", "started_at",
-                                                                     "duration", "samples"))
-    i_stats = [pos.get(c, ncol) for c in _STATS]
-    pad = [None] * (ncol + 1)  # index ncol is always None: a column this file does not have
+    a negative time or a non-number, or samples that are not the timer's) becomes a row with status
+    ``bad`` and no value, samples or stats; ``bad`` collects why (benchmark, parameters, value)."""
+    name, combos, nonneg = bench.name, bench.combos, bench.nonneg
+    for j, v in enumerate(bench.values):
+        combo, sm = combos[j], bench.samples[j]
+        st = classify(v)
+        cf = cases.get((name, tuple(combo))) if cases else None
+        why = None
+        if st == "ok":
+            why = _bad_value(v, nonneg) or _bad_samples(sm, nonneg) or (cf and _not_the_timers(sm, cf))
+            if why:
+                _note_bad(bad, name, combo, why)
+                st = BAD
+        ok, kept = st == "ok", st != BAD
+        cl["benchmark"].append(name)
+        cl["param_index"].append(j)
+        cl["params"].append(combo)
+        cl["param_key"].append(", ".join(combo))
+        cl["value"].append(v if ok else None)
+        cl["status"].append(st)
+        cl["samples"].append(sm if kept and isinstance(sm, list) else None)
+        for c, s in zip(_STAT_COLUMNS, bench.stats):
+            cl[c].append(s[j] if kept else None)
+        cl["version"].append(bench.version)
+        cl["started_at_ms"].append(bench.started)
+        cl["duration"].append(bench.duration)
+        # measured for exactly this combination (the timing layer) first, then the declared formulas
+        cl["bytes"].append(cf.bytes if cf is not None and cf.bytes is not None else
+                           bench.bytes[j] if bench.bytes else None)
+        cl["flops"].append(cf.flops if cf is not None and cf.flops is not None else
+                           bench.flops[j] if bench.flops else None)
+        cl["sol_s"].append(bench.sol_s[j] if bench.sol_s else None)
+        for c in _FACT_COLUMNS:
+            cl[c].append(None if cf is None else getattr(cf, c))
+
+
+def _flatten_rows(cols: list, rows: dict, known: Benchmarks | None, sidecar: Any, cl: dict[str, list],
+                  cases: dict[tuple[str, tuple], CaseFacts] | None = None, bad: list[str] | None = None,
+                  fast: bool = True) -> list[str]:
+    """One entry per benchmark x parameter combination in each column list; returns the benchmarks
+    not in benchmarks.json. ``fast``: a file of plain benchmarks only goes column by column
+    (:func:`_flatten_plain`), which leaves its samples' check to the caller."""
+    lay = _Layout(cols)
     sc_bench = sidecar.get("benchmarks") if isinstance(sidecar, dict) else None
+    sc_bench = sc_bench if isinstance(sc_bench, dict) else {}
     cases = cases or {}
     unknown: list[str] = [name for name in rows if name not in known] if known is not None else []
-    if fast and _flatten_plain(rows, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur,
-                               i_smp, i_stats):
+    if fast and not cases and not sc_bench and _flatten_plain(rows, known, cl, lay):
         return unknown
     case_names = {b for b, _ in cases}
-    (c_bench, c_pidx, c_params, c_pkey, c_value, c_status, c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep,
-     c_ver, c_start, c_dur, c_bytes, c_flops, c_sol, c_smhz, c_cyc, c_cycm, c_thr) = (cl[c] for c in VALUE_COLUMNS)
-    s_a, s_b, s_q25, s_q75, s_num, s_rep = i_stats
-    isnan, isinf = math.isnan, math.isinf
     for name, row in rows.items():
-        if not isinstance(row, list) or len(row) <= i_res:
-            raise BadFile("unknown-format", f"benchmark {name!r}: result row is not a list with a 'result'")
-        if len(row) <= ncol:
-            row = row + pad[len(row):]
-        result = row[i_res]
-        params = row[i_par] or _NO_PARAMS
-        version, started, duration = row[i_ver], row[i_sta], row[i_dur]
-        if not isinstance(version, str):
-            version = None
-        if not isinstance(started, int) or isinstance(started, bool):
-            started = None
-        if not isinstance(duration, (int, float)) or isinstance(duration, bool):
-            duration = None
+        row = lay.padded(name, row)
         b = known.get(name) if known is not None else None
-        sc = sc_bench.get(name) if isinstance(sc_bench, dict) else None
+        sc = sc_bench.get(name)
         formulas = b is not None and (b.bytes or b.flops or b.sol_s) or isinstance(sc, dict) or name in case_names
-
-        if not params and not formulas and (result is None or isinstance(result, list)):
-            # A plain benchmark, one value.
-            if result is None:
-                v, st = None, "failed"
-            else:
-                if len(result) != 1:
-                    raise BadFile("unknown-format", f"benchmark {name!r}: {len(result)} results for 1 "
-                                  "parameter combination")
-                v = result[0]
-                if v is None:
-                    st = "failed"
-                elif v.__class__ is float and (isnan(v) or isinf(v)):
-                    st, v = ("skipped" if isnan(v) else "failed"), None
-                else:
-                    st = "ok"
-                    nonneg = _nonneg(name, b)
-                    smp = row[i_smp]
-                    why = _bad_value(v, nonneg) or _bad_samples(smp[0] if isinstance(smp, list) and smp else None,
-                                                                nonneg)
-                    if why:
-                        _note_bad(bad, name, _NO_PARAMS, why)
-                        st, v = BAD, None
-            c_bench.append(name)
-            c_pidx.append(0)
-            c_params.append(_NO_PARAMS)
-            c_pkey.append("")
-            c_value.append(v)
-            c_status.append(st)
-            for c, i in ((c_samples, i_smp), (c_a, s_a), (c_b, s_b), (c_q25, s_q25), (c_q75, s_q75),
-                         (c_num, s_num), (c_rep, s_rep)):
-                x = row[i]
-                c.append(x[0] if x and st != BAD else None)
-            c_ver.append(version)
-            c_start.append(started)
-            c_dur.append(duration)
-            for c in (c_bytes, c_flops, c_sol, c_smhz, c_cyc, c_cycm, c_thr):
-                c.append(None)
-            continue
-
-        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
-            raise BadFile("unknown-format", f"benchmark {name!r}: 'params' is not a list of lists")
-        n = n_combos(params)
-        values = [None] * n if result is None else result if isinstance(result, list) else [result]
-        if len(values) != n:
-            raise BadFile("unknown-format", f"benchmark {name!r}: {len(values)} results for {n} parameter "
-                          "combinations")
-        stats = []
-        for i in i_stats:
-            s = row[i]
-            s = [None] * n if s is None else s if isinstance(s, list) else [s]
-            if len(s) != n:
-                raise BadFile("unknown-format", f"benchmark {name!r}: stats of length {len(s)}, expected {n}")
-            stats.append(s)
-        samples = row[i_smp]
-        if samples is None:
-            samples = [None] * n
-        elif not isinstance(samples, list) or len(samples) != n:
-            raise BadFile("unknown-format", f"benchmark {name!r}: samples do not match its {n} results")
-        fb = fs = fl = None
-        if isinstance(sc, dict):
-            fb = _per_combo(sc.get("bytes", sc.get("bytes_moved")), n)
-            fl = _per_combo(sc.get("flops"), n)
-            fs = _per_combo(sc.get("sol_s", sc.get("sol_seconds")), n)
-        if b is not None and len(b.params) == len(params) and n_combos(b.params) == n:
-            fb, fl, fs = fb or b.bytes, fl or b.flops, fs or b.sol_s
-        combos = [list(c) for c in itertools.product(*params)] if params else [_NO_PARAMS]
-        nonneg = _nonneg(name, b)
-        for j, v in enumerate(values):
-            combo = combos[j]
-            sm = samples[j]
-            if v is None:
-                st = "failed"
-            elif v.__class__ is float and (isnan(v) or isinf(v)):
-                st, v = ("skipped" if isnan(v) else "failed"), None
-            else:
-                st = "ok"
-                why = _bad_value(v, nonneg) or _bad_samples(sm, nonneg)
-                if why:
-                    _note_bad(bad, name, combo, why)
-                    st, v = BAD, None
-            cf = cases.get((name, tuple(combo))) if cases else None
-            if st == "ok" and cf is not None:
-                why = _not_the_timers(sm, cf)
-                if why:
-                    _note_bad(bad, name, combo, why)
-                    st, v = BAD, None
-            c_bench.append(name)
-            c_pidx.append(j)
-            c_params.append(combo)
-            c_pkey.append(", ".join(combo))
-            c_value.append(v)
-            c_status.append(st)
-            if st == BAD:
-                for c in (c_samples, c_a, c_b, c_q25, c_q75, c_num, c_rep):
-                    c.append(None)
-            else:
-                c_samples.append(sm if isinstance(sm, list) else None)
-                c_a.append(stats[0][j])
-                c_b.append(stats[1][j])
-                c_q25.append(stats[2][j])
-                c_q75.append(stats[3][j])
-                c_num.append(stats[4][j])
-                c_rep.append(stats[5][j])
-            c_ver.append(version)
-            c_start.append(started)
-            c_dur.append(duration)
-            # measured for exactly this combination (the timing layer) first, then the declared formulas
-            by = cf.bytes if cf is not None and cf.bytes is not None else fb[j] if fb else None
-            fp = cf.flops if cf is not None and cf.flops is not None else fl[j] if fl else None
-            c_bytes.append(by)
-            c_flops.append(fp)
-            c_sol.append(fs[j] if fs else None)
-            if cf is None:
-                c_smhz.append(None)
-                c_cyc.append(None)
-                c_cycm.append(None)
-                c_thr.append(None)
-            else:
-                c_smhz.append(cf.sm_mhz)
-                c_cyc.append(cf.cycles)
-                c_cycm.append(cf.cycles_median)
-                c_thr.append(cf.throttled_share)
+        result = row[lay.result]
+        plain = not row[lay.params] and not formulas and (result is None or isinstance(result, list))
+        _add_rows(cl, _read_benchmark(name, row, lay, b, sc, plain), cases, bad)
     return unknown
 
 
@@ -681,89 +727,63 @@ def _not_the_timers(samples: Any, cf: CaseFacts) -> str | None:
     return None
 
 
-def _ok_value(v: Any) -> bool:
-    return v.__class__ is not float or v - v == 0.0  # False for NaN and +-inf
-
-
-_FORMULAS: list = [None, frozenset()]  # (benchmarks.json dict, names with formulas in it): computed once per dict
-
-
-def _formula_names(known: dict[str, Benchmark]) -> frozenset:
-    if _FORMULAS[0] is not known:
-        _FORMULAS[:] = [known, frozenset(n for n, b in known.items() if b.bytes or b.flops or b.sol_s)]
-    return _FORMULAS[1]
-
-
 _not_none = functools.partial(operator.is_not, None)
 
 
-def _flatten_plain(rows: dict, known, sc_bench, cases, cl, ncol, pad, i_res, i_par, i_ver, i_sta, i_dur, i_smp,
-                   i_stats) -> bool:
+def _flatten_plain(rows: dict, known: Benchmarks | None, cl: dict[str, list], lay: _Layout) -> bool:
     """The fast path for a file whose benchmarks are all plain (no params, no formulas, one value each).
 
-    Column by column with comprehensions (or C-level checks) over the transposed rows instead of one
-    row at a time: the django corpus is all like this. Returns False (nothing appended) when the file
-    is not, and the row-by-row loop of :func:`_flatten_rows` handles it (and names what is wrong).
+    The rows of :func:`_add_rows`, built column by column with comprehensions (or C-level checks) over
+    the transposed rows instead of one row at a time: the django corpus is all like this, and this
+    is 2-3 times faster there (docs/database.md). Returns False (nothing appended) when the file is
+    not, or holds a value that is no measurement; the row loop then handles it (and names what is wrong).
     """
-    if cases or isinstance(sc_bench, dict) and sc_bench:
-        return False
     rowl = list(rows.values())
     if not rowl:
         return True
-    if set(map(type, rowl)) != {list} or min(map(len, rowl)) <= i_res:
+    if set(map(type, rowl)) != {list} or min(map(len, rowl)) <= lay.result:
         return False
     # columns 0..ncol; a row shorter than that reads None (what asv's trimmed trailing nulls mean),
     # index ncol is None for every row that has no more (a column this file does not have)
     t = list(itertools.zip_longest(*rowl))
     n = len(rowl)
     nones = [None] * n
-    if len(t) <= ncol:
-        t += [nones] * (ncol + 1 - len(t))
-    if any(t[i_par]):
+    if len(t) <= lay.ncol:
+        t += [nones] * (lay.ncol + 1 - len(t))
+    if any(t[lay.params]):
         return False
-    res = t[i_res]
+    res = t[lay.result]
     if not set(map(type, res)) <= {list, type(None)} or not set(map(len, filter(_not_none, res))) <= {1}:
         return False
-    if known is not None and not _formula_names(known).isdisjoint(rows):
+    if known is not None and not known.with_formulas.isdisjoint(rows):
         return False
-    names = list(rows)
     vals = [None if x is None else x[0] for x in res]
     if not set(map(type, vals)) <= {float, int, type(None)}:
         return False  # a boolean, a string...: the row loop names it
-    try:
-        s = sum(vals)  # finite only if every value is a finite number (None, NaN, inf: not)
-        all_ok = s - s == 0.0
-    except (TypeError, OverflowError):
-        all_ok = False
-    if (min(vals) if all_ok else min([v for v in vals if v is not None and v == v], default=0)) < 0:
+    status = list(map(classify, vals))
+    if status.count("ok") != n:
+        vals = [v if st == "ok" else None for v, st in zip(vals, status)]
+    if min(filter(_not_none, vals), default=0) < 0:
         return False  # a negative value: the row loop decides (times cannot be, tracks can)
     # The samples are not checked here, one Python object at a time (0.15 s of the django corpus):
     # xrt.db.batch checks the whole Arrow column at once and re-parses a file with a bad sample
     # (or a 0.0 / 1.0, which is what Arrow makes of a JSON false / true) row by row (rows_only).
-    smp = [x[0] if x else None for x in t[i_smp]]
-    if all_ok:
-        status = ["ok"] * n
-    else:
-        ok = [v is not None and (v.__class__ is not float or v - v == 0.0) for v in vals]
-        status = ["ok" if k else "failed" if v is None or v == v else "skipped" for v, k in zip(vals, ok)]
-        vals = [v if k else None for v, k in zip(vals, ok)]
-    cl["benchmark"] += names
+    cl["benchmark"] += rows
     cl["param_index"] += [0] * n
     cl["params"] += [_NO_PARAMS] * n
     cl["param_key"] += [""] * n
     cl["value"] += vals
     cl["status"] += status
-    cl["samples"] += smp
-    for c, i in zip(("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"), i_stats):
-        cl[c] += [x[0] if x else None for x in t[i]]
-    col = t[i_ver]
+    for c, i in zip(("samples", *_STAT_COLUMNS), (lay.samples, *lay.stats)):
+        cl[c] += [x[0] if x else None for x in t[i]]  # _one, inline: 7 columns x 256 k rows of the django corpus
+    col = t[lay.version]
     cl["version"] += col if set(map(type, col)) == {str} else [x if x.__class__ is str else None for x in col]
-    col = t[i_sta]
+    col = t[lay.started]
     cl["started_at_ms"] += col if set(map(type, col)) == {int} else [
         x if x.__class__ is int else None for x in col]
-    col = t[i_dur]
+    col = t[lay.duration]
     cl["duration"] += col if set(map(type, col)) <= {float, int} else [
         x if x.__class__ is float or x.__class__ is int else None for x in col]
-    for c in ("bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share"):
+    for c in ("bytes", "flops", "sol_s", *_FACT_COLUMNS):
         cl[c] += nones
     return True

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xrt.db import asv_files as A
+from xrt.db import asv_files
 
 ARROW_TYPES: dict[str, Any] = {}
 
@@ -38,7 +38,7 @@ def empty_table():
     import pyarrow as pa
 
     t = _types()
-    return pa.table({**{c: pa.array([], t[c]) for c in A.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
+    return pa.table({**{c: pa.array([], t[c]) for c in asv_files.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
 
 
 def _to_table(cols: dict[str, list], file_idx: list[int]):
@@ -47,7 +47,7 @@ def _to_table(cols: dict[str, list], file_idx: list[int]):
     t = _types()
     arrays = {}
     n = len(file_idx)
-    for c in A.VALUE_COLUMNS:
+    for c in asv_files.VALUE_COLUMNS:
         col, typ = cols[c], t[c]
         if not n:
             arrays[c] = pa.array(col, type=typ)
@@ -55,7 +55,7 @@ def _to_table(cols: dict[str, list], file_idx: list[int]):
             arrays[c] = pa.nulls(n, typ)
         elif c == "param_key" and col[0] == "" and col.count("") == n:  # plain benchmarks only
             arrays[c] = pa.repeat(pa.scalar("", typ), n)
-        elif c == "params" and col[0] == [] and col.count(A._NO_PARAMS) == n:  # plain benchmarks only: n empty lists
+        elif c == "params" and col[0] == [] and col.count([]) == n:  # plain benchmarks only: n empty lists
             arrays[c] = pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string()))
         else:
             # pyarrow's converter from Python lists, with the type given: for DOUBLE[] (samples) this
@@ -106,7 +106,7 @@ def read_with_sidecar(path: str | os.PathLike, listed: set[str] | None = None,
             head, name = os.path.split(path)
             rel = f"{os.path.basename(head)}/{name}"
         rel_stem = rel[: -len(".json")]
-    for suf in A.SIDECAR_SUFFIXES:
+    for suf in asv_files.SIDECAR_SUFFIXES:
         if listed is not None and rel_stem + suf not in listed:
             continue
         try:
@@ -138,7 +138,7 @@ def _bad_sample_files(table) -> set[int]:
     return set(fidx[rows].tolist())
 
 
-def parse_chunk(root: str, files: list[str], known: dict[str, A.Benchmark] | None,
+def parse_chunk(root: str, files: list[str], known: dict[str, asv_files.Benchmark] | None,
                 machine_facts: dict[str, list[Any]],
                 data: dict[str, tuple[bytes, bytes | None, str]] | None = None) -> tuple[list[FileOutcome], Any]:
     """Parse ``files`` (paths relative to ``root``; ``data`` may hold their bytes and content hash already).
@@ -174,7 +174,7 @@ def _parse_files(root: str, files: list[str], got_all: dict, known, machine_fact
     """(outcomes, table, files to parse again row by row: not in ``rows_only`` and with a bad sample or a
     value Arrow refused)."""
     outcomes: list[FileOutcome] = []
-    cols: dict[str, list] = {c: [] for c in A.VALUE_COLUMNS}
+    cols: dict[str, list] = {c: [] for c in asv_files.VALUE_COLUMNS}
     file_idx: list[int] = []
     per_file: list[tuple[int, int, int]] = []
     redo: set[str] = set()
@@ -188,16 +188,17 @@ def _parse_files(root: str, files: list[str], got_all: dict, known, machine_fact
             sidecar, sc_problem = None, None
             if sc_bytes is not None:
                 try:
-                    sidecar = A.loads(sc_bytes)
-                except (A.BadFile, RecursionError) as e:
+                    sidecar = asv_files.loads(sc_bytes)
+                except (asv_files.BadFile, RecursionError) as e:
                     # the run's own results are fine: ingest them without the sidecar, and say so
-                    sc_problem = ("bad-sidecar", str(e) if isinstance(e, A.BadFile) else "JSON nested too deeply")
+                    why = str(e) if isinstance(e, asv_files.BadFile) else "JSON nested too deeply"
+                    sc_problem = ("bad-sidecar", why)
             machine_dir = rel.split("/", 1)[0] if "/" in rel else ""
-            pr = A.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols,
+            pr = asv_files.parse_result(data_b, machine_dir, known, sidecar, machine_facts.get(machine_dir), cols,
                                 rows_only=rel in rows_only)
             if sc_problem:
                 pr.warnings.insert(0, sc_problem)
-        except A.BadFile as e:
+        except asv_files.BadFile as e:
             outcomes.append(FileOutcome(rel, h, kind=e.kind, reason=str(e)))
             continue
         except RecursionError:
@@ -214,7 +215,7 @@ def _parse_files(root: str, files: list[str], got_all: dict, known, machine_fact
             "n_skipped": n_skipped, "started_ms": min(starts) if starts else None,
         }
         i = len(outcomes)
-        warnings = [(k, f"sidecar {A.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings]
+        warnings = [(k, f"sidecar {asv_files.sidecar_path(Path(root) / rel).name}: {r}") for k, r in pr.warnings]
         warnings = warnings + [("bad-value", r) for r in pr.bad_values] or None
         outcomes.append(FileOutcome(rel, h, run=run, unknown_benchmarks=pr.unknown_benchmarks,
                                     warnings=warnings))
@@ -228,7 +229,7 @@ def _parse_files(root: str, files: list[str], got_all: dict, known, machine_fact
         tables = []
         for i, a, b in per_file:
             try:
-                tables.append(_to_table({c: cols[c][a:b] for c in A.VALUE_COLUMNS}, [i] * (b - a)))
+                tables.append(_to_table({c: cols[c][a:b] for c in asv_files.VALUE_COLUMNS}, [i] * (b - a)))
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
                 o = outcomes[i]
                 if o.file not in rows_only:

@@ -1,14 +1,15 @@
 """``xrt db ingest``: asv results (and git history) into the database, incrementally and atomically.
 
-The plan: hash every file; skip those whose hash the database already holds; parse the rest
-(in worker processes) into Arrow tables; then, in one writer transaction on a private copy of
-the database (:func:`xrt.db.store.write`), replace the rows of every changed file, record the
-refused files in ``ingest_errors`` and swap the copy in. Nothing changed: nothing is written.
+Three steps on one state object (:class:`_Ingest`): :func:`_scan` hashes every file and keeps
+those whose hash the database does not hold yet; :func:`_parse` turns them (in worker processes
+where there are many) into Arrow tables; :func:`_commit`, in one writer transaction on a private
+copy of the database (:func:`xrt.db.store.write`), replaces the rows of every changed file, records
+the refused files in ``ingest_errors`` (with the commit each is about) and swaps the copy in.
+Nothing changed: nothing is written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,8 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xrt.db import asv_files as A
-from xrt.db import batch, git, schema, store
+from xrt.db import asv_files, batch, git, schema, store
 
 
 @dataclass
@@ -67,7 +67,7 @@ def _what(e: os.DirEntry) -> tuple[str | None, str | None]:
         mode = e.stat().st_mode
     except OSError as err:
         return None, f"cannot follow: {err.strerror or err}"
-    return None, f"not a regular file ({store._kind_of(mode)})"
+    return None, f"not a regular file ({store.kind_of(mode)})"
 
 
 def scan(root: Path) -> dict[str, list]:
@@ -102,9 +102,9 @@ def scan(root: Path) -> dict[str, list]:
             continue
         for name, what, why in entries:
             rel = f"{d}/{name}"
-            is_sidecar = name.endswith(A.SIDECAR_SUFFIXES)
+            is_sidecar = name.endswith(asv_files.SIDECAR_SUFFIXES)
             if what != "file":
-                if why is not None and (name == "machine.json" or is_sidecar or A.is_result_file(Path(name))):
+                if why is not None and (name == "machine.json" or is_sidecar or asv_files.is_result_file(Path(name))):
                     out["problems"].append((rel, "unreadable", why))
                 elif what == "dir" and name.endswith(".json"):
                     out["problems"].append((rel, "unreadable", "a directory, not a file"))
@@ -113,25 +113,25 @@ def scan(root: Path) -> dict[str, list]:
                 out["machine"].append(rel)
             elif is_sidecar:
                 out["sidecars"].append(rel)
-            elif A.is_result_file(Path(name)):
+            elif asv_files.is_result_file(Path(name)):
                 out["results"].append(rel)
     out["problems"].sort()
     return out
 
 
-def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], int]:
+def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set]]:
+    """ingest_files (file: (content hash, status, run_id)) and the ingest_errors of each file."""
     if not db.exists():
-        return {}, {}, 0
+        return {}, {}
     with store.read(db, empty_ok=True) as con:
         if schema.current_version(con) == 0:
-            return {}, {}, 0
+            return {}, {}
         files = {f: (h, s, r) for f, h, s, r in con.execute(
             "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
         errs: dict[str, set] = {}
         for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
             errs.setdefault(f, set()).add((k, r))
-        max_run = con.execute("SELECT coalesce(max(run_id), 0) FROM runs").fetchone()[0]
-    return files, errs, max_run
+    return files, errs
 
 
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
@@ -143,8 +143,7 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     """
     from xrt.db import tuning
 
-    with _without_pandas():
-        rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
+    rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
     t0 = time.perf_counter()
     say = echo or (lambda s: print(s, file=sys.stderr))
     if sync_carried(find_root(results_dir), db_path, say, rep):
@@ -193,6 +192,12 @@ def read_carried_files(root: Path) -> tuple[list[tuple], list[tuple[str, str, st
     return rows, errors
 
 
+def _carried_commit(rel: str) -> str | None:
+    """The commit a ``<machine>/<commit>.carried`` file is about (None where its name is no 40-hex hash)."""
+    commit = rel.rsplit("/", 1)[-1][: -len(CARRIED_SUFFIX)]
+    return commit if _HASH.fullmatch(commit) else None
+
+
 def sync_carried(root: Path, db_path: str | Path, echo: Callable[[str], None], rep: Report | None = None) -> bool:
     """Make the ``carried`` table (and the ingest errors of ``.carried`` files) what the files say.
 
@@ -227,217 +232,233 @@ def sync_carried(root: Path, db_path: str | Path, echo: Callable[[str], None], r
         if rows:
             con.executemany("INSERT INTO carried VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         if errors:
-            con.executemany("INSERT INTO ingest_errors VALUES (?, ?, ?, NULL, now()::TIMESTAMP)", errors)
+            con.executemany("INSERT INTO ingest_errors (file, kind, reason, recorded_at, commit_hash) "
+                            "VALUES (?, ?, ?, now()::TIMESTAMP, ?)", [(*e, _carried_commit(e[0])) for e in errors])
 
     store.write(db, write, fresh=not db.exists())
     return True
 
 
+@dataclass
+class _Ingest:
+    """One ingest as it goes: :func:`_scan` finds the files and which changed, :func:`_parse` turns
+    the changed ones into outcomes and Arrow tables, :func:`_commit` writes them in one transaction."""
+
+    root: Path
+    db: Path
+    echo: Callable[[str], None]
+    rep: Report = field(default_factory=Report)
+    t0: float = field(default_factory=time.perf_counter)
+    # the database before: ingest_files (file: (content hash, status, run_id)) and ingest_errors by file
+    prev: dict[str, tuple[str, str, int | None]] = field(default_factory=dict)
+    prev_errs: dict[str, set] = field(default_factory=dict)
+    # the scan: relative paths by kind (scan()), content hashes, the bytes of the metadata files and of
+    # the changed result files (with their sidecar's and hash), the files named and left out
+    found: dict[str, list] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+    meta_bytes: dict[str, bytes] = field(default_factory=dict)
+    kept: dict[str, tuple[bytes, bytes | None, str]] = field(default_factory=dict)
+    todo: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    meta_changed: list[str] = field(default_factory=list)  # benchmarks.json / machine.json, hash changed...
+    meta_new: list[str] = field(default_factory=list)  # ...and of those, the ones not refused before as they are
+    # the parse
+    known: asv_files.Benchmarks | None = None
+    machines: dict[str, dict] = field(default_factory=dict)
+    machine_facts: dict[str, list[Any]] = field(default_factory=dict)
+    outcomes: list[batch.FileOutcome] = field(default_factory=list)
+    tables: list = field(default_factory=list)
+    git_commits: list[git.Commit] | None = None
+    commits: dict[str, str] = field(default_factory=dict)  # file: the commit its errors are about
+
+    def err(self, file: str, kind: str, reason: str, quiet: bool = False) -> None:
+        self.rep.errors.append((file, kind, reason))
+        if not quiet:
+            self.echo(f"xrt db ingest: {file}: {reason}")
+
+    def good(self) -> list[int]:
+        return [i for i, o in enumerate(self.outcomes) if o.run is not None]
+
+    def touched(self) -> list[str]:
+        """The files this ingest looked at: their errors are replaced."""
+        return [o.file for o in self.outcomes] + self.meta_changed + self.skipped
+
+    def error_rows(self, ingest_id: int, now: datetime) -> list[tuple]:
+        """ingest_errors rows (``_ERROR_COLUMNS``) of the files this ingest looked at, each once."""
+        touched = set(self.touched())
+        return [(f, k, r, ingest_id, now, self.commits.get(f) or asv_files.commit_of_name(f))
+                for f, k, r in self.rep.errors if f in touched]
+
+
 def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, jobs: int | None,
             echo: Callable[[str], None] | None, rev: str) -> Report:
-    t0 = time.perf_counter()
-    echo = echo or (lambda s: print(s, file=sys.stderr))
-    rep = Report()
     db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
-    root = find_root(results_dir)
-    found = scan(root)
-    prev, prev_errs, max_run = _previous(db)
+    st = _Ingest(root=find_root(results_dir), db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
+    _scan(st)
+    _parse(st, jobs)
+    if repo is not None:
+        _check_commits(st, repo, rev)
+    elif st.todo:
+        st.rep.notices.append("no --repo: commits ordered by the dates in the results files")
+    for n in st.rep.notices:
+        st.echo(f"xrt db ingest: {n}")
+    _say_outcomes(st)
+    if _changed(st) or not db.exists():
+        _commit(st, repo)
+    st.rep.seconds = time.perf_counter() - st.t0
+    return st.rep
+
+
+def _scan(st: _Ingest) -> None:
+    """List the files, read and hash them; keep the bytes of the changed ones (a refused file is always retried)."""
+    rep, root = st.rep, st.root
+    st.found = found = scan(root)
+    st.prev, st.prev_errs = _previous(st.db)
     rep.files_total = sum(len(v) for k, v in found.items() if k not in ("sidecars", "problems"))
     sidecars = set(found["sidecars"])
-
-    def err(file: str, kind: str, reason: str, quiet: bool = False) -> None:
-        rep.errors.append((file, kind, reason))
-        if not quiet:
-            echo(f"xrt db ingest: {file}: {reason}")
-
     # files that could not be scanned or read, and copies of ingested files: named, skipped
-    skipped: list[str] = []
     for rel, kind, reason in found["problems"]:
-        err(rel, kind, reason)
-        skipped.append(rel)
-
-    # --- which files changed (content hash; a refused file is always retried)
-    hashes: dict[str, str] = {}
-    meta_bytes: dict[str, bytes] = {}
+        st.err(rel, kind, reason)
+        st.skipped.append(rel)
     for rel in found["benchmarks"] + found["machine"]:
         try:
-            meta_bytes[rel] = (root / rel).read_bytes()
+            st.meta_bytes[rel] = (root / rel).read_bytes()
         except OSError as e:
-            err(rel, "unreadable", f"cannot read: {e.strerror or e}")
-            skipped.append(rel)
+            st.err(rel, "unreadable", f"cannot read: {e.strerror or e}")
+            st.skipped.append(rel)
             continue
-        hashes[rel] = batch.content_hash(meta_bytes[rel])
-    found["benchmarks"] = [r for r in found["benchmarks"] if r in hashes]
-    found["machine"] = [r for r in found["machine"] if r in hashes]
-    todo = []
-    # bytes and hash of changed files, not to read or hash them twice
-    kept: dict[str, tuple[bytes, bytes | None, str]] = {}
+        st.hashes[rel] = batch.content_hash(st.meta_bytes[rel])
+    found["benchmarks"] = [r for r in found["benchmarks"] if r in st.hashes]
+    found["machine"] = [r for r in found["machine"] if r in st.hashes]
     root_s = str(root)
     n_unreadable = 0
     for rel in found["results"]:
         try:
             data, sc = batch.read_with_sidecar(f"{root_s}/{rel}", sidecars, rel)
         except OSError as e:
-            err(rel, "unreadable", f"cannot read: {e.strerror or e}")
-            skipped.append(rel)
+            st.err(rel, "unreadable", f"cannot read: {e.strerror or e}")
+            st.skipped.append(rel)
             n_unreadable += 1
             continue
-        h = hashes[rel] = batch.content_hash(data, sc)
-        old = prev.get(rel)
+        h = st.hashes[rel] = batch.content_hash(data, sc)
+        old = st.prev.get(rel)
         if old is None or old[0] != h or old[1] != "ok":
-            todo.append(rel)
-            kept[rel] = (data, sc, h)
-    todo, dups = _copies(todo, kept, prev)
+            st.todo.append(rel)
+            st.kept[rel] = (data, sc, h)  # not to read or hash them twice
+    st.todo, dups = _copies(st.todo, st.kept, st.prev)
     for rel, other in dups.items():
-        err(rel, "duplicate", f"same content as {other}, already ingested (machine folder renamed or copied?); "
-            "not ingested again", quiet=True)
-        skipped.append(rel)
-    _say_copies(dups, echo)
-    meta_changed = [rel for rel in found["benchmarks"] + found["machine"]
-                    if prev.get(rel, (None,))[0] != hashes[rel] or prev[rel][1] != "ok"]
+        st.err(rel, "duplicate", f"same content as {other}, already ingested (machine folder renamed or copied?); "
+               "not ingested again", quiet=True)
+        st.skipped.append(rel)
+    _say_copies(dups, st.echo)
+    prev, hashes = st.prev, st.hashes
+    st.meta_changed = [rel for rel in found["benchmarks"] + found["machine"]
+                       if prev.get(rel, (None,))[0] != hashes[rel] or prev[rel][1] != "ok"]
     # a file refused before whose content has not changed is refused again: not a change by itself
-    meta_new = [rel for rel in meta_changed if prev.get(rel, (None,))[0] != hashes[rel]]
-    rep.unchanged = len(found["results"]) - len(todo) - len(dups) - n_unreadable
+    st.meta_new = [rel for rel in st.meta_changed if prev.get(rel, (None,))[0] != hashes[rel]]
+    rep.unchanged = len(found["results"]) - len(st.todo) - len(dups) - n_unreadable
 
-    # --- benchmarks.json and machine.json (small; parsed every time, written when changed)
-    known: dict[str, A.Benchmark] | None = None
-    if found["benchmarks"]:
+
+def _parse(st: _Ingest, jobs: int | None) -> None:
+    """benchmarks.json and machine.json (small; parsed every time, written when changed), then the
+    changed result files into outcomes and Arrow tables."""
+    if st.found["benchmarks"]:
         try:
-            known = A.parse_benchmarks(meta_bytes["benchmarks.json"])
-        except A.BadFile as e:
-            err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
-    elif todo and "benchmarks.json" not in skipped:  # (an unreadable one is named as such already)
-        rep.notices.append(f"no benchmarks.json in {root}: types and units unknown, benchmarks not checked")
-    machines: dict[str, dict] = {}
-    machine_facts: dict[str, list[Any]] = {}
-    for rel in found["machine"]:
+            st.known = asv_files.parse_benchmarks(st.meta_bytes["benchmarks.json"])
+        except asv_files.BadFile as e:
+            st.err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
+    elif st.todo and "benchmarks.json" not in st.skipped:  # (an unreadable one is named as such already)
+        st.rep.notices.append(f"no benchmarks.json in {st.root}: types and units unknown, benchmarks not checked")
+    for rel in st.found["machine"]:
         try:
-            m = A.parse_machine(meta_bytes[rel])
-        except A.BadFile as e:
-            err(rel, e.kind, str(e))
+            m = asv_files.parse_machine(st.meta_bytes[rel])
+        except asv_files.BadFile as e:
+            st.err(rel, e.kind, str(e))
             continue
-        machines[rel] = m
-        machine_facts[rel.split("/")[0]] = A.facts_from(m)
-
-    # --- parse the changed result files into Arrow tables
-    outcomes: list[batch.FileOutcome] = []
-    tables = []
+        st.machines[rel] = m
+        st.machine_facts[rel.split("/")[0]] = asv_files.facts_from(m)
     last = [time.perf_counter()]
 
     def progress(done: int, total: int) -> None:
         now = time.perf_counter()
-        if now - last[0] > 1.0 or (done == total and now - t0 > 2.0):
+        if now - last[0] > 1.0 or (done == total and now - st.t0 > 2.0):
             last[0] = now
-            echo(f"xrt db ingest: parsed {done}/{total} files")
+            st.echo(f"xrt db ingest: parsed {done}/{total} files")
 
-    for outs, table in batch.parse_all(root, todo, known, machine_facts, jobs=jobs, progress=progress,
-                                           data=kept):
-        base = len(outcomes)
-        outcomes.extend(outs)
+    for outs, table in batch.parse_all(st.root, st.todo, st.known, st.machine_facts, jobs=jobs, progress=progress,
+                                       data=st.kept):
+        base = len(st.outcomes)
+        st.outcomes.extend(outs)
         if table.num_rows:
             import pyarrow as pa  # numpy, not pyarrow.compute (30 ms to import): pyarrow imported numpy already
 
-            tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
-                                           pa.array(table["file_idx"].to_numpy() + base, pa.int32())))
+            st.tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
+                                              pa.array(table["file_idx"].to_numpy() + base, pa.int32())))
 
-    # --- commits: from the repository, or from the results' dates
-    git_commits: list[git.Commit] | None = None
-    if repo is not None:
-        wanted = {o.run["commit_hash"] for o in outcomes if o.run}
-        if db.exists() and prev:
-            with store.read(db) as con:
-                wanted |= {h for (h,) in con.execute("SELECT DISTINCT commit_hash FROM runs").fetchall()}
-        git_commits, missing = git.from_repo(repo, wanted, rev)
-        for o in outcomes:
-            if o.run and o.run["commit_hash"] in missing:
-                o.run_commit = o.run["commit_hash"]
-                o.run, o.kind = None, "unknown-commit"
-                o.reason = f"commit {o.run_commit} is not in the repository {repo}"
-    elif todo:
-        rep.notices.append("no --repo: commits ordered by the dates in the results files")
-    for n in rep.notices:
-        echo(f"xrt db ingest: {n}")
 
-    good = {i for i, o in enumerate(outcomes) if o.run is not None}
-    for o in outcomes:
+def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
+    """Commits from the repository; a run whose commit it does not have is refused."""
+    wanted = {o.run["commit_hash"] for o in st.outcomes if o.run}
+    if st.db.exists() and st.prev:
+        with store.read(st.db) as con:
+            wanted |= {h for (h,) in con.execute("SELECT DISTINCT commit_hash FROM runs").fetchall()}
+    st.git_commits, missing = git.from_repo(repo, wanted, rev)
+    for o in st.outcomes:
+        if o.run and o.run["commit_hash"] in missing:
+            o.run_commit = o.run["commit_hash"]
+            o.run, o.kind = None, "unknown-commit"
+            o.reason = f"commit {o.run_commit} is not in the repository {repo}"
+
+
+def _say_outcomes(st: _Ingest) -> None:
+    """Name the refused files and the problems of the ingested ones; count the values."""
+    rep = st.rep
+    for o in st.outcomes:
+        commit = o.run["commit_hash"] if o.run else o.run_commit
+        if commit:
+            st.commits[o.file] = commit
         if o.run is None:
-            err(o.file, o.kind or "error", o.reason or "refused")
+            st.err(o.file, o.kind or "error", o.reason or "refused")
             continue
         if o.unknown_benchmarks:
-            err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
-                f"(rows kept): {_short(o.unknown_benchmarks)}")
+            st.err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
+                   f"(rows kept): {_short(o.unknown_benchmarks)}")
         for kind, reason in o.warnings or ():
-            err(o.file, kind, reason if kind == "bad-value" else f"{reason} (rows kept)")
-    for i in good:
-        r = outcomes[i].run
-        rep.values_ok += r["n_ok"]
-        rep.failures += r["n_failed"]
-        rep.skips += r["n_skipped"]
-    rep.ingested = len(good)
+            st.err(o.file, kind, reason if kind == "bad-value" else f"{reason} (rows kept)")
+        rep.values_ok += o.run["n_ok"]
+        rep.failures += o.run["n_failed"]
+        rep.skips += o.run["n_skipped"]
+        rep.ingested += 1
 
-    # --- nothing new (or only the same refusals again): leave the file alone
+
+def _changed(st: _Ingest) -> bool:
+    """Whether there is anything to write: new runs, new or gone errors, a changed metadata file.
+    Nothing new (or only the same refusals again): the database is left alone."""
     new_errs: dict[str, set] = {}
-    for f, k, r in rep.errors:
+    for f, k, r in st.rep.errors:
         new_errs.setdefault(f, set()).add((k, r))
     # problems found before (an unreadable file, a copy) and gone now: their rows go
-    gone = [f for f, ks in prev_errs.items() if f not in new_errs and f not in prev and any(
+    gone = [f for f, ks in st.prev_errs.items() if f not in new_errs and f not in st.prev and any(
         k in ("unreadable", "duplicate") for k, _ in ks)]
-    same_errors = all(new_errs.get(f) == prev_errs.get(f) for f in
-                      [o.file for o in outcomes] + meta_changed + skipped) and not gone
-    if not good and same_errors and not meta_new and db.exists():
-        rep.seconds = time.perf_counter() - t0
-        return rep
+    same_errors = all(new_errs.get(f) == st.prev_errs.get(f) for f in st.touched()) and not gone
+    st.skipped += gone
+    return bool(st.rep.ingested) or not same_errors or bool(st.meta_new)
 
+
+def _commit(st: _Ingest, repo: str | None) -> None:
+    """One writer transaction on a private copy of the database (:func:`xrt.db.store.write`)."""
     import pyarrow as pa
 
-    values = pa.concat_tables(tables) if tables else batch.empty_table()
-    if len(good) != len(outcomes) and values.num_rows:
+    values = pa.concat_tables(st.tables) if st.tables else batch.empty_table()
+    good = st.good()
+    if len(good) != len(st.outcomes) and values.num_rows:
         import numpy as np
 
-        keep = np.zeros(len(outcomes), dtype=bool)
-        keep[sorted(good)] = True
+        keep = np.zeros(len(st.outcomes), dtype=bool)
+        keep[good] = True
         values = values.filter(pa.array(keep[values["file_idx"].to_numpy()]))
-
-    def write(con) -> None:
-        _write(con, root=root, rep=rep, outcomes=outcomes, values=values, known=known, machines=machines,
-               hashes=hashes, meta_changed=meta_changed, prev=prev, git_commits=git_commits, repo=repo,
-               t0=t0, skipped=skipped + gone)
-
-    store.write(db, write, fresh=not db.exists())
-    rep.wrote = True
-    rep.seconds = time.perf_counter() - t0
-    return rep
-
-
-class _NoPandas:
-    """A meta path finder that answers ``import pandas`` with ModuleNotFoundError."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"no pandas during xrt db ingest: {name}", name=name)
-        return None
-
-
-@contextlib.contextmanager
-def _without_pandas():
-    """Keep pyarrow and DuckDB from importing pandas (0.3-0.7 s of an ingest) when nobody has yet.
-
-    ``pa.array`` and DuckDB's ``register`` of an Arrow table import pandas only to check whether an
-    object is a pandas one; while a finder refuses ``import pandas`` they find it missing and move
-    on. The finder is removed afterwards, so a later ``import pandas`` works (tested). One lasting
-    effect, in a process that had not imported pandas before the ingest: pyarrow remembers that
-    it could not, so ``pa.array(series)`` converts a pandas Series as a plain sequence afterwards
-    (``to_pandas()`` and ``Table.from_pandas()`` still work). The dashboard imports pandas first.
-    """
-    if "pandas" in sys.modules:
-        yield
-        return
-    finder = _NoPandas()
-    sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
+    store.write(st.db, lambda con: _write(con, st, values, repo), fresh=not st.db.exists())
+    st.rep.wrote = True
 
 
 def _copies(todo: list[str], kept: dict, prev: dict) -> tuple[list[str], dict[str, str]]:
@@ -474,119 +495,137 @@ def _short(names: list[str] | None, n: int | None = 3) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if n and len(names) > n else "")
 
 
-def _write(con, *, root, rep, outcomes, values, known, machines, hashes, meta_changed, prev, git_commits, repo,
-           t0, skipped=()) -> None:
-    import pyarrow as pa
-
+def _write(con, st: _Ingest, values, repo: str | None) -> None:
     ingest_id = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()[0]
     base_run = con.execute("SELECT coalesce(max(run_id), 0) FROM runs").fetchone()[0] + 1
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    touched = [o.file for o in outcomes] + meta_changed + list(skipped)
+    _write_metadata(con, st)
+    # A changed file replaces its rows; a refused file keeps the rows of its last good version.
+    good = st.good()
+    old_runs = [st.prev[f][2] for f in (st.outcomes[i].file for i in good)
+                if f in st.prev and st.prev[f][2] is not None]
+    if old_runs:
+        con.execute("DELETE FROM results WHERE run_id IN (SELECT unnest(?))", [old_runs])
+        con.execute("DELETE FROM runs WHERE run_id IN (SELECT unnest(?))", [old_runs])
+    touched = st.touched()
+    if touched:
+        con.execute("DELETE FROM ingest_errors WHERE file IN (SELECT unnest(?))", [touched])
+    run_ids = {i: base_run + k for k, i in enumerate(good)}
+    if good:
+        _write_runs(con, [(run_ids[i], st.outcomes[i]) for i in good], now)
+    if values.num_rows:
+        _write_values(con, values, run_ids, len(st.outcomes))
+    files = [(o.file, "results", o.content_hash, "ok" if o.run else "error",
+              run_ids.get(i, st.prev.get(o.file, (None, None, None))[2]), ingest_id, now)
+             for i, o in enumerate(st.outcomes)]
+    errfiles = {f for f, _, _ in st.rep.errors}
+    files += [(rel, "benchmarks" if rel == "benchmarks.json" else "machine", st.hashes[rel],
+               "error" if rel in errfiles else "ok", None, ingest_id, now) for rel in st.meta_changed]
+    if files:
+        con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [[f[0] for f in files]])
+        _bulk(con, "ingest_files", files)
+    _bulk(con, "ingest_errors", st.error_rows(ingest_id, now), _ERROR_COLUMNS)
+    _commits(con, st.git_commits)
+    rep = st.rep
+    con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        ingest_id, now, time.perf_counter() - st.t0, str(st.root), repo, rep.ingested, rep.unchanged,
+        len(rep.errors), rep.values_ok, rep.failures, rep.skips])
 
-    # benchmarks.json: the table is what the file says now; units of existing rows follow it.
-    if "benchmarks.json" in meta_changed and known is not None:
+
+_ERROR_COLUMNS = ("file", "kind", "reason", "ingest_id", "recorded_at", "commit_hash")
+
+
+def _write_metadata(con, st: _Ingest) -> None:
+    """benchmarks.json: the table is what the file says now; units of existing rows follow it. machine.json."""
+    known = st.known
+    if "benchmarks.json" in st.meta_changed and known is not None:
         con.execute("DELETE FROM benchmarks")
         rows = [(b.name, b.type, b.unit, json.dumps(b.params), b.param_names, b.version, b.bytes, b.flops,
                  b.sol_s, json.dumps(b.attrs, default=str)) for b in known.values()]
         _bulk(con, "benchmarks", rows)
         con.execute("UPDATE results SET unit = b.unit FROM benchmarks b "
                     "WHERE results.benchmark = b.name AND results.unit IS DISTINCT FROM b.unit")
-    for rel, m in machines.items():
-        if rel not in meta_changed:
+    for rel, m in st.machines.items():
+        if rel not in st.meta_changed:
             continue
-        facts = A.gpu_facts(*A.facts_from(m))
+        facts = asv_files.gpu_facts(*asv_files.facts_from(m))
         con.execute("INSERT OR REPLACE INTO machines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             str(m.get("machine") or rel.split("/")[0]), m.get("os"), m.get("arch"), m.get("cpu"),
             None if m.get("num_cpu") is None else str(m.get("num_cpu")), m.get("ram"), facts.get("gpu_model"),
             json.dumps(m, default=str), rel])
 
-    # A changed file replaces its rows; a refused file keeps the rows of its last good version.
-    good = [(i, o) for i, o in enumerate(outcomes) if o.run is not None]
-    old_runs = [prev[o.file][2] for _, o in good if o.file in prev and prev[o.file][2] is not None]
-    if old_runs:
-        con.execute("DELETE FROM results WHERE run_id IN (SELECT unnest(?))", [old_runs])
-        con.execute("DELETE FROM runs WHERE run_id IN (SELECT unnest(?))", [old_runs])
-    if touched:
-        con.execute("DELETE FROM ingest_errors WHERE file IN (SELECT unnest(?))", [touched])
 
-    run_ids = {i: base_run + k for k, (i, _) in enumerate(good)}
-    if good:
-        cols: dict[str, list] = {k: [] for k in (
-            "run_id", "file", "content_hash", "machine", "commit_hash", "env_name", "date_ms", "python",
-            "asv_schema", "params", "requirements", "gpu_model", "driver", "cuda", "torch", "triton",
-            "sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops", "facts",
-            "n_values", "n_ok", "n_failed", "n_skipped", "started_ms")}
-        for i, o in good:
-            r, f = o.run, o.run["facts"]
-            row = {"run_id": run_ids[i], "file": o.file, "content_hash": o.content_hash,
-                   "params": json.dumps(r["params"], default=str),
-                   "requirements": json.dumps(r["requirements"], default=str),
-                   "facts": json.dumps(f.get("all", {}), default=str)}
-            for k in ("gpu_model", "driver", "cuda", "torch", "triton"):
-                row[k] = None if f.get(k) is None else str(f[k])
-            for k in ("sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops"):
-                row[k] = _float(f.get(k))
-            for k in ("machine", "commit_hash", "env_name", "date_ms", "python", "asv_schema", "n_values", "n_ok",
-                      "n_failed", "n_skipped", "started_ms"):
-                row[k] = r[k]
-            for k in cols:
-                cols[k].append(row[k])
-        for k in ("env_name", "python"):
-            cols[k] = [None if v is None else str(v) for v in cols[k]]
-        con.register("xrt_new_runs", pa.table(cols))
-        con.execute("""INSERT INTO runs SELECT run_id, file, content_hash, machine, commit_hash, env_name,
-            epoch_ms(date_ms), python, asv_schema, params::JSON, requirements::JSON, gpu_model, driver, cuda,
-            torch, triton, sm_clock_mhz, mem_clock_mhz, throttle_share, peak_gbps, peak_tflops, facts::JSON,
-            n_values, n_ok, n_failed, n_skipped, epoch_ms(started_ms), ? FROM xrt_new_runs""", [now])
-        con.unregister("xrt_new_runs")
-    if values.num_rows:
-        import numpy as np
-
-        idx = np.array([run_ids.get(i, -1) for i in range(len(outcomes))], dtype=np.int32)
-        con.register("xrt_new_values", values.append_column(
-            "run_id", pa.array(idx[values["file_idx"].to_numpy()], pa.int32())))
-        con.execute("""INSERT INTO results
-            SELECT v.run_id, r.machine, r.commit_hash, r.env_name, v.benchmark, v.param_index, v.params,
-                v.param_key, v.value, v.status, v.samples, v.ci_99_a, v.ci_99_b, v.q25, v.q75, v.number,
-                v.repeat, b.unit, v.version, epoch_ms(v.started_at_ms), v.duration, v.bytes, v.flops, v.sol_s,
-                d.gbps, d.tflops,
-                CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
-                    100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END,
-                v.sm_mhz, v.cycles, v.cycles_median, v.throttled_share
-            FROM xrt_new_values v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
-            LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
-                            CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,
-                            CASE WHEN ok THEN v.flops / v.value / 1e12 END AS tflops) d""")
-        con.unregister("xrt_new_values")
-
-    files = [(o.file, "results", o.content_hash, "ok" if o.run else "error",
-              run_ids.get(i, prev.get(o.file, (None, None, None))[2]), ingest_id, now)
-             for i, o in enumerate(outcomes)]
-    errfiles = {f for f, _, _ in rep.errors}
-    files += [(rel, "benchmarks" if rel == "benchmarks.json" else "machine", hashes[rel],
-               "error" if rel in errfiles else "ok", None, ingest_id, now) for rel in meta_changed]
-    if files:
-        con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [[f[0] for f in files]])
-        _bulk(con, "ingest_files", files)
-    if rep.errors:  # the errors of the files this ingest looked at (touched), each once
-        tset = set(touched)
-        _bulk(con, "ingest_errors", [(f, k, r, ingest_id, now) for f, k, r in rep.errors if f in tset])
-    _commits(con, git_commits)
-    con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-        ingest_id, now, time.perf_counter() - t0, str(root), repo, rep.ingested, rep.unchanged, len(rep.errors),
-        rep.values_ok, rep.failures, rep.skips])
+_RUN_COLUMNS = (
+    "run_id", "file", "content_hash", "machine", "commit_hash", "env_name", "date_ms", "python",
+    "asv_schema", "params", "requirements", "gpu_model", "driver", "cuda", "torch", "triton",
+    "sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops", "facts",
+    "n_values", "n_ok", "n_failed", "n_skipped", "started_ms")
 
 
-def _bulk(con, table: str, rows: list[tuple]) -> None:
-    """Insert many rows in one statement through an Arrow table (DuckDB's executemany is slow)."""
+def _run_row(run_id: int, o: batch.FileOutcome) -> dict[str, Any]:
+    r, f = o.run, o.run["facts"]
+    row = {"run_id": run_id, "file": o.file, "content_hash": o.content_hash,
+           "params": json.dumps(r["params"], default=str),
+           "requirements": json.dumps(r["requirements"], default=str),
+           "facts": json.dumps(f.get("all", {}), default=str)}
+    for k in ("gpu_model", "driver", "cuda", "torch", "triton"):
+        row[k] = None if f.get(k) is None else str(f[k])
+    for k in ("sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops"):
+        row[k] = _float(f.get(k))
+    for k in ("machine", "commit_hash", "date_ms", "asv_schema", "n_values", "n_ok", "n_failed", "n_skipped",
+              "started_ms"):
+        row[k] = r[k]
+    for k in ("env_name", "python"):
+        row[k] = None if r[k] is None else str(r[k])
+    return row
+
+
+def _write_runs(con, runs: list[tuple[int, batch.FileOutcome]], now: datetime) -> None:
+    import pyarrow as pa
+
+    rows = [_run_row(run_id, o) for run_id, o in runs]
+    con.register("xrt_new_runs", pa.table({k: [row[k] for row in rows] for k in _RUN_COLUMNS}))
+    con.execute("""INSERT INTO runs SELECT run_id, file, content_hash, machine, commit_hash, env_name,
+        epoch_ms(date_ms), python, asv_schema, params::JSON, requirements::JSON, gpu_model, driver, cuda,
+        torch, triton, sm_clock_mhz, mem_clock_mhz, throttle_share, peak_gbps, peak_tflops, facts::JSON,
+        n_values, n_ok, n_failed, n_skipped, epoch_ms(started_ms), ? FROM xrt_new_runs""", [now])
+    con.unregister("xrt_new_runs")
+
+
+def _write_values(con, values, run_ids: dict[int, int], n_outcomes: int) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    idx = np.array([run_ids.get(i, -1) for i in range(n_outcomes)], dtype=np.int32)
+    con.register("xrt_new_values", values.append_column(
+        "run_id", pa.array(idx[values["file_idx"].to_numpy()], pa.int32())))
+    con.execute("""INSERT INTO results
+        SELECT v.run_id, r.machine, r.commit_hash, r.env_name, v.benchmark, v.param_index, v.params,
+            v.param_key, v.value, v.status, v.samples, v.ci_99_a, v.ci_99_b, v.q25, v.q75, v.number,
+            v.repeat, b.unit, v.version, epoch_ms(v.started_at_ms), v.duration, v.bytes, v.flops, v.sol_s,
+            d.gbps, d.tflops,
+            CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
+                100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END,
+            v.sm_mhz, v.cycles, v.cycles_median, v.throttled_share
+        FROM xrt_new_values v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
+        LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
+                        CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,
+                        CASE WHEN ok THEN v.flops / v.value / 1e12 END AS tflops) d""")
+    con.unregister("xrt_new_values")
+
+
+def _bulk(con, table: str, rows: list[tuple], names: tuple[str, ...] | None = None) -> None:
+    """Insert many rows in one statement through an Arrow table (DuckDB's executemany is slow);
+    ``names``: the table's columns the rows fill (default: all, in order)."""
     if not rows:
         return
     import pyarrow as pa
 
     cols = list(zip(*rows))
     con.register("xrt_bulk", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
+    into = f"{table} ({', '.join(names)})" if names else table
     try:
-        con.execute(f"INSERT INTO {table} SELECT * FROM xrt_bulk")
+        con.execute(f"INSERT INTO {into} SELECT * FROM xrt_bulk")
     finally:
         con.unregister("xrt_bulk")
 

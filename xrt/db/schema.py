@@ -129,6 +129,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             base_commit VARCHAR, head_commit VARCHAR, created_at TIMESTAMP, host VARCHAR,
             payload JSON, markdown VARCHAR)""",
     ]),
+    # The gate looks up a commit's ingest errors by this column (it matched '/<hash[:8]>' in file
+    # names before): the run's commit where the file was read, else the commit its name gives
+    # (asv's <hash[:8]>-<env>.json and its sidecars, xrt's <hash>.carried); NULL for the others
+    # (benchmarks.json, machine.json, tuner journals). Older rows are filled in the same way.
+    (10, "ingest_errors.commit_hash (the commit whose files the error is about)", [
+        "ALTER TABLE ingest_errors ADD COLUMN commit_hash VARCHAR",
+        r"""UPDATE ingest_errors SET commit_hash = coalesce(
+            (SELECT any_value(r.commit_hash) FROM ingest_files f JOIN runs r ON r.run_id = f.run_id
+             WHERE f.file = ingest_errors.file),
+            nullif(regexp_extract(file, '(^|/)([0-9a-f]{40})\.carried$', 2), ''),
+            nullif(regexp_extract(file, '(^|/)([0-9a-f]{8})-[^/]*$', 2), ''))""",
+    ]),
 ]
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that

@@ -63,7 +63,8 @@ class DatabaseError(RuntimeError):
         super().__init__(f"{self.path or EMPTY_PATH}: {self.problem}")
 
 
-def _kind_of(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a path that is no regular file or folder is, in words, from its `st_mode`."""
     for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
@@ -113,7 +114,7 @@ def check_path(db_path: str | os.PathLike, *, write: bool = False) -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise DatabaseError(s, "is a directory, not a database file")
     if not stat.S_ISREG(st.st_mode):
-        raise DatabaseError(s, f"{_kind_of(st.st_mode)}, not a database file")
+        raise DatabaseError(s, f"{kind_of(st.st_mode)}, not a database file")
     if st.st_size == 0:
         raise DatabaseError(s, "empty file (0 bytes), not a DuckDB database")
     try:

@@ -141,7 +141,7 @@ def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple
         con.executemany("INSERT INTO ingest_files VALUES (?, ?, ?, ?, NULL, NULL, ?)",
                         [(rel, KIND, hashes[rel], "ok" if rel in ok else "error", now) for rel in todo])
         if errors:
-            con.executemany("INSERT INTO ingest_errors VALUES (?, ?, ?, NULL, ?)",
+            con.executemany("INSERT INTO ingest_errors (file, kind, reason, recorded_at) VALUES (?, ?, ?, ?)",
                             [(rel, KIND, why, now) for rel, why in errors])
 
     store.write(db, write, fresh=not db.exists())

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from xrt.db import store
+from xrt.db import asv_files, store
 from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
@@ -251,8 +251,12 @@ def _carry(con: Any, rows: dict[tuple, dict], commit: str, machine: str | None, 
 
 
 def _errors(con: Any, commit: str) -> list[str]:
-    rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE contains(file, ?)",
-                       [f"/{commit[:8]}"]).fetchall()
+    if "commit_hash" in columns(con, "ingest_errors"):  # by the commit ingest recorded (schema 10)
+        rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE starts_with(?, commit_hash) "
+                           "OR starts_with(commit_hash, ?)", [commit, commit]).fetchall()
+    else:  # a database not written since: by asv's file name
+        rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE contains(file, ?)",
+                           [f"/{asv_files.result_file_prefix(commit)}"]).fetchall()
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 
