@@ -15,7 +15,7 @@ pytest.importorskip("pyarrow")
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen  # noqa: E402
 
-from xrt.db import asv_files, schema, store  # noqa: E402
+from xrt.db import asv_files, result_names, schema, store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 from xrt.track import gate  # noqa: E402
@@ -98,9 +98,10 @@ def test_result_file_naming_is_asvs():
     results = pytest.importorskip("asv.results")
     for env in ("virtualenv-py3.11", "conda-py3.8-numpy", "x" * 200):
         name = Path(results.get_filename("m1", A, env)).name
-        assert asv_files.is_result_file_of(name, A) and not asv_files.is_result_file_of(name, B)
-        assert asv_files.commit_of_name(f"m1/{name}") == asv_files.result_file_prefix(A) == A[:8]
-    assert asv_files.commit_of_name("m1/machine.json") is None and asv_files.commit_of_name("benchmarks.json") is None
+        assert result_names.is_result_file_of(name, A) and not result_names.is_result_file_of(name, B)
+        assert result_names.commit_of_name(f"m1/{name}") == result_names.result_file_prefix(A) == A[:8]
+    assert result_names.commit_of_name("m1/machine.json") is None
+    assert result_names.commit_of_name("benchmarks.json") is None
 
 
 def test_schema_1_reads_as_asvs_own_update_to_schema_2():

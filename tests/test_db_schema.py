@@ -11,7 +11,7 @@ duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.db import schema, store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -46,7 +46,7 @@ def test_a_new_database_has_regressions_and_tuning_results(tmp_path):
 
 
 def test_version_3_file_with_both_tables_already_migrates_and_keeps_their_rows(tmp_path):
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    root = asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
     db = tmp_path / "x.duckdb"
     con = duckdb.connect(str(db))
     con.execute("BEGIN")

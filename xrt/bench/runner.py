@@ -32,7 +32,7 @@ from typing import Any
 
 from xrt.bench import machine as xmachine
 from xrt.bench import sources, worktrees
-from xrt.db import asv_files
+from xrt.db import result_names
 from xrt.db import sidecar_keys as SK
 from xrt.device import DeviceInfo
 
@@ -164,7 +164,7 @@ CARRIED_SCHEMA = "xrt-carried/1"
 
 def measured(results: Path, machine: str, commit: str) -> bool:
     d = results / machine
-    return d.is_dir() and any(asv_files.is_result_file_of(f.name, commit) for f in d.iterdir())
+    return d.is_dir() and any(result_names.is_result_file_of(f.name, commit) for f in d.iterdir())
 
 
 def carried_path(results: Path, machine: str, commit: str) -> Path:
@@ -245,7 +245,7 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
         if f.name == "machine.json":
             shutil.copy2(f, dest / f.name)
             continue
-        if not asv_files.is_result_file_of(f.name, commit):
+        if not result_names.is_result_file_of(f.name, commit):
             continue  # results the commit itself carries: not this run's
         shutil.copy2(f, dest / f.name)
         cases = [json.loads(p.read_text()) for p in sorted(sidecars.glob("*.json"))]

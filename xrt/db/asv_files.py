@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import operator
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,29 +100,6 @@ def loads(data: bytes) -> Any:
         if e.pos >= len(text.rstrip()):
             raise BadFile("truncated", f"truncated JSON (ends at line {e.lineno} col {e.colno})") from None
         raise BadFile("corrupt", f"invalid JSON: {e.msg} at line {e.lineno} col {e.colno}") from None
-
-
-# asv names a result file <machine>/<commit_hash[:8]>-<env_name>.json (asv.results.get_filename; an
-# env name of 128 characters or more becomes "env-<md5>"); a sidecar adds its suffix to the stem.
-# The one place xrt knows that rule: the runner picks a commit's files by it, ingest keys errors by it.
-RESULT_COMMIT_CHARS = 8
-_COMMIT_OF_NAME = re.compile(r"([0-9a-f]{8})-")
-
-
-def result_file_prefix(commit: str) -> str:
-    """The start of the name of each asv result file (and sidecar) of ``commit``."""
-    return commit[:RESULT_COMMIT_CHARS]
-
-
-def is_result_file_of(name: str, commit: str) -> bool:
-    """Whether ``name`` (a file name in a machine folder) is one of asv's result files of ``commit``."""
-    return name.startswith(result_file_prefix(commit)) and name.endswith(".json")
-
-
-def commit_of_name(rel: str) -> str | None:
-    """The commit prefix that an asv result file's (or sidecar's) name gives, else None."""
-    m = _COMMIT_OF_NAME.match(rel.rsplit("/", 1)[-1])
-    return m.group(1) if m else None
 
 
 def is_result_file(path: Path) -> bool:

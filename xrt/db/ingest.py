@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xrt.db import asv_files, batch, git, schema, store
+from xrt.db import asv_files, batch, git, result_names, schema, store
 
 
 @dataclass
@@ -286,7 +286,7 @@ class _Ingest:
     def error_rows(self, ingest_id: int, now: datetime) -> list[tuple]:
         """ingest_errors rows (``_ERROR_COLUMNS``) of the files this ingest looked at, each once."""
         touched = set(self.touched())
-        return [(f, k, r, ingest_id, now, self.commits.get(f) or asv_files.commit_of_name(f))
+        return [(f, k, r, ingest_id, now, self.commits.get(f) or result_names.commit_of_name(f))
                 for f, k, r in self.rep.errors if f in touched]
 
 

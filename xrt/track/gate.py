@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from xrt.db import asv_files, store
+from xrt.db import result_names, store
 from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
@@ -256,7 +256,7 @@ def _errors(con: Any, commit: str) -> list[str]:
                            "OR starts_with(commit_hash, ?)", [commit, commit]).fetchall()
     else:  # a database not written since: by asv's file name
         rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE contains(file, ?)",
-                           [f"/{asv_files.result_file_prefix(commit)}"]).fetchall()
+                           [f"/{result_names.result_file_prefix(commit)}"]).fetchall()
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 
@@ -470,10 +470,10 @@ def report(v: Verdict) -> str:
 def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
     """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
     cause from ``v.envs``): (alert, its items in the alert's order)."""
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     return [(a, [items[int(rec.note)] for rec in a.records])
-            for a in R.group(R.gate_records(v.base, v.head, items), v.envs)]
+            for a in regressions.group(regressions.gate_records(v.base, v.head, items), v.envs)]
 
 
 def evidence(r: dict) -> str:

@@ -188,10 +188,10 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
     """Write the judgements (replacing the scope's previous ones) and the suspected regressions.
     A suspected regression already stored keeps its status, note and checklist (and a confirmed one
     stays confirmed); one no longer suspected at the same commit, still ``new``, is withdrawn."""
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     recs = records(js)
-    known = R.stored(db)
+    known = regressions.stored(db)
     fresh = [r for r in recs if r.id not in known]
     if diag_for is None:
         from xrt.track import diag
@@ -215,7 +215,7 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
         for j in js:
             if j.verdict == REGRESSION:
                 continue
-            rid = R.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
+            rid = regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
             withdrawn += con.execute("DELETE FROM regressions WHERE id = ? AND suspected AND status = 'new' "
                                      "RETURNING id", [rid]).fetchall().__len__()
         added = 0

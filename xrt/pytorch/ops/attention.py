@@ -25,12 +25,10 @@ import torch
 
 from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint
-from xrt.pytorch.ops import _checks as C
-from xrt.pytorch.ops import dispatch as P
-from xrt.pytorch.ops import kernel_providers as T
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-T.register("attention")
-T.register("attention_bwd", module="attention")
+kernel_providers.register("attention")
+kernel_providers.register("attention_bwd", module="attention")
 
 _SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH",
                   "cudnn": "CUDNN_ATTENTION"}
@@ -40,7 +38,7 @@ _WARNED: set[str] = set()  # fallback reasons already reported (one warning each
 @torch.library.custom_op("xrt::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
                   provider: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return P.get("attention", provider).fn(q, k, v, is_causal, scale)
+    return dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
 
 
 @_attention_op.register_fake
@@ -53,7 +51,7 @@ def _(q, k, v, is_causal, scale, provider):
 def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                       lse: torch.Tensor, is_causal: bool, scale: float, provider: str
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return P.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
+    return dispatch.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
 
 
 @_attention_bwd_op.register_fake
@@ -84,7 +82,7 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale, provider):
-        o, lse = P.get("attention", provider).fn(q, k, v, is_causal, scale)
+        o, lse = dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
         ctx.is_causal, ctx.scale, ctx.provider = is_causal, scale, provider
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -93,7 +91,7 @@ class _EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = P.get("attention_bwd", ctx.provider).fn(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        dq, dk, dv = dispatch.get("attention_bwd", ctx.provider).fn(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
         return dq, dk, dv, None, None, None
 
 
@@ -148,7 +146,7 @@ def choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.T
         return choice
     why = unsupported(q, k, v, attn_mask, dropout_p, enable_gqa, scale)
     if choice == "triton":
-        why = why or P.triton_missing(q)
+        why = why or dispatch.triton_missing(q)
         if why:
             raise ValueError(f"fused_attention: provider 'triton' cannot run this call: {why}")
         return "triton"
@@ -189,20 +187,20 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     >>> fused_attention(q, q, q, is_causal=True).shape  # doctest: +SKIP
     torch.Size([1, 2, 5, 64])
     """
-    q = cast_for_hint(C.floating("query", "fused_attention", query))
-    k = cast_for_hint(C.floating("key", "fused_attention", key))
-    v = cast_for_hint(C.floating("value", "fused_attention", value))
+    q = cast_for_hint(_checks.floating("query", "fused_attention", query))
+    k = cast_for_hint(_checks.floating("key", "fused_attention", key))
+    v = cast_for_hint(_checks.floating("value", "fused_attention", value))
     chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider, scale)
     if chosen != "triton":
         backend = _SDPA_BACKENDS.get(chosen) if provider is not None else None
-        with P.op_range("attention", chosen):
+        with dispatch.op_range("attention", chosen):
             return _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     causal = bool(is_causal)
-    with P.op_range("attention", "triton"):
-        route = P.route(q, k, v)
-        if route == P.DIRECT_GRAD:
+    with dispatch.op_range("attention", "triton"):
+        route = dispatch.route(q, k, v)
+        if route == dispatch.DIRECT_GRAD:
             return _EagerAttention.apply(q, k, v, causal, s, "triton")
-        if route == P.DIRECT:
-            return P.get("attention", "triton").fn(q, k, v, causal, s)[0]
+        if route == dispatch.DIRECT:
+            return dispatch.get("attention", "triton").fn(q, k, v, causal, s)[0]
         return _attention_op(q, k, v, causal, s, "triton")[0]

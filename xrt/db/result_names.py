@@ -1,0 +1,28 @@
+"""asv's result-file names: the one place xrt knows the rule. Written by ``xrt.bench`` (the runner picks a
+commit's files by it), read by ``xrt.db`` (ingest keys its errors by commit) and ``xrt.track`` (the gate);
+standard library only, so any layer may import it."""
+
+from __future__ import annotations
+
+import re
+
+# asv names a result file <machine>/<commit_hash[:8]>-<env_name>.json (asv.results.get_filename; an
+# env name of 128 characters or more becomes "env-<md5>"); a sidecar adds its suffix to the stem.
+RESULT_COMMIT_CHARS = 8
+_COMMIT_OF_NAME = re.compile(r"([0-9a-f]{8})-")
+
+
+def result_file_prefix(commit: str) -> str:
+    """The start of the name of each asv result file (and sidecar) of ``commit``."""
+    return commit[:RESULT_COMMIT_CHARS]
+
+
+def is_result_file_of(name: str, commit: str) -> bool:
+    """Whether ``name`` (a file name in a machine folder) is one of asv's result files of ``commit``."""
+    return name.startswith(result_file_prefix(commit)) and name.endswith(".json")
+
+
+def commit_of_name(rel: str) -> str | None:
+    """The commit prefix that an asv result file's (or sidecar's) name gives, else None."""
+    m = _COMMIT_OF_NAME.match(rel.rsplit("/", 1)[-1])
+    return m.group(1) if m else None
