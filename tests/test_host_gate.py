@@ -25,20 +25,26 @@ from conftest import ROOT
 from test_bench_suite import clone_repo
 
 PLANT_S = float(os.environ.get("XRT_TEST_PLANT_US", "50")) * 1e-6  # the issue's figure
+# Python already in the call at base (0: none). The torch provider's call costs ~5 µs on the CPU,
+# so the plant is ~10x it; XRT_TEST_BASE_US=50 judges +50 µs on a ~55 µs call, as the issue had it.
+BASE_S = float(os.environ.get("XRT_TEST_BASE_US", "0")) * 1e-6
 
-PLANT = f'''
 
-# --- planted by tests/test_host_gate.py in a throwaway clone: {PLANT_S * 1e6:.0f} µs of Python per call ---
+def plant(seconds: float, tag: str) -> str:
+    """Code that makes every ``square`` call busy-wait ``seconds`` first (appended to square.py)."""
+    return f'''
+
+# --- planted by tests/test_host_gate.py in a throwaway clone: {seconds * 1e6:.0f} µs of Python per call ---
 import time as _plant_time
 
-_unplanted_square = square
+_unplanted_square_{tag} = square
 
 
 def square(*args, **kwargs):
-    end = _plant_time.perf_counter() + {PLANT_S!r}
+    end = _plant_time.perf_counter() + {seconds!r}
     while _plant_time.perf_counter() < end:
         pass
-    return _unplanted_square(*args, **kwargs)
+    return _unplanted_square_{tag}(*args, **kwargs)
 '''
 
 
@@ -52,9 +58,12 @@ def test_planted_python_fails_the_gate_on_the_host_series(tmp_path):
     clone = clone_repo(ROOT, tmp_path / "repo")
     git = lambda *a: subprocess.run(["git", "-C", str(clone), *a], check=True, capture_output=True,  # noqa: E731
                                     text=True).stdout.strip()
-    base = git("rev-parse", "HEAD")
     square = clone / "xrt" / "pytorch" / "ops" / "square.py"
-    square.write_text(square.read_text() + PLANT)
+    if BASE_S:
+        square.write_text(square.read_text() + plant(BASE_S, "base"))
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", f"base: {BASE_S * 1e6:g} us of Python")
+    base = git("rev-parse", "HEAD")
+    square.write_text(square.read_text() + plant(PLANT_S, "head"))
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", f"plant {PLANT_S * 1e6:g} us of Python")
     head = git("rev-parse", "HEAD")
 
