@@ -115,7 +115,10 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     assert cls.setup_cache.timeout == suite.CACHE_TIMEOUT
     combos = [("device", "square", *p) for p in itertools.product(*suite.params_for("square")[0])]
     assert sorted(k for k in cache if k[0] != suite.GRID) == sorted(combos)
-    assert len(lines) == len(combos) + 1  # one progress line each
+    # one progress line each, in their order (on the CPU after the rounds' own lines), then the total
+    each = [ln for ln in lines if ln.startswith("[suite ")]
+    assert [ln.split("]")[0] for ln in each] == [f"[suite {i}/{len(combos)}" for i in range(1, len(combos) + 1)]
+    assert len(lines) == len(combos) + suite.CPU_ROUNDS and lines[-1].startswith("[suite] ")
     assert cache[(suite.GRID, "square")] == {"params": cls.params}
     p = ("4096", "float32", "torch", "default")
     b = cls()

@@ -470,6 +470,7 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     out: dict[tuple, dict[str, Any]] = {(GRID, op): {"params": grids[op]} for op in ops}
     inputs_key, inputs = None, None
     cases: dict[tuple, _Inputs] = {}  # combinations measured so far, in order
+    early: dict[tuple, str] = {}  # progress lines of combinations skipped or failed before the last round
     t_all = time.perf_counter()
     n = len(combos) * len(series)
     for r in range(rounds):
@@ -484,7 +485,9 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
                 bench_name = f"{module}.{class_name(op)}.{method}"
                 key = (ser, op, *p)
                 if r and key not in cases:
-                    continue  # skipped or failed in the first round
+                    if r == rounds - 1 and key in early:
+                        log(early.pop(key))
+                    continue  # skipped or failed in an earlier round
                 try:
                     if inputs_key != (op, *p[:2]):
                         inputs_key, inputs = (op, *p[:2]), None
@@ -515,8 +518,16 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
                     cases.pop(key, None)
                     out[key] = {"error": stray}
                     what = f"FAILED: {stray}"
-                if key in out:  # one line a combination, when it is done (measured, skipped or failed)
-                    log(f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
+                if key in out:  # one line a combination, in their order, in the last round
+                    line = f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s"
+                    if r == rounds - 1:
+                        log(early.pop(key, line))
+                    else:
+                        early[key] = line
+                elif key in early:
+                    log(early.pop(key))
+        if r < rounds - 1:  # the combinations' lines come with the last round
+            log(f"[suite] round {r + 1} of {rounds} done at {time.perf_counter() - t_all:.1f} s")
     log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
         f"{time.perf_counter() - t_all:.1f} s" + (f", {rounds} rounds" if rounds > 1 else ""))
     return out
