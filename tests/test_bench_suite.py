@@ -115,7 +115,10 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     assert cls.setup_cache.timeout == suite.CACHE_TIMEOUT
     combos = [("device", "square", *p) for p in itertools.product(*suite.params_for("square")[0])]
     assert sorted(k for k in cache if k[0] != suite.GRID) == sorted(combos)
-    assert len(lines) == len(combos) + 1  # one progress line each
+    # one progress line each, in their order (on the CPU after the rounds' own lines), then the total
+    each = [ln for ln in lines if ln.startswith("[suite ")]
+    assert [ln.split("]")[0] for ln in each] == [f"[suite {i}/{len(combos)}" for i in range(1, len(combos) + 1)]
+    assert len(lines) == len(combos) + suite.CPU_ROUNDS and lines[-1].startswith("[suite] ")
     assert cache[(suite.GRID, "square")] == {"params": cls.params}
     p = ("4096", "float32", "torch", "default")
     b = cls()
@@ -375,3 +378,35 @@ def test_a_parallel_asv_process_that_dies_at_its_start_runs_again_alone(tmp_path
     assert "runs again alone" in text
     (entry,) = summary["commits"]
     assert [entry["machines"][m]["status"] for m in ("node-a-cpu", "node-b-cpu")] == ["ok", "ok"], text
+
+
+def test_cpu_rounds_interleave_the_combinations_over_the_span(monkeypatch, interpreter):
+    """With rounds, every combination is measured once a round, in turn, each round starting no
+    earlier than its share of the span, with its inputs built anew; the samples are the rounds'
+    together. Measured in one go, a burst of load on a shared runner moved every sample of a series."""
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    order, args, sleeps = [], {}, []
+    real_more = {k: k.more for k in (suite.Case, suite.HostCase)}
+
+    def more_of(kind):
+        def more(self):
+            order.append((kind.__name__, tuple(self.params)))
+            args.setdefault((kind.__name__, tuple(self.params)), []).append(self.args[0])  # kept alive
+            real_more[kind](self)
+        return more
+
+    for kind in real_more:
+        monkeypatch.setattr(kind, "more", more_of(kind))
+    import time as _time
+    monkeypatch.setattr(_time, "sleep", lambda s: sleeps.append(s))
+    cache = suite.measure_all(["square"], ["device", "host"], log=lambda m: None, rounds=3, span=30.0)
+    f32, bf16 = ("4096", "float32", "torch", "default"), ("4096", "bfloat16", "torch", "default")
+    runnable = [("Case", f32), ("HostCase", f32), ("Case", bf16), ("HostCase", bf16)]
+    assert [o for o in order if o[1][2] == "torch"] == [o for o in runnable if o[0] == "HostCase"] + runnable * 2
+    assert len(sleeps) == 2 and all(s > 5 for s in sleeps)  # rounds 2 and 3 wait for their share of 30 s
+    assert all(len({id(x) for x in v}) == len(v) for v in args.values())  # new inputs each round
+    for (kind, p) in runnable:
+        ser = "device" if kind == "Case" else "host"
+        samples = cache[(ser, "square", *p)]["samples"]
+        assert suite.MIN_SAMPLES <= len(samples) <= (suite.MAX_ASV_SAMPLES if ser == "device" else suite.HOST_SAMPLES)
+    assert suite.rounds_for("cpu") == suite.CPU_ROUNDS > 1 and suite.rounds_for("cuda") == 1

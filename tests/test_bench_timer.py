@@ -175,3 +175,22 @@ def test_a_combination_that_leaves_a_side_stream_fails_and_the_stream_is_reset(m
     assert made_current == [default]
     current.cuda_stream = 0
     assert suite._stray_stream() is None and made_current == [default]
+
+
+def test_cpu_samples_are_the_threads_cpu_time_not_the_time_it_waited():
+    """On the CPU a sample leaves out the time the thread did not run (on a shared runner: other
+    processes' time slices, which read as 2x, 3x a 4 ms call); here a call that sleeps 20 ms."""
+    import time
+
+    clock = timer.Clock("cpu", flush=False)
+    nap = lambda: time.sleep(0.02)  # noqa: E731
+    assert max(clock.batch(nap, 3)) < 0.005
+    assert clock.host_batch(nap, 2) < 0.005
+    spin_end = [0.0]
+
+    def spin():  # a call that does run: 5 ms of work
+        spin_end[0] = time.thread_time() + 0.005
+        while time.thread_time() < spin_end[0]:
+            pass
+
+    assert min(clock.batch(spin, 2)) >= 0.005

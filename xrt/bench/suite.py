@@ -47,12 +47,20 @@ MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
 # asv's version of the suites' benchmarks: 2 = measured once in setup_cache (issue #15); before, a
 # hash of the suite code.
 SUITE_VERSION = "xrt-suite-2"
+# The quick (CPU) profile's: its samples are the thread's CPU time, taken in rounds (xrt.bench.timer,
+# measure_all), since xrt-suite-2 wall time in one go; the gate does not compare across the change.
+QUICK_SUITE_VERSION = "xrt-suite-3-cpu"
 CACHE_TIMEOUT = 3600  # seconds for the setup_cache: every combination of every selected op and series
 HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 # ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
 # seconds of sampling once it has HOST_MIN_SAMPLES (the gate needs 5 a side).
 HOST_MIN_SAMPLES = 10
 HOST_MAX_TIME = 0.5
+# On the CPU every combination is measured in this many rounds, in turn (:func:`measure_all`): its
+# samples then span the run, not the few milliseconds one round takes, and a burst of load on a
+# shared runner slows one round, not the whole series (docs/regressions.md, "The gate on a noisy runner").
+CPU_ROUNDS = 5
+CPU_SPAN = 5.0  # ... spread over at least this many seconds (a round waits for its share, if need be)
 DEVICE_CLOCK = [0.0]  # seconds of device time measured so far in this process
 HOST_CLOCK = [0.0]  # host seconds per call measured so far in this process
 
@@ -226,11 +234,13 @@ class Case(_Inputs):
 
     The samples are :func:`xrt.bench.timer.measure`'s (its stopping rule, capped at
     :data:`MAX_ASV_SAMPLES`, topped up to :data:`MIN_SAMPLES`): asv gets exactly these, the sidecar
-    too, with each sample's clocks.
+    too, with each sample's clocks. With ``rounds`` > 1 (the CPU: :func:`rounds_for`) the
+    constructor takes the first of that many rounds, each with its share of the cap and of the
+    timer's time limits; :meth:`more` takes another; :meth:`finish` (always called) ends the series.
     """
 
     def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
-                 inputs: tuple | None = None) -> None:
+                 inputs: tuple | None = None, rounds: int = 1) -> None:
         from xrt.bench import timer
 
         super().__init__(op, shape, dtype, provider, config, inputs)
@@ -239,13 +249,36 @@ class Case(_Inputs):
         self.graph = (self.dev.kind == "cuda" and provider != "cuda"
                       and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])})
         self.graph_error = None
+        self.rule = {"max_samples": MAX_ASV_SAMPLES} if rounds <= 1 else {
+            "max_samples": -(-MAX_ASV_SAMPLES // rounds), "min_time": timer.DEFAULTS["min_time"] / rounds,
+            "max_time": timer.DEFAULTS["max_time"] / rounds}
         try:
-            m = timer.measure(self.fn, device, graph=self.graph, max_samples=MAX_ASV_SAMPLES)
+            m = timer.measure(self.fn, device, graph=self.graph, **self.rule)
         except timer.GraphCaptureError as e:  # this call cannot be captured: timed call by call
             self.graph, self.graph_error = False, str(e)
-            m = timer.measure(self.fn, device, graph=False, max_samples=MAX_ASV_SAMPLES)
+            m = timer.measure(self.fn, device, graph=False, **self.rule)
         self.measurement = m
         self.per = m.calls_per_sample
+
+    def more(self) -> None:
+        """One more round of the timer's samples (its own warm-up and stopping rule), appended."""
+        from xrt.bench import timer
+
+        r = timer.measure(self.fn, self.dev.torch_device, graph=self.graph, **self.rule)
+        m = self.measurement
+        m.samples_s += r.samples_s
+        m.sm_mhz += r.sm_mhz
+        m.mem_mhz += r.mem_mhz
+        m.reasons += r.reasons
+        m.warmup_runs += r.warmup_runs
+        m.wall_s += r.wall_s
+        m.stopped_by = r.stopped_by
+
+    def finish(self) -> None:
+        """Top up to :data:`MIN_SAMPLES`, cap at :data:`MAX_ASV_SAMPLES`: the samples asv gets."""
+        from xrt.bench import timer
+
+        m, device = self.measurement, self.dev.torch_device
         if m.n < MIN_SAMPLES:  # the time cap stopped it early (a slow call): the gate needs more a side
             clock = timer.Clock(device)
             target = timer.graphed(self.fn, self.per, clock.device) if self.graph else self.fn
@@ -288,25 +321,42 @@ class Case(_Inputs):
 
 
 class HostCase(_Inputs):
-    """One parameter combination's host-time series: samples of ``calls`` back-to-back calls each."""
+    """One parameter combination's host-time series: samples of ``calls`` back-to-back calls each.
+
+    With ``rounds`` > 1 (the CPU: :func:`rounds_for`) the constructor takes the first of that many
+    rounds, each with its share of :data:`HOST_SAMPLES` and :data:`HOST_MAX_TIME`; :meth:`more`
+    takes another."""
 
     def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
-                 inputs: tuple | None = None) -> None:
-        import time
-
+                 inputs: tuple | None = None, rounds: int = 1) -> None:
         from xrt.bench import timer
 
         super().__init__(op, shape, dtype, provider, config, inputs)
         self.clock = timer.Clock(self.dev.torch_device, flush=False)
         cfg = timer.HOST_DEFAULTS
         self.calls = self.clock.host_calls(self.fn, cfg["sample_time"], cfg["max_calls"], cfg["warmup_time"])
-        # HOST_SAMPLES samples, or fewer where a call is slow: stop after HOST_MAX_TIME seconds once
-        # there are HOST_MIN_SAMPLES (what asv's repeat = (min, max, time) did before).
+        self.rounds = max(1, rounds)
+        self.more()
+
+    def more(self) -> None:
+        """One round: its share of :data:`HOST_SAMPLES`, or fewer where a call is slow: it stops after
+        its share of :data:`HOST_MAX_TIME` seconds once it has its share of :data:`HOST_MIN_SAMPLES`
+        (what asv's repeat = (min, max, time) did before)."""
+        import time
+
+        r, n = self.rounds, len(self.samples)
+        want = min(HOST_SAMPLES, n + -(-HOST_SAMPLES // r))
+        least = min(HOST_MIN_SAMPLES, n + -(-HOST_MIN_SAMPLES // r))
+        if n:
+            self.fn()  # a later round: one untimed call first (other combinations ran in between)
         t0 = time.perf_counter()
-        while len(self.samples) < HOST_SAMPLES:
+        while len(self.samples) < want:
             self.sample()
-            if len(self.samples) >= HOST_MIN_SAMPLES and time.perf_counter() - t0 > HOST_MAX_TIME:
+            if len(self.samples) >= least and time.perf_counter() - t0 > HOST_MAX_TIME / r:
                 break
+
+    def finish(self) -> None:
+        """Nothing to top up: every round takes its share of :data:`HOST_MIN_SAMPLES`."""
 
     def sample(self) -> None:
         self.samples.append(self.clock.host_batch(self.fn, self.calls))
@@ -379,8 +429,13 @@ def class_name(op: str) -> str:
     return "".join(part.capitalize() for part in op.split("_"))
 
 
+def rounds_for(kind: str) -> int:
+    """Rounds a run measures each combination in: :data:`CPU_ROUNDS` on the CPU, else 1."""
+    return CPU_ROUNDS if kind == "cpu" else 1
+
+
 def measure_all(ops: list[str], series: list[str] | None = None, prof: str | None = None,
-                log=None) -> dict[tuple, dict[str, Any]]:
+                log=None, rounds: int | None = None, span: float | None = None) -> dict[tuple, dict[str, Any]]:
     """Measure every combination of ``ops`` in this process: what the suites' ``setup_cache`` returns.
 
     Inputs are built once per op, shape and dtype (and dropped before the next) and serve both
@@ -390,6 +445,14 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     was) or ``{"error": what}`` (asv: that combination failed; the others still run), and per
     ``(GRID, op)`` ``{"params": grid}``, the op's grid as this process saw it. Progress goes
     to stderr, one line a combination and series.
+
+    ``rounds`` (default :func:`rounds_for` the device): with more than one, every combination is
+    measured that many times in turn, each time with its share of the samples, and its samples are
+    the rounds' together: a series' samples then span the whole run instead of a few milliseconds
+    of it, so a burst of load on a shared CPU slows one round of them, not all (docs/regressions.md,
+    "The gate on a noisy runner"). Each round builds the inputs anew: in one process a bfloat16
+    series read 1.4-1.6x its usual best for every sample (the f32 ones did not), so what a run
+    measures depends on where its buffers lie too, not only on the load.
     """
     import time
 
@@ -398,40 +461,75 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     kinds = {"device": Case, "host": HostCase}
     grids = {op: params_for(op, prof)[0] for op in ops}
     combos = [(op, *p) for op in ops for p in itertools.product(*grids[op])]
+    if rounds is None:
+        from xrt.device import default_device
+
+        rounds = rounds_for(default_device().kind) if combos else 1
+    span = (CPU_SPAN if rounds > 1 else 0.0) if span is None else span
     # Each op's grid as this process saw it: every replaying process checks it sees the same one.
     out: dict[tuple, dict[str, Any]] = {(GRID, op): {"params": grids[op]} for op in ops}
     inputs_key, inputs = None, None
+    cases: dict[tuple, _Inputs] = {}  # combinations measured so far, in order
+    early: dict[tuple, str] = {}  # progress lines of combinations skipped or failed before the last round
     t_all = time.perf_counter()
     n = len(combos) * len(series)
-    i = 0
-    for op, *p in combos:
-        for ser in series:
-            i += 1
-            t0 = time.perf_counter()
-            module, method = SERIES[ser]
-            bench_name = f"{module}.{class_name(op)}.{method}"
-            key = (ser, op, *p)
-            try:
-                if inputs_key != (op, *p[:2]):
-                    inputs_key, inputs = (op, *p[:2]), None
-                    inputs = make_inputs(op, *p[:2])
-                c = kinds[ser](op, *p, inputs=inputs)
-                c.write_sidecar(bench_name)
-                out[key] = {"samples": list(c.samples)}
-                what = f"{len(c.samples)} samples"
-            except NotImplementedError as e:
-                out[key] = {"skip": str(e)}
-                what = "skipped"
-            except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
-                out[key] = {"error": f"{type(e).__name__}: {e}"}
-                what = f"FAILED: {type(e).__name__}: {e}"
-            stray = _stray_stream()
-            if stray:  # what it left would skew every combination after it: this one fails instead
-                out[key] = {"error": stray}
-                what = f"FAILED: {stray}"
-            log(f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s")
+    for r in range(rounds):
+        if r:  # each round starts no earlier than its share of the span
+            time.sleep(max(0.0, t_all + r * span / rounds - time.perf_counter()))
+        i, inputs_key = 0, None
+        for op, *p in combos:
+            for ser in series:
+                i += 1
+                t0 = time.perf_counter()
+                module, method = SERIES[ser]
+                bench_name = f"{module}.{class_name(op)}.{method}"
+                key = (ser, op, *p)
+                if r and key not in cases:
+                    if r == rounds - 1 and key in early:
+                        log(early.pop(key))
+                    continue  # skipped or failed in an earlier round
+                try:
+                    if inputs_key != (op, *p[:2]):
+                        inputs_key, inputs = (op, *p[:2]), None
+                        inputs = make_inputs(op, *p[:2])
+                    if r:
+                        cases[key].args = inputs  # new buffers each round (their addresses matter too)
+                        cases[key].more()
+                    else:
+                        cases[key] = kinds[ser](op, *p, inputs=inputs, rounds=rounds)
+                    if r == rounds - 1:
+                        c = cases.pop(key)  # done: its inputs may go
+                        c.finish()
+                        c.write_sidecar(bench_name)
+                        out[key] = {"samples": list(c.samples)}
+                        what = f"{len(c.samples)} samples" + (f" ({rounds} rounds)" if rounds > 1 else "")
+                    else:
+                        what = ""
+                except NotImplementedError as e:
+                    cases.pop(key, None)
+                    out[key] = {"skip": str(e)}
+                    what = "skipped"
+                except Exception as e:  # noqa: BLE001 - one combination's failure must not take the others down
+                    cases.pop(key, None)
+                    out[key] = {"error": f"{type(e).__name__}: {e}"}
+                    what = f"FAILED: {type(e).__name__}: {e}"
+                stray = _stray_stream()
+                if stray:  # what it left would skew every combination after it: this one fails instead
+                    cases.pop(key, None)
+                    out[key] = {"error": stray}
+                    what = f"FAILED: {stray}"
+                if key in out:  # one line a combination, in their order, in the last round
+                    line = f"[suite {i}/{n}] {ser} {op} {' '.join(p)}: {what} in {time.perf_counter() - t0:.2f} s"
+                    if r == rounds - 1:
+                        log(early.pop(key, line))
+                    else:
+                        early[key] = line
+                elif key in early:
+                    log(early.pop(key))
+        if r < rounds - 1:  # the combinations' lines come with the last round
+            log(f"[suite] round {r + 1} of {rounds} done at {time.perf_counter() - t_all:.1f} s")
     log(f"[suite] {n} combinations ({len(ops)} op(s), series {', '.join(series)}) in "
-        f"{time.perf_counter() - t_all:.1f} s")
+        f"{time.perf_counter() - t_all:.1f} s" + (f", {rounds} rounds" if rounds > 1 else ""))
     return out
 
 
@@ -526,7 +624,7 @@ def _suite(op: str, class_name: str, module: str, kind: str, samples: tuple[int,
         timer = staticmethod(device_timer if kind == "device" else host_timer)
         # asv's benchmark version (else a hash of this code): results of different versions are not
         # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
-        version = SUITE_VERSION
+        version = SUITE_VERSION if profile() == "full" else QUICK_SUITE_VERSION
         number = 1
         warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1

@@ -14,8 +14,11 @@ ever slows samples down, so a run's median moves with how busy the machine was w
 sample stays near what the code costs (on this 2-core CPU, with the Square suites: the σ a run of
 the median was 20–57 %, and 10 A/A pairs failed 3 and 0 times while a planted 2x failed 5 and 2
 times of 10; with :func:`steadier`'s rule 2 and 1 A/A, 8 and 10 planted, re-judged on the same runs,
-and 1 A/A, 10 planted on a fresh run: docs/regressions.md). The history judgement of one-value
-runs (:meth:`Noise.z_head`) keeps asv's value.
+and 1 A/A, 10 planted on a fresh run: docs/regressions.md). Those runs measured wall time in one
+go; since the CPU measures the thread's CPU time in rounds spread over the run (asv version
+xrt-suite-3-cpu), the best sample of the same series moves by 1-1.3 % (torch) and 6-7 % (Triton
+interpreter) a run at a load of 6, and the same judge failed 0 of 10 A/A gates and all 10 planted
+ones there. The history judgement of one-value runs (:meth:`Noise.z_head`) keeps asv's value.
 
 Two uses:
 
