@@ -1,6 +1,6 @@
 """xrt's Triton attention against PyTorch SDPA, forward and backward, side by side in one run.
 
-    python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick]
+    python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick | --defaults]
     python benchmarks/attention_bench.py --bwd-sweep --out attention-bwd.json [--md attention-bwd.md]
 
 bf16, B=4, H=16. Cases: hd128, hd128 causal, hd64 (non-causal). First a bounded config sweep at
@@ -425,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="JSON results")
     ap.add_argument("--md", type=Path, help="also write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="defaults only, no sweep, S=4096 only")
+    ap.add_argument("--defaults", action="store_true",
+                    help="defaults only (the op's own configs), no sweep, at every S (4096, then 1024 and 16384)")
     ap.add_argument("--bwd-sweep", action="store_true",
                     help="only the backward candidates (BWD_CANDIDATES) beside SDPA's backward, S=4096")
     ap.add_argument("--jobs", type=int, default=8,
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                               "triton": triton.__version__, "python": platform.python_version(),
                               "B": B, "H": H, "dtype": "bfloat16", "rows": [], "sweep": [], "best": []}
     for d, causal in CASES:
-        if args.quick:
+        if args.quick or args.defaults:
             cfg_f, cfg_b = None, None
         else:
             rows, cfg_f, cfg_b = sweep(d, causal, FWD_SWEEP, BWD_SWEEP)

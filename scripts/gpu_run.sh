@@ -15,7 +15,7 @@
 # conv     : the fused conv3x3 + BatchNorm + ReLU GPU tests (kernels, op, CNN modules), then
 #            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
 #            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
-# attnbwd  : the attention GPU tests, the defaults through the op (--quick), the backward sweep (--bwd-sweep)
+# attnbwd  : the attention GPU tests, the defaults through the op at S 4096, 1024, 16384 (--defaults), the backward sweep (--bwd-sweep)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -110,8 +110,8 @@ for step in "$@"; do
     attnbwd)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -8
       s=${PIPESTATUS[0]}
-      python3 benchmarks/attention_bench.py --quick --out "$OUT/attention-quick-h100.json" \
-        --md "$OUT/attention-quick-h100.md" 2>&1 | tail -14
+      python3 benchmarks/attention_bench.py --defaults --out "$OUT/attention-defaults-h100.json" \
+        --md "$OUT/attention-defaults-h100.md" 2>&1 | tail -24
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       python3 benchmarks/attention_bench.py --bwd-sweep --out "$OUT/attention-bwd-h100.json" \
         --md "$OUT/attention-bwd-h100.md" 2>&1 | tee "$OUT/attn_bwd.log" | tail -80
