@@ -130,3 +130,19 @@ def test_the_rule_catches_an_import_from_above(tmp_path):
         "fake.py [xrt.track.fake] (track) imports xrt.cli (top)"]
     assert layer("xrt.kernels.triton.square") == "kernels" and layer("xrt.bench.cli") == "top"
     assert layer("xrt.db.cli") == "top" and layer("torch") is None
+
+
+def test_no_submodule_hides_a_package_function():
+    """Importing a submodule sets it as an attribute of its package: a submodule named like a
+    function of the package's ``__init__`` replaces that function (``kernels/cuda/launch.py`` once
+    hid ``kernels.cuda.launch()``, and every CUDA C launch failed on the GPU only)."""
+    import importlib
+    import pkgutil
+
+    for pkg_name in ("xrt.kernels", "xrt.kernels.cuda", "xrt.kernels.triton", "xrt.pytorch", "xrt.pytorch.ops",
+                     "xrt.bench", "xrt.db", "xrt.track", "xrt.tune"):
+        pkg = importlib.import_module(pkg_name)
+        tree = ast.parse(Path(pkg.__file__).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        subs = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+        assert not defined & subs, f"{pkg_name}: submodule(s) named like the package's own {sorted(defined & subs)}"

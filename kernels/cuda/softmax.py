@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
+from xrt.kernels.cuda.inputs import DTYPE_SUFFIX, check_device
 
 ITEMS = (1, 2, 4, 8)  # the 16-byte vectors per thread that the v2 kernels are instantiated for
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks, cuda
-from xrt.kernels.cuda.launch import DTYPE_SUFFIX, check_device
+from xrt.kernels.cuda.inputs import DTYPE_SUFFIX, check_device
 
 
 def window_sum(x: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
