@@ -410,3 +410,20 @@ def test_cpu_rounds_interleave_the_combinations_over_the_span(monkeypatch, inter
         samples = cache[(ser, "square", *p)]["samples"]
         assert suite.MIN_SAMPLES <= len(samples) <= (suite.MAX_ASV_SAMPLES if ser == "device" else suite.HOST_SAMPLES)
     assert suite.rounds_for("cpu") == suite.CPU_ROUNDS > 1 and suite.rounds_for("cuda") == 1
+
+
+def test_the_asv_version_follows_the_device_not_the_profile(monkeypatch):
+    """CPU samples (thread CPU time, in rounds) carry their own asv version; a GPU run with --quick
+    takes device times in one round, as the full profile does, and keeps the GPU version."""
+    from xrt.bench import suite
+
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    assert suite.measured_on_cpu()
+    for dev in ("cuda:0", "cuda"):
+        monkeypatch.setenv("XRT_DEVICE", dev)
+        assert not suite.measured_on_cpu()
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    cls = suite.make_suite("square", "Square", "bench_square")
+    assert cls.version == suite.SUITE_VERSION != suite.CPU_SUITE_VERSION
+    monkeypatch.setenv("XRT_DEVICE", "cpu")
+    assert suite.make_suite("square", "Square", "bench_square").version == suite.CPU_SUITE_VERSION

@@ -92,8 +92,11 @@ def test_checkout_loads_its_own_kernels(tmp_path):
 def test_editable_install_loads_the_checkouts_kernels(tmp_path):
     """``pip install -e .``: xrt and xrt.kernels load from this checkout."""
     prefix = tmp_path / "prefix"
+    # --ignore-installed: without it pip first uninstalls the xpuruntime of the environment running
+    # the tests (.venv), and every later test that starts `xrt` or the dashboard in a subprocess fails
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--prefix", str(prefix), "-e", str(ROOT)], check=True, capture_output=True, env=_ENV)
+                    "--ignore-installed", "--prefix", str(prefix), "-e", str(ROOT)], check=True, capture_output=True,
+                   env=_ENV)
     site = next(prefix.glob("lib/python*/site-packages"))
     code = f"import site; site.addsitedir({str(site)!r}); " + _WHERE
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
@@ -101,3 +104,6 @@ def test_editable_install_loads_the_checkouts_kernels(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(ROOT / "xrt" / "kernels" / "__init__.py"),
                                   str(ROOT / "xrt" / "kernels" / "spaces.py")]
+    # ... and the environment running the tests still has its own install
+    here = subprocess.run([sys.executable, "-m", "pip", "show", "-q", "xpuruntime"], capture_output=True, env=_ENV)
+    assert here.returncode == 0, "the test uninstalled xpuruntime from the environment running it"

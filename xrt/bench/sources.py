@@ -27,7 +27,8 @@ ALLOCATOR = "allocator"
 
 # Files no measurement depends on (fnmatch patterns, "*" crosses "/").
 NOT_MEASURED = (
-    "docs/*", "tests/*", "dashboard/*", "scripts/*", "xrt/db/*", "xrt/track/*", ".github/*", "*.md",
+    "docs/*", "tests/*", "dashboard/*", "scripts/*", "xrt/db/*", "xrt/track/*", "xrt/orchestrate/*", ".github/*",
+    "*.md",
     "Makefile", ".gitignore", "results/asv/*", "results/html/*", "results/gpu/*", "results/*.md",
 )
 

@@ -49,7 +49,7 @@ MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
 SUITE_VERSION = "xrt-suite-2"
 # The quick (CPU) profile's: its samples are the thread's CPU time, taken in rounds (xrt.bench.timer,
 # measure_all), since xrt-suite-2 wall time in one go; the gate does not compare across the change.
-QUICK_SUITE_VERSION = "xrt-suite-3-cpu"
+CPU_SUITE_VERSION = "xrt-suite-3-cpu"
 CACHE_TIMEOUT = 3600  # seconds for the setup_cache: every combination of every selected op and series
 HOST_SAMPLES = 50  # samples of the host series (each one of ``calls_per_sample`` back-to-back calls)
 # ... fewer where a call is slow (Triton's CPU interpreter: ms a call): asv stops after HOST_MAX_TIME
@@ -73,6 +73,18 @@ def device_timer() -> float:
 def host_timer() -> float:
     """asv's ``timer`` of the host series: advanced only by :meth:`HostCase.sample`."""
     return HOST_CLOCK[0]
+
+
+def measured_on_cpu() -> bool:
+    """Whether this process's suites measure on the CPU (thread CPU time, in rounds): ``XRT_DEVICE``
+    (which ``xrt bench run`` sets per target) says ``cpu``; unset (plain ``asv run``), when the machine
+    has no NVIDIA GPU. The asv version follows it, not the profile: a GPU run with ``--quick`` still
+    takes device times in one round."""
+    dev = os.environ.get("XRT_DEVICE")
+    if dev:
+        return dev.split(":")[0] == "cpu"
+    gpus = "/proc/driver/nvidia/gpus"
+    return not (os.path.isdir(gpus) and os.listdir(gpus))
 
 
 def profile() -> str:
@@ -624,7 +636,7 @@ def _suite(op: str, class_name: str, module: str, kind: str, samples: tuple[int,
         timer = staticmethod(device_timer if kind == "device" else host_timer)
         # asv's benchmark version (else a hash of this code): results of different versions are not
         # compared by `asv compare`. Bump it when what a sample means changes, not for refactors.
-        version = SUITE_VERSION if profile() == "full" else QUICK_SUITE_VERSION
+        version = CPU_SUITE_VERSION if measured_on_cpu() else SUITE_VERSION
         number = 1
         warmup_time = 0.0  # measured already: nothing to warm
         rounds = 1
