@@ -427,3 +427,14 @@ def test_the_asv_version_follows_the_device_not_the_profile(monkeypatch):
     assert cls.version == suite.SUITE_VERSION != suite.CPU_SUITE_VERSION
     monkeypatch.setenv("XRT_DEVICE", "cpu")
     assert suite.make_suite("square", "Square", "bench_square").version == suite.CPU_SUITE_VERSION
+
+
+def test_the_cpu_span_is_five_seconds_unless_told_and_a_bad_value_is_named(monkeypatch):
+    monkeypatch.delenv("XRT_CPU_SPAN", raising=False)
+    assert suite.cpu_span() == suite.CPU_SPAN == 5.0
+    monkeypatch.setenv("XRT_CPU_SPAN", "0")
+    assert suite.cpu_span() == 0.0
+    for bad in ("-1", "nan", "inf", "soon"):
+        monkeypatch.setenv("XRT_CPU_SPAN", bad)
+        with pytest.raises(ValueError, match=f"XRT_CPU_SPAN='{bad}'"):
+            suite.cpu_span()
