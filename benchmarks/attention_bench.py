@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import device_ms  # noqa: E402
+from xrt.bench.sidebyside import device_ms, save  # noqa: E402
 
 B, H = 4, 16
 CASES = [(128, False), (128, True), (64, False)]  # (head dim, causal)
@@ -390,11 +390,8 @@ def bwd_sweep_main(args: argparse.Namespace) -> int:
         result["rows"] += bwd_sweep_case(d, causal, BWD_CANDIDATES[(d, causal)], t0)
         torch.cuda.empty_cache()
         result["wall_s"] = time.time() - t0
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    md = bwd_markdown(result)
-    print(md)
-    if args.md:
-        args.md.write_text(md)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")  # a run cut short keeps what it measured
+    save(result, bwd_markdown(result), args.out, args.md)
     print(f"wall {result['wall_s']:.0f} s")
     return 0
 
@@ -457,12 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             result["rows"] += compare(s, d, causal, cfg_f, cfg_b)
             torch.cuda.empty_cache()
     result["wall_s"] = time.time() - t0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    md = markdown(result)
-    print(md)
-    if args.md:
-        args.md.write_text(md)
+    save(result, markdown(result), args.out, args.md)
     print(f"wall {result['wall_s']:.0f} s")
     return 0
 

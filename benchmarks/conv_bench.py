@@ -20,8 +20,6 @@ Targets (issue #12, H100, fp16, inference, padding 1):
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import sys
 import traceback
@@ -31,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import config_label, fmt, run_row  # noqa: E402
+from xrt.bench.sidebyside import cells, config_label, fmt, parse_args, run_row, save  # noqa: E402
 
 # (N, C, H, W, K, stride, target ratio: xrt time / torch time at most)
 SHAPES = [(64, 64, 56, 56, 64, 1, 1.0), (64, 256, 14, 14, 256, 1, 1.0), (64, 128, 28, 28, 128, 1, 1.1),
@@ -118,19 +116,12 @@ def bench_cnn(batch: int, width: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file for the rows")
-    ap.add_argument("--md", help="also write the markdown table here")
-    ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
-    args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-
+    args = parse_args("conv_bench", __doc__, argv)
+    if args is None:
+        return 2
     import torch
     import triton
 
-    if not torch.cuda.is_available():
-        print("conv_bench needs a CUDA GPU", file=sys.stderr)
-        return 2
     torch.backends.cudnn.benchmark = True  # the baseline at its best algorithm
     torch.manual_seed(0)
     rows: list[dict] = []
@@ -145,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
            "cudnn_benchmark": True, "rows": rows}
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    md = table(rows, out)
-    print(md)
-    if args.md:
-        Path(args.md).write_text(md)
+    save(out, table(rows, out), args.out, args.md)
     return 0
 
 
@@ -160,11 +147,7 @@ def table(rows: list[dict], meta: dict) -> str:
              "| group | shape | impl | ms | ratio to torch | target (at most) | met | err / error |",
              "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
-        met = {True: "**met**", False: "not met", None: ""}[r.get("met")]
-        ratio = fmt(r.get("ratio"), ".3f")
-        if r.get("summary") and r.get("default_ratio") is not None:
-            ratio += f" (default {r['default_ratio']:.3f})"
-        note = r.get("error") or fmt(r.get("err"), ".2g")
+        met, ratio, note = cells(r)
         lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {fmt(r.get('ms'), '.4f')} | {ratio} | "
                      f"{fmt(r.get('target'), '.2f')} | {met} | {note} |")
     return "\n".join(lines) + "\n"

@@ -23,8 +23,6 @@ the whole script takes a few minutes on an H100; ``--quick`` times the defaults 
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import sys
 from collections.abc import Callable
@@ -34,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import config_label, fmt, run_row  # noqa: E402
+from xrt.bench.sidebyside import cells, config_label, fmt, parse_args, run_row, save  # noqa: E402
 
 MATMUL_SHAPES = [  # (M, N, K, target ratio)
     (4096, 4096, 4096, 0.9), (8192, 8192, 8192, 0.9), (8192, 8192, 512, 0.8), (4097, 4096, 4096, 0.8),
@@ -84,19 +82,12 @@ def bench_group(group: str, shape: str, flops: float, baseline: Callable[[], Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file for the rows")
-    ap.add_argument("--md", help="also write the markdown table here")
-    ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
-    args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-
+    args = parse_args("gemm_bench", __doc__, argv)
+    if args is None:
+        return 2
     import torch
     import triton
 
-    if not torch.cuda.is_available():
-        print("gemm_bench needs a CUDA GPU", file=sys.stderr)
-        return 2
     from xrt.kernels.cuda import matmul as cu
     from xrt.kernels.cuda import missing as cuda_missing
     from xrt.kernels.triton import matmul as tr
@@ -143,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuda": torch.version.cuda, "python": platform.python_version(), "allow_tf32": False,
         "rows": rows, "bf16_at_least_1x_somewhere": any_win,
     }
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    md = table(rows, out)
-    print(md)
-    if args.md:
-        Path(args.md).write_text(md)
+    save(out, table(rows, out), args.out, args.md)
     return 0
 
 
@@ -158,11 +145,7 @@ def table(rows: list[dict], meta: dict) -> str:
              "| group | shape | impl | ms | TFLOP/s | ratio to torch | target | met | err / error |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
-        met = {True: "**met**", False: "not met", None: ""}[r.get("met")]
-        ratio = fmt(r.get("ratio"), ".3f")
-        if r.get("summary") and r.get("default_ratio") is not None:
-            ratio += f" (default {r['default_ratio']:.3f})"
-        note = r.get("error") or fmt(r.get("err"), ".2g")
+        met, ratio, note = cells(r)
         lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {fmt(r.get('ms'), '.4f')} | "
                      f"{fmt(r.get('tflops'), '.1f')} | {ratio} | {fmt(r.get('target'), '.2f')} | {met} | {note} |")
     lines.append("")

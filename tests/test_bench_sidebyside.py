@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -35,3 +36,16 @@ def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{bench}.py"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.strip() == f"{bench} needs a CUDA GPU", (bench, out.stderr)
+
+
+def test_cells_and_save(tmp_path, capsys):
+    """The table cells every side-by-side benchmark writes, and its outputs."""
+    summary = {"met": True, "ratio": 0.912, "default_ratio": 0.85, "summary": True}
+    assert sidebyside.cells(summary) == ("**met**", "0.912 (default 0.850)", "")
+    assert sidebyside.cells({"met": False, "ratio": None, "error": "OutOfResources: smem"}) == (
+        "not met", "", "OutOfResources: smem")
+    assert sidebyside.cells({"err": 1.5e-3}) == ("", "", "0.0015")
+    out, md = tmp_path / "new" / "r.json", tmp_path / "r.md"
+    sidebyside.save({"rows": [1]}, "| a |\n", out, md)
+    assert json.loads(out.read_text()) == {"rows": [1]} and md.read_text() == "| a |\n"
+    assert "| a |" in capsys.readouterr().out

@@ -5,10 +5,37 @@ row too, not the end of the run."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def parse_args(name: str, doc: str, argv: list[str] | None) -> argparse.Namespace | None:
+    """``--out JSON [--md MD] [--quick]``; ``None``, after saying so on stderr, where there is no CUDA GPU."""
+    ap = argparse.ArgumentParser(prog=name, description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON file for the rows")
+    ap.add_argument("--md", type=Path, help="also write the markdown table here")
+    ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{name} needs a CUDA GPU", file=sys.stderr)
+        return None
+    return args
+
+
+def save(result: dict, md: str, out: Path, md_path: Path | None) -> None:
+    """The run's JSON to ``out`` (its folder made), the markdown table printed and, if asked, to ``md_path``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(md)
+    if md_path:
+        md_path.write_text(md)
 
 
 def device_ms(fn: Callable[[], Any], **rule: float) -> float:
@@ -56,3 +83,12 @@ def run_row(group: str, shape: str, label: str, fn: Callable[[], Any], ref: Any,
 def fmt(v: Any, spec: str) -> str:
     """A table cell: empty where there is no value."""
     return "" if v is None else format(v, spec)
+
+
+def cells(row: dict) -> tuple[str, str, str]:
+    """A row's ``met``, ``ratio`` (a group's summary: with its default config's) and ``err / error`` cells."""
+    met = {True: "**met**", False: "not met", None: ""}[row.get("met")]
+    ratio = fmt(row.get("ratio"), ".3f")
+    if row.get("summary") and row.get("default_ratio") is not None:
+        ratio += f" (default {row['default_ratio']:.3f})"
+    return met, ratio, row.get("error") or fmt(row.get("err"), ".2g")
