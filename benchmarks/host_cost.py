@@ -344,11 +344,35 @@ def _met(v: Any) -> str:
     return {True: "met", False: "**not met**", None: "-"}[v]
 
 
+def backward_nodes(device: str) -> dict[str, str]:
+    """Which autograd node a warm training call of ``fused_layernorm`` records, per provider (the
+    native op's ``LayerNormFunction`` or the Python path's ``_LeanLayerNormBackward``)."""
+    import torch
+
+    import xrt.pytorch as xp
+
+    out = {}
+    x = torch.randn(64, 1024, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(1024, device=device, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(1024, device=device, dtype=torch.bfloat16, requires_grad=True)
+    for p in ("triton", "cuda"):
+        try:
+            for _ in range(10):
+                y = xp.ops.fused_layernorm(x, 1024, w, b, provider=p)
+                y.sum().backward()
+            out[p] = type(y.grad_fn).__name__
+        except Exception as e:  # noqa: BLE001  (a provider this host lacks)
+            out[p] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    return out
+
+
 def markdown(result: dict) -> str:
     lines = [f"# Host cost per call on {result['device_name']}", "",
              f"{result['calls']} back-to-back calls / {result['calls']} after warm-up, median of "
              f"{result['repeats']} repeats (benchmarks/host_cost.py); torch {result['torch']}, "
              f"triton {result['triton'] or '-'}; {result['when']}.", "",
+             f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
+             + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
              "| group | call | host µs / call | repeats (µs) | target | limit µs | met |",
              "|---|---|---:|---|---|---:|---|"]
     for r in result["rows"]:
@@ -402,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") \
         else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     print(f"host cost on {name}: {args.calls} calls x {args.repeats} repeats", flush=True)
+    native_status = None
+    if args.device.startswith("cuda"):  # built now (once per torch version), not in the background while timing
+        from xrt.pytorch.ops import native
+
+        native_status = "loaded" if native.load() else f"unavailable: {native.why()}"
+        print(f"native layernorm op: {native_status}", flush=True)
     rows = measure_rows(build_rows(args.device, tuned, not args.no_compile), args.device, args.calls, args.repeats,
                         args.warmup)
     db = [] if args.no_do_bench else do_bench_rows(args.device)
@@ -411,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
               "xrt_source": str(Path(xrt.__file__).resolve().parents[1]),
               "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
               "xrt_tuned": None if tuned is None else str(tuned),
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db}
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db,
+              "native_layernorm": native_status, "layernorm_backward_node": backward_nodes(args.device)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     text = markdown(result)

@@ -75,7 +75,7 @@ for step in "$@"; do
     tests)
       python3 -m pytest -q -p no:cacheprovider tests/test_dispatch.py tests/test_policy.py tests/test_runtime.py \
         tests/test_square.py tests/test_kernels_elementwise.py tests/test_kernels_softmax.py \
-        tests/test_kernels_layernorm.py tests/test_layernorm_plan.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
+        tests/test_kernels_layernorm.py tests/test_layernorm_plan.py tests/test_native_layernorm.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
         tests/test_bench_gpucheck.py 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     host)
       python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-h100.json" --md "$OUT/host_cost-h100.md" \

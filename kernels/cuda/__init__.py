@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from xrt.kernels import source
+from xrt.kernels.launch_spec import LaunchSpec
 
 INSTALL_HINT = "pip install -e '.[cuda]' in an xpuruntime checkout (builds pycuda from source; needs the CUDA toolkit)"
 
@@ -39,14 +40,23 @@ def _missing() -> str | None:
 
 
 @functools.cache
-def module(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
-    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process and set of ``defines``
-    (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``: the compile-time parameters of a config)."""
-    import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)
-    from pycuda.compiler import SourceModule
+def cubin(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> bytes:
+    """``cuda/<name>.cu`` compiled for ``arch`` (``sm_90``) with ``defines`` (``(("XRT_BM", 128),)``
+    -> ``-DXRT_BM=128``: the compile-time parameters of a config), once per process (and cached
+    on disk by pycuda)."""
+    from pycuda.compiler import compile
 
-    return SourceModule(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
-                        options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
+    return compile(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
+                   options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
+
+
+@functools.cache
+def module(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """:func:`cubin`, loaded once per process into torch's primary context."""
+    import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)
+    from pycuda.driver import module_from_buffer
+
+    return module_from_buffer(cubin(name, arch, defines))
 
 
 def function(name: str, kernel: str, device_index: int, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
@@ -65,6 +75,7 @@ def prepared(name: str, kernel: str, device_index: int, arg_types: str,
     :func:`module`."""
     fn = function(name, kernel, device_index, defines)
     fn.prepare(arg_types)
+    fn.xrt_source = (name, kernel, device_index, defines)  # for Site.native
     return fn
 
 
@@ -112,6 +123,27 @@ class Site:
             self.go(self.grid, self.block, _pack(self.fmt, *args), 0, None)
         else:
             launch(self.fn, self.device, self.grid, self.block, *args)
+
+
+    def native(self) -> LaunchSpec | None:
+        """This launch as :class:`~xrt.kernels.launch_spec.LaunchSpec` describes it (the kernel's
+        cubin and name, its grid and block, a type per argument), or ``None`` for a kernel that
+        :func:`prepared` did not make or an argument type outside ``launch_spec.TYPES``."""
+        src = getattr(self.fn, "xrt_source", None)
+        types = tuple(_STRUCT_TYPES.get(c, "?") for c in self.fmt)
+        if src is None or "?" in types:
+            return None
+        import torch
+
+        name, kernel, index, defines = src
+        major, minor = torch.cuda.get_device_capability(index)
+        grid = (*self.grid, 1, 1)[:3]
+        return LaunchSpec(0, grid, self.block, 0, types, cubin=cubin(name, f"sm_{major}{minor}", defines),
+                          kernel=kernel)
+
+
+# pycuda's struct codes (prepared argument types) -> launch_spec.TYPES
+_STRUCT_TYPES = {"P": "ptr", "q": "i64", "i": "i32", "Q": "u64", "I": "u32", "f": "f32", "d": "f64", "b": "i8"}
 
 
 def _pack(fmt: str, *args: Any) -> Any:

@@ -68,6 +68,11 @@ class FwdPlan:
         self.site(px, pw, pb, py, ps, ps + 4 * self.m, self.n, eps)
         return True
 
+    def native(self) -> list[tuple[cuda.Site, tuple]]:
+        """The launch with its arguments as templates (slot names of ``xrt.pytorch.ops.native``,
+        ``(slot, byte offset)``, constants, ``"eps"``): what :meth:`__call__` passes."""
+        return [(self.site, ("x", "w", "b", "y", "stats", ("stats", 4 * self.m), self.n, "eps"))]
+
 
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
                   rstd: torch.Tensor, config: dict[str, Any] | None = None):
@@ -120,12 +125,12 @@ class BwdPlan:
     one for dweight and dbias, or ``None`` (nothing launched) where the tensors are not 16-byte
     aligned or the row takes the tiled v3 path (long rows, where the kernels take the time)."""
 
-    __slots__ = ("m", "n", "groups", "kernel", "total")
+    __slots__ = ("m", "n", "groups", "kernel", "total", "esize")
 
     def __init__(self, m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> None:
         pps = 2 if (cfg["programs_per_sm"] == "auto" and n <= 4096) else (
             1 if cfg["programs_per_sm"] == "auto" else int(cfg["programs_per_sm"]))
-        self.m, self.n = m, n
+        self.m, self.n, self.esize = m, n, x.element_size()
         self.groups = groups = max(1, min(m, cuda.sm_count(x.device) * pps))
         version, block, items = bwd_plan(n, x.element_size(), cfg["block"], cfg["version"], True)
         self.kernel = self.total = None
@@ -154,6 +159,16 @@ class BwdPlan:
                     m, n, (m + g - 1) // g)
         self.total(pp, pp + 4 * g * n, pd, pd + dwdb.element_size() * n, g, n)
         return dx, dw, db
+
+    def native(self) -> list[tuple[cuda.Site, tuple]] | None:
+        """The launches of :meth:`__call__` with their arguments as templates (see
+        :meth:`FwdPlan.native`), ``None`` where it takes the general launcher (v3)."""
+        if self.kernel is None:
+            return None
+        m, n, g = self.m, self.n, self.groups
+        return [(self.kernel, ("dy", "x", "w", "stats", ("stats", 4 * m), "dx", "part", ("part", 4 * g * n),
+                               m, n, (m + g - 1) // g)),
+                (self.total, ("part", ("part", 4 * g * n), "dwdb", ("dwdb", self.esize * n), g, n))]
 
 
 ROWSUM_BLOCK = 512  # threads of the v3 row-sum kernel (a block per row, a loop over the row)

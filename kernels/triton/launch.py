@@ -35,6 +35,8 @@ import triton
 import triton.language as tl
 from triton import knobs
 
+from xrt.kernels.launch_spec import LaunchSpec
+
 _LAUNCHERS: list[Launcher] = []
 _RUNTIME = knobs.runtime
 _Chain = getattr(knobs, "HookChain", type(None))  # Triton 3.6's hooks: an (empty) chain unless one is set
@@ -197,7 +199,7 @@ class Site:
         self.launcher, self.n = launcher, n_tensors
         self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         self.num_warps, self.num_stages, self.constexprs = num_warps, num_stages, constexprs
-        self.fast: Any = None  # (device, C launch, function, coop, pdl, packed metadata, constexpr values)
+        self.fast: Any = None  # (device, C launch, function, coop, pdl, packed metadata, constexpr values, compiled)
         self.epoch = launcher.epoch
 
     def __call__(self, *args: Any) -> None:
@@ -245,7 +247,40 @@ class Site:
         if launch is None:
             return None
         return (device, launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
-                compiled.packed_metadata, meta)
+                compiled.packed_metadata, meta, compiled)
+
+    def native(self) -> LaunchSpec | None:
+        """This launch as :class:`~xrt.kernels.launch_spec.LaunchSpec` describes it, for a launcher
+        outside Python: ``None`` until the site has launched once through its cached path, after a
+        :meth:`Launcher.clear`, or where the kernel needs what a plain ``cuLaunchKernel`` does not
+        give (clusters, cooperative or programmatic-dependent launches, a parameter type outside
+        ``launch_spec.TYPES``). Types cover the call's arguments; its constexprs must be the
+        kernel's (Triton passes them to its launcher, which drops them)."""
+        f = self.fast
+        if f is None or self.epoch != self.launcher.epoch or f[3] or f[4]:
+            return None
+        compiled = f[7]
+        metadata, src = getattr(compiled, "metadata", None), getattr(compiled, "src", None)
+        signature = getattr(src, "signature", None)
+        if metadata is None or not isinstance(signature, dict) or getattr(metadata, "num_ctas", 1) != 1:
+            return None
+        kinds = [_triton_type(t) if isinstance(t, str) else "?" for t in signature.values()]
+        nargs = len(kinds) - len(f[6])
+        if "?" in kinds or nargs < 0 or any(k is not None for k in kinds[nargs:]):
+            return None
+        return LaunchSpec(int(compiled.function), self.grid, (32 * int(metadata.num_warps), 1, 1),
+                          int(metadata.shared), tuple(kinds[:nargs]), keep=compiled)
+
+
+def _triton_type(t: str) -> str | None:
+    """Triton's signature type -> a ``launch_spec.TYPES`` name, ``None`` (a constexpr) or ``"?"``
+    (one a native launch does not pack: tensor descriptors, 16-bit scalars)."""
+    if t.startswith("*"):
+        return "ptr"
+    if t == "constexpr":
+        return None
+    return {"i1": "i8", "i8": "i8", "i32": "i32", "i64": "i64", "u32": "u32", "u64": "u64", "fp32": "f32",
+            "f32": "f32", "fp64": "f64"}.get(t, "?")
 
 
 def _current_device() -> int:
@@ -256,6 +291,14 @@ def _current_device() -> int:
 
 def _current_stream(device: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device)  # Triton's driver.get_current_stream, for torch
+
+
+def hooks_set() -> bool:
+    """Are Triton launch hooks set (anything but an empty chain)? A launcher that does not call
+    them must not run then."""
+    enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+    return ((enter is not None and not (enter.__class__ is _Chain and not enter.calls))
+            or (leave is not None and not (leave.__class__ is _Chain and not leave.calls)))
 
 
 def _hooks() -> tuple[Any, Any]:

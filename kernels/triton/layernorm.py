@@ -287,6 +287,12 @@ class FwdPlan:
                  eps: float, save: bool) -> None:
         self.sites[save](x, w, b, y, stats, stats, self.m, self.m, self.n, eps)
 
+    def native(self) -> list[tuple[Site, tuple]]:
+        """The training forward's launches with their arguments as templates (slot names of
+        ``xrt.pytorch.ops.native``, ``(slot, byte offset)``, constants, ``"eps"``): what
+        :meth:`__call__` passes when ``save``."""
+        return [(self.sites[True], ("x", "w", "b", "y", "stats", "stats", self.m, self.m, self.n, "eps"))]
+
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
               config: dict[str, Any] | None = None):
@@ -374,11 +380,11 @@ class BwdPlan:
     one allocation for the partials and one for dweight and dbias. Rows longer than ``TILED_FROM``
     (where the kernels, not the host, take the time) go through :func:`layernorm_bwd`."""
 
-    __slots__ = ("m", "n", "g", "cfg", "rows", "total")
+    __slots__ = ("m", "n", "groups", "cfg", "rows", "total")
 
     def __init__(self, m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> None:
         self.m, self.n, self.cfg = m, n, cfg
-        self.g = g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
+        self.groups = g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
         self.rows = self.total = None
         if not _tiled_path(n, cfg, None, None):
             block = next_power_of_2(n)
@@ -390,11 +396,11 @@ class BwdPlan:
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
         """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` for the
         tiled path, which allocates its own). Allocated by the caller ahead of time if it likes."""
-        return None if self.rows is None else checks.layernorm_bwd_buffers(x, w, self.g)
+        return None if self.rows is None else checks.layernorm_bwd_buffers(x, w, self.groups)
 
     def __call__(self, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stats: torch.Tensor,
                  buffers: tuple | None = None):
-        m, n, g = self.m, self.n, self.g
+        m, n, g = self.m, self.n, self.groups
         if self.rows is None:
             mean, rstd = stats.unbind(0)
             return layernorm_bwd(dy, x, w, mean, rstd, self.cfg)
@@ -402,3 +408,12 @@ class BwdPlan:
         self.rows(dy, x, w, stats, stats, dx, part, part, m, g * n, m, n, cdiv(m, g))
         self.total(part, part, dwdb, dwdb, g * n, n, g, n)
         return dx, dw, db
+
+    def native(self) -> list[tuple[Site, tuple]] | None:
+        """The launches of :meth:`__call__` with their arguments as templates (see
+        :meth:`FwdPlan.native`), ``None`` on the tiled path."""
+        if self.rows is None:
+            return None
+        m, n, g = self.m, self.n, self.groups
+        return [(self.rows, ("dy", "x", "w", "stats", "stats", "dx", "part", "part", m, g * n, m, n, cdiv(m, g))),
+                (self.total, ("part", "part", "dwdb", "dwdb", g * n, n, g, n))]

@@ -17,7 +17,7 @@ import torch
 
 from xrt.pytorch import policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
-from xrt.pytorch.ops import _checks, dispatch, kernel_providers
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers, native
 
 kernel_providers.register("layernorm")
 kernel_providers.register("layernorm_bwd", module="layernorm")
@@ -104,10 +104,15 @@ class _Plan:
     inputs whose weight and bias have the input's dtype and device, through Triton or CUDA C; every
     other call takes the general path."""
 
-    __slots__ = ("provider", "m", "n", "shape", "fwd", "bwd", "kind")
+    __slots__ = ("provider", "m", "n", "shape", "fwd", "bwd", "kind", "device", "native", "keep", "tries")
 
     def __init__(self, provider: str, x: torch.Tensor, m: int, n: int) -> None:
         self.provider, self.m, self.n, self.shape = provider, m, n, x.shape
+        self.device = x.device.index if x.is_cuda else -1
+        # The native op's plan id: None while it may still come (see make_native), False never.
+        self.native: int | bool | None = None if x.is_cuda else False
+        self.keep: Any = None
+        self.tries = 0
         self.kind = "triton" if provider in ("triton", "xpu") else provider
         kernels = importlib.import_module(f"xrt.kernels.{self.kind}.layernorm")
         cfg = kernel_providers.config("layernorm", f"layernorm.{self.kind}", x, (m, n))
@@ -134,6 +139,26 @@ class _Plan:
         y, mean, rstd = dispatch.get("layernorm", self.provider).fn(x.reshape(-1, n), w, b, eps)
         return y.view(x.shape), torch.stack((mean, rstd))
 
+    def make_native(self) -> int | bool | None:
+        """The plan's id in the native op (:mod:`xrt.pytorch.ops.native`), registered once the
+        library is loaded and every kernel of the forward and backward has launched (Triton's
+        compiled handles exist from then on); ``None`` while that may still come, ``False`` where
+        it will not (the library cannot be had, a launch it cannot describe)."""
+        if not native.ready():
+            if native.why() is not None:
+                self.native = False
+            return self.native
+        bwd = self.bwd.native()
+        got = None if bwd is None else native.add_plan(self.m, self.n, self.bwd.groups, self.device,
+                                                      self.fwd.native(), bwd)
+        if got is not None:
+            self.native, self.keep = got
+        else:
+            self.tries += 1
+            if bwd is None or self.tries >= NATIVE_TRIES:
+                self.native = False
+        return self.native
+
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
         """The backward's output buffers, allocated now when ``x`` is small (see ``EARLY_BUFFERS``)."""
         return self.bwd.buffers(x, w) if x.numel() <= EARLY_BUFFERS else None
@@ -150,6 +175,11 @@ class _Plan:
 
 
 _FAST = {torch.float16, torch.bfloat16, torch.float32}
+
+# Training calls of a plan that may pass before its kernels have all launched once (a Triton
+# kernel has no compiled handle before its first launch) and the native op takes over; after
+# that many the plan stays on the Python path.
+NATIVE_TRIES = 8
 
 # Inputs of at most this many elements get their backward's buffers (dx, the dweight / dbias
 # partials, dweight and dbias) allocated in the forward. On a CUDA device autograd runs the
@@ -240,7 +270,37 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
         return None
     if route == dispatch.DIRECT:
         return plan.forward(x, w, b, float(eps), False)[0]
+    nid = plan.native
+    if nid is None:
+        nid = plan.make_native()
+    if (nid is not False and nid is not None and not (x.data_ptr() | w.data_ptr() | b.data_ptr()) & 15
+            and _current_device() == plan.device and not (plan.kind == "triton" and triton_hooks())):
+        return _native_op(x, w, b, float(eps), nid, _current_stream(plan.device))
     return _LeanLayerNorm.apply(x, w, b, plan, float(eps))
+
+
+def _native_op(*args: Any) -> torch.Tensor:
+    """``torch.ops.xrt_native.layernorm.default`` (bound at the first call: the library is loaded by then)."""
+    global _native_op
+    _native_op = torch.ops.xrt_native.layernorm.default
+    return _native_op(*args)
+
+
+_current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else lambda: -1
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
+
+
+_HOOKS_SET: list[Any] = []
+
+
+def triton_hooks() -> bool:
+    """Are Triton launch hooks set (a profiler's)? The native op does not call them, so it steps
+    aside (``xrt.kernels.triton.launch.hooks_set``, imported at the first call)."""
+    if not _HOOKS_SET:
+        from xrt.kernels.triton.launch import hooks_set
+
+        _HOOKS_SET.append(hooks_set)
+    return _HOOKS_SET[0]()
 
 
 def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
