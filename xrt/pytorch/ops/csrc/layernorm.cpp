@@ -103,6 +103,17 @@ int64_t load_function(std::string path, std::string name) {
   return static_cast<int64_t>(reinterpret_cast<uintptr_t>(function));
 }
 
+// Messages format only strings and int64_t: with torch's wheels (built by Red Hat's GCC, parts of
+// libstdc++ linked in statically), streaming a size_t or an IntArrayRef into a TORCH_CHECK message
+// from this library crashed the process on the H100 host (GCC 13.3, libstdc++ 6.0.33).
+int64_t count_of(size_t n) { return static_cast<int64_t>(n); }
+
+std::string shape_of(const at::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
 // -- plans ----------------------------------------------------------------------------------------
 
 // A kernel parameter: where its value comes from. Kinds and their fields (a, b):
@@ -145,7 +156,7 @@ std::deque<Plan> plans;  // never shrinks: an id stays valid for the life of the
 const Plan& plan_at(int64_t id) {
   std::lock_guard<std::mutex> lock(plans_mutex);
   TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(plans.size()), "xrt_native.layernorm: no plan ", id,
-              " (", plans.size(), " added)");
+              " (", count_of(plans.size()), " added)");
   return plans[static_cast<size_t>(id)];
 }
 
@@ -155,7 +166,7 @@ struct Reader {
   const std::vector<int64_t>& v;
   size_t i = 0;
   int64_t next(const char* what) {
-    TORCH_CHECK(i < v.size(), "xrt_native.add_plan: the spec ends before its ", what, " (", v.size(),
+    TORCH_CHECK(i < v.size(), "xrt_native.add_plan: the spec ends before its ", what, " (", count_of(v.size()),
                 " values)");
     return v[i++];
   }
@@ -180,7 +191,7 @@ Launch read_launch(Reader& r, int64_t slots) {
   l.shared = static_cast<unsigned>(shared);
   int64_t count = r.next("parameter count");
   TORCH_CHECK(count >= 0 && count <= static_cast<int64_t>(kMaxParams), "xrt_native.add_plan: ", count,
-              " parameters (at most ", kMaxParams, ")");
+              " parameters (at most ", count_of(kMaxParams), ")");
   for (int64_t k = 0; k < count; ++k) {
     Param p{r.next("parameter kind"), r.next("parameter"), r.next("parameter")};
     TORCH_CHECK(p.kind >= 0 && p.kind < kKinds, "xrt_native.add_plan: unknown parameter kind ", p.kind);
@@ -202,7 +213,8 @@ int64_t add_plan(std::vector<int64_t> spec) {
               ", groups=", p.groups, " must be positive");
   for (int64_t k = r.next("forward launch count"); k > 0; --k) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t k = r.next("backward launch count"); k > 0; --k) p.bwd.push_back(read_launch(r, kBwdSlots));
-  TORCH_CHECK(r.i == spec.size(), "xrt_native.add_plan: ", spec.size() - r.i, " values after the spec's end");
+  TORCH_CHECK(r.i == spec.size(), "xrt_native.add_plan: ",
+              count_of(spec.size() - r.i), " values after the spec's end");
   std::lock_guard<std::mutex> lock(plans_mutex);
   plans.push_back(std::move(p));
   return static_cast<int64_t>(plans.size()) - 1;
@@ -249,7 +261,7 @@ int64_t tensor_device(const at::Tensor& t) { return t.is_cuda() ? t.device().ind
 
 void check_inputs(const Plan& p, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   TORCH_CHECK(x.is_contiguous() && x.numel() == p.m * p.n, "xrt_native.layernorm: x must be contiguous with ",
-              p.m, "x", p.n, " elements (the plan's), got ", x.sizes());
+              p.m, "x", p.n, " elements (the plan's), got ", shape_of(x));
   TORCH_CHECK(w.is_contiguous() && b.is_contiguous() && w.numel() == p.n && b.numel() == p.n,
               "xrt_native.layernorm: weight and bias must be contiguous with ", p.n, " elements");
   TORCH_CHECK(w.scalar_type() == x.scalar_type() && b.scalar_type() == x.scalar_type(),
