@@ -15,7 +15,7 @@ from xrt.pytorch import policy as pol
 from xrt.pytorch.ops import layernorm as layernorm_op
 from xrt.pytorch.ops import native
 
-needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler to build the native op")
+needs_compiler = pytest.mark.skipif(not native._compilers(), reason="no C++ compiler to build the native op")
 
 
 @pytest.fixture(scope="module")
@@ -172,13 +172,21 @@ def test_a_bad_xrt_native_value_is_named_and_leaves_it_off(monkeypatch):
     assert native.load() is False and native.why() == "RuntimeError: XRT_NATIVE=0"
 
 
-def test_a_failed_build_says_what_the_compiler_said(monkeypatch, tmp_path):
-    monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path))
-    fake = tmp_path / "cxx"
-    fake.write_text("#!/bin/sh\necho 'error: this compiler refuses' >&2\nexit 3\n")
+def _fake_compiler(tmp_path, name, script):
+    fake = tmp_path / name
+    fake.write_text("#!/bin/sh\n" + script)
     fake.chmod(0o755)
-    monkeypatch.setenv("CXX", str(fake))
-    with pytest.raises(RuntimeError, match=r"layernorm.cpp failed .*exit 3.*this compiler refuses"):
+    return str(fake)
+
+
+def test_a_failed_build_says_what_each_compiler_said(monkeypatch, tmp_path):
+    monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path))
+    refuses = _fake_compiler(tmp_path, "cxx1", "echo 'error: this compiler refuses' >&2\nexit 3\n")
+    # one that "builds" a file that is no library: it fails the self-test
+    junk = _fake_compiler(tmp_path, "cxx2", 'for a; do case $prev in -o) echo junk > "$a";; esac; prev=$a; done\n')
+    monkeypatch.setattr(native, "_compilers", lambda: [refuses, junk])
+    with pytest.raises(RuntimeError, match=r"layernorm.cpp failed: .*cxx1: exit 3: error: this compiler refuses; "
+                                           r".*cxx2: the library failed its self-test"):
         native.build(quiet=True)
     assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
 

@@ -62,9 +62,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xrt" / "native"
 
 
-def _compiler() -> str | None:
-    cxx = os.environ.get("CXX")
-    return cxx if cxx else shutil.which("c++") or shutil.which("g++")
+def _compilers() -> list[str]:
+    """The C++ compilers to try, in order: ``$CXX``, then ``g++`` and ``c++`` on PATH."""
+    found = [os.environ.get("CXX") or None, shutil.which("g++"), shutil.which("c++")]
+    return list(dict.fromkeys(c for c in found if c))
 
 
 def _command(cxx: str, out: Path) -> list[str]:
@@ -77,40 +78,63 @@ def _command(cxx: str, out: Path) -> list[str]:
             "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}"]
 
 
+# Run in a fresh interpreter on a new build: load it and make it raise. A compiler whose C++ runtime
+# does not match torch's builds a library that loads but kills the process when an error crosses it
+# (on the H100 host, $CXX=/opt/gcc/bin/g++ did; the system g++ did not).
+_SELF_TEST = """
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+try:
+    torch.ops.xrt_native.add_plan([1])
+except RuntimeError as e:
+    print("ok" if "spec ends before" in str(e) else f"wrong error: {e}")
+"""
+
+
 def library_path() -> Path:
-    """Where the library for this source, torch and compiler is (or will be) cached."""
-    cxx = _compiler() or "c++"
+    """Where the library for this source and torch is (or will be) cached."""
     key = hashlib.sha256()
     key.update(SOURCE.read_bytes())
-    key.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}|{cxx}".encode())
+    key.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}".encode())
     return cache_dir() / f"xrt_native-{key.hexdigest()[:16]}.so"
 
 
 def build(quiet: bool = False) -> Path:
-    """Build the library unless it is cached; its path. Raises ``RuntimeError`` with the
-    compiler's message when the build fails."""
+    """Build the library unless it is cached; its path. Each compiler of :func:`_compilers` is
+    tried until one builds a library that passes a self-test in a fresh interpreter; raises
+    ``RuntimeError`` with what each said when none does."""
     out = library_path()
     if out.exists():
         return out
-    cxx = _compiler()
-    if cxx is None:
-        raise RuntimeError("no C++ compiler (c++ or g++ on PATH, or $CXX) to build xrt's native layernorm op")
+    compilers = _compilers()
+    if not compilers:
+        raise RuntimeError("no C++ compiler ($CXX, g++ or c++ on PATH) to build xrt's native layernorm op")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     if not quiet:
         print(f"xrt: building the native layernorm op into {out} (once per torch version)", file=sys.stderr)
-    start = time.monotonic()
-    try:
-        done = subprocess.run(_command(cxx, tmp), capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
-            raise RuntimeError(f"building {SOURCE.name} failed ({cxx}, exit {done.returncode}): " + " | ".join(tail))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    if not quiet:
-        print(f"xrt: native layernorm op built in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    return out
+    start, failures = time.monotonic(), []
+    for cxx in compilers:
+        tmp = out.with_name(f"{out.stem}.{os.getpid()}.{threading.get_ident()}.tmp.so")
+        try:
+            done = subprocess.run(_command(cxx, tmp), capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
+                failures.append(f"{cxx}: exit {done.returncode}: " + " | ".join(tail))
+                continue
+            test = subprocess.run([sys.executable, "-c", _SELF_TEST, str(tmp)], capture_output=True, text=True,
+                                  timeout=300)
+            if test.stdout.strip() != "ok":
+                said = (test.stdout.strip() or test.stderr.strip().splitlines()[-1:] or [f"exit {test.returncode}"])
+                failures.append(f"{cxx}: the library failed its self-test ({str(said)[:200]})")
+                continue
+            os.replace(tmp, out)
+            if not quiet:
+                print(f"xrt: native layernorm op built with {cxx} in {time.monotonic() - start:.0f} s",
+                      file=sys.stderr)
+            return out
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise RuntimeError(f"building {SOURCE.name} failed: " + "; ".join(failures))
 
 
 def load(quiet: bool = False) -> bool:

@@ -103,9 +103,7 @@ int64_t load_function(std::string path, std::string name) {
   return static_cast<int64_t>(reinterpret_cast<uintptr_t>(function));
 }
 
-// Messages format only strings and int64_t: with torch's wheels (built by Red Hat's GCC, parts of
-// libstdc++ linked in statically), streaming a size_t or an IntArrayRef into a TORCH_CHECK message
-// from this library crashed the process on the H100 host (GCC 13.3, libstdc++ 6.0.33).
+// Counts and shapes in messages, as int64_t and text.
 int64_t count_of(size_t n) { return static_cast<int64_t>(n); }
 
 std::string shape_of(const at::Tensor& t) {
