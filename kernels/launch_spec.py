@@ -24,3 +24,4 @@ class LaunchSpec(NamedTuple):
     keep: Any = None  # what must stay alive for ``function`` to stay loaded (the compiled kernel)
     cubin: bytes = b""
     kernel: str = ""
+    null_tail: int = 0  # parameters after the call's: null pointers (Triton's scratch buffers)

@@ -144,7 +144,10 @@ def test_triton_site_native_describes_its_compiled_kernel():
                                                               "d": "fp32", "BLOCK": "constexpr"}))
     site.fast = (0, None, 99, 0, 0, None, (1024,), compiled)
     got = site.native()
-    assert got == LaunchSpec(99, (5, 1, 1), (128, 1, 1), 256, ("ptr", "i32", None, "f32"), keep=compiled)
+    assert got == LaunchSpec(99, (5, 1, 1), (128, 1, 1), 256, ("ptr", "i32", None, "f32"), keep=compiled,
+                             null_tail=2)
+    assert native.encode_launch(got, ("x", 3, 1, "eps"), native.FWD_SLOTS, 0)[8:] == [
+        5, native.PTR, 0, 0, native.I32, 3, 0, native.KIND_EPS, 0, 0, native.U64, 0, 0, native.U64, 0, 0]
     compiled.src.signature["b"] = "fp16"  # a 16-bit scalar: not packed natively
     assert site.native() is None
     compiled.src.signature["b"] = "i32"

@@ -268,8 +268,10 @@ class Site:
         nargs = len(kinds) - len(f[6])
         if "?" in kinds or nargs < 0 or any(k is not None for k in kinds[nargs:]):
             return None
+        # Triton 3.6's kernels take two more pointers, the global and profile scratch buffers
+        # (null here: a site with scratch memory never gets a fast path).
         return LaunchSpec(int(compiled.function), self.grid, (32 * int(metadata.num_warps), 1, 1),
-                          int(metadata.shared), tuple(kinds[:nargs]), keep=compiled)
+                          int(metadata.shared), tuple(kinds[:nargs]), keep=compiled, null_tail=2)
 
 
 def _triton_type(t: str) -> str | None:

@@ -239,6 +239,7 @@ def encode_launch(spec: LaunchSpec, template: Sequence[Any], slots: Sequence[str
             params += [F64, struct.unpack("<q", struct.pack("<d", float(arg)))[0], 0]
         else:
             params += [_INT_KINDS[kind], int(arg), 0]
+    params += [U64, 0, 0] * spec.null_tail
     return [_function(spec, device), *spec.grid, *spec.block, spec.shared, len(params) // 3, *params]
 
 
