@@ -238,6 +238,9 @@ def judge(row: dict, by_name: dict[str, dict]) -> None:
         limit = ref["host_us"] + t["us"] if t["kind"] == "plus" else ref["host_us"] * t["x"]
     row["limit_us"] = limit
     row["met"] = row["host_us"] is not None and row["host_us"] <= limit
+    if t["kind"] == "times" and row.get("paired_ratio") is not None:
+        # measured in turns with its reference: judged on the median of the per-repeat ratios
+        row["met"] = row["paired_ratio"] <= t["x"]
 
 
 class _env:
@@ -264,31 +267,50 @@ def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup
     clock = timer.Clock(device, flush=False)
     out: list[dict] = []
     twins = {r["twin_of"]: r for r in rows if r.get("twin_of")}
+    # A row judged as a multiple of another ("times") is measured in turns with it, as a twin is
+    # with its row: the host's drift then moves both sides of the ratio alike.
+    followers: dict[str, list[dict]] = {}
     for r in rows:
-        if r.get("twin_of"):
+        t = r.get("target") or {}
+        if t.get("kind") == "times" and not r.get("twin_of") and any(q["name"] == t["ref"] for q in rows):
+            followers.setdefault(t["ref"], []).append(r)
+    taken = {q["name"] for qs in followers.values() for q in qs}
+    for r in rows:
+        if r.get("twin_of") or r["name"] in taken:
             continue  # measured in turns with its row, below
         pair = [r] + ([twins[r["name"]]] if r["name"] in twins else [])
+        for q in followers.get(r["name"], []):
+            pair += [q] + ([twins[q["name"]]] if q["name"] in twins else [])
         results = [{"name": q["name"], "group": q["group"], "host_us": None, "samples_us": [],
                     "target_spec": q["target"]} for q in pair]
-        try:
-            fns = []
-            for q in pair:
+        live = []  # (row, callable, result) of the members that could be built
+        for q, res in zip(pair, results):
+            try:
                 with _env(q.get("env", {})):
-                    fns.append(q["make"]())
+                    live.append((q, q["make"](), res))
+            except Skip as e:
+                res["skipped"] = str(e)
+            except Exception as e:  # noqa: BLE001  (a failing row is a row, not the end of the run)
+                res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        try:
             # One repeat of each in turn (A B A B ...): a twin compared with its row sees the same
             # process state (allocator, caches, garbage) rather than the state of a later minute.
             for _ in range(repeats):
-                for q, fn, res in zip(pair, fns, results):
+                for q, fn, res in live:
                     with _env(q.get("env", {})):
                         res["samples_us"].append(round(host_us(fn, clock, calls, 1, warmup)[0], 3))
-            for res in results:
+            for _, _, res in live:
                 res["host_us"] = round(statistics.median(res["samples_us"]), 3)
-        except Skip as e:
-            for res in results:
-                res["skipped"] = str(e)
-        except Exception as e:  # noqa: BLE001  (a failing row is a row, not the end of the run)
-            for res in results:
-                res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        except Exception as e:  # noqa: BLE001
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            for _, _, res in live:
+                res["host_us"], res["error"] = None, why
+        by = {res["name"]: res for _, _, res in live if res["host_us"] is not None}
+        for q, _, res in live:  # the paired ratio: per repeat, against the reference's same repeat
+            ref = by.get((q.get("target") or {}).get("ref"))
+            if (q.get("target") or {}).get("kind") == "times" and ref is not None and res["host_us"] is not None:
+                res["paired_ratio"] = round(statistics.median(
+                    a / b for a, b in zip(res["samples_us"], ref["samples_us"])), 4)
         for res in results:
             out.append(res)
             log(f"  {res['name']}: " + (f"{res['host_us']:.2f} µs" if res["host_us"] is not None
@@ -373,6 +395,8 @@ def markdown(result: dict) -> str:
              f"triton {result['triton'] or '-'}; {result['when']}.", "",
              f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
              + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
+             "A row judged as a multiple of another is measured in turns with it (A B A B ...) and judged on "
+             "the median of the per-repeat ratios (the paired ratio).", "",
              "| group | call | host µs / call | repeats (µs) | target | limit µs | met |",
              "|---|---|---:|---|---|---:|---|"]
     for r in result["rows"]:
@@ -382,7 +406,8 @@ def markdown(result: dict) -> str:
             continue
         reps = ", ".join(f"{v:.1f}" for v in r["samples_us"])
         limit = f"{r['limit_us']:.1f}" if r.get("limit_us") is not None else "-"
-        lines.append(f"| {r['group']} | `{r['name']}` | {r['host_us']:.2f} | {reps} | {r.get('target', '')} | "
+        paired = f" (paired ratio {r['paired_ratio']:.3f})" if r.get("paired_ratio") is not None else ""
+        lines.append(f"| {r['group']} | `{r['name']}` | {r['host_us']:.2f} | {reps} | {r.get('target', '')}{paired} | "
                      f"{limit} | {_met(r.get('met'))} |")
     lines += ["", "`triton.testing.do_bench` (median) through the public op against xrt.bench.timer's device time:",
               "", "| call | do_bench µs | device µs (xrt timer) | ratio | target | met |",
