@@ -79,6 +79,30 @@ def _lse(m_i, l_i):
 
 
 @triton.jit
+def _batch_head(bh, H):
+    """(batch, head) of the program's ``bh = batch * H + head``, in 64 bits (the pointer kernels' offsets)."""
+    return (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+
+
+@triton.jit
+def _load_tile(ptr, b, h, sb, sh, sr, sd, offs_r, offs_d, rmask):
+    """The rows ``offs_r`` (past the end: zeros) of the [S, D] tile of (b, h) of a [B, H, S, D] tensor."""
+    return tl.load(ptr + b * sb + h * sh + offs_r[:, None] * sr + offs_d[None, :] * sd, mask=rmask[:, None], other=0.0)
+
+
+@triton.jit
+def _load_pair(a_ptrs, b_ptrs, a_mask, b_mask, MASKED: tl.constexpr):
+    """Two loads, masked (zeros where a mask is off) with MASKED, else whole."""
+    if MASKED:
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+    else:
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+    return a, b
+
+
+@triton.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                 offs_m, offs_d, lo, hi, S_k, qk_scale,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, WS: tl.constexpr):
@@ -88,12 +112,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_v
         offs_n = start_n + offs_n0
         kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < S_k, other=0.0)
-        else:
-            kt = tl.load(kt_ptrs)
-            v = tl.load(v_ptrs)
+        kt, v = _load_pair(kt_ptrs, v_ptrs, offs_n[None, :] < S_k, offs_n[:, None] < S_k, MASKED)
         acc, l_i, m_i = _online_step(acc, l_i, m_i, tl.dot(q, kt), v, offs_n, offs_m, S_k, qk_scale, MASKED, CAUSAL)
     return acc, l_i, m_i
 
@@ -121,13 +140,11 @@ def _attn_fwd_kernel(
     if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
         start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    b, h = _batch_head(bh, H)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rmask = offs_m < S_q
-    q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=rmask[:, None], other=0.0)
+    q = _load_tile(q_ptr, b, h, sqb, sqh, sqm, sqd, offs_m, offs_d, rmask)
     k_base = k_ptr + b * skb + h * skh
     v_base = v_ptr + b * svb + h * svh
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -213,15 +230,26 @@ def _bwd_preprocess_kernel(
     BLOCK_M: tl.constexpr,
 ):
     bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    b, h = _batch_head(bh, H)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rmask = offs_m < S_q
-    do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
-                 mask=rmask[:, None], other=0.0)
+    do = _load_tile(do_ptr, b, h, sdb, sdh, sdm, sdd, offs_m, offs_d, rmask)
     tl.store(delta_ptr + bh.to(tl.int64) * S_q + offs_m,
              _delta_rows(o_ptr + b * sob + h * soh, som, sod, do, offs_m, offs_d, rmask), mask=rmask)
+
+
+@triton.jit
+def _bwd_program(S, BLOCK: tl.constexpr):
+    """(pid, bh, n_blocks) of a backward program: its place along the sequence, its (batch, head)
+    ``bh`` and the count of ``BLOCK``-blocks of a sequence of ``S``."""
+    return tl.program_id(0), tl.program_id(1), tl.cdiv(S, BLOCK)
+
+
+@triton.jit
+def _row_bases(lse_ptr, delta_ptr, bh, S_q):
+    """The saved log-sum-exp's and delta's rows of (batch, head) ``bh`` ([B, H, S_q], contiguous)."""
+    return lse_ptr + bh.to(tl.int64) * S_q, delta_ptr + bh.to(tl.int64) * S_q
 
 
 @triton.jit
@@ -235,15 +263,16 @@ def _program_count(pid, n_blocks, PAIRS: tl.constexpr):
 
 
 @triton.jit
-def _program_block(pid, t, n_blocks, REVERSE: tl.constexpr, PAIRS: tl.constexpr):
-    """The ``t``-th block of program ``pid``: with PAIRS ``pid`` then its mirror; else ``pid``, or
-    ``n_blocks - 1 - pid`` with REVERSE (the heaviest causal blocks started first)."""
+def _program_block(pid, t, n_blocks, BLOCK: tl.constexpr, REVERSE: tl.constexpr, PAIRS: tl.constexpr):
+    """(blk, offs) of the ``t``-th block of program ``pid`` and its ``BLOCK`` rows: with PAIRS ``pid``
+    then its mirror; else ``pid``, or ``n_blocks - 1 - pid`` with REVERSE (the heaviest causal blocks
+    started first)."""
     blk = pid
     if PAIRS:
         blk = tl.where(t == 0, pid, n_blocks - 1 - pid)
     elif REVERSE:
         blk = n_blocks - 1 - pid
-    return blk
+    return blk, blk * BLOCK + tl.arange(0, BLOCK)
 
 
 @triton.jit
@@ -266,14 +295,8 @@ def _query_ranges(start_n, S_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CA
 @triton.jit
 def _row_stats(lse_base, delta_base, offs_m, S_q, MASKED: tl.constexpr):
     """The saved log-sum-exp (natural log) and delta of the rows ``offs_m``."""
-    if MASKED:
-        cmask = offs_m < S_q
-        lse = tl.load(lse_base + offs_m, mask=cmask, other=0.0)
-        delta = tl.load(delta_base + offs_m, mask=cmask, other=0.0)
-    else:
-        lse = tl.load(lse_base + offs_m)
-        delta = tl.load(delta_base + offs_m)
-    return lse, delta
+    cmask = offs_m < S_q
+    return _load_pair(lse_base + offs_m, delta_base + offs_m, cmask, cmask, MASKED)
 
 
 @triton.jit
@@ -302,15 +325,10 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, 
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
+        cmask = offs_m < S_q
         qt_ptrs = q_base + offs_m[None, :] * sqm + offs_d[:, None] * sqd
         do_ptrs = do_base + offs_m[:, None] * sdm + offs_d[None, :] * sdd
-        if MASKED:
-            cmask = offs_m < S_q
-            qt = tl.load(qt_ptrs, mask=cmask[None, :], other=0.0)
-            do = tl.load(do_ptrs, mask=cmask[:, None], other=0.0)
-        else:
-            qt = tl.load(qt_ptrs)
-            do = tl.load(do_ptrs)
+        qt, do = _load_pair(qt_ptrs, do_ptrs, cmask[None, :], cmask[:, None], MASKED)
         lse, delta = _row_stats(lse_base, delta_base, offs_m, S_q, MASKED)
         dk, dv = _dkdv_step(dk, dv, k, v, qt, do, lse, delta, offs_n, offs_m, S_q, qk_scale, MASKED, CAUSAL)
     return dk, dv
@@ -352,24 +370,17 @@ def _attn_bwd_dkdv_kernel(
     PAIRS: tl.constexpr,  # a program takes key block j and its mirror (causal: equal work per program)
 ):
     # Causal: the first key blocks see the most queries, so the plain order starts the heaviest first.
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    n_blocks = tl.cdiv(S_k, BLOCK_N)
+    pid, bh, n_blocks = _bwd_program(S_k, BLOCK_N)
+    b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     q_base = q_ptr + b * sqb + h * sqh
     do_base = do_ptr + b * sdb + h * sdh
-    lse_base = lse_ptr + bh.to(tl.int64) * S_q
-    delta_base = delta_ptr + bh.to(tl.int64) * S_q
+    lse_base, delta_base = _row_bases(lse_ptr, delta_ptr, bh, S_q)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
-        start_n = _program_block(pid, t, n_blocks, False, PAIRS)
-        offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        start_n, offs_n = _program_block(pid, t, n_blocks, BLOCK_N, False, PAIRS)
         nmask = offs_n < S_k
-        k = tl.load(k_ptr + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                    mask=nmask[:, None], other=0.0)
-        v = tl.load(v_ptr + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
-                    mask=nmask[:, None], other=0.0)
+        k = _load_tile(k_ptr, b, h, skb, skh, skn, skd, offs_n, offs_d, nmask)
+        v = _load_tile(v_ptr, b, h, svb, svh, svn, svd, offs_n, offs_d, nmask)
         dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         # Rows padded past S_k are never stored.
@@ -404,14 +415,10 @@ def _attn_bwd_dkdv_tma_kernel(
 ):
     """:func:`_attn_bwd_dkdv_kernel` with every tile moved by the TMA engine (Hopper): the same
     step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    n_blocks = tl.cdiv(S_k, BLOCK_N)
-    lse_base = lse_ptr + bh.to(tl.int64) * S_q
-    delta_base = delta_ptr + bh.to(tl.int64) * S_q
+    pid, bh, n_blocks = _bwd_program(S_k, BLOCK_N)
+    lse_base, delta_base = _row_bases(lse_ptr, delta_ptr, bh, S_q)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
-        start_n = _program_block(pid, t, n_blocks, False, PAIRS)
-        offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        start_n, offs_n = _program_block(pid, t, n_blocks, BLOCK_N, False, PAIRS)
         k = desc_k.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
         v = desc_v.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
         dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
@@ -472,12 +479,7 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
         offs_n = start_n + offs_n0
         kt_ptrs = k_base + offs_n[None, :] * skn + offs_d[:, None] * skd
         vt_ptrs = v_base + offs_n[None, :] * svn + offs_d[:, None] * svd
-        if MASKED:
-            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
-            vt = tl.load(vt_ptrs, mask=offs_n[None, :] < S_k, other=0.0)
-        else:
-            kt = tl.load(kt_ptrs)
-            vt = tl.load(vt_ptrs)
+        kt, vt = _load_pair(kt_ptrs, vt_ptrs, offs_n[None, :] < S_k, offs_n[None, :] < S_k, MASKED)
         dq = _dq_step(dq, q, do, lse2, delta, kt, vt, offs_m, offs_n, S_k, qk_scale, MASKED, CAUSAL)
     return dq
 
@@ -518,23 +520,17 @@ def _attn_bwd_dq_kernel(
     PAIRS: tl.constexpr,  # a program takes query block j and its mirror (causal: equal work per program)
     FUSE_DELTA: tl.constexpr,  # compute delta here (no preprocess kernel)
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    n_blocks = tl.cdiv(S_q, BLOCK_M)
+    pid, bh, n_blocks = _bwd_program(S_q, BLOCK_M)
+    b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     k_base = k_ptr + b * skb + h * skh
     v_base = v_ptr + b * svb + h * svh
     for t in range(_program_count(pid, n_blocks, PAIRS)):
         # causal: the last query blocks see the most keys: start them first, the short ones fill the tail
-        start_m = _program_block(pid, t, n_blocks, CAUSAL, PAIRS)
-        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        start_m, offs_m = _program_block(pid, t, n_blocks, BLOCK_M, CAUSAL, PAIRS)
         rmask = offs_m < S_q
-        q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                    mask=rmask[:, None], other=0.0)
-        do = tl.load(do_ptr + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd,
-                     mask=rmask[:, None], other=0.0)
+        q = _load_tile(q_ptr, b, h, sqb, sqh, sqm, sqd, offs_m, offs_d, rmask)
+        do = _load_tile(do_ptr, b, h, sdb, sdh, sdm, sdd, offs_m, offs_d, rmask)
         lse2, delta = _dq_row_stats(lse_ptr, delta_ptr, o_ptr + b * sob + h * soh, som, sod, do, bh, offs_m, offs_d,
                                     S_q, FUSE_DELTA)
         dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -567,15 +563,11 @@ def _attn_bwd_dq_tma_kernel(
     FUSE_DELTA: tl.constexpr,
 ):
     """:func:`_attn_bwd_dq_kernel` with every tile moved by the TMA engine (Hopper)."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    n_blocks = tl.cdiv(S_q, BLOCK_M)
+    pid, bh, n_blocks = _bwd_program(S_q, BLOCK_M)
+    b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
-        start_m = _program_block(pid, t, n_blocks, CAUSAL, PAIRS)
-        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        start_m, offs_m = _program_block(pid, t, n_blocks, BLOCK_M, CAUSAL, PAIRS)
         q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
         do = desc_do.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
         lse2, delta = _dq_row_stats(lse_ptr, delta_ptr, o_ptr + b * sob + h * soh, som, sod, do, bh, offs_m, offs_d,

@@ -98,6 +98,36 @@ def _layernorm_fwd_kernel(
 
 
 @triton.jit
+def _row_group(w_ptr, cols, M, N, rows_per_program):
+    """(mask, w, start, end) of a backward program: the columns ``cols`` inside the row, the weight
+    there in fp32, and its row group's rows ``[start, end)``."""
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    start = tl.program_id(0) * rows_per_program
+    end = tl.minimum(start + rows_per_program, M)
+    return mask, w, start, end
+
+
+@triton.jit
+def _dy_xhat(x_ptrs, dy_ptrs, mask, mean_ptr, rstd_ptr, rstd_off, row):
+    """(dy, xhat, rstd) of row ``row`` in fp32 at ``x_ptrs`` / ``dy_ptrs`` (xhat zero where masked)."""
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + rstd_off + row)
+    return dy, tl.where(mask, (x - mean) * rstd, 0.0), rstd
+
+
+@triton.jit
+def _store_partials(dw_part_ptr, db_part_ptr, part_off, cols, N, dw_acc, db_acc, mask):
+    """A row group's dweight and dbias partials (``dy * xhat`` and ``dy`` summed over its rows), row
+    ``program_id(0)`` of the ``[G, N]`` buffers."""
+    pid = tl.program_id(0)
+    tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
+    tl.store(db_part_ptr + part_off + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+
+
+@triton.jit
 def _layernorm_bwd_kernel(
     dy_ptr,  # [M, N] upstream gradient, row-major, contiguous, x's dtype
     x_ptr,  # [M, N] forward input, row-major, contiguous
@@ -114,21 +144,13 @@ def _layernorm_bwd_kernel(
     rows_per_program,  # rows of each program, ceil(M / G)
     BLOCK: tl.constexpr,  # next_power_of_2(N)
 ):
-    pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    mask, w, start, end = _row_group(w_ptr, cols, M, N, rows_per_program)
     dw_acc = tl.zeros([BLOCK], tl.float32)
     db_acc = tl.zeros([BLOCK], tl.float32)
-    start = pid * rows_per_program
-    end = tl.minimum(start + rows_per_program, M)
     off = start.to(tl.int64) * N + cols  # advanced row by row, in 64 bits
     for row in range(start, end):
-        x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + rstd_off + row)
-        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        dy, xhat, rstd = _dy_xhat(x_ptr + off, dy_ptr + off, mask, mean_ptr, rstd_ptr, rstd_off, row)
         wdy = w * dy
         c1 = tl.sum(xhat * wdy, 0) / N
         c2 = tl.sum(wdy, 0) / N
@@ -137,8 +159,7 @@ def _layernorm_bwd_kernel(
         dw_acc += dy * xhat
         db_acc += dy
         off += N
-    tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
-    tl.store(db_part_ptr + part_off + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+    _store_partials(dw_part_ptr, db_part_ptr, part_off, cols, N, dw_acc, db_acc, mask)
 
 
 @triton.jit
@@ -194,27 +215,19 @@ def _layernorm_bwd_tiled_kernel(
     rows_per_program,  # rows of each row group, ceil(M / G)
     TILE: tl.constexpr,  # columns per program
 ):
-    pid = tl.program_id(0)
     cols = tl.program_id(1) * TILE + tl.arange(0, TILE)
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    mask, w, start, end = _row_group(w_ptr, cols, M, N, rows_per_program)
     dw_acc = tl.zeros([TILE], tl.float32)
     db_acc = tl.zeros([TILE], tl.float32)
-    start = pid * rows_per_program
-    end = tl.minimum(start + rows_per_program, M)
     # Scalar 64-bit row pointers advanced row by row, 32-bit column offsets: per-element 64-bit
     # addresses cost 112 registers a thread at TILE 1024 / 4 warps (sm_90), and occupancy.
     x_row = x_ptr + start.to(tl.int64) * N
     dy_row = dy_ptr + start.to(tl.int64) * N
     dx_row = dx_ptr + start.to(tl.int64) * N
     for row in range(start, end):
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + rstd_off + row)
+        dy, xhat, rstd = _dy_xhat(x_row + cols, dy_row + cols, mask, mean_ptr, rstd_ptr, rstd_off, row)
         c1 = tl.load(c1_ptr + row)
         c2 = tl.load(c2_ptr + row)
-        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         dx = (w * dy - (xhat * c1 + c2)) * rstd
         tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw_acc += dy * xhat
@@ -222,8 +235,7 @@ def _layernorm_bwd_tiled_kernel(
         x_row += N
         dy_row += N
         dx_row += N
-    tl.store(dw_part_ptr + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
-    tl.store(db_part_ptr + part_off + pid.to(tl.int64) * N + cols, db_acc, mask=mask)
+    _store_partials(dw_part_ptr, db_part_ptr, part_off, cols, N, dw_acc, db_acc, mask)
 
 
 @triton.jit

@@ -77,6 +77,25 @@ def _randn(shape: Shape, dtype: Any, device: str):
     return torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
 
 
+def _spaces(op: str, providers: Sequence[str]) -> dict[str, str]:
+    """Each non-torch provider's tuning space: ``<op>.<provider>`` (torch has none)."""
+    return {p: f"{op}.{p}" for p in providers if p != "torch"}
+
+
+_KERNEL_PROVIDERS = ["torch", "triton", "cuda"]
+_VECTOR_SHAPES = {"quick": [(4096,)], "small": [(1 << 12,), (1 << 16,)], "large": [(1 << 24,), (1 << 28,)]}
+
+
+def _kernel_spec(op: str, shapes: dict[str, list[Shape]], dtypes: list[str], make_inputs: Callable,
+                 bytes_moved: Callable[[Shape, int], int], flops: Callable[[Shape], int], module: str = "",
+                 call: Callable | None = None, check: Callable[[tuple, str], None] | None = None) -> BenchSpec:
+    """square, the memory-bound kernels and GEMM: providers torch, triton and cuda, each kernel
+    provider's space named after the op, the call through :func:`_call_kernel` unless given."""
+    return BenchSpec(op=op, module=module, shapes=shapes, dtypes=dtypes, providers=list(_KERNEL_PROVIDERS),
+                     make_inputs=make_inputs, call=call or _call_kernel(op, module or op, op),
+                     bytes_moved=bytes_moved, flops=flops, spaces=_spaces(op, _KERNEL_PROVIDERS), check=check)
+
+
 def _call_square(args: tuple, provider: str, config: dict | None):
     if config is None:
         import xrt.pytorch as xp
@@ -92,16 +111,12 @@ def _call_square(args: tuple, provider: str, config: dict | None):
     return square(*args, config)
 
 
-register(BenchSpec(
-    op="square",
-    shapes={"quick": [(4096,)], "small": [(1 << 12,), (1 << 16,)], "large": [(1 << 24,), (1 << 28,)]},
-    dtypes=["float32", "bfloat16"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "square", _VECTOR_SHAPES, ["float32", "bfloat16"],
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
-    call=_call_square,
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,  # read x, write y
     flops=lambda shape: numel(shape),
-    spaces={"triton": "square.triton", "cuda": "square.cuda"},
+    call=_call_square,
 ))
 
 
@@ -157,69 +172,43 @@ def _ln_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
     return (_randn(shape, dtype, device), x, _randn((shape[-1],), dtype, device), mean, rstd)
 
 
-_ROWS_LARGE = [(16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768)]
+# softmax, layernorm and layernorm_bwd: rows [M, N]
+_ROWS = {"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)],
+         "large": [(16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768)]}
 
-register(BenchSpec(
-    op="vector_add",
-    shapes={"quick": [(4096,)], "small": [(1 << 12,), (1 << 16,)], "large": [(1 << 24,), (1 << 28,)]},
-    dtypes=["float32", "bfloat16"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "vector_add", _VECTOR_SHAPES, ["float32", "bfloat16"],
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device), _randn(shape, dtype, device)),
-    call=_call_kernel("vector_add", "vector_add", "vector_add"),
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read a and b, write y
     flops=lambda shape: numel(shape),
-    spaces={"triton": "vector_add.triton", "cuda": "vector_add.cuda"},
 ))
-
-register(BenchSpec(
-    op="window_sum",
-    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (16, 4096)], "large": [(16384, 8192), (1, 1 << 28)]},
-    dtypes=["float32", "bfloat16"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "window_sum", {"quick": [(4, 1023)], "small": [(1, 4096), (16, 4096)], "large": [(16384, 8192), (1, 1 << 28)]},
+    ["float32", "bfloat16"],
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
-    call=_call_kernel("window_sum", "window_sum", "window_sum"),
     # read x once, write y [..., n - 2]
     bytes_moved=lambda shape, esize: (numel(shape) + numel(shape[:-1]) * (shape[-1] - 2)) * esize,
     flops=lambda shape: 2 * numel(shape[:-1]) * (shape[-1] - 2),
-    spaces={"triton": "window_sum.triton", "cuda": "window_sum.cuda"},
 ))
-
-register(BenchSpec(
-    op="softmax",
-    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
-    dtypes=["bfloat16", "float32"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "softmax", _ROWS, ["bfloat16", "float32"],
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
-    call=_call_kernel("softmax", "softmax", "softmax"),
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,  # read x, write y
     flops=lambda shape: 5 * numel(shape),
-    spaces={"triton": "softmax.triton", "cuda": "softmax.cuda"},
 ))
-
-register(BenchSpec(
-    op="layernorm",
-    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
-    dtypes=["bfloat16", "float16", "float32"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "layernorm", _ROWS, ["bfloat16", "float16", "float32"],
     make_inputs=_ln_inputs,
-    call=_call_kernel("layernorm", "layernorm", "layernorm"),
     # read x, write y (weight, bias and the [M] statistics are negligible and not counted)
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,
     flops=lambda shape: 8 * numel(shape),
-    spaces={"triton": "layernorm.triton", "cuda": "layernorm.cuda"},
 ))
-
-register(BenchSpec(
-    op="layernorm_bwd",
-    module="layernorm",
-    shapes={"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)], "large": _ROWS_LARGE},
-    dtypes=["bfloat16", "float16", "float32"],
-    providers=["torch", "triton", "cuda"],
+register(_kernel_spec(
+    "layernorm_bwd", _ROWS, ["bfloat16", "float16", "float32"],
     make_inputs=_ln_bwd_inputs,
-    call=_call_kernel("layernorm_bwd", "layernorm", "layernorm_bwd"),
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read dy and x, write dx
     flops=lambda shape: 12 * numel(shape),
-    spaces={"triton": "layernorm_bwd.triton", "cuda": "layernorm_bwd.cuda"},
+    module="layernorm",
 ))
 
 
@@ -251,10 +240,8 @@ def _gemm_flops(shape: Shape) -> int:
 
 def _gemm_spec(op: str, shapes: dict[str, list[Shape]]) -> BenchSpec:
     """matmul and bmm: the same dtypes, providers, inputs, counts and check; their own shapes and spaces."""
-    return BenchSpec(op=op, module="matmul", shapes=shapes, dtypes=["bfloat16", "float32"],
-                     providers=["torch", "triton", "cuda"], make_inputs=_gemm_inputs,
-                     call=_call_kernel(op, "matmul", op), bytes_moved=_gemm_bytes, flops=_gemm_flops,
-                     spaces={"triton": f"{op}.triton", "cuda": f"{op}.cuda"}, check=_gemm_check(op))
+    return _kernel_spec(op, shapes, ["bfloat16", "float32"], _gemm_inputs, _gemm_bytes, _gemm_flops, module="matmul",
+                        check=_gemm_check(op))
 
 
 register(_gemm_spec("matmul", {"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
@@ -361,33 +348,21 @@ _ATTN_SHAPES = {"quick": [(1, 1, 16, 64, 0)],
                 "large": [(4, 16, 4096, 128, 0), (4, 16, 4096, 128, 1), (4, 16, 4096, 64, 0),
                           (4, 16, 16384, 128, 1)]}
 
-register(BenchSpec(
-    op="attention",
-    shapes=_ATTN_SHAPES,
-    dtypes=["bfloat16", "float16"],
-    providers=["torch", "triton"],
-    make_inputs=_attn_inputs,
-    call=_call_attention,
-    bytes_moved=lambda shape, esize: 4 * shape[0] * shape[1] * shape[2] * shape[3] * esize,  # q, k, v, o
-    flops=_attn_flops,
-    spaces={"triton": "attention.triton"},
-    check=_attn_check("attention"),
-))
 
-register(BenchSpec(
-    op="attention_bwd",
-    module="attention",
-    shapes=_ATTN_SHAPES,
-    dtypes=["bfloat16", "float16"],
-    providers=["torch", "triton"],
-    make_inputs=_attn_bwd_inputs,
-    call=_call_attention_bwd,
-    # read do, q, k, v, o; write dq, dk, dv
-    bytes_moved=lambda shape, esize: 8 * shape[0] * shape[1] * shape[2] * shape[3] * esize,
-    flops=lambda shape: _attn_flops(shape, backward=True),
-    spaces={"triton": "attention_bwd.triton"},
-    check=_attn_check("attention_bwd"),
-))
+def _attn_spec(op: str, make_inputs: Callable, call: Callable, tensors: int, flops: Callable[[Shape], int],
+               module: str = "") -> BenchSpec:
+    """attention and attention_bwd: ``tensors`` [B, H, S, D] read or written, providers torch (SDPA) and triton."""
+    providers = ["torch", "triton"]
+    return BenchSpec(op=op, module=module, shapes=_ATTN_SHAPES, dtypes=["bfloat16", "float16"], providers=providers,
+                     make_inputs=make_inputs, call=call,
+                     bytes_moved=lambda shape, esize: tensors * shape[0] * shape[1] * shape[2] * shape[3] * esize,
+                     flops=flops, spaces=_spaces(op, providers), check=_attn_check(op))
+
+
+register(_attn_spec("attention", _attn_inputs, _call_attention, 4, _attn_flops))  # read q, k, v; write o
+# read do, q, k, v, o; write dq, dk, dv
+register(_attn_spec("attention_bwd", _attn_bwd_inputs, _call_attention_bwd, 8,
+                    lambda shape: _attn_flops(shape, backward=True), module="attention"))
 
 
 # -- fused conv3x3 + BatchNorm + ReLU, NHWC ---------------------------------------------------------
