@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from xrt.kernels import source
+from xrt.kernels import cuda_source
 
 INSTALL_HINT = "pip install -e '.[cuda]' in an xpuruntime checkout (builds pycuda from source; needs the CUDA toolkit)"
 
@@ -40,12 +40,13 @@ def _missing() -> str | None:
 
 @functools.cache
 def module(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> Any:
-    """Compile ``cuda/<name>.cu`` for ``arch`` (``sm_90``) once per process and set of ``defines``
-    (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``: the compile-time parameters of a config)."""
+    """Compile ``cuda/<name>.cu`` (with its headers: :func:`xrt.kernels.cuda_source`) for ``arch``
+    (``sm_90``) once per process and set of ``defines`` (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``:
+    the compile-time parameters of a config)."""
     import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context, not a new one)
     from pycuda.compiler import SourceModule
 
-    return SourceModule(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
+    return SourceModule(cuda_source(f"{name}.cu"), no_extern_c=True, arch=arch,
                         options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
 
 
