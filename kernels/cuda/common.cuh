@@ -79,4 +79,7 @@ __device__ __forceinline__ void map_vec(F f, T* __restrict__ y, int64_t n, const
         y[i] = f(in[i]...);
 }
 
+// M(V, SUFFIX, T) for each dtype the entries come in: the SUFFIX of an entry's name and its type T.
+#define XRT_DTYPES(M, V) M(V, f32, float) M(V, f16, __half) M(V, bf16, __nv_bfloat16)
+
 #endif  // XRT_CUDA_COMMON_CUH

@@ -120,32 +120,35 @@ struct Slice {
             r[p] = v;
         }
     }
-    // B's slice: as it is, S[i][j] (S: [ROWS][COLS] shared).
-    __device__ __forceinline__ void store(float* S) const {
+    // f(p, i, jq) for each of this thread's float4s of the slice: r[p] is row i, columns jq to jq + 3.
+    template <typename F>
+    __device__ __forceinline__ void each(F f) const {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
-            const int f = threadIdx.x + p * NT;
-            if (f < F4) {
-                const int i = f / (COLS / 4), jq = (f % (COLS / 4)) * 4;
-                *reinterpret_cast<float4*>(&S[i * COLS + jq]) = r[p];
-            }
+            const int q = threadIdx.x + p * NT;
+            if (q < F4) f(p, q / (COLS / 4), (q % (COLS / 4)) * 4);
         }
+    }
+    // B's slice: as it is, S[i][j] (S: [ROWS][COLS] shared).
+    __device__ __forceinline__ void store(float* S) const {
+        each([&](int p, int i, int jq) { *reinterpret_cast<float4*>(&S[i * COLS + jq]) = r[p]; });
     }
     // A's slice: transposed, S[j][i] (S: [COLS][ROWS] shared), so a thread reads its TM rows as float4s.
     __device__ __forceinline__ void store_transposed(float* S) const {
-#pragma unroll
-        for (int p = 0; p < PER; ++p) {
-            const int f = threadIdx.x + p * NT;
-            if (f < F4) {
-                const int i = f / (COLS / 4), jq = (f % (COLS / 4)) * 4;
-                S[(jq + 0) * ROWS + i] = r[p].x;
-                S[(jq + 1) * ROWS + i] = r[p].y;
-                S[(jq + 2) * ROWS + i] = r[p].z;
-                S[(jq + 3) * ROWS + i] = r[p].w;
-            }
-        }
+        each([&](int p, int i, int jq) {
+            S[(jq + 0) * ROWS + i] = r[p].x;
+            S[(jq + 1) * ROWS + i] = r[p].y;
+            S[(jq + 2) * ROWS + i] = r[p].z;
+            S[(jq + 3) * ROWS + i] = r[p].w;
+        });
     }
 };
+
+// dst[0..4) = the four floats at src (shared memory, 16-byte aligned), as one float4 load.
+__device__ __forceinline__ void load4(float* dst, const float* src) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+}
 
 __device__ __forceinline__ bool can_vectorize(const float* A, const float* B, int N, int K) {
     return (K & 3) == 0 && (N & 3) == 0 && (reinterpret_cast<uintptr_t>(A) & 15) == 0 &&
@@ -201,13 +204,11 @@ __device__ void matmul_v3(const float* __restrict__ A,  // [M, K] row-major
             float a[TM], b[TN];
 #pragma unroll
             for (int i = 0; i < TM; i += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[kk * BM + ty * TM + i]);
-                a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
+                load4(&a[i], &As[kk * BM + ty * TM + i]);
             }
 #pragma unroll
             for (int j = 0; j < TN; j += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * BN + tx * TN + j]);
-                b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
+                load4(&b[j], &Bs[kk * BN + tx * TN + j]);
             }
 #pragma unroll
             for (int i = 0; i < TM; ++i)
@@ -267,15 +268,13 @@ __device__ void matmul_v4(const float* __restrict__ A,  // [M, K] row-major
             for (int wm = 0; wm < WMITER; ++wm)
 #pragma unroll
                 for (int i = 0; i < TM; i += 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(&as[kk * BM + wrow + wm * WSUBM + trow + i]);
-                    a[wm * TM + i] = v.x; a[wm * TM + i + 1] = v.y; a[wm * TM + i + 2] = v.z; a[wm * TM + i + 3] = v.w;
+                    load4(&a[wm * TM + i], &as[kk * BM + wrow + wm * WSUBM + trow + i]);
                 }
 #pragma unroll
             for (int wn = 0; wn < WNITER; ++wn)
 #pragma unroll
                 for (int j = 0; j < TN; j += 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(&bs[kk * BN + wcol + wn * WSUBN + tcol + j]);
-                    b[wn * TN + j] = v.x; b[wn * TN + j + 1] = v.y; b[wn * TN + j + 2] = v.z; b[wn * TN + j + 3] = v.w;
+                    load4(&b[wn * TN + j], &bs[kk * BN + wcol + wn * WSUBN + tcol + j]);
                 }
 #pragma unroll
             for (int i = 0; i < WMITER * TM; ++i)

@@ -30,9 +30,5 @@ __device__ void square_v2(const T* __restrict__ x,  // [n] contiguous input, 16-
         square_##VERSION<T>(x, y, n);                                                    \
     }
 
-XRT_SQUARE(v1, f32, float)
-XRT_SQUARE(v1, f16, __half)
-XRT_SQUARE(v1, bf16, __nv_bfloat16)
-XRT_SQUARE(v2, f32, float)
-XRT_SQUARE(v2, f16, __half)
-XRT_SQUARE(v2, bf16, __nv_bfloat16)
+XRT_DTYPES(XRT_SQUARE, v1)
+XRT_DTYPES(XRT_SQUARE, v2)

@@ -31,9 +31,5 @@ __device__ void vector_add_v2(const T* __restrict__ a,  // [n] contiguous input,
         vector_add_##VERSION<T>(a, b, y, n);                                                           \
     }
 
-XRT_VECTOR_ADD(v1, f32, float)
-XRT_VECTOR_ADD(v1, f16, __half)
-XRT_VECTOR_ADD(v1, bf16, __nv_bfloat16)
-XRT_VECTOR_ADD(v2, f32, float)
-XRT_VECTOR_ADD(v2, f16, __half)
-XRT_VECTOR_ADD(v2, bf16, __nv_bfloat16)
+XRT_DTYPES(XRT_VECTOR_ADD, v1)
+XRT_DTYPES(XRT_VECTOR_ADD, v2)
