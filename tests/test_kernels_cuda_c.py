@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from xrt.kernels import cuda_sources, source
+from xrt.kernels import cuda_source, cuda_sources, source
 
 V2_ITEMS = (1, 2, 4, 8)
 DT = ("f32", "f16", "bf16")
@@ -27,10 +27,43 @@ def test_every_shipped_cuda_source_is_checked():
     assert sorted(ENTRIES) == cuda_sources()
 
 
+def test_cuda_source_inlines_the_shared_header():
+    """What is compiled carries common.cuh's text (so pycuda's cache, keyed on the text, changes
+    when the header does) and no quoted include that nvcc would have to find in a temporary folder."""
+    header = source("cuda/common.cuh")
+    for name in cuda_sources():
+        text = cuda_source(name)
+        assert not [ln for ln in text.splitlines() if ln.startswith('#include "')], name
+        if '#include "common.cuh"' in source(f"cuda/{name}"):
+            assert header in text and '#line 1 "common.cuh"' in text, name
+    assert {n for n in cuda_sources() if header in cuda_source(n)} >= {
+        "square.cu", "vector_add.cu", "softmax.cu", "layernorm.cu"}
+
+
+def test_cuda_source_follows_the_header_and_the_lines():
+    """An edited header changes the compiled text; after it, #line gives the source's own numbering."""
+    from xrt.kernels import _expand
+
+    files = {"k.cu": '// k\n#include "h.cuh"\nint k;\n', "h.cuh": "int h;\n"}
+    text = _expand("k.cu", files.__getitem__, ())
+    assert text == '// k\n#line 1 "h.cuh"\nint h;\n#line 3 "k.cu"\nint k;\n'
+    files["h.cuh"] = "int h2;\n"
+    assert _expand("k.cu", files.__getitem__, ()) != text
+    files["h.cuh"] = '#include "k.cu"\n'
+    with pytest.raises(ValueError, match="include cycle: k.cu -> h.cuh -> k.cu"):
+        _expand("k.cu", files.__getitem__, ())
+    # a header that is not shipped is named at once, not left to nvcc in some temporary folder
+    def read(name):
+        return '#include "nothere.cuh"\n' if name == "k.cu" else source(f"cuda/{name}")
+
+    with pytest.raises(FileNotFoundError, match="no kernel source 'cuda/nothere.cuh'"):
+        _expand("k.cu", read, ())
+
+
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_cuda_c_sources_compile(nvcc, tmp_path, name):
     src = tmp_path / name
-    src.write_text(source(f"cuda/{name}"))
+    src.write_text(cuda_source(name))
     ptx = tmp_path / "out.ptx"
     subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", "-o", str(ptx), str(src)], check=True,
                    capture_output=True)

@@ -8,7 +8,7 @@ import torch
 from gemm_checks import check_gemm, operands
 from kernel_checks import poisoned_outputs
 
-from xrt.kernels import source, spaces
+from xrt.kernels import cuda_source, spaces
 
 # (M, N, K): ones, primes, M = 1, K below one BLOCK_K, N below a vector, K = 0.
 TINY = [(1, 1, 1), (17, 13, 29), (1, 33, 7), (37, 64, 5), (5, 3, 70), (4, 6, 0)]
@@ -100,7 +100,7 @@ def test_cuda_configs_compile(nvcc, tmp_path):
     from xrt.kernels.cuda.matmul import plan
 
     src = tmp_path / "matmul.cu"
-    src.write_text(source("cuda/matmul.cu"))
+    src.write_text(cuda_source("matmul.cu"))
     for cfg in ({"version": "v3", "BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4},
                 {"version": "v4", "BM": 128, "BN": 64, "BK": 8, "TM": 4, "TN": 8}):
         entry, _, _, _, defines = plan(spaces.check("matmul.cuda", cfg))

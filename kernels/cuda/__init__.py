@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from xrt.kernels import source
+from xrt.kernels import cuda_source
 from xrt.kernels.launch_spec import LaunchSpec
 
 INSTALL_HINT = "pip install -e '.[cuda]' in an xpuruntime checkout (builds pycuda from source; needs the CUDA toolkit)"
@@ -41,12 +41,12 @@ def _missing() -> str | None:
 
 @functools.cache
 def cubin(name: str, arch: str, defines: tuple[tuple[str, Any], ...] = ()) -> bytes:
-    """``cuda/<name>.cu`` compiled for ``arch`` (``sm_90``) with ``defines`` (``(("XRT_BM", 128),)``
-    -> ``-DXRT_BM=128``: the compile-time parameters of a config), once per process (and cached
-    on disk by pycuda)."""
+    """``cuda/<name>.cu`` (with its headers: :func:`xrt.kernels.cuda_source`) compiled for ``arch``
+    (``sm_90``) with ``defines`` (``(("XRT_BM", 128),)`` -> ``-DXRT_BM=128``: the compile-time
+    parameters of a config), once per process (and cached on disk by pycuda)."""
     from pycuda.compiler import compile
 
-    return compile(source(f"cuda/{name}.cu"), no_extern_c=True, arch=arch,
+    return compile(cuda_source(f"{name}.cu"), no_extern_c=True, arch=arch,
                    options=["-O3", "--use_fast_math", "-std=c++17", *(f"-D{k}={v}" for k, v in defines)])
 
 

@@ -16,24 +16,7 @@
 //         (16-byte vectors when n % VEC == 0 and rows are aligned, else scalars); each thread
 //         walks its group's rows over one vector of columns, writes dx and keeps that vector's
 //         dweight / dbias partials in registers. x and dy are read twice, nothing spills.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
-#include <math.h>
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-// Every thread gets the block's sum; blockDim.x is a multiple of 32.
-__device__ float block_sum(float v, float* red /* [32] shared */) {
-    v = warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    return warp_sum(lane < nw ? red[lane] : 0.f);
-}
+#include "common.cuh"
 
 template <typename T>
 __device__ void layernorm_fwd_v1(const T* __restrict__ x,  // [rows, n] row-major input
@@ -68,19 +51,9 @@ __device__ void layernorm_fwd_v2(const T* __restrict__ x,  // [rows, n] row-majo
     constexpr int VEC = 16 / sizeof(T);
     __shared__ float red[32];
     const int64_t r = blockIdx.x, nvec = n / VEC;
-    const float4* xr = reinterpret_cast<const float4*>(x + r * n);
     float v[ITEMS][VEC];
     float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;
-        if (c < nvec) {
-            float4 raw = xr[c];
-            const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) { v[k][j] = float(e[j]); s += v[k][j]; }
-        }
-    }
+    load_row(x + r * n, nvec, v, [&](float e) { s += e; });
     const float mean = block_sum(s, red) / n;
     float q = 0.f;
 #pragma unroll
@@ -345,6 +318,21 @@ __device__ void layernorm_sum_partials(const float* __restrict__ dw_part,  // [G
         float* dw_part, float* db_part, int64_t rows, int64_t n, int64_t rows_per_block) {          \
         layernorm_bwd_v2<T, ITEMS>(dy, x, w, mean, rstd, dx, dw_part, db_part, rows, n, rows_per_block); \
     }
+// The column-split backward's two entries, scalar (VECTOR false) or 16-byte vectors (true).
+#define XRT_LN_ROWSUM(NAME, T, VECTOR)                                                              \
+    extern "C" __global__ void __launch_bounds__(1024) NAME(                                        \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, float* c1,       \
+        float* c2, int64_t n) {                                                                     \
+        layernorm_bwd_rowsum<T, VECTOR>(dy, x, w, mean, rstd, c1, c2, n);                           \
+    }
+#define XRT_LN_V3(NAME, T, VECTOR)                                                                  \
+    extern "C" __global__ void __launch_bounds__(1024) NAME(                                        \
+        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, const float* c1, \
+        const float* c2, T* dx, float* dw_part, float* db_part, int64_t rows, int64_t n,            \
+        int64_t rows_per_block) {                                                                   \
+        layernorm_bwd_v3<T, VECTOR>(dy, x, w, mean, rstd, c1, c2, dx, dw_part, db_part, rows, n,    \
+                                    rows_per_block);                                                \
+    }
 #define XRT_LN(SUFFIX, T)                                                                           \
     extern "C" __global__ void __launch_bounds__(1024) layernorm_fwd_v1_##SUFFIX(                   \
         const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int64_t n, float eps) { \
@@ -355,30 +343,10 @@ __device__ void layernorm_sum_partials(const float* __restrict__ dw_part,  // [G
         float* dw_part, float* db_part, int64_t rows, int64_t n, int64_t rows_per_block) {          \
         layernorm_bwd_v1<T>(dy, x, w, mean, rstd, dx, dw_part, db_part, rows, n, rows_per_block);   \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_rowsum_v1_##SUFFIX(             \
-        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, float* c1,       \
-        float* c2, int64_t n) {                                                                     \
-        layernorm_bwd_rowsum<T, false>(dy, x, w, mean, rstd, c1, c2, n);                            \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_rowsum_v2_##SUFFIX(             \
-        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, float* c1,       \
-        float* c2, int64_t n) {                                                                     \
-        layernorm_bwd_rowsum<T, true>(dy, x, w, mean, rstd, c1, c2, n);                             \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_v3_##SUFFIX(                   \
-        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, const float* c1, \
-        const float* c2, T* dx, float* dw_part, float* db_part, int64_t rows, int64_t n,            \
-        int64_t rows_per_block) {                                                                   \
-        layernorm_bwd_v3<T, false>(dy, x, w, mean, rstd, c1, c2, dx, dw_part, db_part, rows, n,     \
-                                   rows_per_block);                                                 \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(1024) layernorm_bwd_v3_vec_##SUFFIX(               \
-        const T* dy, const T* x, const T* w, const float* mean, const float* rstd, const float* c1, \
-        const float* c2, T* dx, float* dw_part, float* db_part, int64_t rows, int64_t n,            \
-        int64_t rows_per_block) {                                                                   \
-        layernorm_bwd_v3<T, true>(dy, x, w, mean, rstd, c1, c2, dx, dw_part, db_part, rows, n,      \
-                                  rows_per_block);                                                  \
-    }                                                                                               \
+    XRT_LN_ROWSUM(layernorm_bwd_rowsum_v1_##SUFFIX, T, false)                                       \
+    XRT_LN_ROWSUM(layernorm_bwd_rowsum_v2_##SUFFIX, T, true)                                        \
+    XRT_LN_V3(layernorm_bwd_v3_##SUFFIX, T, false)                                                  \
+    XRT_LN_V3(layernorm_bwd_v3_vec_##SUFFIX, T, true)                                               \
     extern "C" __global__ void layernorm_sum_partials_##SUFFIX(const float* dw_part, const float* db_part, \
                                                                T* dw, T* db, int64_t groups, int64_t n) { \
         layernorm_sum_partials<T>(dw_part, db_part, dw, db, groups, n);                             \

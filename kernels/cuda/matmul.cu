@@ -86,92 +86,69 @@ __device__ void matmul_v2(const float* __restrict__ A,  // [M, K] row-major
 }
 
 // -- shared by v3 and v4: one K slice of A and B, global -> registers -> shared -------------------
-// A's slice [BM, BK] is stored transposed, As[k][m], so a thread reads its TM rows as float4s.
-// Out-of-range elements are zeros. ``vec``: K % 4 == 0, N % 4 == 0 and 16-byte-aligned A and B,
-// so a float4 that starts in range lies in range.
-
-template <int BM, int BK, int NT>
-struct TileA {
-    static constexpr int F4 = BM * BK / 4;           // float4s in the slice
+// Slice<BM, BK> holds A's slice (at (row0, k0) of [M, K]) and Slice<BK, BN> B's (at (k0, col0) of
+// [K, N]): one thread's share of a ROWS x COLS slice of a row-major [rows, cols] matrix at (r0, c0),
+// as float4s along the columns: float4 f = threadIdx.x + p * NT is row f / (COLS / 4), columns
+// (f % (COLS / 4)) * 4 and the three after. Out-of-range elements are zeros. ``vec``: K % 4 == 0,
+// N % 4 == 0 and 16-byte-aligned A and B, so a float4 that starts in range lies in range.
+template <int ROWS, int COLS, int NT>
+struct Slice {
+    static constexpr int F4 = ROWS * COLS / 4;       // float4s in the slice
     static constexpr int PER = (F4 + NT - 1) / NT;   // per thread
     float4 r[PER];
-    __device__ __forceinline__ void load(const float* __restrict__ A, int M, int K, int row0, int k0, bool vec) {
+    __device__ __forceinline__ void load(const float* __restrict__ src0, int rows, int cols, int r0, int c0,
+                                         bool vec) {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
             const int f = threadIdx.x + p * NT;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
             if (f < F4) {
-                const int m = f / (BK / 4), kq = (f % (BK / 4)) * 4;
-                const int row = row0 + m, k = k0 + kq;
-                if (row < M) {
-                    const float* src = A + (size_t)row * K + k;
+                const int i = f / (COLS / 4), jq = (f % (COLS / 4)) * 4;
+                const int row = r0 + i, col = c0 + jq;
+                if (row < rows) {
+                    const float* src = src0 + (size_t)row * cols + col;
                     if (vec) {
-                        if (k < K) v = *reinterpret_cast<const float4*>(src);
+                        if (col < cols) v = *reinterpret_cast<const float4*>(src);
                     } else {
-                        v.x = k < K ? src[0] : 0.f;
-                        v.y = k + 1 < K ? src[1] : 0.f;
-                        v.z = k + 2 < K ? src[2] : 0.f;
-                        v.w = k + 3 < K ? src[3] : 0.f;
+                        v.x = col < cols ? src[0] : 0.f;
+                        v.y = col + 1 < cols ? src[1] : 0.f;
+                        v.z = col + 2 < cols ? src[2] : 0.f;
+                        v.w = col + 3 < cols ? src[3] : 0.f;
                     }
                 }
             }
             r[p] = v;
         }
     }
-    __device__ __forceinline__ void store(float* As /* [BK][BM] shared */) const {
+    // f(p, i, jq) for each of this thread's float4s of the slice: r[p] is row i, columns jq to jq + 3.
+    template <typename F>
+    __device__ __forceinline__ void each(F f) const {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
-            const int f = threadIdx.x + p * NT;
-            if (f < F4) {
-                const int m = f / (BK / 4), kq = (f % (BK / 4)) * 4;
-                As[(kq + 0) * BM + m] = r[p].x;
-                As[(kq + 1) * BM + m] = r[p].y;
-                As[(kq + 2) * BM + m] = r[p].z;
-                As[(kq + 3) * BM + m] = r[p].w;
-            }
+            const int q = threadIdx.x + p * NT;
+            if (q < F4) f(p, q / (COLS / 4), (q % (COLS / 4)) * 4);
         }
+    }
+    // B's slice: as it is, S[i][j] (S: [ROWS][COLS] shared).
+    __device__ __forceinline__ void store(float* S) const {
+        each([&](int p, int i, int jq) { *reinterpret_cast<float4*>(&S[i * COLS + jq]) = r[p]; });
+    }
+    // A's slice: transposed, S[j][i] (S: [COLS][ROWS] shared), so a thread reads its TM rows as float4s.
+    __device__ __forceinline__ void store_transposed(float* S) const {
+        each([&](int p, int i, int jq) {
+            S[(jq + 0) * ROWS + i] = r[p].x;
+            S[(jq + 1) * ROWS + i] = r[p].y;
+            S[(jq + 2) * ROWS + i] = r[p].z;
+            S[(jq + 3) * ROWS + i] = r[p].w;
+        });
     }
 };
 
-template <int BN, int BK, int NT>
-struct TileB {
-    static constexpr int F4 = BK * BN / 4;
-    static constexpr int PER = (F4 + NT - 1) / NT;
-    float4 r[PER];
-    __device__ __forceinline__ void load(const float* __restrict__ B, int N, int K, int col0, int k0, bool vec) {
-#pragma unroll
-        for (int p = 0; p < PER; ++p) {
-            const int f = threadIdx.x + p * NT;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (f < F4) {
-                const int kr = f / (BN / 4), nq = (f % (BN / 4)) * 4;
-                const int k = k0 + kr, col = col0 + nq;
-                if (k < K) {
-                    const float* src = B + (size_t)k * N + col;
-                    if (vec) {
-                        if (col < N) v = *reinterpret_cast<const float4*>(src);
-                    } else {
-                        v.x = col < N ? src[0] : 0.f;
-                        v.y = col + 1 < N ? src[1] : 0.f;
-                        v.z = col + 2 < N ? src[2] : 0.f;
-                        v.w = col + 3 < N ? src[3] : 0.f;
-                    }
-                }
-            }
-            r[p] = v;
-        }
-    }
-    __device__ __forceinline__ void store(float* Bs /* [BK][BN] shared */) const {
-#pragma unroll
-        for (int p = 0; p < PER; ++p) {
-            const int f = threadIdx.x + p * NT;
-            if (f < F4) {
-                const int kr = f / (BN / 4), nq = (f % (BN / 4)) * 4;
-                *reinterpret_cast<float4*>(&Bs[kr * BN + nq]) = r[p];
-            }
-        }
-    }
-};
+// dst[0..4) = the four floats at src (shared memory, 16-byte aligned), as one float4 load.
+__device__ __forceinline__ void load4(float* dst, const float* src) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+}
 
 __device__ __forceinline__ bool can_vectorize(const float* A, const float* B, int N, int K) {
     return (K & 3) == 0 && (N & 3) == 0 && (reinterpret_cast<uintptr_t>(A) & 15) == 0 &&
@@ -213,13 +190,13 @@ __device__ void matmul_v3(const float* __restrict__ A,  // [M, K] row-major
     const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
     const int brow = blockIdx.y * BM, bcol = blockIdx.x * BN;
     const bool vec = can_vectorize(A, B, N, K);
-    TileA<BM, BK, NT> ta;
-    TileB<BN, BK, NT> tb;
+    Slice<BM, BK, NT> ta;  // A [BM, BK]
+    Slice<BK, BN, NT> tb;  // B [BK, BN]
     float acc[TM][TN] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
         ta.load(A, M, K, brow, k0, vec);
-        tb.load(B, N, K, bcol, k0, vec);
-        ta.store(As);
+        tb.load(B, K, N, k0, bcol, vec);
+        ta.store_transposed(As);
         tb.store(Bs);
         __syncthreads();
 #pragma unroll
@@ -227,13 +204,11 @@ __device__ void matmul_v3(const float* __restrict__ A,  // [M, K] row-major
             float a[TM], b[TN];
 #pragma unroll
             for (int i = 0; i < TM; i += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[kk * BM + ty * TM + i]);
-                a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
+                load4(&a[i], &As[kk * BM + ty * TM + i]);
             }
 #pragma unroll
             for (int j = 0; j < TN; j += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * BN + tx * TN + j]);
-                b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
+                load4(&b[j], &Bs[kk * BN + tx * TN + j]);
             }
 #pragma unroll
             for (int i = 0; i < TM; ++i)
@@ -267,14 +242,14 @@ __device__ void matmul_v4(const float* __restrict__ A,  // [M, K] row-major
     const int trow = (lane / TX) * TM, tcol = (lane % TX) * TN;  // the thread's patch in a sub-tile
     const int brow = blockIdx.y * BM, bcol = blockIdx.x * BN;
     const bool vec = can_vectorize(A, B, N, K);
-    TileA<BM, BK, NT> ta;
-    TileB<BN, BK, NT> tb;
+    Slice<BM, BK, NT> ta;  // A [BM, BK]
+    Slice<BK, BN, NT> tb;  // B [BK, BN]
     float acc[WMITER * TM][WNITER * TN] = {};
     float a[WMITER * TM], b[WNITER * TN];
 
     ta.load(A, M, K, brow, 0, vec);
-    tb.load(B, N, K, bcol, 0, vec);
-    ta.store(As[0]);
+    tb.load(B, K, N, 0, bcol, vec);
+    ta.store_transposed(As[0]);
     tb.store(Bs[0]);
     __syncthreads();
     const int steps = (K + BK - 1) / BK;
@@ -283,7 +258,7 @@ __device__ void matmul_v4(const float* __restrict__ A,  // [M, K] row-major
         const bool more = s + 1 < steps;
         if (more) {  // the next slice's global loads are in flight while this one is computed
             ta.load(A, M, K, brow, (s + 1) * BK, vec);
-            tb.load(B, N, K, bcol, (s + 1) * BK, vec);
+            tb.load(B, K, N, (s + 1) * BK, bcol, vec);
         }
         const float* as = As[cur];
         const float* bs = Bs[cur];
@@ -293,15 +268,13 @@ __device__ void matmul_v4(const float* __restrict__ A,  // [M, K] row-major
             for (int wm = 0; wm < WMITER; ++wm)
 #pragma unroll
                 for (int i = 0; i < TM; i += 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(&as[kk * BM + wrow + wm * WSUBM + trow + i]);
-                    a[wm * TM + i] = v.x; a[wm * TM + i + 1] = v.y; a[wm * TM + i + 2] = v.z; a[wm * TM + i + 3] = v.w;
+                    load4(&a[wm * TM + i], &as[kk * BM + wrow + wm * WSUBM + trow + i]);
                 }
 #pragma unroll
             for (int wn = 0; wn < WNITER; ++wn)
 #pragma unroll
                 for (int j = 0; j < TN; j += 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(&bs[kk * BN + wcol + wn * WSUBN + tcol + j]);
-                    b[wn * TN + j] = v.x; b[wn * TN + j + 1] = v.y; b[wn * TN + j + 2] = v.z; b[wn * TN + j + 3] = v.w;
+                    load4(&b[wn * TN + j], &bs[kk * BN + wcol + wn * WSUBN + tcol + j]);
                 }
 #pragma unroll
             for (int i = 0; i < WMITER * TM; ++i)
@@ -309,7 +282,7 @@ __device__ void matmul_v4(const float* __restrict__ A,  // [M, K] row-major
                 for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += a[i] * b[j];
         }
         if (more) {  // the other buffer: nobody reads it in this step
-            ta.store(As[cur ^ 1]);
+            ta.store_transposed(As[cur ^ 1]);
             tb.store(Bs[cur ^ 1]);
         }
         __syncthreads();

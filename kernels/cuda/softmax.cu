@@ -5,30 +5,7 @@
 //     (x read twice; the second read mostly hits L2).
 // v2: the row cached in registers: ITEMS 16-byte vectors per thread (n % VEC == 0, 16-byte
 //     aligned rows), so x is read once and y written once, with 16-byte accesses.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
-#include <math.h>
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-// Every thread gets the block's sum (or max); blockDim.x is a multiple of 32.
-template <bool MAX>
-__device__ float block_reduce(float v, float* red /* [32] shared */) {
-    v = MAX ? warp_max(v) : warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();  // red is reused by consecutive reductions
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : (MAX ? -INFINITY : 0.f);
-    return MAX ? warp_max(v) : warp_sum(v);
-}
+#include "common.cuh"
 
 template <typename T>
 __device__ void softmax_v1(const T* __restrict__ x,  // [rows, n] row-major input
@@ -44,8 +21,8 @@ __device__ void softmax_v1(const T* __restrict__ x,  // [rows, n] row-major inpu
         s = s * __expf(m - mn) + __expf(v - mn);
         m = mn;
     }
-    const float row_max = block_reduce<true>(m, red);
-    const float row_sum = block_reduce<false>(m == -INFINITY ? 0.f : s * __expf(m - row_max), red);
+    const float row_max = block_max(m, red);
+    const float row_sum = block_sum(m == -INFINITY ? 0.f : s * __expf(m - row_max), red);
     const float inv = 1.f / row_sum;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = T(__expf(float(xr[i]) - row_max) * inv);
 }
@@ -57,21 +34,11 @@ __device__ void softmax_v2(const T* __restrict__ x,  // [rows, n] row-major inpu
     constexpr int VEC = 16 / sizeof(T);
     __shared__ float red[32];
     const int64_t nvec = n / VEC;
-    const float4* xr = reinterpret_cast<const float4*>(x + (int64_t)blockIdx.x * n);
     float4* yr = reinterpret_cast<float4*>(y + (int64_t)blockIdx.x * n);
     float v[ITEMS][VEC];
     float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;
-        if (c < nvec) {
-            float4 raw = xr[c];
-            const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) { v[k][j] = float(e[j]); m = fmaxf(m, v[k][j]); }
-        }
-    }
-    const float row_max = block_reduce<true>(m, red);
+    load_row(x + (int64_t)blockIdx.x * n, nvec, v, [&](float e) { m = fmaxf(m, e); });
+    const float row_max = block_max(m, red);
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -80,7 +47,7 @@ __device__ void softmax_v2(const T* __restrict__ x,  // [rows, n] row-major inpu
             for (int j = 0; j < VEC; ++j) { v[k][j] = __expf(v[k][j] - row_max); s += v[k][j]; }
         }
     }
-    const float inv = 1.f / block_reduce<false>(s, red);
+    const float inv = 1.f / block_sum(s, red);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;

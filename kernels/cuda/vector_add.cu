@@ -4,9 +4,7 @@
 // v1: one element per thread; coalesced, but one 2- or 4-byte access per load instruction.
 // v2: 16-byte vector loads/stores (float4) in a grid-stride loop, plus a scalar tail; the
 //     arithmetic runs in fp32 on the unpacked lanes. The version to reach copy bandwidth with.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "common.cuh"
 
 template <typename T>
 __device__ __forceinline__ T add(T u, T v) { return T(float(u) + float(v)); }
@@ -25,22 +23,7 @@ __device__ void vector_add_v2(const T* __restrict__ a,  // [n] contiguous input,
                               const T* __restrict__ b,  // [n] contiguous input, 16-byte aligned
                               T* __restrict__ y,        // [n] contiguous output, 16-byte aligned
                               int64_t n) {
-    constexpr int VEC = 16 / sizeof(T);
-    const int64_t nvec = n / VEC;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const float4* av = reinterpret_cast<const float4*>(a);
-    const float4* bv = reinterpret_cast<const float4*>(b);
-    float4* yv = reinterpret_cast<float4*>(y);
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec; i += stride) {
-        float4 u = av[i], v = bv[i];
-        T* ue = reinterpret_cast<T*>(&u);
-        const T* ve = reinterpret_cast<const T*>(&v);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) ue[k] = add(ue[k], ve[k]);
-        yv[i] = u;
-    }
-    for (int64_t i = nvec * VEC + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        y[i] = add(a[i], b[i]);
+    map_vec([](T u, T v) { return add(u, v); }, y, n, a, b);
 }
 
 #define XRT_VECTOR_ADD(VERSION, SUFFIX, T)                                                              \
@@ -48,9 +31,5 @@ __device__ void vector_add_v2(const T* __restrict__ a,  // [n] contiguous input,
         vector_add_##VERSION<T>(a, b, y, n);                                                           \
     }
 
-XRT_VECTOR_ADD(v1, f32, float)
-XRT_VECTOR_ADD(v1, f16, __half)
-XRT_VECTOR_ADD(v1, bf16, __nv_bfloat16)
-XRT_VECTOR_ADD(v2, f32, float)
-XRT_VECTOR_ADD(v2, f16, __half)
-XRT_VECTOR_ADD(v2, bf16, __nv_bfloat16)
+XRT_DTYPES(XRT_VECTOR_ADD, v1)
+XRT_DTYPES(XRT_VECTOR_ADD, v2)

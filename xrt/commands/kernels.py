@@ -93,7 +93,7 @@ def _sass(cubin: Path, out: Path) -> str:
 
 
 def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
-    from xrt.kernels import cuda_sources, source
+    from xrt.kernels import cuda_source, cuda_sources
 
     name = "layernorm.cu" if op.startswith("layernorm") else "matmul.cu" if op == "bmm" else f"{op}.cu"
     if name not in cuda_sources():
@@ -102,7 +102,7 @@ def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
     if nvcc is None:
         raise CLIError("nvcc (the CUDA toolkit) is not on PATH: it compiles the CUDA C source to PTX")
     src = out / name
-    src.write_text(source(f"cuda/{name}"))
+    src.write_text(cuda_source(name))
     base = out / f"{Path(name).stem}.{arch}"
     written = []
     for kind in ("ptx", "cubin"):
