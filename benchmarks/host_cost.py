@@ -1,12 +1,12 @@
 """Side-by-side host cost of xrt's ops against torch and a bare Triton launch, in one run.
 
     python benchmarks/host_cost.py --device cuda --out host_cost.json [--md host_cost.md]
-        [--calls 3000] [--repeats 5] [--no-compile] [--tuned results/tuned]
+        [--calls 3000] [--repeats 9] [--no-compile] [--tuned results/tuned]
 
 Host µs per call: the wall time of ``--calls`` (3,000) back-to-back calls divided by ``--calls``,
 after a warm-up, with the device synchronised before the first call and after the last, both
 outside the interval (:meth:`xrt.bench.timer.Clock.host_batch`, the suites' host timer with
-longer samples); the median of ``--repeats`` (5) such runs. Inputs are small ([4096] fp32 for
+longer samples); the median of ``--repeats`` (9) such runs. Inputs are small ([4096] fp32 for
 square, [64, 1024] bf16 for softmax and layernorm), so on a GPU the kernels finish before the next
 launch and the figure is the cost to the caller. The rows and their targets:
 
@@ -18,7 +18,7 @@ launch and the figure is the cost to the caller. The rows and their targets:
 * softmax and layernorm forward, torch against xrt's triton / cuda providers (same targets);
 * layernorm forward + backward (``torch.autograd.grad``): xrt triton / cuda <= 1.2 x torch;
 * the xrt rows again with ``XRT_TUNED`` pointing at ``--tuned`` (results/tuned): no worse than
-  without it (<= 1.05 x, the noise of a median of 5);
+  without it (<= 1.05 x, the noise of a median of 9);
 * ``torch.compile`` of ``x * x`` and of the public op (launch cost under compile; no target);
 * ``triton.testing.do_bench`` (median) through the public op, layernorm bf16 at 16384x4096,
   8192x8192, 4096x16384 and 2048x32768, beside :func:`xrt.bench.timer.measure`'s device time of
@@ -295,8 +295,10 @@ def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup
         try:
             # One repeat of each in turn (A B A B ...): a twin compared with its row sees the same
             # process state (allocator, caches, garbage) rather than the state of a later minute.
-            for _ in range(repeats):
-                for q, fn, res in live:
+            for rep in range(repeats):
+                # in turns, the order reversed every other repeat (A B, B A, ...): what one call
+                # leaves behind (garbage, allocator state) does not always fall on the same side
+                for q, fn, res in (live if rep % 2 == 0 else live[::-1]):
                     with _env(q.get("env", {})):
                         res["samples_us"].append(round(host_us(fn, clock, calls, 1, warmup)[0], 3))
             for _, _, res in live:
@@ -366,9 +368,18 @@ def _met(v: Any) -> str:
     return {True: "met", False: "**not met**", None: "-"}[v]
 
 
-def backward_nodes(device: str) -> dict[str, str]:
-    """Which autograd node a warm training call of ``fused_layernorm`` records, per provider (the
-    native op's ``LayerNormFunction`` or the Python path's ``_LeanLayerNormBackward``)."""
+def backward_nodes(device: str, tuned: Path | None) -> dict[str, str]:
+    """Which autograd node a warm training call of ``fused_layernorm`` records, per provider, and
+    per provider with ``XRT_TUNED`` set (the native op's ``CppFunction`` or the Python path's
+    ``_LeanLayerNormBackward``)."""
+    out = _backward_nodes(device)
+    if tuned is not None:
+        with _env({"XRT_TUNED": str(tuned)}):
+            out.update({f"{k} [XRT_TUNED]": v for k, v in _backward_nodes(device).items()})
+    return out
+
+
+def _backward_nodes(device: str) -> dict[str, str]:
     import torch
 
     import xrt.pytorch as xp
@@ -395,7 +406,7 @@ def markdown(result: dict) -> str:
              f"triton {result['triton'] or '-'}; {result['when']}.", "",
              f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
              + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
-             "A row judged as a multiple of another is measured in turns with it (A B A B ...) and judged on "
+             "A row judged as a multiple of another is measured in turns with it (A B, then B A, ...) and judged on "
              "the median of the per-repeat ratios (the paired ratio).", "",
              "| group | call | host µs / call | repeats (µs) | target | limit µs | met |",
              "|---|---|---:|---|---|---:|---|"]
@@ -427,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="JSON results")
     p.add_argument("--md", type=Path, help="also write the markdown table here")
     p.add_argument("--calls", type=int, default=3000, help="back-to-back calls per repeat [3000]")
-    p.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported [5]")
+    p.add_argument("--repeats", type=int, default=9, help="repeats; the median is reported [9]")
     p.add_argument("--warmup", type=int, default=100, help="calls before timing [100]")
     p.add_argument("--tuned", type=Path, default=ROOT / "results" / "tuned",
                    help="XRT_TUNED for the tuned twin rows [results/tuned]; 'none' skips them")
@@ -467,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
               "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
               "xrt_tuned": None if tuned is None else str(tuned),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db,
-              "native_layernorm": native_status, "layernorm_backward_node": backward_nodes(args.device)}
+              "native_layernorm": native_status, "layernorm_backward_node": backward_nodes(args.device, tuned)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     text = markdown(result)
