@@ -284,3 +284,34 @@ def test_a_lost_cuda_context_is_told_from_a_failing_config():
     lost = types.SimpleNamespace(cuda=Cuda(RuntimeError("CUDA error: an illegal memory access was encountered")),
                                  ones=lambda *a, **k: One())
     assert context_alive(alive) and not context_alive(lost)
+
+
+@pytest.mark.slow
+def test_the_timeline_says_when_each_step_happened(tmp_path, interpreter):
+    """--json carries it, --verbose prints it: seconds since the tuner's process started, in the order
+    the steps must happen, the workers' own stamps (their process start, imports, ready) among them."""
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "xrt.cli", "tune", "square", "--shape", "1024", "--budget-evals", "2", "--jobs", "1",
+           "--out", str(tmp_path / "tuned"), "--json", "--verbose"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-3000:]
+    events = json.loads(p.stdout)["timeline"]
+    at = {e["event"]: e["s"] for e in events}
+    assert [e["s"] for e in events] == sorted(e["s"] for e in events)
+    order = ["xrt tune started", "imports done", "devices found", "space built", "time0 spawned",
+             "time0 imports done", "time0 ready", "first config timed", "last config timed", "search done",
+             "workers stopped", "results written", "output"]
+    assert [at[e] for e in order] == sorted(at[e] for e in order), [(e, at.get(e)) for e in order]
+    assert 0 <= at["xrt tune started"] and at["output"] < wall
+    # /proc counts a process's start in clock ticks (10 ms): started within a tick of being spawned
+    assert at["time0 spawned"] - 0.02 <= at["time0 process started"] <= at["time0 imports done"]
+    assert at["first compile worker spawned"] <= at["first compile worker ready"] <= at["first config compiled"]
+    assert at["last config compiled"] <= at["search done"]
+    shown = p.stderr[p.stderr.index("timeline (s since the process started):"):].splitlines()[1:]
+    assert [ln.split(" s  ", 1)[1] for ln in shown] == [e["event"] for e in events] + ["exit"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from xrt.tune import search
 from xrt.tune.journal import Journal
+from xrt.tune.timeline import Timeline
 
 
 class TuneError(RuntimeError):
@@ -54,12 +55,16 @@ class Problem:
 class Worker:
     """One ``xrt.tune.worker`` process; ``ask`` sends a config and waits for its answer."""
 
-    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float) -> None:
+    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float,
+                 timeline: Timeline | None = None, name: str = "", many: bool = False) -> None:
         self.cmd = [sys.executable, "-m", "xrt.tune.worker", "--op", problem.op, "--provider", problem.provider,
                     "--shape", problem.shape, "--dtype", problem.dtype, "--mode", mode]
         self.env, self.log, self.start_timeout = env, log, start_timeout
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] = {}
+        # its start on the tuner's timeline: one worker by its name, the first start only (a restart
+        # after a crash is not start-up); one of a pool (many) as the pool's first and last
+        self.timeline, self.name, self.many = timeline, name, many
 
     @classmethod
     def from_cmd(cls, cmd: list[str], env: dict[str, str], log: Path, start_timeout: float) -> Worker:
@@ -67,17 +72,26 @@ class Worker:
         w = cls.__new__(cls)
         w.cmd, w.env, w.log, w.start_timeout = cmd, env, log, start_timeout
         w.proc, w.ready = None, {}
+        w.timeline, w.name, w.many = None, "", False
         return w
+
+    def _mark(self, step: str, at: float | None = None) -> None:
+        if self.timeline is not None:
+            (self.timeline.span if self.many else self.timeline.first)(f"{self.name} {step}", at)
 
     def _start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._logf = open(self.log, "a")
+        self._mark("spawned")
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
                                      env=self.env, bufsize=0)
         self.ready = self._read(self.start_timeout, "starting")
         if not self.ready.get("ready"):
             self.stop()
             raise TuneError(f"the tuning worker cannot run this problem: {self.ready.get('error')}")
+        stamps = self.ready.get("t") or {}  # the worker's own clock: its process start, imports, ready
+        for step, key in (("process started", "start"), ("imports done", "imports"), ("ready", "ready")):
+            self._mark(step, stamps.get(key) if isinstance(stamps.get(key), (int, float)) else None)
 
     def _read(self, timeout: float, what: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
@@ -163,6 +177,7 @@ class Outcome:
     space_hash: str = ""
     space_size: int = 0  # configs after pruning
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> configs the constraints dropped
+    timeline: Timeline | None = None  # when each step happened (xrt.tune.timeline)
 
 
 def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
@@ -249,9 +264,12 @@ def check_journal(journal: Journal, space_hash: str) -> None:
 def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
-         prune: bool = True, address: str | None = None, pipeline: bool | None = None) -> Outcome:
+         prune: bool = True, address: str | None = None, pipeline: bool | None = None,
+         timeline: Timeline | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
+
+    tl = Timeline() if timeline is None else timeline
 
     space = problem.space
     if budget is not None and budget < 1:
@@ -261,6 +279,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     if strategy not in search.STRATEGIES:
         raise TuneError(f"--strategy {strategy!r}: choose one of {', '.join(search.STRATEGIES)}")
     tgts = targets(gpus)
+    tl.mark("devices found")
     dev0 = tgts[0][0]
     dproblem = device_problem(problem, dev0)
     models = sorted({d.name for d, _ in tgts})
@@ -276,6 +295,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         strat = search.make(strategy, cands, seed)
     except ValueError as e:
         raise TuneError(str(e)) from e
+    tl.mark("space built")
     # the journal is the search's record: what it holds is told to the strategy, never measured again
     done_keys = journal.done(retry_failed)
     last = journal.last()
@@ -285,7 +305,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             strat.observe(r["config"], r.get("median_s") if r["status"] == "timed" else None)
     n_known = len(strat.results)
     total = len(cands) if budget is None else min(budget, len(cands))
-    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn)
+    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn, timeline=tl)
     result.space_hash, result.space_size, result.dropped = shash, len(cands), dict(dropped)
     log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {machine}: "
         f"space {space} ({shash}): {len(search.grid(space))} configs, {len(cands)} after pruning; "
@@ -339,7 +359,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         if w is None:
             mode = "build" if phase == "compile" and pipelined else phase
             wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0), timeline=tl,
+                       name=f"{phase}{slot}" if phase == "time" else f"{mode} worker", many=phase != "time")
             if cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
                 w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
@@ -428,6 +449,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def on_compiled(ans: dict[str, Any]) -> None:
             with lock:
                 compiled.append(ans)
+            tl.span(f"config {ans['status']}")
             if ans["status"] != "compiled":
                 record(ans, "compile")
             elif pipelined:
@@ -436,6 +458,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def on_timed(ans: dict[str, Any]) -> None:
             with lock:
                 timed.append(ans)
+            tl.span("config timed" if ans["status"] == "timed" else f"config {ans['status']} in timing")
             record(ans, "time")
 
         def start_timing() -> list[threading.Thread]:
@@ -498,12 +521,14 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             for a in timed:
                 strat.observe(a["config"], a.get("median_s") if a["status"] == "timed" else None)
     finally:
+        tl.mark("search done")
         for t in starting:
             t.join()
         for w in workers.values():
             w.stop()
         if cluster is not None:
             cluster.close()
+        tl.mark("workers stopped")
 
     last = journal.last()
     keys = set(strat.by_key)
@@ -515,6 +540,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     result.default = last.get(search.key(cands[0]))
     if result.best:
         result.out_file = write_top(out_dir, problem, dev0, result.best, result.default)
+        tl.mark("results written")
     return result
 
 

@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--graph", choices=["auto", "on", "off"], default="auto")
     p.add_argument("--target-noise", type=float, default=0.005)
     a = p.parse_args(argv)
+    from xrt.tune.timeline import process_start
 
+    stamps = {"start": process_start()}  # wall clock; the tuner puts them on its timeline
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else prints goes to stderr
     sys.stdout = sys.stderr
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         from xrt.bench import specs, suite, timer
         from xrt.device import default_device
 
+        stamps["imports"] = time.time()
         spec = specs.get(a.op)
         dev = default_device()
         shape = suite.parse_shape(a.shape)
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         say({"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 2
-    say({"ready": True, "device": dev.torch_device, "graph": graph})
+    stamps["ready"] = time.time()
+    say({"ready": True, "device": dev.torch_device, "graph": graph, "pid": os.getpid(), "t": stamps})
 
     for line in sys.stdin:
         if not line.strip():
