@@ -100,20 +100,27 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs {args.jobs}: at least 1 worker")
     if args.timeout <= 0:
         raise ValueError(f"--timeout {args.timeout}: must be positive")
-    from xrt.bench import specs
-    from xrt.tune.tuner import Problem, TuneError, tune
+    from xrt.tune.tuner import EarlyWorkers, Problem, TuneError, early_pins, tune
 
-    tl.mark("imports done")
-    specs.get(args.op)  # a clear error naming the known ops
     problem = Problem(args.op, args.provider, args.shape, args.dtype)
+    # The timing workers first (one per GPU; local runs only): their start overlaps the imports below.
+    # Whatever fails from here on, the finally stops those the search did not adopt.
+    early = None if args.address else EarlyWorkers(problem, early_pins(args.gpus), tl, max(args.timeout, 300.0))
     try:
+        from xrt.bench import specs
+
+        tl.mark("imports done")
+        specs.get(args.op)  # a clear error naming the known ops
         out = tune(problem, budget=args.budget, top_k=args.top_k, jobs=args.jobs, gpus=args.gpus,
                    timeout=args.timeout, out_dir=args.out, retry_failed=args.retry_failed, seed=args.seed,
                    strategy=args.strategy, budget_seconds=args.budget_seconds, prune=not args.no_prune,
-                   address=args.address, timeline=tl,
+                   address=args.address, timeline=tl, early=early,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     except TuneError as e:
         raise ValueError(str(e)) from e
+    finally:
+        if early is not None:
+            early.stop()
     base = out.default.get("median_s") if out.default and out.default.get("status") == "timed" else None
     tl.mark("output")
     if args.json:

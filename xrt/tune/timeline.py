@@ -56,6 +56,12 @@ class Timeline:
         self.first(f"first {what}", at)
         self.mark(f"last {what}", at)
 
+    def drop(self, prefix: str) -> None:
+        """Forget the events whose names start with ``prefix`` (a worker that was not used after all)."""
+        with self._lock:
+            for k in [k for k in self._events if k.startswith(prefix)]:
+                del self._events[k]
+
     def get(self, what: str) -> float | None:
         with self._lock:
             return self._events.get(what)

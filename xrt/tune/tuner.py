@@ -80,11 +80,30 @@ class Worker:
             (self.timeline.span if self.many else self.timeline.first)(f"{self.name} {step}", at)
 
     def _start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._logf = open(self.log, "a")
+        self._spawn()
+        self._await_ready()
+
+    def _spawn(self) -> None:
+        """Start the process; its stderr goes to ``log``, or (``log`` None: an early worker, whose log's
+        folder is not known yet) to memory until :meth:`adopt` names the file."""
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            self._logf: Any = open(self.log, "a")
         self._mark("spawned")
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._logf if self.log is not None else subprocess.PIPE,
                                      env=self.env, bufsize=0)
+        if self.log is None:
+            self._logf = _Pump(self.proc.stderr)
+
+    def adopt(self, early: Worker) -> None:
+        """Take over ``early``'s running, ready process (started before the tuner knew its devices);
+        this worker's own environment stays the one a restart gets."""
+        self.proc, self.ready, self._logf = early.proc, early.ready, early._logf
+        early.proc = None
+        self._logf.attach(self.log)
+
+    def _await_ready(self) -> None:
         self.ready = self._read(self.start_timeout, "starting")
         if not self.ready.get("ready"):
             self.stop()
@@ -141,6 +160,147 @@ class Worker:
                     f.close()
             self._logf.close()
         self.proc = None
+
+
+class _Pump:
+    """An early worker's stderr: kept in memory until its log file is named, then appended to it."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._buf: list[bytes] = []
+        self._f: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _run(self, pipe: Any) -> None:
+        try:
+            while chunk := os.read(pipe.fileno(), 65536):
+                with self._lock:
+                    if self._f is not None:
+                        self._f.write(chunk)
+                        self._f.flush()
+                    elif not self._closed:
+                        self._buf.append(chunk)
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def attach(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "ab")
+        with self._lock:
+            f.write(b"".join(self._buf))
+            f.flush()
+            self._buf, self._f = [], f
+
+    def close(self) -> None:
+        self._thread.join(timeout=2.0)  # the process is gone: its stderr ends
+        with self._lock:
+            self._closed = True
+            if self._f is not None:
+                self._f.close()
+                self._f = None
+            self._buf = []
+
+
+# What pins a worker to its device (xrt.bench.runner._pin): an early worker may differ from the
+# tuner's own worker in these only, and only where it runs on the same device.
+PIN_KEYS = {"CUDA_VISIBLE_DEVICES", "XRT_DEVICE", "ZE_AFFINITY_MASK"}
+
+
+def early_pins(gpus: str | None, env: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The timing workers' pinning as far as it can be told before torch is imported: the default
+    device (no --gpus: the worker finds it as the tuner will), the indices of --gpus, or as many as
+    NVML counts for --gpus all; [] where it cannot be told (the tuner then starts them itself)."""
+    env = dict(os.environ) if env is None else env
+    if gpus is None:
+        return [{}]
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    entries = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
+    if gpus == "all":
+        n = len(entries) if entries is not None else _nvml_count()
+        idx = list(range(n))
+    else:
+        try:
+            idx = [int(g) for g in gpus.split(",")]
+        except ValueError:
+            return []
+    if entries is not None and any(not 0 <= i < len(entries) for i in idx):
+        return []
+    return [{"CUDA_VISIBLE_DEVICES": entries[i] if entries is not None else str(i), "XRT_DEVICE": "cuda:0"}
+            for i in idx]
+
+
+def _nvml_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML, no driver: no early workers
+        return 0
+
+
+class EarlyWorkers:
+    """The timing workers (one per GPU), started first thing by ``xrt tune``: before the tuner imports
+    torch and finds its devices, so that a worker's own start (Python, torch, the CUDA context, the
+    inputs, the reference) overlaps the tuner's. Only these: the build workers come later.
+
+    The tuner adopts each into the slot of the device it reports (its UUID), where its environment
+    matches the one the tuner would have given it; any other is stopped, as are all of them when the
+    command fails (:meth:`stop`, in a ``finally``), and the tuner starts its own.
+    """
+
+    def __init__(self, problem: Problem, pins: list[dict[str, str]], timeline: Timeline | None = None,
+                 start_timeout: float = 300.0) -> None:
+        self.workers: list[Worker] = []
+        self._lock = threading.Lock()
+        self._read = False
+        for k, pin in enumerate(pins):
+            w = Worker(problem, "time", {**os.environ, **pin}, None, start_timeout,  # type: ignore[arg-type]
+                       timeline=timeline, name=f"time{k}")
+            w._spawn()
+            self.workers.append(w)
+
+    def take(self, dev: Any, env: dict[str, str]) -> Worker | None:
+        """The early worker that runs on ``dev`` with ``env`` (but for the pinning), ready; else None."""
+        with self._lock:
+            if not self._read:  # they start at once: waiting for one after the other costs the slowest
+                self._read = True
+                for w in self.workers:
+                    try:
+                        w._await_ready()
+                    except Exception:  # noqa: BLE001 - the tuner's own worker says why, when asked
+                        w.stop()
+                        self._discard(w)
+            same = {k: v for k, v in env.items() if k not in PIN_KEYS}
+            for w in self.workers:
+                r = w.ready
+                if w.proc is None or {k: v for k, v in w.env.items() if k not in PIN_KEYS} != same:
+                    continue
+                if (dev.kind == "cpu" and r.get("device") == "cpu") or (dev.uuid and r.get("uuid") == dev.uuid):
+                    self.workers.remove(w)
+                    return w
+        return None
+
+    def _discard(self, w: Worker) -> None:
+        if w.timeline is not None:
+            w.timeline.drop(f"{w.name} ")
+            w.timeline.mark(f"early {w.name} not used")
+
+    def stop(self) -> None:
+        """Stop those not adopted."""
+        with self._lock:
+            for w in self.workers:
+                if w.proc is not None:
+                    self._discard(w)
+                w.stop()
+            self.workers = []
 
 
 def _signal_name(rc: int) -> str:
@@ -265,7 +425,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
          prune: bool = True, address: str | None = None, pipeline: bool | None = None,
-         timeline: Timeline | None = None) -> Outcome:
+         timeline: Timeline | None = None, early: EarlyWorkers | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
 
@@ -371,18 +531,23 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     retried: set[tuple[str, str]] = set()  # (phase, config) that crashed once and went back in the queue
 
     def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
-        """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile.
+        """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile,
+        or adopt the one ``xrt tune`` started for that GPU before its own imports (``early``).
 
         A worker that fails to start here is started again, with its error, when it is first asked.
         """
-        def start(w: Worker) -> None:
+        def start(w: Worker, dev: Any) -> None:
             try:
-                w._start()
+                e = early.take(dev, w.env) if early is not None else None
+                if e is not None:
+                    w.adopt(e)
+                else:
+                    w._start()
             except Exception:  # noqa: BLE001 - ask() starts it again and reports why
                 w.stop()
 
         for i, (_, env) in enumerate(slots):
-            t = threading.Thread(target=start, args=(worker("time", i, env),), daemon=True)
+            t = threading.Thread(target=start, args=(worker("time", i, env), tgts[i][0]), daemon=True)
             t.start()
             starting.append(t)
 

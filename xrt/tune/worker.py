@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         say({"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 2
     stamps["ready"] = time.time()
-    say({"ready": True, "device": dev.torch_device, "graph": graph, "pid": os.getpid(), "t": stamps})
+    say({"ready": True, "device": dev.torch_device, "uuid": dev.uuid, "graph": graph, "pid": os.getpid(),
+         "t": stamps})
 
     for line in sys.stdin:
         if not line.strip():
