@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--shape", default="4096x4096x4096")
-    p.add_argument("--jobs", type=int, default=0, help="compile workers [cores - 2]")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="compile workers [the cores less one per GPU (its timing worker) and one (the tuner)]")
     a = p.parse_args(argv)
     import os
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if n < 2:
         print(f"tune_scale: {n} GPU(s) here; the comparison needs at least 2", file=sys.stderr)
         return 2
-    jobs = a.jobs or max(1, (os.cpu_count() or 4) - 2)
+    jobs = a.jobs or max(1, len(os.sched_getaffinity(0)) - n - 1)
     a.out.mkdir(parents=True, exist_ok=True)
     rows = [dict(run(a.out / "warm", a.shape, "all", jobs), role="warm-up (fills the compile cache)")]
     print(rows[-1], flush=True)

@@ -387,3 +387,25 @@ def test_the_early_timing_worker_never_outlives_a_failed_or_interrupted_command(
         assert p.returncode == 130 and err.strip().splitlines()[-1] == "xrt: interrupted", err[-2000:]
     assert not (tmp_path / "tuned" / "square.json").exists()
 
+
+@pytest.mark.slow
+def test_build_workers_run_nicer_than_the_timing_worker(tmp_path, interpreter):
+    """Builds beside the timing (pipelined): on a full host the timing worker gets the CPU first."""
+    from xrt.tune.tuner import Worker
+    from xrt.tune.worker import BUILD_NICE
+
+    def nice(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19
+
+    problem = Problem("square", "triton", "1024", "float32")
+    mine = os.nice(0)
+    got = {}
+    for mode in ("build", "time"):
+        w = Worker(problem, mode, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / f"{mode}.log", 300)
+        try:
+            w._start()
+            got[mode] = nice(w.proc.pid)
+        finally:
+            w.stop()
+    assert got == {"build": min(19, mine + BUILD_NICE), "time": mine}
