@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--json", action="store_true", help="print the outcome as JSON (with its timeline)")
     t.add_argument("-v", "--verbose", action="store_true",
                    help="print the timeline: when each step happened, in seconds since the process started")
-    t.set_defaults(func=run)
+    t.set_defaults(func=run, exit_at_once=True)  # xrt.cli: no interpreter teardown after the search
 
 
 def run_space(args: argparse.Namespace) -> int:

@@ -303,6 +303,17 @@ class EarlyWorkers:
             self.workers = []
 
 
+def stop_all(workers: list[Any]) -> None:
+    """Stop workers at once: each is sent its kill before any is waited for, so that their exits
+    (a CUDA context each, on a GPU) overlap."""
+    for w in workers:
+        proc = getattr(w, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+    for w in workers:
+        w.stop()
+
+
 def _signal_name(rc: int) -> str:
     import signal
 
@@ -552,11 +563,20 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             starting.append(t)
 
     def start_phase(phase: str, q: queue.Queue, closed: threading.Event, slots: list[tuple[str, dict[str, str]]],
-                    answered, failures: list[BaseException]) -> list[threading.Thread]:
+                    answered, failures: list[BaseException], steal: queue.Queue | None = None
+                    ) -> list[threading.Thread]:
         """One thread per slot asks its worker for the configs of ``q`` until ``closed`` is set and
-        ``q`` is empty; each answer goes to ``answered``."""
+        ``q`` is empty; each answer goes to ``answered``. With ``steal``, a worker with nothing in ``q``
+        takes a config from ``steal`` instead (a timing worker, from the build queue: it compiles and
+        checks it itself rather than wait for the build pool)."""
         def next_config() -> dict[str, Any] | None:
             while True:
+                for src in (q, steal):
+                    if src is not None:
+                        try:
+                            return src.get_nowait()
+                        except queue.Empty:
+                            pass
                 try:
                     return q.get(timeout=0.05)
                 except queue.Empty:
@@ -597,10 +617,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             t.start()
         return threads
 
-    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]]
+    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]], last_round: bool
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Compile ``cfgs`` on ``slots`` and time those that compiled on every GPU: (compile answers,
-        timing answers). Pipelined, a config is timed as soon as it compiled."""
+        timing answers). Pipelined, a config is timed as soon as it compiled, an idle timing worker
+        takes the next config to build itself, and after the last round's builds the build workers
+        stop while the timing goes on."""
         cq: queue.Queue = queue.Queue()
         for c in cfgs:
             cq.put(c)
@@ -630,7 +652,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             for t in starting:  # timing workers started while the first configs compiled
                 t.join()
             starting.clear()
-            return start_phase("time", tq, t_closed, named, on_timed, failures)
+            return start_phase("time", tq, t_closed, named, on_timed, failures, steal=cq if pipelined else None)
 
         t_threads: list[threading.Thread] = []
         try:
@@ -639,6 +661,9 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 t_threads = start_timing()
             for t in c_threads:
                 t.join()
+            if pipelined and last_round:  # no build is left: their processes are not needed
+                stop_all([workers.pop(k) for k in [k for k in workers if k[0] == "compile"]])
+                tl.mark("build workers stopped")
             if not pipelined and not failures:
                 for a in compiled:
                     if a["status"] == "compiled":
@@ -679,7 +704,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 break
             result.tried += len(cfgs)
             slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(cfgs))))]
-            compiled, timed = run_round(cfgs, slots)
+            compiled, timed = run_round(cfgs, slots, last_round=len(strat.results) + len(cfgs) >= total)
             for a in compiled:
                 if a["status"] != "compiled":
                     strat.observe(a["config"], None)
@@ -689,8 +714,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         tl.mark("search done")
         for t in starting:
             t.join()
-        for w in workers.values():
-            w.stop()
+        stop_all(list(workers.values()))
         if cluster is not None:
             cluster.close()
         tl.mark("workers stopped")
