@@ -409,3 +409,41 @@ def test_build_workers_run_nicer_than_the_timing_worker(tmp_path, interpreter):
         finally:
             w.stop()
     assert got == {"build": min(19, mine + BUILD_NICE), "time": mine}
+
+
+# Loaded by every worker: a build worker starts only once the journal at XRT_TEST_JOURNAL has
+# XRT_TEST_RECORDS lines (or after 120 s), as a slow build pool would.
+SLOW_BUILDS = textwrap.dedent("""
+    import os, sys, time
+    if "build" in sys.orig_argv:
+        path, want = os.environ["XRT_TEST_JOURNAL"], int(os.environ["XRT_TEST_RECORDS"])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if os.path.exists(path) and open(path).read().count("\\n") >= want:
+                break
+            time.sleep(0.05)
+""")
+
+
+@pytest.mark.slow
+def test_an_idle_timing_worker_does_not_wait_for_the_build_pool(tmp_path, monkeypatch, interpreter):
+    """Pipelined: the timing worker builds, checks and times configs itself while the build workers
+    start; here they start only after every config was timed, so none of them built one."""
+    from xrt.bench.machine import machine_name
+    from xrt.device import default_device
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_BUILDS)
+    problem = Problem("square", "triton", "2048", "float32")
+    out_dir = tmp_path / "tuned"
+    journal = out_dir / "journal" / machine_name(default_device()) / f"{problem.name}.jsonl"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("XRT_TEST_JOURNAL", str(journal))
+    monkeypatch.setenv("XRT_TEST_RECORDS", "3")
+    res = tune(problem, budget=3, jobs=2, timeout=60, out_dir=out_dir, log=lambda m: None, pipeline=True)
+    assert res.journal == journal and res.counts == {"timed": 3}
+    at = {e["event"]: e["s"] for e in res.timeline.as_list()}
+    assert "first config timed" in at and "first config compiled" not in at, at
+    assert at["last config timed"] < at["last build worker ready"] <= at["build workers stopped"], at
+    assert {r["phase"] for r in Journal(journal).records} == {"time"}

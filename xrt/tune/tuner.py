@@ -589,6 +589,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
             w = worker(phase, slot, env)
             try:
+                if phase == "compile" and pipelined and w.proc is None:
+                    # started before it takes a config: meanwhile an idle timing worker may take them all
+                    try:
+                        w._start()
+                    except WorkerGone:
+                        w.stop()  # ask() starts it again and records why, against its config
                 while (cfg := next_config()) is not None:
                     try:
                         ans = w.ask(cfg, timeout)
