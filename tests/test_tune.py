@@ -284,3 +284,166 @@ def test_a_lost_cuda_context_is_told_from_a_failing_config():
     lost = types.SimpleNamespace(cuda=Cuda(RuntimeError("CUDA error: an illegal memory access was encountered")),
                                  ones=lambda *a, **k: One())
     assert context_alive(alive) and not context_alive(lost)
+
+
+@pytest.mark.slow
+def test_the_timeline_says_when_each_step_happened(tmp_path, interpreter):
+    """--json carries it, --verbose prints it: seconds since the tuner's process started, in the order
+    the steps must happen, the workers' own stamps (their process start, imports, ready) among them."""
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "xrt.cli", "tune", "square", "--shape", "1024", "--budget-evals", "2", "--jobs", "1",
+           "--out", str(tmp_path / "tuned"), "--json", "--verbose"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-3000:]
+    events = json.loads(p.stdout)["timeline"]
+    at = {e["event"]: e["s"] for e in events}
+    assert [e["s"] for e in events] == sorted(e["s"] for e in events)
+    tuner = ["xrt tune started", "imports done", "devices found", "space built", "first config timed",
+             "last config timed", "search done", "workers stopped", "results written", "output"]
+    timing = ["xrt tune started", "time0 spawned", "time0 imports done", "time0 ready", "first config timed"]
+    for order in (tuner, timing):
+        assert [at[e] for e in order] == sorted(at[e] for e in order), [(e, at.get(e)) for e in order]
+    assert 0 <= at["xrt tune started"] and at["output"] < wall
+    # the timing worker starts first, before the tuner's own imports
+    assert at["time0 spawned"] < at["imports done"] < at["first compile worker spawned"]
+    # /proc counts a process's start in clock ticks (10 ms): started within a tick of being spawned
+    assert at["time0 spawned"] - 0.02 <= at["time0 process started"] <= at["time0 imports done"]
+    assert at["first compile worker spawned"] <= at["first compile worker ready"] <= at["first config compiled"]
+    assert at["last config compiled"] <= at["search done"]
+    shown = p.stderr[p.stderr.index("timeline (s since the process started):"):].splitlines()[1:]
+    assert [ln.split(" s  ", 1)[1] for ln in shown] == [e["event"] for e in events] + ["exit"]
+
+
+# Loaded by every process of the command below through PYTHONPATH: each says who it is.
+WHO = textwrap.dedent("""
+    import json, os, sys
+    with open(os.environ["XRT_TEST_PIDS"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "argv": sys.orig_argv}) + "\\n")
+""")
+
+
+def _workers_of(pids_file) -> list[int]:
+    recs = [json.loads(ln) for ln in pids_file.read_text().splitlines()] if pids_file.exists() else []
+    return [r["pid"] for r in recs if "xrt.tune.worker" in r["argv"]]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["bad argument", "ctrl-c"])
+def test_the_early_timing_worker_never_outlives_a_failed_or_interrupted_command(tmp_path, how):
+    """`xrt tune` starts its timing worker before its own imports: a bad argument found after that
+    still fails in one line, a Ctrl-C still ends it with 130, and the worker is gone either way."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WHO)
+    pids = tmp_path / "pids.jsonl"
+    env = {**os.environ, "XRT_TEST_PIDS": str(pids),
+           "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "xrt.cli", "tune", "square", "--shape", "1024", "--budget-evals", "2", "--jobs", "1",
+           "--out", str(tmp_path / "tuned")]
+    if how == "bad argument":  # found after the tuner's imports; the worker itself can run this problem
+        from xrt.bench.machine import machine_name
+        from xrt.device import default_device
+
+        journal = tmp_path / "tuned" / "journal" / machine_name(default_device()) / "square.triton-float32-1024.jsonl"
+        assert Problem("square", "triton", "1024", "float32").name + ".jsonl" == journal.name
+        journal.parent.mkdir(parents=True)
+        journal.write_text(json.dumps({"key": "BLOCK_SIZE=1,num_warps=1", "status": "timed", "space_hash": "0ld"})
+                           + "\n")
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    if how == "ctrl-c":
+        deadline = time.monotonic() + 120
+        while not _workers_of(pids) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal sends the foreground group
+    out, err = p.communicate(timeout=600)
+    workers = _workers_of(pids)
+    assert workers, "no timing worker was started early"
+    assert not [w for w in workers if _alive(w)], "a worker outlived the command"
+    if how == "bad argument":
+        (line,) = err.strip().splitlines()
+        assert p.returncode == 2 and line.startswith(f"xrt tune: error: {journal}: written for space hash 0ld"), err
+        assert journal.read_text().count("\n") == 1  # nothing measured, nothing overwritten
+    else:
+        assert p.returncode == 130 and err.strip().splitlines()[-1] == "xrt: interrupted", err[-2000:]
+    assert not (tmp_path / "tuned" / "square.json").exists()
+
+
+@pytest.mark.slow
+def test_build_workers_run_nicer_than_the_timing_worker(tmp_path, interpreter):
+    """Builds beside the timing (pipelined): on a full host the timing worker gets the CPU first."""
+    from xrt.tune.tuner import Worker
+    from xrt.tune.worker import BUILD_NICE
+
+    def nice(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19
+
+    problem = Problem("square", "triton", "1024", "float32")
+    mine = os.nice(0)
+    got = {}
+    for mode in ("build", "time"):
+        w = Worker(problem, mode, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / f"{mode}.log", 300)
+        try:
+            w._start()
+            got[mode] = nice(w.proc.pid)
+        finally:
+            w.stop()
+    assert got == {"build": min(19, mine + BUILD_NICE), "time": mine}
+
+
+# Loaded by every worker: a build worker starts only once the journal at XRT_TEST_JOURNAL has
+# XRT_TEST_RECORDS lines (or after 120 s), as a slow build pool would.
+SLOW_BUILDS = textwrap.dedent("""
+    import os, sys, time
+    if "build" in sys.orig_argv:
+        path, want = os.environ["XRT_TEST_JOURNAL"], int(os.environ["XRT_TEST_RECORDS"])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if os.path.exists(path) and open(path).read().count("\\n") >= want:
+                break
+            time.sleep(0.05)
+""")
+
+
+@pytest.mark.slow
+def test_an_idle_timing_worker_does_not_wait_for_the_build_pool(tmp_path, monkeypatch, interpreter):
+    """Pipelined: the timing worker builds, checks and times configs itself while the build workers
+    start; here they start only after every config was timed, so none of them built one."""
+    from xrt.bench.machine import machine_name
+    from xrt.device import default_device
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_BUILDS)
+    problem = Problem("square", "triton", "2048", "float32")
+    out_dir = tmp_path / "tuned"
+    journal = out_dir / "journal" / machine_name(default_device()) / f"{problem.name}.jsonl"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("XRT_TEST_JOURNAL", str(journal))
+    monkeypatch.setenv("XRT_TEST_RECORDS", "3")
+    res = tune(problem, budget=3, jobs=2, timeout=60, out_dir=out_dir, log=lambda m: None, pipeline=True)
+    assert res.journal == journal and res.counts == {"timed": 3}
+    at = {e["event"]: e["s"] for e in res.timeline.as_list()}
+    assert "first config timed" in at and "first config compiled" not in at, at
+    assert at["last config timed"] < at["last build worker ready"] <= at["build workers stopped"], at
+    assert {r["phase"] for r in Journal(journal).records} == {"time"}

@@ -37,8 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", type=Path, default=Path("results/tuned"), help="top-K files and journals [results/tuned]")
     t.add_argument("--retry-failed", action="store_true", help="try again the configs that failed last time")
     t.add_argument("--seed", type=int, default=0, help="seed of the random order and of the model [0]")
-    t.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    t.set_defaults(func=run)
+    t.add_argument("--json", action="store_true", help="print the outcome as JSON (with its timeline)")
+    t.add_argument("-v", "--verbose", action="store_true",
+                   help="print the timeline: when each step happened, in seconds since the process started")
+    t.set_defaults(func=run, exit_at_once=True)  # xrt.cli: no interpreter teardown after the search
 
 
 def run_space(args: argparse.Namespace) -> int:
@@ -82,9 +84,10 @@ def run_space(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xrt.bench import specs
-    from xrt.tune.tuner import Problem, TuneError, tune
+    from xrt.tune.timeline import Timeline
 
+    tl = Timeline()
+    tl.mark("xrt tune started")  # Python, xrt.cli, the parser
     if args.op == "space":
         return run_space(args)
     if args.space_op:
@@ -97,24 +100,37 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs {args.jobs}: at least 1 worker")
     if args.timeout <= 0:
         raise ValueError(f"--timeout {args.timeout}: must be positive")
-    specs.get(args.op)  # a clear error naming the known ops
+    from xrt.tune.tuner import EarlyWorkers, Problem, TuneError, early_pins, tune
+
     problem = Problem(args.op, args.provider, args.shape, args.dtype)
+    # The timing workers first (one per GPU; local runs only): their start overlaps the imports below.
+    # Whatever fails from here on, the finally stops those the search did not adopt.
+    early = None if args.address else EarlyWorkers(problem, early_pins(args.gpus), tl, max(args.timeout, 300.0))
     try:
+        from xrt.bench import specs
+
+        tl.mark("imports done")
+        specs.get(args.op)  # a clear error naming the known ops
         out = tune(problem, budget=args.budget, top_k=args.top_k, jobs=args.jobs, gpus=args.gpus,
                    timeout=args.timeout, out_dir=args.out, retry_failed=args.retry_failed, seed=args.seed,
                    strategy=args.strategy, budget_seconds=args.budget_seconds, prune=not args.no_prune,
-                   address=args.address,
+                   address=args.address, timeline=tl, early=early,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     except TuneError as e:
         raise ValueError(str(e)) from e
+    finally:
+        if early is not None:
+            early.stop()
     base = out.default.get("median_s") if out.default and out.default.get("status") == "timed" else None
+    tl.mark("output")
     if args.json:
         print(json.dumps({"machine": out.machine, "space": problem.space, "space_hash": out.space_hash,
                           "space_size": out.space_size, "dropped": out.dropped, "strategy": args.strategy,
                           "counts": out.counts, "tried": out.tried, "skipped": out.skipped,
                           "default": out.default, "best": out.best,
                           "file": str(out.out_file) if out.out_file else None,
-                          "journal": str(out.journal), "torn_journal_lines": out.torn}, indent=1))
+                          "journal": str(out.journal), "torn_journal_lines": out.torn,
+                          "timeline": tl.as_list()}, indent=1))
     else:
         counts = ", ".join(f"{v} {k}" for k, v in sorted(out.counts.items()))
         print(f"{problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {out.machine}: {counts}")
@@ -127,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
         if out.out_file:
             print(f"top {len(out.best)} -> {out.out_file} "
                   f"(asv suites time them; XRT_TUNED={out.out_file} feeds the ops)")
+    if args.verbose:
+        tl.mark("exit")
+        print("timeline (s since the process started):\n" + "\n".join(tl.lines()), file=sys.stderr)
     if not out.best:
         print("xrt tune: no config ran correctly; nothing written", file=sys.stderr)
         return 1

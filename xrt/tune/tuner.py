@@ -16,6 +16,7 @@ from typing import Any
 
 from xrt.tune import search
 from xrt.tune.journal import Journal
+from xrt.tune.timeline import Timeline
 
 
 class TuneError(RuntimeError):
@@ -54,12 +55,16 @@ class Problem:
 class Worker:
     """One ``xrt.tune.worker`` process; ``ask`` sends a config and waits for its answer."""
 
-    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float) -> None:
+    def __init__(self, problem: Problem, mode: str, env: dict[str, str], log: Path, start_timeout: float,
+                 timeline: Timeline | None = None, name: str = "", many: bool = False) -> None:
         self.cmd = [sys.executable, "-m", "xrt.tune.worker", "--op", problem.op, "--provider", problem.provider,
                     "--shape", problem.shape, "--dtype", problem.dtype, "--mode", mode]
         self.env, self.log, self.start_timeout = env, log, start_timeout
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] = {}
+        # its start on the tuner's timeline: one worker by its name, the first start only (a restart
+        # after a crash is not start-up); one of a pool (many) as the pool's first and last
+        self.timeline, self.name, self.many = timeline, name, many
 
     @classmethod
     def from_cmd(cls, cmd: list[str], env: dict[str, str], log: Path, start_timeout: float) -> Worker:
@@ -67,17 +72,45 @@ class Worker:
         w = cls.__new__(cls)
         w.cmd, w.env, w.log, w.start_timeout = cmd, env, log, start_timeout
         w.proc, w.ready = None, {}
+        w.timeline, w.name, w.many = None, "", False
         return w
 
+    def _mark(self, step: str, at: float | None = None) -> None:
+        if self.timeline is not None:
+            (self.timeline.span if self.many else self.timeline.first)(f"{self.name} {step}", at)
+
     def _start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._logf = open(self.log, "a")
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._logf,
+        self._spawn()
+        self._await_ready()
+
+    def _spawn(self) -> None:
+        """Start the process; its stderr goes to ``log``, or (``log`` None: an early worker, whose log's
+        folder is not known yet) to memory until :meth:`adopt` names the file."""
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            self._logf: Any = open(self.log, "a")
+        self._mark("spawned")
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._logf if self.log is not None else subprocess.PIPE,
                                      env=self.env, bufsize=0)
+        if self.log is None:
+            self._logf = _Pump(self.proc.stderr)
+
+    def adopt(self, early: Worker) -> None:
+        """Take over ``early``'s running, ready process (started before the tuner knew its devices);
+        this worker's own environment stays the one a restart gets."""
+        self.proc, self.ready, self._logf = early.proc, early.ready, early._logf
+        early.proc = None
+        self._logf.attach(self.log)
+
+    def _await_ready(self) -> None:
         self.ready = self._read(self.start_timeout, "starting")
         if not self.ready.get("ready"):
             self.stop()
             raise TuneError(f"the tuning worker cannot run this problem: {self.ready.get('error')}")
+        stamps = self.ready.get("t") or {}  # the worker's own clock: its process start, imports, ready
+        for step, key in (("process started", "start"), ("imports done", "imports"), ("ready", "ready")):
+            self._mark(step, stamps.get(key) if isinstance(stamps.get(key), (int, float)) else None)
 
     def _read(self, timeout: float, what: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
@@ -129,6 +162,158 @@ class Worker:
         self.proc = None
 
 
+class _Pump:
+    """An early worker's stderr: kept in memory until its log file is named, then appended to it."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._buf: list[bytes] = []
+        self._f: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _run(self, pipe: Any) -> None:
+        try:
+            while chunk := os.read(pipe.fileno(), 65536):
+                with self._lock:
+                    if self._f is not None:
+                        self._f.write(chunk)
+                        self._f.flush()
+                    elif not self._closed:
+                        self._buf.append(chunk)
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def attach(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "ab")
+        with self._lock:
+            f.write(b"".join(self._buf))
+            f.flush()
+            self._buf, self._f = [], f
+
+    def close(self) -> None:
+        self._thread.join(timeout=2.0)  # the process is gone: its stderr ends
+        with self._lock:
+            self._closed = True
+            if self._f is not None:
+                self._f.close()
+                self._f = None
+            self._buf = []
+
+
+# What pins a worker to its device (xrt.bench.runner._pin): an early worker may differ from the
+# tuner's own worker in these only, and only where it runs on the same device.
+PIN_KEYS = {"CUDA_VISIBLE_DEVICES", "XRT_DEVICE", "ZE_AFFINITY_MASK"}
+
+
+def early_pins(gpus: str | None, env: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The timing workers' pinning as far as it can be told before torch is imported: the default
+    device (no --gpus: the worker finds it as the tuner will), the indices of --gpus, or as many as
+    NVML counts for --gpus all; [] where it cannot be told (the tuner then starts them itself)."""
+    env = dict(os.environ) if env is None else env
+    if gpus is None:
+        return [{}]
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    entries = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
+    if gpus == "all":
+        n = len(entries) if entries is not None else _nvml_count()
+        idx = list(range(n))
+    else:
+        try:
+            idx = [int(g) for g in gpus.split(",")]
+        except ValueError:
+            return []
+    if entries is not None and any(not 0 <= i < len(entries) for i in idx):
+        return []
+    return [{"CUDA_VISIBLE_DEVICES": entries[i] if entries is not None else str(i), "XRT_DEVICE": "cuda:0"}
+            for i in idx]
+
+
+def _nvml_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML, no driver: no early workers
+        return 0
+
+
+class EarlyWorkers:
+    """The timing workers (one per GPU), started first thing by ``xrt tune``: before the tuner imports
+    torch and finds its devices, so that a worker's own start (Python, torch, the CUDA context, the
+    inputs, the reference) overlaps the tuner's. Only these: the build workers come later.
+
+    The tuner adopts each into the slot of the device it reports (its UUID), where its environment
+    matches the one the tuner would have given it; any other is stopped, as are all of them when the
+    command fails (:meth:`stop`, in a ``finally``), and the tuner starts its own.
+    """
+
+    def __init__(self, problem: Problem, pins: list[dict[str, str]], timeline: Timeline | None = None,
+                 start_timeout: float = 300.0) -> None:
+        self.workers: list[Worker] = []
+        self._lock = threading.Lock()
+        self._read = False
+        for k, pin in enumerate(pins):
+            w = Worker(problem, "time", {**os.environ, **pin}, None, start_timeout,  # type: ignore[arg-type]
+                       timeline=timeline, name=f"time{k}")
+            w._spawn()
+            self.workers.append(w)
+
+    def take(self, dev: Any, env: dict[str, str]) -> Worker | None:
+        """The early worker that runs on ``dev`` with ``env`` (but for the pinning), ready; else None."""
+        with self._lock:
+            if not self._read:  # they start at once: waiting for one after the other costs the slowest
+                self._read = True
+                for w in self.workers:
+                    try:
+                        w._await_ready()
+                    except Exception:  # noqa: BLE001 - the tuner's own worker says why, when asked
+                        w.stop()
+                        self._discard(w)
+            same = {k: v for k, v in env.items() if k not in PIN_KEYS}
+            for w in self.workers:
+                r = w.ready
+                if w.proc is None or {k: v for k, v in w.env.items() if k not in PIN_KEYS} != same:
+                    continue
+                if (dev.kind == "cpu" and r.get("device") == "cpu") or (dev.uuid and r.get("uuid") == dev.uuid):
+                    self.workers.remove(w)
+                    return w
+        return None
+
+    def _discard(self, w: Worker) -> None:
+        if w.timeline is not None:
+            w.timeline.drop(f"{w.name} ")
+            w.timeline.mark(f"early {w.name} not used")
+
+    def stop(self) -> None:
+        """Stop those not adopted."""
+        with self._lock:
+            for w in self.workers:
+                if w.proc is not None:
+                    self._discard(w)
+                w.stop()
+            self.workers = []
+
+
+def stop_all(workers: list[Any]) -> None:
+    """Stop workers at once: each is sent its kill before any is waited for, so that their exits
+    (a CUDA context each, on a GPU) overlap."""
+    for w in workers:
+        proc = getattr(w, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+    for w in workers:
+        w.stop()
+
+
 def _signal_name(rc: int) -> str:
     import signal
 
@@ -163,6 +348,7 @@ class Outcome:
     space_hash: str = ""
     space_size: int = 0  # configs after pruning
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> configs the constraints dropped
+    timeline: Timeline | None = None  # when each step happened (xrt.tune.timeline)
 
 
 def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
@@ -249,9 +435,12 @@ def check_journal(journal: Journal, space_hash: str) -> None:
 def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4, gpus: str | None = None,
          timeout: float = 120.0, out_dir: Path = Path("results/tuned"), retry_failed: bool = False,
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
-         prune: bool = True, address: str | None = None, pipeline: bool | None = None) -> Outcome:
+         prune: bool = True, address: str | None = None, pipeline: bool | None = None,
+         timeline: Timeline | None = None, early: EarlyWorkers | None = None) -> Outcome:
     from xrt.bench.machine import machine_name
     from xrt.kernels import spaces
+
+    tl = Timeline() if timeline is None else timeline
 
     space = problem.space
     if budget is not None and budget < 1:
@@ -261,6 +450,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     if strategy not in search.STRATEGIES:
         raise TuneError(f"--strategy {strategy!r}: choose one of {', '.join(search.STRATEGIES)}")
     tgts = targets(gpus)
+    tl.mark("devices found")
     dev0 = tgts[0][0]
     dproblem = device_problem(problem, dev0)
     models = sorted({d.name for d, _ in tgts})
@@ -276,6 +466,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         strat = search.make(strategy, cands, seed)
     except ValueError as e:
         raise TuneError(str(e)) from e
+    tl.mark("space built")
     # the journal is the search's record: what it holds is told to the strategy, never measured again
     done_keys = journal.done(retry_failed)
     last = journal.last()
@@ -285,7 +476,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             strat.observe(r["config"], r.get("median_s") if r["status"] == "timed" else None)
     n_known = len(strat.results)
     total = len(cands) if budget is None else min(budget, len(cands))
-    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn)
+    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn, timeline=tl)
     result.space_hash, result.space_size, result.dropped = shash, len(cands), dict(dropped)
     log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {machine}: "
         f"space {space} ({shash}): {len(search.grid(space))} configs, {len(cands)} after pruning; "
@@ -339,7 +530,8 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         if w is None:
             mode = "build" if phase == "compile" and pipelined else phase
             wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0))
+            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0), timeline=tl,
+                       name=f"{phase}{slot}" if phase == "time" else f"{mode} worker", many=phase != "time")
             if cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
                 w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
@@ -350,27 +542,41 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     retried: set[tuple[str, str]] = set()  # (phase, config) that crashed once and went back in the queue
 
     def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
-        """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile.
+        """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile,
+        or adopt the one ``xrt tune`` started for that GPU before its own imports (``early``).
 
         A worker that fails to start here is started again, with its error, when it is first asked.
         """
-        def start(w: Worker) -> None:
+        def start(w: Worker, dev: Any) -> None:
             try:
-                w._start()
+                e = early.take(dev, w.env) if early is not None else None
+                if e is not None:
+                    w.adopt(e)
+                else:
+                    w._start()
             except Exception:  # noqa: BLE001 - ask() starts it again and reports why
                 w.stop()
 
         for i, (_, env) in enumerate(slots):
-            t = threading.Thread(target=start, args=(worker("time", i, env),), daemon=True)
+            t = threading.Thread(target=start, args=(worker("time", i, env), tgts[i][0]), daemon=True)
             t.start()
             starting.append(t)
 
     def start_phase(phase: str, q: queue.Queue, closed: threading.Event, slots: list[tuple[str, dict[str, str]]],
-                    answered, failures: list[BaseException]) -> list[threading.Thread]:
+                    answered, failures: list[BaseException], steal: queue.Queue | None = None
+                    ) -> list[threading.Thread]:
         """One thread per slot asks its worker for the configs of ``q`` until ``closed`` is set and
-        ``q`` is empty; each answer goes to ``answered``."""
+        ``q`` is empty; each answer goes to ``answered``. With ``steal``, a worker with nothing in ``q``
+        takes a config from ``steal`` instead (a timing worker, from the build queue: it compiles and
+        checks it itself rather than wait for the build pool)."""
         def next_config() -> dict[str, Any] | None:
             while True:
+                for src in (q, steal):
+                    if src is not None:
+                        try:
+                            return src.get_nowait()
+                        except queue.Empty:
+                            pass
                 try:
                     return q.get(timeout=0.05)
                 except queue.Empty:
@@ -383,6 +589,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def loop(slot: int, where: str, env: dict[str, str]) -> None:
             w = worker(phase, slot, env)
             try:
+                if phase == "compile" and pipelined and w.proc is None:
+                    # started before it takes a config: meanwhile an idle timing worker may take them all
+                    try:
+                        w._start()
+                    except WorkerGone:
+                        w.stop()  # ask() starts it again and records why, against its config
                 while (cfg := next_config()) is not None:
                     try:
                         ans = w.ask(cfg, timeout)
@@ -411,10 +623,12 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
             t.start()
         return threads
 
-    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]]
+    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]], last_round: bool
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Compile ``cfgs`` on ``slots`` and time those that compiled on every GPU: (compile answers,
-        timing answers). Pipelined, a config is timed as soon as it compiled."""
+        timing answers). Pipelined, a config is timed as soon as it compiled, an idle timing worker
+        takes the next config to build itself, and after the last round's builds the build workers
+        stop while the timing goes on."""
         cq: queue.Queue = queue.Queue()
         for c in cfgs:
             cq.put(c)
@@ -428,6 +642,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def on_compiled(ans: dict[str, Any]) -> None:
             with lock:
                 compiled.append(ans)
+            tl.span(f"config {ans['status']}")
             if ans["status"] != "compiled":
                 record(ans, "compile")
             elif pipelined:
@@ -436,13 +651,14 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
         def on_timed(ans: dict[str, Any]) -> None:
             with lock:
                 timed.append(ans)
+            tl.span("config timed" if ans["status"] == "timed" else f"config {ans['status']} in timing")
             record(ans, "time")
 
         def start_timing() -> list[threading.Thread]:
             for t in starting:  # timing workers started while the first configs compiled
                 t.join()
             starting.clear()
-            return start_phase("time", tq, t_closed, named, on_timed, failures)
+            return start_phase("time", tq, t_closed, named, on_timed, failures, steal=cq if pipelined else None)
 
         t_threads: list[threading.Thread] = []
         try:
@@ -451,6 +667,9 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 t_threads = start_timing()
             for t in c_threads:
                 t.join()
+            if pipelined and last_round:  # no build is left: their processes are not needed
+                stop_all([workers.pop(k) for k in [k for k in workers if k[0] == "compile"]])
+                tl.mark("build workers stopped")
             if not pipelined and not failures:
                 for a in compiled:
                     if a["status"] == "compiled":
@@ -491,19 +710,20 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
                 break
             result.tried += len(cfgs)
             slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(cfgs))))]
-            compiled, timed = run_round(cfgs, slots)
+            compiled, timed = run_round(cfgs, slots, last_round=len(strat.results) + len(cfgs) >= total)
             for a in compiled:
                 if a["status"] != "compiled":
                     strat.observe(a["config"], None)
             for a in timed:
                 strat.observe(a["config"], a.get("median_s") if a["status"] == "timed" else None)
     finally:
+        tl.mark("search done")
         for t in starting:
             t.join()
-        for w in workers.values():
-            w.stop()
+        stop_all(list(workers.values()))
         if cluster is not None:
             cluster.close()
+        tl.mark("workers stopped")
 
     last = journal.last()
     keys = set(strat.by_key)
@@ -515,6 +735,7 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
     result.default = last.get(search.key(cands[0]))
     if result.best:
         result.out_file = write_top(out_dir, problem, dev0, result.best, result.default)
+        tl.mark("results written")
     return result
 
 
