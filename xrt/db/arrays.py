@@ -35,14 +35,17 @@ _NUMPY_TYPES = {np.dtype(np.int32): pa.int32(), np.dtype(np.int64): pa.int64(), 
 _ARROW_DTYPES = {t: d for d, t in _NUMPY_TYPES.items()}
 
 
-def _validity(values: list) -> tuple[pa.Buffer | None, int]:
-    """(validity bitmap, null count) of ``values``: the bitmap is None when no value is None."""
-    n = len(values)
-    nulls = values.count(None) if n else 0
-    if not nulls:
-        return None, 0
-    valid = np.fromiter(map(operator.is_not, values, repeat(None)), dtype=np.bool_, count=n)
-    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+_NONE = type(None)
+
+
+def _bitmap(valid: np.ndarray) -> pa.Buffer:
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _validity(values: list) -> tuple[pa.Buffer, int]:
+    """(validity bitmap, null count) of ``values``, which hold a None."""
+    valid = np.fromiter(map(operator.is_not, values, repeat(None)), dtype=np.bool_, count=len(values))
+    return _bitmap(valid), len(values) - int(np.count_nonzero(valid))
 
 
 def _wrong(values: list, ok: tuple[type, ...], wanted: str) -> TypeError:
@@ -51,22 +54,44 @@ def _wrong(values: list, ok: tuple[type, ...], wanted: str) -> TypeError:
     return TypeError(f"expected {wanted}, got {what}")
 
 
-def _numbers(values: list, code: str, nulls: int, ok: tuple[type, ...], wanted: str) -> _pyarray:
-    filled = [0 if v is None else v for v in values] if nulls else values
-    try:
-        return _pyarray(code, filled)
-    except TypeError:
-        raise _wrong(values, ok, wanted) from None
-
-
-def _strings(values: list, nulls: int) -> tuple[np.ndarray, bytes]:
-    """(int32 offsets, UTF-8 bytes) of ``values``, a null as an empty string."""
+def _floats(values: list, typ: pa.DataType) -> pa.Array:
     n = len(values)
-    filled = ["" if v is None else v for v in values] if nulls else values
-    try:
-        joined = "".join(filled)
+    try:  # numbers only (a bool is an int, as to Arrow); a None or a string raises
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(_pyarray("d", values))], null_count=0)
     except TypeError:
-        raise _wrong(values, (str,), "a string") from None
+        pass
+    if not set(map(type, values)) <= {float, int, bool, _NONE}:
+        raise _wrong(values, (float, int), "a number")
+    data = np.array(values, dtype=np.float64)  # a None reads NaN: which NaN was a None is asked below
+    nan_at = np.flatnonzero(np.isnan(data))
+    isnull = np.fromiter(map(operator.is_, map(values.__getitem__, nan_at.tolist()), repeat(None)),
+                         dtype=np.bool_, count=len(nan_at))
+    valid = np.ones(n, dtype=np.bool_)
+    valid[nan_at[isnull]] = False
+    nulls = int(np.count_nonzero(isnull))
+    return pa.Array.from_buffers(typ, n, [_bitmap(valid) if nulls else None, pa.py_buffer(data)], null_count=nulls)
+
+
+def _ints(values: list, typ: pa.DataType) -> pa.Array:
+    if not set(map(type, values)) <= {int, _NONE}:  # a bool is an int to array.array, not to Arrow
+        raise _wrong([v for v in values if type(v) is not int], (), f"an integer ({typ})")
+    validity, nulls = _validity(values) if None in values else (None, 0)
+    filled = [0 if v is None else v for v in values] if nulls else values
+    data = _pyarray(_INT_CODE[_INT_TYPES[typ]], filled)  # OverflowError out of range
+    return pa.Array.from_buffers(typ, len(values), [validity, pa.py_buffer(data)], null_count=nulls)
+
+
+def _strings(values: list, typ: pa.DataType) -> pa.Array:
+    n = len(values)
+    validity, nulls, filled = None, 0, values
+    try:
+        joined = "".join(values)  # strings only: a None or another value raises
+    except TypeError:
+        if not set(map(type, values)) <= {str, _NONE}:
+            raise _wrong(values, (str,), "a string") from None
+        validity, nulls = _validity(values)
+        filled = ["" if v is None else v for v in values]
+        joined = "".join(filled)
     if joined.isascii():
         data = joined.encode("ascii")
         lengths = np.fromiter(map(len, filled), dtype=np.int64, count=n)
@@ -81,33 +106,43 @@ def _strings(values: list, nulls: int) -> tuple[np.ndarray, bytes]:
         raise OverflowError(f"{len(data)} bytes of strings in one column: more than a string array holds (2 GiB)")
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    return offsets, data
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _lists(values: list, typ: pa.DataType) -> pa.Array:
+    n = len(values)
+    kinds = set(map(type, values))
+    if not kinds <= {list, tuple, _NONE}:  # a string or a dict has a length too, but is no list of values
+        raise _wrong(values, (list, tuple), "a list")
+    validity, nulls = _validity(values) if _NONE in kinds else (None, 0)
+    filled = [() if v is None else v for v in values] if nulls else values
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, filled), dtype=np.int64, count=n), out=offsets[1:])
+    child = array(list(chain.from_iterable(filled)), typ.value_type)
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets)], null_count=nulls, children=[child])
 
 
 def array(values: list, typ: pa.DataType) -> pa.Array:
     """``values`` (a list; ``None`` is null) as an Arrow array of type ``typ``."""
     n = len(values)
+    if pa.types.is_floating(typ) and typ.bit_width == 64:
+        return _floats(values, typ)
+    if typ in _INT_TYPES:
+        return _ints(values, typ)
+    if pa.types.is_string(typ):
+        return _strings(values, typ)
+    if pa.types.is_list(typ):
+        return _lists(values, typ)
     if pa.types.is_null(typ):
         if n - values.count(None):
             raise _wrong(values, (), "None (a null column)")
         return pa.nulls(n)
-    validity, nulls = _validity(values)
-    if pa.types.is_floating(typ) and typ.bit_width == 64:
-        data = _numbers(values, "d", nulls, (float, int), "a number")
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(data)], null_count=nulls)
-    if typ in _INT_TYPES:
-        if not set(map(type, values)) <= {int, type(None)}:  # bool is an int to array.array, not to Arrow
-            raise _wrong([v for v in values if type(v) is not int], (), f"an integer ({typ})")
-        data = _numbers(values, _INT_CODE[_INT_TYPES[typ]], nulls, (int,), f"an integer ({typ})")
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(data)], null_count=nulls)
+    validity, nulls = _validity(values) if None in values else (None, 0)
     if pa.types.is_boolean(typ):
         if any(v is not None and type(v) is not bool for v in values):
             raise _wrong(values, (bool,), "True or False")
-        bits = np.packbits(np.fromiter(map(bool, values), dtype=np.bool_, count=n), bitorder="little")
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(bits)], null_count=nulls)
-    if pa.types.is_string(typ):
-        offsets, data = _strings(values, nulls)
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+        bits = _bitmap(np.fromiter(map(bool, values), dtype=np.bool_, count=n))
+        return pa.Array.from_buffers(typ, n, [validity, bits], null_count=nulls)
     if pa.types.is_timestamp(typ) and typ.unit == "us" and typ.tz is None:
         if any(v is not None and not isinstance(v, datetime) for v in values):
             raise _wrong(values, (datetime,), "a datetime")
@@ -115,16 +150,6 @@ def array(values: list, typ: pa.DataType) -> pa.Array:
               for v in values]
         return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(_pyarray(_INT_CODE[np.dtype(np.int64)], us))],
                                      null_count=nulls)
-    if pa.types.is_list(typ):
-        filled = [() if v is None else v for v in values] if nulls else values
-        if not set(map(type, filled)) <= {list, tuple}:
-            raise _wrong(values, (list, tuple), "a list")
-        lengths = np.fromiter(map(len, filled), dtype=np.int64, count=n)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        child = array(list(chain.from_iterable(filled)), typ.value_type)
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets)], null_count=nulls,
-                                         children=[child])
     raise TypeError(f"no Arrow array built here for the type {typ}")
 
 
