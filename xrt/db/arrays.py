@@ -54,22 +54,29 @@ def _wrong(values: list, ok: tuple[type, ...], wanted: str) -> TypeError:
     return TypeError(f"expected {wanted}, got {what}")
 
 
-def _floats(values: list, typ: pa.DataType) -> pa.Array:
+def _floats(values: list, typ: pa.DataType, few_nulls: bool = False) -> pa.Array:
+    """Each pass over the values costs a cache miss per value (they lie all over the heap), so few passes:
+    ``few_nulls`` (the samples) tries ``array.array`` alone, which takes numbers only and stops at a None or
+    a string; otherwise the value types are read once (which also refuses a string) and numpy converts."""
     n = len(values)
-    try:  # numbers only (a bool is an int, as to Arrow); a None or a string raises
-        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(_pyarray("d", values))], null_count=0)
-    except TypeError:
-        pass
-    if not set(map(type, values)) <= {float, int, bool, _NONE}:
+    if few_nulls:
+        try:
+            return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(_pyarray("d", values))], null_count=0)
+        except TypeError:
+            pass
+    kinds = set(map(type, values))
+    if not kinds <= {float, int, bool, _NONE}:  # a bool is a number to Arrow too (JSON true: 1.0)
         raise _wrong(values, (float, int), "a number")
-    data = np.array(values, dtype=np.float64)  # a None reads NaN: which NaN was a None is asked below
-    nan_at = np.flatnonzero(np.isnan(data))
+    data = np.array(values, dtype=np.float64) if n else np.empty(0, dtype=np.float64)  # a None reads NaN
+    if _NONE not in kinds:
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(data)], null_count=0)
+    nan_at = np.flatnonzero(np.isnan(data))  # which NaN was a None: asked of those values only
     isnull = np.fromiter(map(operator.is_, map(values.__getitem__, nan_at.tolist()), repeat(None)),
                          dtype=np.bool_, count=len(nan_at))
     valid = np.ones(n, dtype=np.bool_)
     valid[nan_at[isnull]] = False
     nulls = int(np.count_nonzero(isnull))
-    return pa.Array.from_buffers(typ, n, [_bitmap(valid) if nulls else None, pa.py_buffer(data)], null_count=nulls)
+    return pa.Array.from_buffers(typ, n, [_bitmap(valid), pa.py_buffer(data)], null_count=nulls)
 
 
 def _ints(values: list, typ: pa.DataType) -> pa.Array:
@@ -114,11 +121,21 @@ def _lists(values: list, typ: pa.DataType) -> pa.Array:
     kinds = set(map(type, values))
     if not kinds <= {list, tuple, _NONE}:  # a string or a dict has a length too, but is no list of values
         raise _wrong(values, (list, tuple), "a list")
-    validity, nulls = _validity(values) if _NONE in kinds else (None, 0)
-    filled = [() if v is None else v for v in values] if nulls else values
+    lengths = np.zeros(n, dtype=np.int64)
+    if _NONE in kinds:
+        valid = np.fromiter(map(operator.is_not, values, repeat(None)), dtype=np.bool_, count=n)
+        validity, nulls = _bitmap(valid), n - int(np.count_nonzero(valid))
+        present = [v for v in values if v is not None]
+        lengths[valid] = np.fromiter(map(len, present), dtype=np.int64, count=n - nulls)
+        flat = list(chain.from_iterable(present))
+    else:
+        validity, nulls = None, 0
+        lengths[:] = np.fromiter(map(len, values), dtype=np.int64, count=n)
+        flat = list(chain.from_iterable(values))
     offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.fromiter(map(len, filled), dtype=np.int64, count=n), out=offsets[1:])
-    child = array(list(chain.from_iterable(filled)), typ.value_type)
+    np.cumsum(lengths, out=offsets[1:])
+    vt = typ.value_type
+    child = _floats(flat, vt, few_nulls=True) if vt == pa.float64() else array(flat, vt)
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets)], null_count=nulls, children=[child])
 
 
