@@ -303,17 +303,3 @@ def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
     assert xrt_main(["db", "ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.duckdb")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "no such results directory" in err
-
-
-def test_ingest_command_imports_no_pandas(two_schemas):
-    """``xrt db ingest`` never uses pandas, and pyarrow's pa.array / to_numpy of lists would import it (0.3-0.7 s
-    of the command): a fresh interpreter that ingests (a refused file among the good ones, so the rows are
-    filtered too) has not imported it, and the rows are there."""
-    root, db = two_schemas
-    (root / "m1" / "00000003-virtualenv-py3.11.json").write_text("{not json")
-    code = ("import sys; from xrt.cli import main; rc = main(['db', 'ingest', sys.argv[1], '--db', sys.argv[2]]); "
-            "assert 'pandas' not in sys.modules, 'the ingest imported pandas'; sys.exit(rc)")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    subprocess.run([sys.executable, "-c", code, str(root), str(db)], check=True, env=env, capture_output=True)
-    assert q(db, "SELECT count(*), count(DISTINCT run_id) FROM results") == [(4 + 2 + 1 + 3 + 2 + 1, 2)]
-    assert q(db, "SELECT count(*) FROM ingest_errors WHERE file LIKE '%00000003%'") == [(1,)]

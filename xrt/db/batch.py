@@ -37,33 +37,32 @@ def _types():
 def empty_table():
     import pyarrow as pa
 
-    from xrt.db import arrays
-
     t = _types()
-    return pa.Table.from_arrays([arrays.empty(t[c]) for c in asv_files.VALUE_COLUMNS] + [arrays.empty(pa.int32())],
-                                names=[*asv_files.VALUE_COLUMNS, "file_idx"])
+    return pa.table({**{c: pa.array([], t[c]) for c in asv_files.VALUE_COLUMNS}, "file_idx": pa.array([], pa.int32())})
 
 
 def _to_table(cols: dict[str, list], file_idx: list[int]):
-    """The rows as an Arrow table, built by :mod:`xrt.db.arrays` (``pa.array`` of a list imports pandas)."""
     import pyarrow as pa
 
-    from xrt.db import arrays
-
     t = _types()
-    out = []
+    arrays = {}
     n = len(file_idx)
     for c in asv_files.VALUE_COLUMNS:
         col, typ = cols[c], t[c]
-        if n and col[0] is None and col.count(None) == n:  # e.g. bytes/flops/cycles of the django corpus
-            out.append(pa.nulls(n, typ))
-        elif n and c == "param_key" and col[0] == "" and col.count("") == n:  # plain benchmarks only
-            out.append(arrays.repeated("", typ, n))
+        if not n:
+            arrays[c] = pa.array(col, type=typ)
+        elif col[0] is None and col.count(None) == n:  # e.g. bytes/flops/cycles of the django corpus
+            arrays[c] = pa.nulls(n, typ)
+        elif c == "param_key" and col[0] == "" and col.count("") == n:  # plain benchmarks only
+            arrays[c] = pa.repeat(pa.scalar("", typ), n)
+        elif c == "params" and col[0] == [] and col.count([]) == n:  # plain benchmarks only: n empty lists
+            arrays[c] = pa.ListArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string()))
         else:
-            # typed and strict, as pa.array with the type given (keeps None and NaN apart, refuses non-numbers)
-            out.append(arrays.array(col, typ))
-    out.append(arrays.array(file_idx, pa.int32()))
-    return pa.Table.from_arrays(out, names=[*asv_files.VALUE_COLUMNS, "file_idx"])
+            # pyarrow's converter from Python lists, with the type given: for DOUBLE[] (samples) this
+            # was faster than flattening through numpy (keeps None and NaN apart, refuses non-numbers)
+            arrays[c] = pa.array(col, type=typ)
+    arrays["file_idx"] = pa.array(file_idx, type=pa.int32())
+    return pa.table(arrays)
 
 
 @dataclass
@@ -125,19 +124,17 @@ def _bad_sample_files(table) -> set[int]:
     finds nothing wrong with a real 1.0)."""
     import numpy as np
 
-    from xrt.db import arrays
-
     col = table.column("samples").combine_chunks()
     if col.null_count == len(col):
         return set()
-    vals = arrays.to_numpy(col.values)  # a null element reads NaN
+    vals = col.values.to_numpy(zero_copy_only=False)  # a null element reads NaN
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(vals) & (vals > 0) & (vals != 1.0)
     if ok.all():
         return set()
-    offsets = arrays.to_numpy(col.offsets)
+    offsets = col.offsets.to_numpy()
     rows = np.searchsorted(offsets, np.flatnonzero(~ok), side="right") - 1
-    fidx = arrays.to_numpy(table.column("file_idx"))
+    fidx = table.column("file_idx").combine_chunks().to_numpy()
     return set(fidx[rows].tolist())
 
 

@@ -390,14 +390,10 @@ def _parse(st: _Ingest, jobs: int | None) -> None:
         base = len(st.outcomes)
         st.outcomes.extend(outs)
         if table.num_rows:
-            # numpy, not pyarrow.compute (30 ms to import): pyarrow imported numpy already
-            import numpy as np
+            import pyarrow as pa  # numpy, not pyarrow.compute (30 ms to import): pyarrow imported numpy already
 
-            from xrt.db import arrays
-
-            idx = (arrays.to_numpy(table["file_idx"]) + base).astype(np.int32, copy=False)
             st.tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
-                                              arrays.from_numpy(idx)))
+                                              pa.array(table["file_idx"].to_numpy() + base, pa.int32())))
 
 
 def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
@@ -460,9 +456,7 @@ def _commit(st: _Ingest, repo: str | None) -> None:
 
         keep = np.zeros(len(st.outcomes), dtype=bool)
         keep[good] = True
-        from xrt.db import arrays
-
-        values = values.filter(arrays.from_numpy(keep[arrays.to_numpy(values["file_idx"])]))
+        values = values.filter(pa.array(keep[values["file_idx"].to_numpy()]))
     store.write(st.db, lambda con: _write(con, st, values, repo), fresh=not st.db.exists())
     st.rep.wrote = True
 
@@ -587,10 +581,10 @@ def _run_row(run_id: int, o: batch.FileOutcome) -> dict[str, Any]:
 
 
 def _write_runs(con, runs: list[tuple[int, batch.FileOutcome]], now: datetime) -> None:
-    from xrt.db import arrays
+    import pyarrow as pa
 
     rows = [_run_row(run_id, o) for run_id, o in runs]
-    con.register("xrt_new_runs", arrays.table({k: [row[k] for row in rows] for k in _RUN_COLUMNS}))
+    con.register("xrt_new_runs", pa.table({k: [row[k] for row in rows] for k in _RUN_COLUMNS}))
     con.execute("""INSERT INTO runs SELECT run_id, file, content_hash, machine, commit_hash, env_name,
         epoch_ms(date_ms), python, asv_schema, params::JSON, requirements::JSON, gpu_model, driver, cuda,
         torch, triton, sm_clock_mhz, mem_clock_mhz, throttle_share, peak_gbps, peak_tflops, facts::JSON,
@@ -600,12 +594,11 @@ def _write_runs(con, runs: list[tuple[int, batch.FileOutcome]], now: datetime) -
 
 def _write_values(con, values, run_ids: dict[int, int], n_outcomes: int) -> None:
     import numpy as np
-
-    from xrt.db import arrays
+    import pyarrow as pa
 
     idx = np.array([run_ids.get(i, -1) for i in range(n_outcomes)], dtype=np.int32)
-    run_id = arrays.from_numpy(idx[arrays.to_numpy(values["file_idx"])])
-    con.register("xrt_new_values", values.append_column("run_id", run_id))
+    con.register("xrt_new_values", values.append_column(
+        "run_id", pa.array(idx[values["file_idx"].to_numpy()], pa.int32())))
     con.execute("""INSERT INTO results
         SELECT v.run_id, r.machine, r.commit_hash, r.env_name, v.benchmark, v.param_index, v.params,
             v.param_key, v.value, v.status, v.samples, v.ci_99_a, v.ci_99_b, v.q25, v.q75, v.number,
@@ -626,10 +619,10 @@ def _bulk(con, table: str, rows: list[tuple], names: tuple[str, ...] | None = No
     ``names``: the table's columns the rows fill (default: all, in order)."""
     if not rows:
         return
-    from xrt.db import arrays
+    import pyarrow as pa
 
     cols = list(zip(*rows))
-    con.register("xrt_bulk", arrays.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
+    con.register("xrt_bulk", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
     into = f"{table} ({', '.join(names)})" if names else table
     try:
         con.execute(f"INSERT INTO {into} SELECT * FROM xrt_bulk")
@@ -661,12 +654,10 @@ def _commits(con, git_commits: list[git.Commit] | None) -> None:
     if commits:
         import pyarrow as pa
 
-        from xrt.db import arrays
-
         names = ("hash", "position", "first_parent_index", "author_date", "author", "message", "parents", "source")
         types = (pa.string(), pa.int32(), pa.int32(), pa.timestamp("us"), pa.string(), pa.string(),
                  pa.list_(pa.string()), pa.string())
-        con.register("xrt_new_commits", arrays.table({n: [getattr(c, n) for c in commits] for n in names},
-                                                     dict(zip(names, types))))
+        con.register("xrt_new_commits", pa.table({n: pa.array([getattr(c, n) for c in commits], t)
+                                                  for n, t in zip(names, types)}))
         con.execute("INSERT INTO commits SELECT * FROM xrt_new_commits")
         con.unregister("xrt_new_commits")

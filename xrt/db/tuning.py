@@ -130,9 +130,9 @@ def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple
         con.execute("DELETE FROM ingest_errors WHERE kind = ? AND file IN (SELECT unnest(?))", [KIND, todo])
         con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [todo])
         if rows:  # through Arrow: DuckDB's executemany is slow
-            from xrt.db import arrays
+            import pyarrow as pa
 
-            con.register("xrt_tuning", arrays.table({c: list(v) for c, v in zip(COLUMNS, zip(*rows))}))
+            con.register("xrt_tuning", pa.table({c: list(v) for c, v in zip(COLUMNS, zip(*rows))}))
             try:
                 con.execute(f"INSERT INTO tuning_results ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} "
                             "FROM xrt_tuning")
