@@ -54,6 +54,26 @@ __device__ __forceinline__ void load_row(const T* __restrict__ row, int64_t nvec
     }
 }
 
+// The v2 row kernels' write-back: thread t stores the 16-byte vectors t + k * blockDim.x (k <
+// ITEMS, those within the row's nvec) of row, element j of vector k being T(f(k, j)), computed in
+// order k, then j (f may also accumulate: it is called once per element, in that order).
+template <typename T, int ITEMS, typename F>
+__device__ __forceinline__ void store_row(T* __restrict__ row, int64_t nvec, F f) {
+    constexpr int VEC = 16 / sizeof(T);
+    float4* r = reinterpret_cast<float4*>(row);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;
+        if (c < nvec) {
+            float4 raw;
+            T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) e[j] = T(f(k, j));
+            r[c] = raw;
+        }
+    }
+}
+
 // One 16-byte vector of outputs: lane k is f(lane k of each input vector).
 template <typename T, typename F, typename... V>
 __device__ __forceinline__ float4 map_lanes(F f, V... in) {

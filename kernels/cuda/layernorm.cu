@@ -158,21 +158,11 @@ __device__ void layernorm_bwd_v2(const T* __restrict__ dy,   // [rows, n] row-ma
             }
         }
         const float c1 = block_sum(a, red) / n, c2 = block_sum(cs, red) / n;
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k) {
-            const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;
-            if (c < nvec) {
-                float4 out;
-                T* oe = reinterpret_cast<T*>(&out);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    oe[j] = T((wv[k][j] * g[k][j] - (xh[k][j] * c1 + c2)) * rs);
-                    dwa[k][j] += g[k][j] * xh[k][j];
-                    dba[k][j] += g[k][j];
-                }
-                reinterpret_cast<float4*>(dx + r * n)[c] = out;
-            }
-        }
+        store_row<T, ITEMS>(dx + r * n, nvec, [&](int k, int j) {
+            dwa[k][j] += g[k][j] * xh[k][j];
+            dba[k][j] += g[k][j];
+            return (wv[k][j] * g[k][j] - (xh[k][j] * c1 + c2)) * rs;
+        });
     }
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {

@@ -34,7 +34,6 @@ __device__ void softmax_v2(const T* __restrict__ x,  // [rows, n] row-major inpu
     constexpr int VEC = 16 / sizeof(T);
     __shared__ float red[32];
     const int64_t nvec = n / VEC;
-    float4* yr = reinterpret_cast<float4*>(y + (int64_t)blockIdx.x * n);
     float v[ITEMS][VEC];
     float m = -INFINITY;
     load_row(x + (int64_t)blockIdx.x * n, nvec, v, [&](float e) { m = fmaxf(m, e); });
@@ -48,17 +47,7 @@ __device__ void softmax_v2(const T* __restrict__ x,  // [rows, n] row-major inpu
         }
     }
     const float inv = 1.f / block_sum(s, red);
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const int64_t c = threadIdx.x + (int64_t)k * blockDim.x;
-        if (c < nvec) {
-            float4 raw;
-            T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) e[j] = T(v[k][j] * inv);
-            yr[c] = raw;
-        }
-    }
+    store_row<T, ITEMS>(y + (int64_t)blockIdx.x * n, nvec, [&](int k, int j) { return v[k][j] * inv; });
 }
 
 #define XRT_SOFTMAX_V2(SUFFIX, T, ITEMS)                                                          \
