@@ -22,7 +22,7 @@ duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
 from xrt.db import schema, store  # noqa: E402
@@ -129,7 +129,7 @@ def _one_line(capsys, db: str) -> str:
 def test_bad_db_is_one_line_and_exit_2(kind, cmd, tmp_path, capsys, repo, monkeypatch):
     if cmd == "db ingest" and kind == "empty-duckdb":
         pytest.skip("a writer initialises an empty DuckDB file (test_ingest_initialises_an_empty_duckdb)")
-    G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
     monkeypatch.chdir(tmp_path)  # '' must not find a database in the current directory either
     db, why = _make(kind, tmp_path)
     if cmd == "regressions ack" and kind == "empty-duckdb":
@@ -191,7 +191,7 @@ def _unreadable_as_nobody(d: Path) -> None:
 
 
 def test_ingest_initialises_an_empty_duckdb(tmp_path):
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    root = asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
     db, _ = _make("empty-duckdb", tmp_path)
     rep = ingest(root, db, echo=lambda s: None)
     assert rep.ingested == 1
@@ -214,11 +214,11 @@ def _digest(p: Path) -> str:
 
 @pytest.mark.parametrize("where", ["copy", "duckdb", "replace"])
 def test_full_disk_leaves_the_database_intact(where, tmp_path, capsys, monkeypatch):
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
+    root = asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)
     digest, inode = _digest(db), db.stat().st_ino
-    G.write_json(root / "m1" / "00000002-env.json", G.v2_file(G.sha(2)))
+    asvgen.write_json(root / "m1" / "00000002-env.json", asvgen.v2_file(asvgen.sha(2)))
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(a[-1]) if a else None)
@@ -306,17 +306,17 @@ def test_readers_in_the_writers_process_never_fail_nor_go_back(tmp_path):
 
 @pytest.mark.parametrize("name", ["bob's export", "x' (FORMAT csv); --", 'q"uote $(x) ; DROP TABLE results'])
 def test_export_to_any_folder_name_and_regressions_go_too(name, tmp_path, capsys):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1)),
-                                                 "m2/00000002-env.json": G.v2_file(G.sha(2), machine="m2")},
+    root = asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1)),
+                                                 "m2/00000002-env.json": asvgen.v2_file(asvgen.sha(2), machine="m2")},
                           machines=("m1", "m2"))
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)
-    rec = R.Record("abc123def456", "m1", "suite.time_plain", [], "", G.sha(2), G.sha(1), 1.0, 2.0, 2.0, 1e-4, 5.0,
-                   "regression", "new", "seconds", 10, 10, None, None)
-    R.save(db, [rec])
-    R.set_status(db, "abc123", "acknowledged", "known: new allocator")
+    rec = regressions.Record("abc123def456", "m1", "suite.time_plain", [], "", asvgen.sha(2), asvgen.sha(1),
+                             1.0, 2.0, 2.0, 1e-4, 5.0, "regression", "new", "seconds", 10, 10, None, None)
+    regressions.save(db, [rec])
+    regressions.set_status(db, "abc123", "acknowledged", "known: new allocator")
     out = tmp_path / "exports" / name
     out.parent.mkdir()
     assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 0

@@ -13,14 +13,14 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
 
 NAN, INF = math.nan, math.inf
 BENCH = {
-    **G.BENCHMARKS,
+    **asvgen.BENCHMARKS,
     "suite.time_a": {"type": "time", "unit": "seconds", "params": [], "param_names": []},
     "suite.time_b": {"type": "time", "unit": "seconds", "params": [], "param_names": []},
     "suite.track_neg": {"type": "track", "unit": "items", "params": [], "param_names": []},
@@ -38,8 +38,9 @@ def q(db, sql, params=None):
 
 
 def _ingest(tmp_path, results: dict, benchmarks=BENCH):
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1), results=results)},
-                          benchmarks=benchmarks)
+    root = asvgen.make_results(tmp_path / "results",
+                               {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1), results=results)},
+                               benchmarks=benchmarks)
     db = tmp_path / "x.duckdb"
     lines: list[str] = []
     rep = ingest(root, db, echo=lines.append)
@@ -80,7 +81,7 @@ def test_bad_value_is_named_and_never_a_measurement(case, with_benchmarks_json, 
 
 
 def test_parameterized_bad_value_names_its_parameters(tmp_path):
-    row = [[1.0, True, -2.0, 4.0], G.PARAMS, "v", 1_700_000_000_000, 1.0, None, None, None, None, None, None,
+    row = [[1.0, True, -2.0, 4.0], asvgen.PARAMS, "v", 1_700_000_000_000, 1.0, None, None, None, None, None, None,
            [[1.0], [1.0], [1.0], [4.0, NAN]]]
     db, rep, _ = _ingest(tmp_path, {"suite.time_param": row})
     got = q(db, "SELECT param_key, status, value FROM results ORDER BY param_index")
@@ -114,14 +115,14 @@ def test_the_gate_never_judges_a_bad_value(head_row, tmp_path):
     """What the gate saw before: ratio -1.000 (negative times), ratio nan (a NaN sample), 1.0 for true."""
     from xrt.track import gate
 
-    root = G.make_results(tmp_path / "results", {
-        "m1/00000001-env.json": G.v2_file(G.sha(1), date_ms=1_700_000_000_000,
+    root = asvgen.make_results(tmp_path / "results", {
+        "m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1), date_ms=1_700_000_000_000,
                                           results={"suite.time_a": plain(0.5, [0.5] * 6)}),
-        "m1/00000002-env.json": G.v2_file(G.sha(2), date_ms=1_700_000_001_000,
+        "m1/00000002-env.json": asvgen.v2_file(asvgen.sha(2), date_ms=1_700_000_001_000,
                                           results={"suite.time_a": head_row})}, benchmarks=BENCH)
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)
-    v = gate.judge(db, G.sha(1), G.sha(2), history=False)
+    v = gate.judge(db, asvgen.sha(1), asvgen.sha(2), history=False)
     ratios = [r["ratio"] for r in v.regressions + v.clock]
     assert ratios == [] and v.compared == 0
     assert v.code == gate.CANNOT_JUDGE  # fails closed: the head value is no measurement

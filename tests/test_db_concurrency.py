@@ -16,7 +16,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.db import store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -44,11 +44,12 @@ print(json.dumps({"ok": ok, "failures": failures, "seen": seen}))
 
 def _results(root: Path, n: int) -> None:
     for i in range(n):
-        G.write_json(root / "m1" / f"{G.sha(i)[-8:]}-env.json", G.v2_file(G.sha(i), date_ms=1_700_000_000_000 + i))
+        asvgen.write_json(root / "m1" / f"{asvgen.sha(i)[-8:]}-env.json",
+                          asvgen.v2_file(asvgen.sha(i), date_ms=1_700_000_000_000 + i))
 
 
 def test_reader_never_fails_while_ingest_loops(tmp_path):
-    root = G.make_results(tmp_path / "results", {})
+    root = asvgen.make_results(tmp_path / "results", {})
     _results(root, 1)
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)
@@ -77,7 +78,7 @@ def test_reader_never_fails_while_ingest_loops(tmp_path):
 
 
 def test_kill_9_mid_ingest_leaves_the_old_database_and_the_next_ingest_completes(tmp_path):
-    root = G.make_results(tmp_path / "results", {})
+    root = asvgen.make_results(tmp_path / "results", {})
     _results(root, 3)
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)

@@ -44,10 +44,11 @@ def test_perf_runs_on_a_tiny_size(tmp_path):
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-    import asvgen as G
+    import asvgen
 
-    root = G.make_results(tmp_path / "results", {
-        f"m1/{G.sha(i)[-8:]}-env.json": G.v2_file(G.sha(i), date_ms=1_700_000_000_000 + i) for i in range(3)})
+    root = asvgen.make_results(tmp_path / "results", {
+        f"m1/{asvgen.sha(i)[-8:]}-env.json": asvgen.v2_file(asvgen.sha(i), date_ms=1_700_000_000_000 + i)
+        for i in range(3)})
     figures = perf.run(corpus=str(root), values=2_000, repeat=1, workdir=str(tmp_path / "work"),
                        echo=lambda s: None)
     assert figures["corpus"]["files"] == 3 and figures["corpus"]["values"] == 12

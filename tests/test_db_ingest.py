@@ -14,7 +14,7 @@ duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
 from xrt.db import schema, store  # noqa: E402
@@ -34,9 +34,9 @@ def run_ingest(results, db, repo=None):
 
 @pytest.fixture
 def two_schemas(tmp_path):
-    root = G.make_results(tmp_path / "results", {
-        "m1/00000001-virtualenv-py3.11.json": G.v2_file(G.sha(1), date_ms=1_700_000_000_000),
-        "m1/00000002-virtualenv-py3.8.json": G.v1_file(G.sha(2), date_ms=1_600_000_000_000),
+    root = asvgen.make_results(tmp_path / "results", {
+        "m1/00000001-virtualenv-py3.11.json": asvgen.v2_file(asvgen.sha(1), date_ms=1_700_000_000_000),
+        "m1/00000002-virtualenv-py3.8.json": asvgen.v1_file(asvgen.sha(2), date_ms=1_600_000_000_000),
     })
     return root, tmp_path / "xrt.duckdb"
 
@@ -60,7 +60,7 @@ def test_parameterized_rows_stats_samples_and_derived(two_schemas):
     run_ingest(root, db)
     rows = q(db, """SELECT param_index, params, param_key, value, status, samples, ci_99_a, ci_99_b, q25, q75,
                     number, repeat, unit, gbps, tflops FROM results
-                    WHERE benchmark = 'suite.time_param' AND commit_hash = ? ORDER BY param_index""", [G.sha(1)])
+                    WHERE benchmark = 'suite.time_param' AND commit_hash = ? ORDER BY param_index""", [asvgen.sha(1)])
     assert [r[0] for r in rows] == [0, 1, 2, 3]
     assert rows[0][1] == ["'a'", "1"] and rows[3][2] == "'b', 2"
     assert [r[4] for r in rows] == ["ok", "failed", "skipped", "ok"]
@@ -72,12 +72,12 @@ def test_parameterized_rows_stats_samples_and_derived(two_schemas):
     assert rows[3][14] == pytest.approx(2e12 / 4.0 / 1e12)
     assert rows[1][13] is None  # no value, no rate
     plain = q(db, "SELECT value, samples, ci_99_a, number, repeat, unit, gbps FROM results "
-              "WHERE benchmark = 'suite.time_plain' AND commit_hash = ?", [G.sha(1)])
+              "WHERE benchmark = 'suite.time_plain' AND commit_hash = ?", [asvgen.sha(1)])
     assert plain == [(0.5, [0.5, 0.49, 0.51], 0.49, 10.0, 10.0, "seconds", None)]
     track = q(db, "SELECT value, unit, samples FROM results WHERE benchmark = 'suite.track_count'")
     assert track == [(42.0, "items", None)]
     v1 = q(db, "SELECT value, ci_99_a, ci_99_b, q25, number, samples FROM results WHERE commit_hash = ? "
-           "AND benchmark = 'suite.time_param' AND param_index = 0", [G.sha(2)])
+           "AND benchmark = 'suite.time_param' AND param_index = 0", [asvgen.sha(2)])
     assert v1 == [(1.1, 1.0, 1.2, 1.05, 5.0, [1.1, 1.2])]
 
 
@@ -86,7 +86,7 @@ def test_without_repo_commit_order_by_dates(two_schemas):
     run_ingest(root, db)
     # the schema-1 file's commit is older by date, so it comes first
     assert q(db, "SELECT hash, position, source FROM commits ORDER BY position") == [
-        (G.sha(2), 0, "results"), (G.sha(1), 1, "results")]
+        (asvgen.sha(2), 0, "results"), (asvgen.sha(1), 1, "results")]
 
 
 def _git(repo: Path, *args: str, date: str | None = None) -> str:
@@ -115,9 +115,9 @@ def git_repo(tmp_path):
 def test_with_repo_first_parent_order_and_facts(tmp_path, git_repo):
     repo, h = git_repo
     # dates in the files deliberately disagree with git: git's order must win
-    root = G.make_results(tmp_path / "results", {
-        f"m1/{h[2][:8]}-env.json": G.v2_file(h[2], date_ms=1_000),
-        f"m1/{h[0][:8]}-env.json": G.v2_file(h[0], date_ms=9_000),
+    root = asvgen.make_results(tmp_path / "results", {
+        f"m1/{h[2][:8]}-env.json": asvgen.v2_file(h[2], date_ms=1_000),
+        f"m1/{h[0][:8]}-env.json": asvgen.v2_file(h[0], date_ms=9_000),
     })
     db = tmp_path / "x.duckdb"
     rep, lines = run_ingest(root, db, repo=str(repo))
@@ -132,9 +132,9 @@ def test_with_repo_first_parent_order_and_facts(tmp_path, git_repo):
 
 def test_commit_not_in_repository(tmp_path, git_repo):
     repo, h = git_repo
-    root = G.make_results(tmp_path / "results", {
-        f"m1/{h[1][:8]}-env.json": G.v2_file(h[1]),
-        "m1/deadbeef-env.json": G.v2_file("deadbeef" * 5),
+    root = asvgen.make_results(tmp_path / "results", {
+        f"m1/{h[1][:8]}-env.json": asvgen.v2_file(h[1]),
+        "m1/deadbeef-env.json": asvgen.v2_file("deadbeef" * 5),
     })
     db = tmp_path / "x.duckdb"
     rep, lines = run_ingest(root, db, repo=str(repo))
@@ -155,14 +155,15 @@ BAD = {
 
 
 def test_every_bad_input_is_reported_and_the_rest_ingested(tmp_path):
-    files = {f"m1/{G.sha(i)[-8:]}-env.json": G.v2_file(G.sha(i), date_ms=1_700_000_000_000 + i) for i in range(7)}
-    files["m1/unknownb-env.json"] = G.v2_file(G.sha(99), results={
-        **G.v2_results(), "suite.time_gone": [[3.0], [], "v-gone"]})
-    root = G.make_results(tmp_path / "results", files)
-    good = (root / "m1" / f"{G.sha(0)[-8:]}-env.json").read_bytes()
+    files = {f"m1/{asvgen.sha(i)[-8:]}-env.json": asvgen.v2_file(asvgen.sha(i), date_ms=1_700_000_000_000 + i)
+             for i in range(7)}
+    files["m1/unknownb-env.json"] = asvgen.v2_file(asvgen.sha(99), results={
+        **asvgen.v2_results(), "suite.time_gone": [[3.0], [], "v-gone"]})
+    root = asvgen.make_results(tmp_path / "results", files)
+    good = (root / "m1" / f"{asvgen.sha(0)[-8:]}-env.json").read_bytes()
     bad_names = {}
     for i, (kind, make) in enumerate(BAD.items(), start=1):
-        p = root / "m1" / f"{G.sha(i)[-8:]}-env.json"
+        p = root / "m1" / f"{asvgen.sha(i)[-8:]}-env.json"
         p.write_bytes(make(p.read_bytes()))
         bad_names[p.relative_to(root).as_posix()] = kind
     assert good  # sanity
@@ -199,24 +200,24 @@ def test_idempotent_and_changed_file_replaces_its_rows(two_schemas):
     assert db.stat().st_ino == inode  # nothing new: the file was not even rewritten
     before = q(db, "SELECT count(*), sum(value) FROM results")
     f = root / "m1" / "00000001-virtualenv-py3.11.json"
-    f.write_text(json.dumps(G.v2_file(G.sha(1), results=G.v2_results(scale=10.0))))
+    f.write_text(json.dumps(asvgen.v2_file(asvgen.sha(1), results=asvgen.v2_results(scale=10.0))))
     rep3, _ = run_ingest(root, db)
     assert (rep3.ingested, rep3.unchanged) == (1, 1)
     after = q(db, "SELECT count(*), sum(value) FROM results")
     assert after[0][0] == before[0][0] and after[0][1] != before[0][1]
     assert q(db, "SELECT value FROM results WHERE commit_hash = ? AND benchmark = 'suite.time_plain'",
-             [G.sha(1)]) == [(5.0,)]
+             [asvgen.sha(1)]) == [(5.0,)]
     assert q(db, "SELECT count(*) FROM runs") == [(2,)]
     # a new file is added without touching the others
-    G.write_json(root / "m1" / "00000003-env.json", G.v2_file(G.sha(3), date_ms=1_800_000_000_000))
+    asvgen.write_json(root / "m1" / "00000003-env.json", asvgen.v2_file(asvgen.sha(3), date_ms=1_800_000_000_000))
     rep4, _ = run_ingest(root, db)
     assert (rep4.ingested, rep4.unchanged) == (1, 2)
-    assert q(db, "SELECT hash FROM commits ORDER BY position DESC LIMIT 1") == [(G.sha(3),)]
+    assert q(db, "SELECT hash FROM commits ORDER BY position DESC LIMIT 1") == [(asvgen.sha(3),)]
 
 
 def test_gpu_facts_from_sidecar_and_machine_json(tmp_path):
-    root = G.make_results(tmp_path / "results", {"m1/00000001-env.json": G.v2_file(G.sha(1))})
-    G.write_json(root / "m1" / "00000001-env.xrt.json", {
+    root = asvgen.make_results(tmp_path / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
+    asvgen.write_json(root / "m1" / "00000001-env.xrt.json", {
         "gpu": {"name": "NVIDIA H100 80GB HBM3", "driver": "560.35", "cuda": "12.6", "sm_clock_mhz": 1980,
                 "peak_gbps": 3350.0, "weird_fact": [1, 2]},
         "software": {"torch": "2.5.1", "triton": "3.1.0"}, "throttle_share": 0.02,
@@ -230,7 +231,7 @@ def test_gpu_facts_from_sidecar_and_machine_json(tmp_path):
     v = q(db, "SELECT gbps, pct_sol FROM results WHERE benchmark = 'suite.time_plain'")
     assert v == [(pytest.approx(1.0), pytest.approx(50.0))]
     # a changed sidecar is a changed run
-    G.write_json(root / "m1" / "00000001-env.xrt.json", {"gpu": {"name": "NVIDIA A100"}})
+    asvgen.write_json(root / "m1" / "00000001-env.xrt.json", {"gpu": {"name": "NVIDIA A100"}})
     rep2, _ = run_ingest(root, db)
     assert rep2.ingested == 1 and q(db, "SELECT gpu_model FROM runs") == [("NVIDIA A100",)]
 
@@ -280,7 +281,7 @@ def test_cli_query_formats_and_refusals(two_schemas, capsys):
 
 def test_cli_export_and_stats(two_schemas, tmp_path, capsys):
     root, db = two_schemas
-    G.write_json(root / "m2" / "00000005-env.json", G.v2_file(G.sha(5), machine="m2"))
+    asvgen.write_json(root / "m2" / "00000005-env.json", asvgen.v2_file(asvgen.sha(5), machine="m2"))
     assert xrt_main(["db", "ingest", str(root), "--db", str(db)]) == 0
     out = tmp_path / "parquet"
     assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 0

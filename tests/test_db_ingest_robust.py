@@ -14,7 +14,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -26,9 +26,9 @@ def q(db, sql, params=None):
 
 
 def _results(tmp_path, n=3, machines=("m1",)):
-    files = {f"{m}/{i:08d}-env.json": G.v2_file(G.sha(i + 10 * k), machine=m, date_ms=1_700_000_000_000 + i)
+    files = {f"{m}/{i:08d}-env.json": asvgen.v2_file(asvgen.sha(i + 10 * k), machine=m, date_ms=1_700_000_000_000 + i)
              for k, m in enumerate(machines) for i in range(1, n + 1)}
-    return G.make_results(tmp_path / "results", files, machines=machines)
+    return asvgen.make_results(tmp_path / "results", files, machines=machines)
 
 
 def run(root, db):
@@ -144,7 +144,7 @@ def test_bad_meta_file_does_not_rewrite_the_database_each_time(which, tmp_path):
     assert q(db, "SELECT count(*) FROM ingests") == [(1,)]
     assert q(db, "SELECT count(*) FROM ingest_errors WHERE file = ?", [which]) == [(1,)]
     # fixed: recorded as ok, its error gone
-    G.make_results(root, {})
+    asvgen.make_results(root, {})
     rep, _ = run(root, db)
     assert rep.wrote and q(db, "SELECT status FROM ingest_files WHERE file = ?", [which]) == [("ok",)]
     assert q(db, "SELECT count(*) FROM ingest_errors WHERE file = ?", [which]) == [(0,)]
@@ -174,7 +174,8 @@ def test_renamed_machine_folder_is_named_and_not_ingested_twice(tmp_path):
     rep2, _ = run(root, db)
     assert not rep2.wrote and db.stat().st_ino == ino
     # a new file in the renamed folder is ingested as usual
-    G.write_json(root / "m1-renamed" / "00000009-env.json", G.v2_file(G.sha(9), date_ms=1_700_000_000_009))
+    asvgen.write_json(root / "m1-renamed" / "00000009-env.json",
+                      asvgen.v2_file(asvgen.sha(9), date_ms=1_700_000_000_009))
     rep3, _ = run(root, db)
     assert rep3.ingested == 1 and q(db, "SELECT count(*) FROM runs") == [(4,)]
 

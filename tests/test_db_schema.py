@@ -81,16 +81,16 @@ def test_version_3_file_without_them_gets_them(tmp_path):
 
 
 def test_regressions_save_and_ack_need_no_create_of_their_own(tmp_path):
-    from xrt.track import regressions as R
+    from xrt.track import regressions
 
     db = tmp_path / "x.duckdb"
     store.write(db, lambda con: None)
-    rec = R.Record("abc123def456", "m1", "b", [], "", "c2", "c1", 1.0, 2.0, 2.0, 1e-4, 5.0, "regression", "new",
-                   "seconds", 10, 10, None, None)
-    R.save(db, [rec])
-    assert R.set_status(db, "abc", "ignored", "noise")["status"] == "ignored"
-    assert R.stored(db)["abc123def456"]["note"] == "noise"
-    assert not hasattr(R, "TABLE")  # one definition: the migration
+    rec = regressions.Record("abc123def456", "m1", "b", [], "", "c2", "c1", 1.0, 2.0, 2.0, 1e-4, 5.0, "regression",
+                             "new", "seconds", 10, 10, None, None)
+    regressions.save(db, [rec])
+    assert regressions.set_status(db, "abc", "ignored", "noise")["status"] == "ignored"
+    assert regressions.stored(db)["abc123def456"]["note"] == "noise"
+    assert not hasattr(regressions, "TABLE")  # one definition: the migration
 
 
 def test_released_migrations_are_unchanged():

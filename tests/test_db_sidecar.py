@@ -12,7 +12,7 @@ duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
-import asvgen as G  # noqa: E402
+import asvgen  # noqa: E402
 
 from xrt.db import schema, store  # noqa: E402
 from xrt.db.export import export_parquet  # noqa: E402
@@ -22,7 +22,7 @@ from xrt.db.stats import stats  # noqa: E402
 
 SQ = "bench_ops.Square.time_op"
 SQ_PARAMS = [["'4096'", "'65536'"], ["'float32'"], ["'torch'"], ["'default'"]]
-BENCHMARKS = {**G.BENCHMARKS, SQ: {"name": SQ, "type": "time", "unit": "seconds", "params": SQ_PARAMS,
+BENCHMARKS = {**asvgen.BENCHMARKS, SQ: {"name": SQ, "type": "time", "unit": "seconds", "params": SQ_PARAMS,
                                    "param_names": ["shape", "dtype", "provider", "config"], "version": "v-sq"}}
 
 
@@ -31,16 +31,16 @@ def q(db, sql, params=None):
 
 
 def result_file(commit: str) -> dict:
-    res = G.v2_results()
+    res = asvgen.v2_results()
     res[SQ] = [[2e-6, 8e-6], SQ_PARAMS, "v-sq", 1_700_000_004_000, 3.0, [1.9e-6, 7.9e-6], [2.1e-6, 8.1e-6],
                [1.95e-6, 7.95e-6], [2.05e-6, 8.05e-6], [1, 1], [3, 3], [[2e-6, 2.1e-6, 1.9e-6], [8e-6, 8.1e-6, 7.9e-6]]]
-    return G.v2_file(commit, results=res)
+    return asvgen.v2_file(commit, results=res)
 
 
 CASES = [
-    G.xrt_case(SQ, ["'4096'", "'float32'", "'torch'", "'default'"], [2e-6, 2.1e-6, 1.9e-6], [1980, 1980, 1755],
+    asvgen.xrt_case(SQ, ["'4096'", "'float32'", "'torch'", "'default'"], [2e-6, 2.1e-6, 1.9e-6], [1980, 1980, 1755],
                nbytes=32768.0, flops=4096.0, reasons=[0, 0, 4]),
-    G.xrt_case(SQ, ["'65536'", "'float32'", "'torch'", "'default'"], [8e-6, 8.1e-6, 7.9e-6], [1980, None, 1980],
+    asvgen.xrt_case(SQ, ["'65536'", "'float32'", "'torch'", "'default'"], [8e-6, 8.1e-6, 7.9e-6], [1980, None, 1980],
                nbytes=524288.0, flops=65536.0),
 ]
 NAME = "00000001-virtualenv-py3.11"
@@ -48,8 +48,9 @@ NAME = "00000001-virtualenv-py3.11"
 
 @pytest.fixture
 def with_sidecar(tmp_path):
-    root = G.make_results(tmp_path / "results", {f"m1/{NAME}.json": result_file(G.sha(1))}, benchmarks=BENCHMARKS)
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", CASES))
+    root = asvgen.make_results(tmp_path / "results", {f"m1/{NAME}.json": result_file(asvgen.sha(1))},
+                               benchmarks=BENCHMARKS)
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", CASES))
     return root, tmp_path / "xrt.duckdb"
 
 
@@ -98,7 +99,8 @@ def test_sidecar_change_reingests_the_run(with_sidecar):
     again, _ = run_ingest(root, db)
     assert (again.ingested, again.unchanged, again.wrote) == (0, 1, False)
     cases = [dict(CASES[0], bytes=65536.0), CASES[1]]
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", cases, driver="565.57"))
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt",
+                     asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", cases, driver="565.57"))
     rep, _ = run_ingest(root, db)
     assert rep.ingested == 1
     assert q(db, "SELECT driver FROM runs") == [("565.57",)]
@@ -108,7 +110,7 @@ def test_sidecar_change_reingests_the_run(with_sidecar):
 
 def test_corrupt_sidecar_is_an_error_and_the_rows_still_ingest(with_sidecar):
     root, db = with_sidecar
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", '{"schema": "xrt-sidecar/1", "cases": [')
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", '{"schema": "xrt-sidecar/1", "cases": [')
     rep, lines = run_ingest(root, db)
     assert rep.ingested == 1 and rep.values_ok == 6
     assert [(f, k) for f, k, _ in rep.errors] == [(f"m1/{NAME}.json", "bad-sidecar")]
@@ -118,7 +120,7 @@ def test_corrupt_sidecar_is_an_error_and_the_rows_still_ingest(with_sidecar):
     assert q(db, "SELECT kind FROM ingest_errors") == [("bad-sidecar",)]
     assert q(db, "SELECT count(*) FROM results WHERE cycles IS NOT NULL") == [(0,)]
     # fixed: the run is re-ingested with its facts, and the error is gone
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", CASES))
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", CASES))
     rep2, _ = run_ingest(root, db)
     assert rep2.ingested == 1 and rep2.errors == []
     assert q(db, "SELECT count(*) FROM ingest_errors") == [(0,)]
@@ -127,18 +129,19 @@ def test_corrupt_sidecar_is_an_error_and_the_rows_still_ingest(with_sidecar):
 
 def test_malformed_cases_are_reported_the_good_ones_used(with_sidecar):
     root, db = with_sidecar
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", [CASES[0], {"params": 3}]))
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt",
+                     asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", [CASES[0], {"params": 3}]))
     rep, _ = run_ingest(root, db)
     assert [k for _, k, _ in rep.errors] == ["bad-sidecar"] and "1 of 2 cases" in rep.errors[0][2]
     assert q(db, "SELECT count(*) FROM results WHERE sm_mhz IS NOT NULL") == [(1,)]
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", "[1, 2]")
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", "[1, 2]")
     rep, _ = run_ingest(root, db)
     assert [k for _, k, _ in rep.errors] == ["bad-sidecar"] and "not a JSON object" in rep.errors[0][2]
 
 
 def test_xrt_wins_over_xrt_json_and_nan_goes_through_json(with_sidecar):
     root, db = with_sidecar
-    G.write_json(root / "m1" / f"{NAME}.xrt.json", {"gpu": {"name": "ignored"}})
+    asvgen.write_json(root / "m1" / f"{NAME}.xrt.json", {"gpu": {"name": "ignored"}})
     # asv writes NaN for a skip: orjson refuses it, json reads it
     (root / "m1" / f"{NAME}.xrt").write_text((root / "m1" / f"{NAME}.xrt").read_text()
                                               .replace('"power_limit_w": 700.0', '"power_limit_w": NaN'))
@@ -189,7 +192,7 @@ def test_samples_filed_under_other_parameters_are_bad(with_sidecar):
     the H100 run of 7d96618 filed other combinations' samples by index, and ingest stored them."""
     root, db = with_sidecar
     swapped = [dict(CASES[0], params=CASES[1]["params"]), dict(CASES[1], params=CASES[0]["params"])]
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", swapped))
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", swapped))
     rep, lines = run_ingest(root, db)
     assert rep.ingested == 1
     assert q(db, "SELECT param_index, status, value FROM results WHERE benchmark = $b ORDER BY 1", {"b": SQ}) == [
@@ -197,6 +200,6 @@ def test_samples_filed_under_other_parameters_are_bad(with_sidecar):
     assert any("asv's samples (3, median 2e-06) are not the timer's for these parameters (3, median 8e-06)" in s
                for s in lines)
     # the timer's own copy agrees: nothing flagged (the fixture's other tests)
-    G.write_xrt(root / "m1" / f"{NAME}.xrt", G.xrt_sidecar(G.sha(1), f"{NAME}.json", CASES))
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", CASES))
     run_ingest(root, db)
     assert q(db, "SELECT count(*) FROM results WHERE benchmark = $b AND status = 'ok'", {"b": SQ}) == [(2,)]

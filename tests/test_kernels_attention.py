@@ -14,7 +14,7 @@ from kernel_checks import poisoned_outputs
 
 import xrt.pytorch as xp
 from xrt.kernels import spaces
-from xrt.pytorch.ops import attention as A
+from xrt.pytorch.ops import attention as attention_op
 from xrt.pytorch.ops.attention import _attention_bwd_op, _attention_op
 
 F = torch.nn.functional
@@ -120,8 +120,8 @@ def test_torch_reference_matches_float64():
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """Fallback warnings start unsaid, and auto treats the CPU tensors as it would CUDA ones."""
-    monkeypatch.setattr(A, "_WARNED", set())
-    monkeypatch.setattr(A, "_auto_runs_triton", lambda q: True)
+    monkeypatch.setattr(attention_op, "_WARNED", set())
+    monkeypatch.setattr(attention_op, "_auto_runs_triton", lambda q: True)
 
 
 @pytest.mark.parametrize("case", ["mask", "dropout", "head_dim_59"])
@@ -171,20 +171,20 @@ def test_policy_routing(monkeypatch):
     before = {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags}
     xp.clear_kernel_policy()
     try:
-        assert A.choose(q, k, v) == "torch"  # nothing set: auto, and auto on the CPU is SDPA
+        assert attention_op.choose(q, k, v) == "torch"  # nothing set: auto, and auto on the CPU is SDPA
         for choice in ("triton", "torch", "auto"):
             with xp.kernel_policy(attention=choice):
                 assert {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags} == before
                 if choice == "triton" and not _interpreting():
                     continue
-                assert A.choose(q, k, v) == ("triton" if choice == "triton" else "torch")
+                assert attention_op.choose(q, k, v) == ("triton" if choice == "triton" else "torch")
         with xp.kernel_policy(attention="math"):
-            assert A.choose(q, k, v) == "math"
+            assert attention_op.choose(q, k, v) == "math"
             assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
             assert torch.equal(xp.ops.fused_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
-            assert A.choose(q, k, v, provider="torch") == "torch"  # the call's provider wins
+            assert attention_op.choose(q, k, v, provider="torch") == "torch"  # the call's provider wins
         xp.set_kernel_policy(attention="flash_v2")
-        assert A.choose(q, k, v) == "flash_v2" and not torch.backends.cuda.math_sdp_enabled()
+        assert attention_op.choose(q, k, v) == "flash_v2" and not torch.backends.cuda.math_sdp_enabled()
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel(SDPBackend.MATH):  # an explicit backend name runs SDPA with that backend only
@@ -236,16 +236,17 @@ def test_compile_fullgraph(interpreter):
 def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
     """Contiguous inputs take the TMA kernel (config ``tma``), others and ``tma=False`` the pointer
     kernel: the same values, ragged blocks included (TMA's zero-filled reads, clipped stores)."""
-    from xrt.kernels.triton import attention as T
+    from xrt.kernels.triton import attention as attention_kernels
 
     ran = []
     for name in ("_fwd", "_fwd_tma"):
-        real = getattr(T, name)
-        monkeypatch.setattr(T, name, lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
+        real = getattr(attention_kernels, name)
+        monkeypatch.setattr(attention_kernels, name,
+                            lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
     q, k, v, _ = _inputs((2, 2, 37), 45, torch.float16, "cpu")
-    o1, l1 = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
-    o2, l2 = T.attention(q, k, v, causal, 0.125, {**SMALL_FWD, "tma": False})
-    o3, l3 = T.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, 0.125, SMALL_FWD)
+    o1, l1 = attention_kernels.attention(q, k, v, causal, 0.125, SMALL_FWD)
+    o2, l2 = attention_kernels.attention(q, k, v, causal, 0.125, {**SMALL_FWD, "tma": False})
+    o3, l3 = attention_kernels.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, 0.125, SMALL_FWD)
     assert ran == ["_fwd_tma", "_fwd", "_fwd"]
     assert torch.equal(o1, o2) and torch.equal(l1, l2) and torch.equal(o1, o3)
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=0.125)
@@ -259,12 +260,13 @@ BWD_SHAPES = [((1, 2, 1), 1), ((1, 2, 17), 17), ((2, 1, 33), 33), ((1, 2, 33), 1
 
 
 def _count_bwd_launches(monkeypatch):
-    from xrt.kernels.triton import attention as T
+    from xrt.kernels.triton import attention as attention_kernels
 
     ran = []
     for name in ("_pre", "_dkdv", "_dkdv_tma", "_dq", "_dq_tma"):
-        real = getattr(T, name)
-        monkeypatch.setattr(T, name, lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
+        real = getattr(attention_kernels, name)
+        monkeypatch.setattr(attention_kernels, name,
+                            lambda *a, _r=real, _n=name, **kw: (ran.append(_n), _r(*a, **kw))[1])
     return ran
 
 
@@ -276,12 +278,12 @@ def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, 
     pointer kernels' bit for bit without causality, and within one fp16 rounding under it (the TMA
     dK/dV kernel adds the causal diagonal after the whole blocks). Each runs the kernels it says:
     TMA for contiguous inputs, the preprocess only without fuse_delta."""
-    from xrt.kernels.triton import attention as T
+    from xrt.kernels.triton import attention as attention_kernels
 
     q, k, v, do = _inputs(shape_q, s_k, torch.float16, "cpu")
-    o, lse = T.attention(q, k, v, causal, 0.125, SMALL_FWD)
-    want = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, POINTER_BWD)
-    want_tma = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, "tma": True})
+    o, lse = attention_kernels.attention(q, k, v, causal, 0.125, SMALL_FWD)
+    want = attention_kernels.attention_bwd(do, q, k, v, o, lse, causal, 0.125, POINTER_BWD)
+    want_tma = attention_kernels.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, "tma": True})
     for name, g, w in zip(("dq", "dk", "dv"), want_tma, want):
         if causal:
             torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3, msg=name)
@@ -290,7 +292,7 @@ def test_backward_variants_equal_the_pointer_backward(interpreter, monkeypatch, 
     ran = _count_bwd_launches(monkeypatch)
     for extra in BWD_VARIANTS:
         ran.clear()
-        got = T.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, **extra})
+        got = attention_kernels.attention_bwd(do, q, k, v, o, lse, causal, 0.125, {**POINTER_BWD, **extra})
         for name, g, w in zip(("dq", "dk", "dv"), got, want_tma if extra.get("tma") else want):
             assert torch.equal(g, w), (name, extra)
         tma = "_tma" if extra.get("tma") else ""
@@ -319,17 +321,18 @@ def test_tma_backward_head_dim_128_and_mixed_blocks(interpreter, causal):
 def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monkeypatch):
     """A [B, S, H, D] view (or a non-contiguous dO) cannot be a TMA descriptor: the pointer kernels
     run, with the result of the contiguous copy through TMA (within one fp16 rounding: causal)."""
-    from xrt.kernels.triton import attention as T
+    from xrt.kernels.triton import attention as attention_kernels
 
     base = torch.randn(4, 1, 19, 2, 64).half()  # q, k, v, do stacked, [B, S, H, D] each
     q, k, v, do = (base[i].transpose(1, 2) for i in range(4))
-    o, lse = T.attention(q, k, v, True, 0.125, SMALL_FWD)
+    o, lse = attention_kernels.attention(q, k, v, True, 0.125, SMALL_FWD)
     ran = _count_bwd_launches(monkeypatch)
     cfg = {**POINTER_BWD, "tma": True}
-    got = T.attention_bwd(do, q, k, v, o, lse, True, 0.125, cfg)
+    got = attention_kernels.attention_bwd(do, q, k, v, o, lse, True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv", "_dq"]
     ran.clear()
-    want = T.attention_bwd(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o, lse, True, 0.125, cfg)
+    want = attention_kernels.attention_bwd(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o, lse,
+                                           True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv_tma", "_dq_tma"]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
@@ -410,7 +413,7 @@ def test_backward_variants_on_gpu(bwd, causal, d):
 def test_auto_and_transposed_on_gpu():
     base = torch.randn(3, 2, 333, 4, 128, device="cuda", dtype=torch.bfloat16)  # [B, S, H, D] each
     q, k, v = (base[i].transpose(1, 2) for i in range(3))
-    assert A.choose(q, k, v) == "triton"
+    assert attention_op.choose(q, k, v) == "triton"
     do = torch.randn_like(q)
     _check_against_sdpa(q, k, v, do, True, provider="auto")
 
@@ -437,17 +440,18 @@ def test_the_op_runs_each_head_dims_own_default(interpreter, monkeypatch):
     """Through the public op (which passes the space's defaults when nothing is tuned) the forward
     takes its head dim's default: 128 x 64 blocks at hd64, 128 x 128 at hd128 (the H100 sweep). On
     the H100 the op ran hd64 at 128 x 128, 0.76x SDPA instead of 0.96x, before this held."""
-    from xrt.kernels.triton import attention as T
+    from xrt.kernels.triton import attention as attention_kernels
 
     blocks = []
-    real = T._fwd_tma
-    monkeypatch.setattr(T, "_fwd_tma", lambda *a, **kw: (blocks.append((kw["BLOCK_M"], kw["BLOCK_N"])),
-                                                         real(*a, **kw))[1])
+    real = attention_kernels._fwd_tma
+    monkeypatch.setattr(attention_kernels, "_fwd_tma", lambda *a, **kw: (blocks.append((kw["BLOCK_M"], kw["BLOCK_N"])),
+                                                                         real(*a, **kw))[1])
     for d in (64, 128):
         q, k, v, _ = _inputs((1, 1, 8), 8, torch.float16, "cpu", d=d)
         xp.ops.fused_attention(q, k, v, provider="triton")
     assert blocks == [(128, 64), (128, 128)]
-    assert T.attention(q, k, v, False, 0.1, {"BLOCK_N": 64})[0].shape == q.shape and blocks[-1] == (128, 64)
+    assert (attention_kernels.attention(q, k, v, False, 0.1, {"BLOCK_N": 64})[0].shape == q.shape
+            and blocks[-1] == (128, 64))
 
 
 def test_bwd_sweep_candidates_are_in_the_space():

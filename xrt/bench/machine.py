@@ -12,7 +12,7 @@ import re
 import time
 from typing import Any
 
-from xrt.db import sidecar_keys as SK
+from xrt.db import sidecar_keys
 from xrt.device import DeviceInfo
 
 
@@ -73,7 +73,7 @@ def _cpu_model() -> str | None:
 def sidecar(dev: DeviceInfo, **extra: Any) -> dict[str, Any]:
     """The GPU and software facts written beside each run's asv results (and ingested with them)."""
     facts = {
-        SK.SCHEMA_KEY: SK.SCHEMA,
+        sidecar_keys.SCHEMA_KEY: sidecar_keys.SCHEMA,
         "machine": machine_name(dev),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu_model": dev.name if dev.kind != "cpu" else None,

@@ -32,8 +32,7 @@ from typing import Any
 
 from xrt.bench import machine as xmachine
 from xrt.bench import sources, worktrees
-from xrt.db import result_names
-from xrt.db import sidecar_keys as SK
+from xrt.db import result_names, sidecar_keys
 from xrt.device import DeviceInfo
 
 
@@ -255,10 +254,10 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
         if foreign:
             raise BenchError(f"commit {commit[:10]}: benchmarks imported xrt from {foreign}, not from the commit's "
                              f"worktree {worktree}; refusing to record them as that commit's results")
-        side = {**facts, SK.COMMIT: commit, SK.RESULT_FILE: f.name, SK.CASES: cases}
+        side = {**facts, sidecar_keys.COMMIT: commit, sidecar_keys.RESULT_FILE: f.name, sidecar_keys.CASES: cases}
         tmp = dest / (f.stem + ".xrt.tmp")
         tmp.write_text(json.dumps(side))
-        os.replace(tmp, dest / (f.stem + SK.SUFFIX))
+        os.replace(tmp, dest / (f.stem + sidecar_keys.SUFFIX))
         copied.append(dest / f.name)
     return copied
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xrt.db import sidecar_keys as SK
+from xrt.db import sidecar_keys
 
 # The column lists of a parsed run, in the order of the `results` table's raw part.
 VALUE_COLUMNS = (
@@ -36,8 +36,8 @@ VALUE_COLUMNS = (
     "duration", "bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share",
 )
 
-SIDECAR_SUFFIX = SK.LEGACY_SUFFIX  # the older, hand-written form
-SIDECAR_SUFFIXES = SK.SUFFIXES  # looked for in this order; the first found is the sidecar
+SIDECAR_SUFFIX = sidecar_keys.LEGACY_SUFFIX  # the older, hand-written form
+SIDECAR_SUFFIXES = sidecar_keys.SUFFIXES  # looked for in this order; the first found is the sidecar
 
 try:  # a C parser, 3-4x faster than json; asv's NaN (a skip) and inf are not JSON, so json reads those
     import orjson as _orjson
@@ -279,32 +279,33 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
     """
     if not isinstance(sc, dict):
         raise BadFile("bad-sidecar", "not a JSON object")
-    facts = {k: v for k, v in sc.items() if k != SK.CASES}
+    facts = {k: v for k, v in sc.items() if k != sidecar_keys.CASES}
     cases: dict[tuple[str, tuple], CaseFacts] = {}
     problems: list[str] = []
-    raw = sc.get(SK.CASES)
+    raw = sc.get(sidecar_keys.CASES)
     if raw is None:
         return facts, cases, problems
     if not isinstance(raw, list):
-        return facts, cases, [f"'{SK.CASES}' is not a list"]
+        return facts, cases, [f"'{sidecar_keys.CASES}' is not a list"]
     sm_all, mem_all, thr_all, bad = [], [], [], 0
     for c in raw:
-        params = c.get(SK.CASE_PARAMS, []) if isinstance(c, dict) else None
-        if (not isinstance(c, dict) or not isinstance(c.get(SK.CASE_BENCHMARK), str) or not isinstance(params, list)
-                or not all(isinstance(p, str) for p in params)):
+        params = c.get(sidecar_keys.CASE_PARAMS, []) if isinstance(c, dict) else None
+        if (not isinstance(c, dict) or not isinstance(c.get(sidecar_keys.CASE_BENCHMARK), str)
+                or not isinstance(params, list) or not all(isinstance(p, str) for p in params)):
             bad += 1
             continue
-        sm = c.get(SK.CASE_SM_MHZ) if isinstance(c.get(SK.CASE_SM_MHZ), list) else []
-        mem = c.get(SK.CASE_MEM_MHZ) if isinstance(c.get(SK.CASE_MEM_MHZ), list) else []
-        cyc = c.get(SK.CASE_CYCLES)
+        sm = c.get(sidecar_keys.CASE_SM_MHZ) if isinstance(c.get(sidecar_keys.CASE_SM_MHZ), list) else []
+        mem = c.get(sidecar_keys.CASE_MEM_MHZ) if isinstance(c.get(sidecar_keys.CASE_MEM_MHZ), list) else []
+        cyc = c.get(sidecar_keys.CASE_CYCLES)
         cyc = [_num(x) for x in cyc] if isinstance(cyc, list) else None
-        f = CaseFacts(bytes=_num(c.get(SK.CASE_BYTES)), flops=_num(c.get(SK.CASE_FLOPS)), sm_mhz=_median(sm),
+        f = CaseFacts(bytes=_num(c.get(sidecar_keys.CASE_BYTES)), flops=_num(c.get(sidecar_keys.CASE_FLOPS)),
+                      sm_mhz=_median(sm),
                       cycles=cyc, cycles_median=_median(cyc or []),
-                      throttled_share=_num(c.get(SK.CASE_THROTTLED_SHARE)))
-        smp = c.get(SK.CASE_SAMPLES)
+                      throttled_share=_num(c.get(sidecar_keys.CASE_THROTTLED_SHARE)))
+        smp = c.get(sidecar_keys.CASE_SAMPLES)
         if isinstance(smp, list) and smp:
             f.samples_median, f.n_samples = _median(smp), len(smp)
-        cases[(c[SK.CASE_BENCHMARK], tuple(params))] = f
+        cases[(c[sidecar_keys.CASE_BENCHMARK], tuple(params))] = f
         if f.sm_mhz is not None:
             sm_all.append(f.sm_mhz)
         m = _median(mem)
@@ -313,8 +314,8 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
         if f.throttled_share is not None:
             thr_all.append(f.throttled_share)
     if bad:
-        problems.append(f"{bad} of {len(raw)} cases without a '{SK.CASE_BENCHMARK}' name and a list of "
-                        f"'{SK.CASE_PARAMS}' strings (ignored)")
+        problems.append(f"{bad} of {len(raw)} cases without a '{sidecar_keys.CASE_BENCHMARK}' name and a list of "
+                        f"'{sidecar_keys.CASE_PARAMS}' strings (ignored)")
     derived = {"sm_clock_mhz": _median(sm_all), "mem_clock_mhz": _median(mem_all),
                "throttle_share": statistics.fmean(thr_all) if thr_all else None}
     for k, v in derived.items():
