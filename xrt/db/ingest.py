@@ -523,8 +523,8 @@ def _write(con, st: _Ingest, values, repo: str | None) -> None:
                "error" if rel in errfiles else "ok", None, ingest_id, now) for rel in st.meta_changed]
     if files:
         con.execute("DELETE FROM ingest_files WHERE file IN (SELECT unnest(?))", [[f[0] for f in files]])
-        _bulk(con, "ingest_files", files)
-    _bulk(con, "ingest_errors", st.error_rows(ingest_id, now), _ERROR_COLUMNS)
+        store.insert_rows(con, "ingest_files", files)
+    store.insert_rows(con, "ingest_errors", st.error_rows(ingest_id, now), _ERROR_COLUMNS)
     _commits(con, st.git_commits)
     rep = st.rep
     con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
@@ -542,7 +542,7 @@ def _write_metadata(con, st: _Ingest) -> None:
         con.execute("DELETE FROM benchmarks")
         rows = [(b.name, b.type, b.unit, json.dumps(b.params), b.param_names, b.version, b.bytes, b.flops,
                  b.sol_s, json.dumps(b.attrs, default=str)) for b in known.values()]
-        _bulk(con, "benchmarks", rows)
+        store.insert_rows(con, "benchmarks", rows)
         con.execute("UPDATE results SET unit = b.unit FROM benchmarks b "
                     "WHERE results.benchmark = b.name AND results.unit IS DISTINCT FROM b.unit")
     for rel, m in st.machines.items():
@@ -612,22 +612,6 @@ def _write_values(con, values, run_ids: dict[int, int], n_outcomes: int) -> None
                         CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,
                         CASE WHEN ok THEN v.flops / v.value / 1e12 END AS tflops) d""")
     con.unregister("xrt_new_values")
-
-
-def _bulk(con, table: str, rows: list[tuple], names: tuple[str, ...] | None = None) -> None:
-    """Insert many rows in one statement through an Arrow table (DuckDB's executemany is slow);
-    ``names``: the table's columns the rows fill (default: all, in order)."""
-    if not rows:
-        return
-    import pyarrow as pa
-
-    cols = list(zip(*rows))
-    con.register("xrt_bulk", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
-    into = f"{table} ({', '.join(names)})" if names else table
-    try:
-        con.execute(f"INSERT INTO {into} SELECT * FROM xrt_bulk")
-    finally:
-        con.unregister("xrt_bulk")
 
 
 def _float(v: Any) -> float | None:

@@ -263,6 +263,24 @@ def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) ->
                 p.unlink()
 
 
+def insert_rows(con: Any, table: str, rows: list[tuple], names: tuple[str, ...] | None = None,
+                extra: tuple[str, ...] = ()) -> None:
+    """Insert many rows in one statement through an Arrow table (DuckDB's ``executemany`` runs one
+    statement per row: 14 s for 4,680 rows). ``names``: the table's columns the rows fill (default:
+    all, in order); ``extra``: SQL expressions for the columns after them (e.g. ``now()::TIMESTAMP``)."""
+    if not rows:
+        return
+    import pyarrow as pa
+
+    cols = list(zip(*rows))
+    con.register("xrt_bulk", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
+    into = f"{table} ({', '.join(names)})" if names else table
+    try:
+        con.execute(f"INSERT INTO {into} SELECT *{''.join(', ' + e for e in extra)} FROM xrt_bulk")
+    finally:
+        con.unregister("xrt_bulk")
+
+
 _TRANSIENT = ("Could not read enough bytes", "Could not set lock", "No such file")
 
 

@@ -206,18 +206,13 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
         scope = "TRUE" if scope_machine is None else "machine = ?"
         sargs = [] if scope_machine is None else [scope_machine]
         con.execute(f"DELETE FROM newest_judgements WHERE {scope}", sargs)
-        if jrows:
-            con.executemany("INSERT INTO newest_judgements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
-                            jrows)
+        store.insert_rows(con, "newest_judgements", jrows, extra=("now()::TIMESTAMP",))
         # withdrawn: suspected at a series' newest commit, not suspected any more there
         flagged = {r.id for r in recs}
-        withdrawn = 0
-        for j in js:
-            if j.verdict == REGRESSION:
-                continue
-            rid = regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
-            withdrawn += con.execute("DELETE FROM regressions WHERE id = ? AND suspected AND status = 'new' "
-                                     "RETURNING id", [rid]).fetchall().__len__()
+        gone = [regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
+                for j in js if j.verdict != REGRESSION]
+        withdrawn = len(con.execute("DELETE FROM regressions WHERE id IN (SELECT unnest(?::VARCHAR[])) AND suspected "
+                                    "AND status = 'new' RETURNING id", [gone]).fetchall()) if gone else 0
         added = 0
         for r in recs:
             row = [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
