@@ -1,12 +1,15 @@
 """Side-by-side host cost of xrt's ops against torch and a bare Triton launch, in one run.
 
     python benchmarks/host_cost.py --device cuda --out host_cost.json [--md host_cost.md]
-        [--calls 3000] [--repeats 9] [--no-compile] [--tuned results/tuned]
+        [--calls 3000] [--repeats 25] [--no-compile] [--tuned results/tuned]
 
 Host µs per call: the wall time of ``--calls`` (3,000) back-to-back calls divided by ``--calls``,
 after a warm-up, with the device synchronised before the first call and after the last, both
 outside the interval (:meth:`xrt.bench.timer.Clock.host_batch`, the suites' host timer with
-longer samples); the median of ``--repeats`` (9) such runs. Inputs are small ([4096] fp32 for
+longer samples); the median of ``--repeats`` (25) such runs. A row whose target names another row
+is measured in turns with it (A B, then B A, ...: one repeat of each) and judged on the median of
+the per-repeat differences ("+ N µs" targets) or ratios ("N x" targets), so that the host's drift
+(it switches between states minutes apart) moves both sides alike. Inputs are small ([4096] fp32 for
 square, [64, 1024] bf16 for softmax and layernorm), so on a GPU the kernels finish before the next
 launch and the figure is the cost to the caller. The rows and their targets:
 
@@ -18,7 +21,7 @@ launch and the figure is the cost to the caller. The rows and their targets:
 * softmax and layernorm forward, torch against xrt's triton / cuda providers (same targets);
 * layernorm forward + backward (``torch.autograd.grad``): xrt triton / cuda <= 1.2 x torch;
 * the xrt rows again with ``XRT_TUNED`` pointing at ``--tuned`` (results/tuned): no worse than
-  without it (<= 1.05 x, the noise of a median of 9);
+  without it (<= 1.05 x);
 * ``torch.compile`` of ``x * x`` and of the public op (launch cost under compile; no target);
 * ``triton.testing.do_bench`` (median) through the public op, layernorm bf16 at 16384x4096,
   8192x8192, 4096x16384 and 2048x32768, beside :func:`xrt.bench.timer.measure`'s device time of
@@ -238,9 +241,11 @@ def judge(row: dict, by_name: dict[str, dict]) -> None:
         limit = ref["host_us"] + t["us"] if t["kind"] == "plus" else ref["host_us"] * t["x"]
     row["limit_us"] = limit
     row["met"] = row["host_us"] is not None and row["host_us"] <= limit
+    # measured in turns with its reference: judged on the median of the per-repeat differences / ratios
     if t["kind"] == "times" and row.get("paired_ratio") is not None:
-        # measured in turns with its reference: judged on the median of the per-repeat ratios
         row["met"] = row["paired_ratio"] <= t["x"]
+    if t["kind"] == "plus" and row.get("paired_diff_us") is not None:
+        row["met"] = row["paired_diff_us"] <= t["us"]
 
 
 class _env:
@@ -267,12 +272,12 @@ def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup
     clock = timer.Clock(device, flush=False)
     out: list[dict] = []
     twins = {r["twin_of"]: r for r in rows if r.get("twin_of")}
-    # A row judged as a multiple of another ("times") is measured in turns with it, as a twin is
-    # with its row: the host's drift then moves both sides of the ratio alike.
+    # A row judged against another ("+ N µs" or "N x" it) is measured in turns with it, as a twin is
+    # with its row: the host's drift then moves both sides of the difference or ratio alike.
     followers: dict[str, list[dict]] = {}
     for r in rows:
         t = r.get("target") or {}
-        if t.get("kind") == "times" and not r.get("twin_of") and any(q["name"] == t["ref"] for q in rows):
+        if t.get("kind") in ("times", "plus") and not r.get("twin_of") and any(q["name"] == t["ref"] for q in rows):
             followers.setdefault(t["ref"], []).append(r)
     taken = {q["name"] for qs in followers.values() for q in qs}
     for r in rows:
@@ -308,11 +313,16 @@ def measure_rows(rows: list[dict], device: str, calls: int, repeats: int, warmup
             for _, _, res in live:
                 res["host_us"], res["error"] = None, why
         by = {res["name"]: res for _, _, res in live if res["host_us"] is not None}
-        for q, _, res in live:  # the paired ratio: per repeat, against the reference's same repeat
+        for q, _, res in live:  # paired: per repeat, against the reference's same repeat
+            kind = (q.get("target") or {}).get("kind")
             ref = by.get((q.get("target") or {}).get("ref"))
-            if (q.get("target") or {}).get("kind") == "times" and ref is not None and res["host_us"] is not None:
-                res["paired_ratio"] = round(statistics.median(
-                    a / b for a, b in zip(res["samples_us"], ref["samples_us"])), 4)
+            if ref is None or res["host_us"] is None:
+                continue
+            pairs = list(zip(res["samples_us"], ref["samples_us"]))
+            if kind == "times":
+                res["paired_ratio"] = round(statistics.median(a / b for a, b in pairs), 4)
+            elif kind == "plus":
+                res["paired_diff_us"] = round(statistics.median(a - b for a, b in pairs), 3)
         for res in results:
             out.append(res)
             log(f"  {res['name']}: " + (f"{res['host_us']:.2f} µs" if res["host_us"] is not None
@@ -406,8 +416,9 @@ def markdown(result: dict) -> str:
              f"triton {result['triton'] or '-'}; {result['when']}.", "",
              f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
              + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
-             "A row judged as a multiple of another is measured in turns with it (A B, then B A, ...) and judged on "
-             "the median of the per-repeat ratios (the paired ratio).", "",
+             "A row judged against another is measured in turns with it (A B, then B A, ...) and judged on the "
+             "median of the per-repeat differences (paired diff, for '+ N µs') or ratios (paired ratio, for "
+             "'N x').", "",
              "| group | call | host µs / call | repeats (µs) | target | limit µs | met |",
              "|---|---|---:|---|---|---:|---|"]
     for r in result["rows"]:
@@ -417,7 +428,8 @@ def markdown(result: dict) -> str:
             continue
         reps = ", ".join(f"{v:.1f}" for v in r["samples_us"])
         limit = f"{r['limit_us']:.1f}" if r.get("limit_us") is not None else "-"
-        paired = f" (paired ratio {r['paired_ratio']:.3f})" if r.get("paired_ratio") is not None else ""
+        paired = (f" (paired ratio {r['paired_ratio']:.3f})" if r.get("paired_ratio") is not None else
+                  f" (paired diff {r['paired_diff_us']:+.1f} µs)" if r.get("paired_diff_us") is not None else "")
         lines.append(f"| {r['group']} | `{r['name']}` | {r['host_us']:.2f} | {reps} | {r.get('target', '')}{paired} | "
                      f"{limit} | {_met(r.get('met'))} |")
     lines += ["", "`triton.testing.do_bench` (median) through the public op against xrt.bench.timer's device time:",
@@ -438,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="JSON results")
     p.add_argument("--md", type=Path, help="also write the markdown table here")
     p.add_argument("--calls", type=int, default=3000, help="back-to-back calls per repeat [3000]")
-    p.add_argument("--repeats", type=int, default=9, help="repeats; the median is reported [9]")
+    p.add_argument("--repeats", type=int, default=25, help="repeats; the median is reported [25]")
     p.add_argument("--warmup", type=int, default=100, help="calls before timing [100]")
     p.add_argument("--tuned", type=Path, default=ROOT / "results" / "tuned",
                    help="XRT_TUNED for the tuned twin rows [results/tuned]; 'none' skips them")
