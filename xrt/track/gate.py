@@ -170,32 +170,49 @@ def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> 
 
 def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
     """Every result row of ``commit`` (on ``machine``), pooled per series: statuses, samples, cycles."""
+    return rows_of(con, [(commit, machine)])[commit, machine]
+
+
+def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict[tuple, dict]]:
+    """:func:`_rows` of several (commit, machine or None) pairs, read in one scan of ``results``."""
     rc, runc = columns(con, "results"), columns(con, "runs")
     cyc = "r.cycles" if "cycles" in rc else "NULL::DOUBLE[]"
     sm = [x for x, ok in (("r.sm_mhz", "sm_mhz" in rc), ("ru.sm_clock_mhz", "sm_clock_mhz" in runc)) if ok]
     sm_sql = f"coalesce({', '.join(sm)})" if sm else "NULL::DOUBLE"
     ver = "r.version" if "version" in rc else "NULL::VARCHAR"
-    sql = (f"SELECT r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, {cyc}, {sm_sql}, "
-           f"coalesce(r.unit, b.unit), {ver} FROM results r LEFT JOIN benchmarks b ON b.name = r.benchmark "
-           "LEFT JOIN runs ru ON ru.run_id = r.run_id "
-           "WHERE r.commit_hash = ?" + (" AND r.machine = ?" if machine else ""))
-    out: dict[tuple, dict] = {}
-    for m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
-            sql, [commit] + ([machine] if machine else [])).fetchall():
-        d = out.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                         "cycles": [], "versions": set()})
-        ok = status == "ok" and value is not None
-        if ok and version:
-            d["versions"].add(version)
-        d["status"].add("ok" if ok else ("skipped" if status == "skipped" else "failed"))
-        if ok:
-            smp = list(samples) if samples else [value]
-            if samples and not _valid(value):
-                smp.append(value)  # an impossible summary value spoils the run like an impossible sample
-            d["samples"] += smp
-            # cycles per sample where recorded, else time x the run's SM clock
-            d["cycles"] += list(cycles) if cycles else ([x * clock for x in smp] if clock else [])
+    out: dict[tuple[str, str | None], dict[tuple, dict]] = {w: {} for w in wanted}
+    if not wanted:
+        return out
+    commits = sorted({c for c, _ in wanted})
+    any_machine = {c for c, m in wanted if m is None}
+    sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
+           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver} FROM results r "
+           "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
+           f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
+    for commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
+            sql, commits).fetchall():
+        for d_out in ((out.get((commit, m)), out.get((commit, None)) if commit in any_machine else None)):
+            if d_out is None:
+                continue
+            d = d_out.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
+                                               "cycles": [], "versions": set()})
+            _pool(d, status, value, samples, cycles, clock, version)
     return out
+
+
+def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: Any, version: Any) -> None:
+    """Add one result row to its series' pooled entry (``rows_of``)."""
+    ok = status == "ok" and value is not None
+    if ok and version:
+        d["versions"].add(version)
+    d["status"].add("ok" if ok else ("skipped" if status == "skipped" else "failed"))
+    if ok:
+        smp = list(samples) if samples else [value]
+        if samples and not _valid(value):
+            smp.append(value)  # an impossible summary value spoils the run like an impossible sample
+        d["samples"] += smp
+        # cycles per sample where recorded, else time x the run's SM clock
+        d["cycles"] += list(cycles) if cycles else ([x * clock for x in smp] if clock else [])
 
 
 def _history_values(con: Any, base: str, machine: str | None,

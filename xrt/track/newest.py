@@ -95,16 +95,17 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
     eff = float(np.log1p(cfg.threshold))
     out: list[Judgement] = []
     with store.read(db) as con:
-        rows_memo: dict[tuple[str, str], dict] = {}
         hist_memo: dict[tuple[str, str], dict] = {}
         env_memo: dict[tuple[str, str, str], list[str] | None] = {}
+        heads = _heads(con, machine)
+        # every (commit, machine) judged, read at once
+        rows_memo = gate.rows_of(con, sorted({(h, m) for m, _, _, h, _, _ in heads} |
+                                              {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
 
         def rows(commit: str, m: str) -> dict:
-            if (commit, m) not in rows_memo:
-                rows_memo[commit, m] = gate._rows(con, commit, m)
             return rows_memo[commit, m]
 
-        for m, bn, pk, head, base, n_hist in _heads(con, machine):
+        for m, bn, pk, head, base, n_hist in heads:
             h = rows(head, m).get((m, bn, pk))
             params, unit = (h or {}).get("params") or [], (h or {}).get("unit")
             j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
