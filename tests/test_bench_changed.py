@@ -130,7 +130,7 @@ def test_changed_only_run_of_a_docs_commit_runs_nothing_and_records_the_carry(tm
     clone = clone_repo(ROOT, tmp_path / "repo")
     monkeypatch.setenv("HOME", str(tmp_path))  # asv keeps its machine file in ~
     cpu = DeviceInfo(kind="cpu", index=0, name="cpu", host="node-a")
-    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(cpu, runner._pin(cpu))])
+    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(cpu, runner.pin_env(cpu))])
     base = _git(clone, "rev-parse", "HEAD")
     head = _commit(clone, "docs/changed-only-note.md", "only docs")
     results = tmp_path / "results"
@@ -151,7 +151,7 @@ def test_asv_config_of_a_run_does_not_need_a_main_branch(tmp_path):
     """`xrt bench run` in a clone without `main`: asv resolved the configured branches and stopped."""
     (tmp_path / "asv.conf.json").write_text((ROOT / "asv.conf.json").read_text())
     cpu = DeviceInfo(kind="cpu", index=0, name="cpu", host="node-a")
-    config, out = runner._asv_config(tmp_path, runner.Target(cpu, runner._pin(cpu)))
+    config, out = runner._asv_config(tmp_path, runner.Target(cpu, runner.pin_env(cpu)))
     conf = json.loads(config.read_text())
     assert conf["branches"] == ["HEAD"] and out == tmp_path / ".xrt-results-node-a-cpu"
 

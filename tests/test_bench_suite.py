@@ -316,9 +316,9 @@ def test_each_target_sees_only_its_gpu_by_uuid():
     from xrt.bench import runner
 
     gpu1 = DeviceInfo(kind="cuda", index=1, name="NVIDIA H200", uuid=FakeNVML.UUIDS[1], host="box")
-    assert runner._pin(gpu1) == {"CUDA_VISIBLE_DEVICES": FakeNVML.UUIDS[1], "XRT_DEVICE": "cuda:0"}
-    assert runner._pin(DeviceInfo(kind="cuda", index=1, name="x"))["CUDA_VISIBLE_DEVICES"] == "1"
-    assert runner._pin(DeviceInfo(kind="cpu", index=0, name="x")) == {"XRT_DEVICE": "cpu"}
+    assert runner.pin_env(gpu1) == {"CUDA_VISIBLE_DEVICES": FakeNVML.UUIDS[1], "XRT_DEVICE": "cuda:0"}
+    assert runner.pin_env(DeviceInfo(kind="cuda", index=1, name="x"))["CUDA_VISIBLE_DEVICES"] == "1"
+    assert runner.pin_env(DeviceInfo(kind="cpu", index=0, name="x")) == {"XRT_DEVICE": "cpu"}
 
 
 @pytest.mark.slow
@@ -329,7 +329,7 @@ def test_bench_run_parallel_targets_write_their_own_machines(tmp_path, monkeypat
     clone = clone_repo(ROOT, tmp_path / "repo")
     monkeypatch.setenv("HOME", str(tmp_path))  # asv keeps its machine file in ~
     cpus = [DeviceInfo(kind="cpu", index=0, name="cpu", host=h) for h in ("node-a", "node-b")]
-    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner._pin(d)) for d in cpus])
+    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner.pin_env(d)) for d in cpus])
     head = runner.resolve_commits(clone, "HEAD")
     lines = []
     summary = runner.run(clone, head, clone / "results" / "asv", all_gpus=True, bench="Square.time_op",
@@ -359,7 +359,7 @@ def test_a_parallel_asv_process_that_dies_at_its_start_runs_again_alone(tmp_path
     clone = clone_repo(ROOT, tmp_path / "repo")
     monkeypatch.setenv("HOME", str(tmp_path))
     cpus = [DeviceInfo(kind="cpu", index=0, name="cpu", host=h) for h in ("node-a", "node-b")]
-    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner._pin(d)) for d in cpus])
+    monkeypatch.setattr(runner, "targets", lambda all_gpus, device: [runner.Target(d, runner.pin_env(d)) for d in cpus])
     real, died = sp.Popen, []
 
     def popen(cmd, **kw):  # node-b's first asv dies at once

@@ -14,8 +14,8 @@ from kernel_checks import poisoned_outputs
 
 import xrt.pytorch as xp
 from xrt.kernels import spaces
-from xrt.pytorch.ops import attention as attention_op
-from xrt.pytorch.ops.attention import _attention_bwd_op, _attention_op
+from xrt.pytorch.ops import attention as attention_module
+from xrt.pytorch.ops.attention import attention_bwd_op, attention_op
 
 F = torch.nn.functional
 SMALL_FWD = {"BLOCK_M": 16, "BLOCK_N": 16}
@@ -120,8 +120,8 @@ def test_torch_reference_matches_float64():
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """Fallback warnings start unsaid, and auto treats the CPU tensors as it would CUDA ones."""
-    monkeypatch.setattr(attention_op, "_WARNED", set())
-    monkeypatch.setattr(attention_op, "_auto_runs_triton", lambda q: True)
+    monkeypatch.setattr(attention_module, "_WARNED", set())
+    monkeypatch.setattr(attention_module, "_auto_runs_triton", lambda q: True)
 
 
 @pytest.mark.parametrize("case", ["mask", "dropout", "head_dim_59"])
@@ -171,20 +171,20 @@ def test_policy_routing(monkeypatch):
     before = {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags}
     xp.clear_kernel_policy()
     try:
-        assert attention_op.choose(q, k, v) == "torch"  # nothing set: auto, and auto on the CPU is SDPA
+        assert attention_module.choose(q, k, v) == "torch"  # nothing set: auto, and auto on the CPU is SDPA
         for choice in ("triton", "torch", "auto"):
             with xp.kernel_policy(attention=choice):
                 assert {f: getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags} == before
                 if choice == "triton" and not _interpreting():
                     continue
-                assert attention_op.choose(q, k, v) == ("triton" if choice == "triton" else "torch")
+                assert attention_module.choose(q, k, v) == ("triton" if choice == "triton" else "torch")
         with xp.kernel_policy(attention="math"):
-            assert attention_op.choose(q, k, v) == "math"
+            assert attention_module.choose(q, k, v) == "math"
             assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
             assert torch.equal(xp.ops.fused_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
-            assert attention_op.choose(q, k, v, provider="torch") == "torch"  # the call's provider wins
+            assert attention_module.choose(q, k, v, provider="torch") == "torch"  # the call's provider wins
         xp.set_kernel_policy(attention="flash_v2")
-        assert attention_op.choose(q, k, v) == "flash_v2" and not torch.backends.cuda.math_sdp_enabled()
+        assert attention_module.choose(q, k, v) == "flash_v2" and not torch.backends.cuda.math_sdp_enabled()
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel(SDPBackend.MATH):  # an explicit backend name runs SDPA with that backend only
@@ -206,17 +206,17 @@ def _interpreting():
 def test_opcheck():
     q, k, v, do = _inputs((1, 2, 6), 9, torch.float32, "cpu", d=8)
     q.requires_grad_()
-    result = torch.library.opcheck(_attention_op, (q, k, v, True, 0.3, "torch"))
+    result = torch.library.opcheck(attention_op, (q, k, v, True, 0.3, "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
-    o, lse = _attention_op(q.detach(), k, v, True, 0.3, "torch")
-    result = torch.library.opcheck(_attention_bwd_op, (do, q.detach(), k, v, o, lse, True, 0.3, "torch"))
+    o, lse = attention_op(q.detach(), k, v, True, 0.3, "torch")
+    result = torch.library.opcheck(attention_bwd_op, (do, q.detach(), k, v, o, lse, True, 0.3, "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_opcheck_triton(interpreter):
     q, k, v, do = _inputs((1, 1, 17), 17, torch.float16, "cpu")
-    o, lse = _attention_op(q, k, v, False, 0.125, "triton")
-    result = torch.library.opcheck(_attention_bwd_op, (do, q, k, v, o, lse, False, 0.125, "triton"),
+    o, lse = attention_op(q, k, v, False, 0.125, "triton")
+    result = torch.library.opcheck(attention_bwd_op, (do, q, k, v, o, lse, False, 0.125, "triton"),
                                    test_utils=("test_schema", "test_faketensor"))
     assert set(result.values()) == {"SUCCESS"}, result
 
@@ -413,7 +413,7 @@ def test_backward_variants_on_gpu(bwd, causal, d):
 def test_auto_and_transposed_on_gpu():
     base = torch.randn(3, 2, 333, 4, 128, device="cuda", dtype=torch.bfloat16)  # [B, S, H, D] each
     q, k, v = (base[i].transpose(1, 2) for i in range(3))
-    assert attention_op.choose(q, k, v) == "triton"
+    assert attention_module.choose(q, k, v) == "triton"
     do = torch.randn_like(q)
     _check_against_sdpa(q, k, v, do, True, provider="auto")
 

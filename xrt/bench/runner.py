@@ -79,14 +79,14 @@ def targets(all_gpus: bool, device: str | None) -> list[Target]:
         gpus = [d for d in discover() if d.kind == "cuda"]
         if not gpus:
             raise BenchError("--all-gpus: torch sees no CUDA GPU on this machine")
-        return [Target(d, _pin(d)) for d in gpus]
+        return [Target(d, pin_env(d)) for d in gpus]
     if device:
         os.environ["XRT_DEVICE"] = device
     dev = default_device()
-    return [Target(dev, _pin(dev))]
+    return [Target(dev, pin_env(dev))]
 
 
-def _pin(dev: DeviceInfo) -> dict[str, str]:
+def pin_env(dev: DeviceInfo) -> dict[str, str]:
     """The environment that shows a benchmark process only this device, as its device 0."""
     if dev.kind == "cpu":
         return {"XRT_DEVICE": "cpu"}

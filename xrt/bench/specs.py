@@ -294,9 +294,9 @@ def _call_attention(args: tuple, provider: str, config: dict | None):
     if provider != "triton":
         raise ValueError(f"attention has no provider {provider!r} in the benchmarks (torch, triton)")
     if config is None:
-        from xrt.pytorch.ops.attention import _attention_op
+        from xrt.pytorch.ops.attention import attention_op
 
-        return _attention_op(q, k, v, causal, scale, "triton")
+        return attention_op(q, k, v, causal, scale, "triton")
     from xrt.kernels.triton.attention import attention
 
     return attention(q, k, v, causal, scale, config)
@@ -334,9 +334,9 @@ def _call_attention_bwd(args: tuple, provider: str, config: dict | None):
     if provider != "triton":
         raise ValueError(f"attention_bwd has no provider {provider!r} in the benchmarks (torch, triton)")
     if config is None:
-        from xrt.pytorch.ops.attention import _attention_bwd_op
+        from xrt.pytorch.ops.attention import attention_bwd_op
 
-        return _attention_bwd_op(do, q, k, v, o, lse, causal, scale, "triton")
+        return attention_bwd_op(do, q, k, v, o, lse, causal, scale, "triton")
     from xrt.kernels.triton.attention import attention_bwd
 
     return attention_bwd(do, q, k, v, o, lse, causal, scale, config)

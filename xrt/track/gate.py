@@ -215,7 +215,7 @@ def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: An
         d["cycles"] += list(cycles) if cycles else ([x * clock for x in smp] if clock else [])
 
 
-def _history_values(con: Any, base: str, machine: str | None,
+def history_values(con: Any, base: str, machine: str | None,
                     window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
@@ -277,7 +277,7 @@ def _errors(con: Any, commit: str) -> list[str]:
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 
-def _outcome(b: dict | None, h: dict | None) -> Outcome | None:
+def outcome(b: dict | None, h: dict | None) -> Outcome | None:
     """The outcome decided by the statuses alone; ``None``: both sides ran, look at the samples."""
     bs, hs = (b or {}).get("status", set()), (h or {}).get("status", set())
     if "ok" in bs:
@@ -309,7 +309,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         for c in (base, head):
             v.problems += _errors(con, c)
         envs = v.envs = envmod.environments(con, machine, commits=[base, head])
-        history_values = _history_values(con, base, machine)
+        hist = history_values(con, base, machine)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -339,7 +339,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             continue  # the whole machine is missing on one side: one problem line above
         b, h = b_rows.get(key), h_rows.get(key)
         label = f"{m} {bn} [{pk or '-'}]"
-        out = _outcome(b, h)
+        out = outcome(b, h)
         carried = (h or {}).get("carried_from")
         if carried:
             if out is not None and out.blocks:
@@ -358,10 +358,10 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                 out = INVALID
                 v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
             elif len(xs) < need or len(ys) < need:
-                model = noisemod.from_values([t[0] for t in history_values.get(key, [])])
+                model = noisemod.from_values([t[0] for t in hist.get(key, [])])
                 if model is not None:
                     out = HISTORY
-                    _against_history(v, eff, key, b, ys, model, m in changed)
+                    against_history(v, eff, key, b, ys, model, m in changed)
                 else:
                     out = TOO_FEW
                     why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
@@ -371,8 +371,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                                       f"{noisemod.MIN_HISTORY} commits)")
             else:
                 out = COMPARED
-                _compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         *noisemod.steadier(history_values.get(key, []), higher_is_better(b["unit"])))
+                compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
+                         *noisemod.steadier(hist.get(key, []), higher_is_better(b["unit"])))
             if carried and out in (COMPARED, HISTORY):
                 v.carried_compared += 1
                 out = CARRIED
@@ -398,7 +398,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
     return v
 
 
-def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,
+def against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,
                      machine_changed: bool) -> None:
     """A series with too few samples to test: head's value against the level of its recent history."""
     m, bn, pk = key
@@ -414,7 +414,7 @@ def _against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray
     (v.changed_machine if machine_changed else v.regressions).append(item)
 
 
-def _compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
+def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
              ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
              stat: str = "median") -> None:
     """One series with enough valid samples on both sides: a regression, a clock change, a slowdown

@@ -119,7 +119,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
                 continue
             b = rows(base, m).get((m, bn, pk))
             if (base, m) not in hist_memo:
-                hist_memo[base, m] = gate._history_values(con, base, m)
+                hist_memo[base, m] = gate.history_values(con, base, m)
             if (m, base, head) not in env_memo:
                 envs = envmod.environments(con, m, commits=[base, head])
                 env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
@@ -130,7 +130,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
 
 def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
                history: list[tuple], machine_changed: bool, n_hist: int) -> None:
-    outcome = gate._outcome(b, h)
+    outcome = gate.outcome(b, h)
     if outcome is not None:
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
         j.reason = outcome.text
@@ -152,11 +152,11 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
                         f"history to judge it otherwise ({n_hist} earlier commit{'s' if n_hist != 1 else ''}, "
                         f"need {noisemod.MIN_HISTORY})")
             return
-        gate._against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
+        gate.against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
         how = f"against its history ({model.describe()})"
     else:
         model, stat = noisemod.steadier(history, higher_is_better(b["unit"]))
-        gate._compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
+        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
         how = ("on samples and run-to-run noise (" + model.describe() + ")" if model is not None else
                f"on samples only (fewer than {noisemod.MIN_HISTORY} commits of history: no noise model yet)")
     for verdict, items in ((REGRESSION, v.regressions), (WITHIN_NOISE, v.within_noise), (CLOCK, v.clock),

@@ -205,7 +205,7 @@ class _Pump:
             self._buf = []
 
 
-# What pins a worker to its device (xrt.bench.runner._pin): an early worker may differ from the
+# What pins a worker to its device (xrt.bench.runner.pin_env): an early worker may differ from the
 # tuner's own worker in these only, and only where it runs on the same device.
 PIN_KEYS = {"CUDA_VISIBLE_DEVICES", "XRT_DEVICE", "ZE_AFFINITY_MASK"}
 
@@ -353,7 +353,7 @@ class Outcome:
 
 def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
     """(DeviceInfo, env pinning a process to it) for each device the timing phase uses."""
-    from xrt.bench.runner import _pin
+    from xrt.bench.runner import pin_env
     from xrt.device import default_device, discover
 
     if gpus:
@@ -371,9 +371,9 @@ def targets(gpus: str | None) -> list[tuple[Any, dict[str, str]]]:
             if bad:
                 raise TuneError(f"--gpus {gpus}: no GPU {bad}; GPUs here: {[d.index for d in found]}")
             found = [d for d in found if d.index in want]
-        return [(d, _pin(d)) for d in found]
+        return [(d, pin_env(d)) for d in found]
     dev = default_device()
-    return [(dev, _pin(dev))]
+    return [(dev, pin_env(dev))]
 
 
 class Progress:

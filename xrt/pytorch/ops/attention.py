@@ -36,25 +36,25 @@ _WARNED: set[str] = set()  # fallback reasons already reported (one warning each
 
 
 @torch.library.custom_op("xrt::attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
                   provider: str) -> tuple[torch.Tensor, torch.Tensor]:
     return dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
 
 
-@_attention_op.register_fake
+@attention_op.register_fake
 def _(q, k, v, is_causal, scale, provider):
     b, h, s_q, _ = q.shape
     return q.new_empty((b, h, s_q, v.shape[-1])), q.new_empty((b, h, s_q), dtype=torch.float32)
 
 
 @torch.library.custom_op("xrt::attention_bwd", mutates_args=())
-def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+def attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                       lse: torch.Tensor, is_causal: bool, scale: float, provider: str
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return dispatch.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
 
 
-@_attention_bwd_op.register_fake
+@attention_bwd_op.register_fake
 def _(do, q, k, v, o, lse, is_causal, scale, provider):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
@@ -69,11 +69,11 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
+    dq, dk, dv = attention_bwd_op(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
     return dq, dk, dv, None, None, None
 
 
-_attention_op.register_autograd(_backward, setup_context=_setup_context)
+attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 class _EagerAttention(torch.autograd.Function):
@@ -203,4 +203,4 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             return _EagerAttention.apply(q, k, v, causal, s, "triton")
         if route == dispatch.DIRECT:
             return dispatch.get("attention", "triton").fn(q, k, v, causal, s)[0]
-        return _attention_op(q, k, v, causal, s, "triton")[0]
+        return attention_op(q, k, v, causal, s, "triton")[0]
