@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 
@@ -14,6 +15,19 @@ os.environ.setdefault("XRT_CPU_SPAN", "0")
 # The django-asv results corpus: DJANGO_ASV_CORPUS, else where CI unpacks its shared data beside the checkout.
 DJANGO_TARBALL = Path(os.environ.get("DJANGO_ASV_CORPUS")
                       or ROOT.parent / "shared" / "datasets" / "django-asv-results.tar.gz")
+
+
+# Run a command as a terminal's foreground process would start: with SIGINT at its default. A test
+# runner started in the background (`cmd &` or nohup in a script) has SIGINT ignored, its children
+# inherit that, and Python then never raises KeyboardInterrupt; a shell cannot undo an ignored signal
+# on entry, so a small Python step resets it and execs the command (same pid).
+_FOREGROUND = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def foreground(cmd: list[str]) -> list[str]:
+    """``cmd`` (its first item an executable's path) with SIGINT at its default, as Ctrl-C tests need."""
+    return [sys.executable, "-c", _FOREGROUND, *cmd]
 
 
 def extract_django(dest: Path, skip_machines: tuple[str, ...] = ()) -> Path:

@@ -9,7 +9,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, foreground
 from fake_nvml import FakeNVML
 
 from xrt.bench.clocks import ClockLock, ClockLockError
@@ -88,7 +88,7 @@ def test_signal_mid_run_restores_clocks(tmp_path, sig):
             print("locked", flush=True)
             time.sleep(60)
     """)
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(foreground([sys.executable, "-c", script]), stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
     assert json.loads(log.read_text())["locked_sm"] == [1980, 1980]
     t0 = time.time()

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, foreground
 
 from xrt.kernels import spaces
 from xrt.tune import search
@@ -368,7 +368,7 @@ def test_the_early_timing_worker_never_outlives_a_failed_or_interrupted_command(
         journal.parent.mkdir(parents=True)
         journal.write_text(json.dumps({"key": "BLOCK_SIZE=1,num_warps=1", "status": "timed", "space_hash": "0ld"})
                            + "\n")
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(foreground(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     if how == "ctrl-c":
         deadline = time.monotonic() + 120
