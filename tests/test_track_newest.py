@@ -109,3 +109,30 @@ def test_diag_recognises_host_series():
     p = op_params("bench_host.LayernormBwd.time_host", ["'1024x1024'", "'float32'", "'torch'", "'default'"])
     assert p["op"] == "layernorm_bwd" and p["provider"] == "torch"
     assert newest.REGRESSION == "regression"
+
+
+def test_store_judgements_replaces_the_scope_withdraws_what_is_no_longer_suspected_and_keeps_confirmed(tmp_path):
+    """The two bulk statements of store_judgements: every judgement replaces the last ones; a suspected row
+    still ``new`` whose series is judged again at the same commit without a slowdown goes; a confirmed row
+    (no longer suspected) and a row of another commit stay."""
+    db = tmp_path / "xrt.duckdb"
+    store.write(db, lambda con: None, fresh=True)
+
+    def j(bench, commit, verdict):
+        return newest.Judgement("m1", bench, "", [], "seconds", commit, "c0", verdict, "why", ratio=1.4, z=9.0,
+                                p_value=1e-4, before=1.0, after=1.4, n_before=10, n_after=10)
+
+    first = [j("a", "c1", newest.REGRESSION), j("b", "c1", newest.REGRESSION), j("c", "c1", newest.REGRESSION),
+             j("d", "c1", newest.OK)]
+    s = newest.store_judgements(db, first, diag_for=lambda rs: [None] * len(rs))
+    assert (s["series"], s["added"], s["withdrawn"]) == (4, 3, 0)
+    store.write(db, lambda con: con.execute("UPDATE regressions SET suspected = false WHERE benchmark = 'b'"))
+    again = [j("a", "c1", newest.OK), j("b", "c1", newest.OK), j("c", "c2", newest.OK), j("d", "c1", newest.OK)]
+    s = newest.store_judgements(db, again, diag_for=lambda rs: [None] * len(rs))
+    assert (s["series"], s["added"], s["withdrawn"]) == (4, 0, 1)
+    # a withdrawn; b confirmed, kept; c judged at another commit: its c1 row is not this judgement's to take back
+    assert _rows(db, "SELECT benchmark, suspected FROM regressions ORDER BY 1") == [("b", False), ("c", True)]
+    assert _rows(db, "SELECT benchmark, \"commit\", verdict, ratio, reason FROM newest_judgements ORDER BY 1") == [
+        ("a", "c1", "ok", 1.4, "why"), ("b", "c1", "ok", 1.4, "why"), ("c", "c2", "ok", 1.4, "why"),
+        ("d", "c1", "ok", 1.4, "why")]
+    assert _rows(db, "SELECT count(*) FROM newest_judgements WHERE judged_at IS NULL") == [(0,)]
