@@ -409,11 +409,28 @@ def _backward_nodes(device: str) -> dict[str, str]:
     return out
 
 
+def host_facts() -> dict[str, Any]:
+    """What the host's timing depends on besides the code: its clock source (a VM without ``tsc`` reads
+    the clock through a system call, a microsecond) and the cost of the clock read the tuned lookup makes
+    per call (``time.monotonic``, :func:`xrt.pytorch.policy.tuned_state`)."""
+    import timeit
+
+    try:
+        src = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+    except OSError:
+        src = None
+    n = 200_000
+    per = min(timeit.repeat("m()", setup="import time; m = time.monotonic", number=n, repeat=5)) / n
+    return {"clocksource": src, "monotonic_ns": round(per * 1e9, 1), "cpus": os.cpu_count(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
+
+
 def markdown(result: dict) -> str:
     lines = [f"# Host cost per call on {result['device_name']}", "",
              f"{result['calls']} back-to-back calls / {result['calls']} after warm-up, median of "
              f"{result['repeats']} repeats (benchmarks/host_cost.py); torch {result['torch']}, "
              f"triton {result['triton'] or '-'}; {result['when']}.", "",
+             "Host: " + ", ".join(f"{k} {v}" for k, v in (result.get("host") or {}).items()) + ".", "",
              f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
              + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
              "A row judged against another is measured in turns with it (A B, then B A, ...) and judged on the "
@@ -490,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
               "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
               "xrt_tuned": None if tuned is None else str(tuned),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db,
-              "native_layernorm": native_status, "layernorm_backward_node": backward_nodes(args.device, tuned)}
+              "native_layernorm": native_status, "layernorm_backward_node": backward_nodes(args.device, tuned),
+              "host": host_facts()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     text = markdown(result)
