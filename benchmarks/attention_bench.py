@@ -131,16 +131,6 @@ def _inputs(s: int, d: int, grad: bool = False):
     return q, k, v, do
 
 
-def _fwd_fns(q, k, v, causal: bool, cfg: dict | None):
-    import torch.nn.functional as F
-
-    from xrt.kernels.triton.attention import attention
-
-    scale = q.shape[-1] ** -0.5
-    return (lambda: attention(q, k, v, causal, scale, cfg)[0],
-            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-
-
 def _bwd_fn(fwd, q, k, v, do):
     """The backward alone: grads of a kept forward output."""
     import torch

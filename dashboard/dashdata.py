@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,16 @@ import pandas as pd
 import streamlit as st
 
 from xrt.db.query import query
+from xrt.db.store import DB_ENV, DEFAULT_DB
+from xrt.track.detect import higher_is_better  # noqa: F401  (the pages read the unit's direction through dashdata)
+from xrt.track.labels import OPEN
 from xrt.track.units import fmt_value  # noqa: F401  (the pages format values through dashdata)
 
-DEFAULT_DB = "results/xrt.duckdb"
-OPEN = ("new", "acknowledged")
-RATE_UNIT = re.compile(r"/s\b|flop|throughput|gb/s", re.I)
+_OPEN_SQL = ", ".join(f"'{s}'" for s in OPEN)  # OPEN as an SQL list
 
 
 def db_path() -> Path:
-    return Path(os.environ.get("XRT_DB") or DEFAULT_DB)
+    return Path(os.environ.get(DB_ENV) or DEFAULT_DB)
 
 
 @st.cache_data(ttl=900, max_entries=512, show_spinner=False)
@@ -180,7 +180,7 @@ class Reader:
         sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
         regs = (f"""LEFT JOIN (SELECT machine, benchmark, param_key, count(*) AS open_regressions,
                            max(ratio) AS worst, bool_and({sus}) AS all_suspected
-                           FROM regressions g WHERE status IN ('new', 'acknowledged') AND kind = 'regression'
+                           FROM regressions g WHERE status IN ({_OPEN_SQL}) AND kind = 'regression'
                            GROUP BY ALL) g ON g.machine = meta.machine AND g.benchmark = meta.benchmark
                        AND g.param_key = meta.param_key""" if "regressions" in tables else "")
         gcols = "g.open_regressions, g.worst, g.all_suspected" if regs else \
@@ -322,10 +322,6 @@ def op_of(benchmark: str) -> str:
 
 def unquote(p: str) -> str:
     return p[1:-1] if len(p) >= 2 and p[0] == p[-1] and p[0] in "'\"" else p
-
-
-def higher_is_better(unit: str | None) -> bool:
-    return isinstance(unit, str) and bool(RATE_UNIT.search(unit))
 
 
 def parse_config(cfg: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 import dashdata
 import streamlit as st
 
+from xrt.commands.dashboard import READONLY_ENV
+
 log = logging.getLogger("xrt.dashboard")
 
 # ---------------------------------------------------------------------- strings from users and data
@@ -210,8 +212,8 @@ def writes() -> tuple[bool, str]:
     Read-only when ``XRT_DASHBOARD_READONLY`` is set (``xrt dashboard --read-only``); else writable
     when the server is bound to loopback, or when the operator said so for an exposed server
     (``XRT_DASHBOARD_WRITES=1``, or ``streamlit run dashboard/app.py -- --allow-writes``)."""
-    if os.environ.get("XRT_DASHBOARD_READONLY"):
-        return False, "This dashboard is served read-only (XRT_DASHBOARD_READONLY)."
+    if os.environ.get(READONLY_ENV):
+        return False, f"This dashboard is served read-only ({READONLY_ENV})."
     addr = st.get_option("server.address")
     if _loopback(addr):
         return True, ""

@@ -53,8 +53,9 @@ def measure(db: Path, repeat: int = 3) -> list[tuple[str, float, float, float]]:
     from streamlit.testing.v1 import AppTest
 
     from xrt.db.query import query
+    from xrt.db.store import DB_ENV
 
-    os.environ["XRT_DB"] = str(db)
+    os.environ[DB_ENV] = str(db)
     rid = query(db, "SELECT id FROM regressions ORDER BY ratio DESC LIMIT 1")[1]
     cm = [h for (h,) in query(db, "SELECT hash FROM commits ORDER BY position DESC LIMIT 2")[1]]
     pages = {"overview": ({}, None), "detail": ({"id": rid[0][0] if rid else ""}, "detail"),

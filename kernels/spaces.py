@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from xrt.kernels import rawenv
+
 # The conv output tiles, "THxTW" pixels (TH * TW a power of two, at least 16: tl.dot's minimum).
 CONV_TILES = ["4x8", "4x16", "8x8", "8x16", "16x8", "16x16", "4x32"]
 
@@ -389,11 +391,8 @@ ENV_KNOBS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 _ENV_MEMO: dict[Any, dict[str, tuple[Any, str]]] = {}
 _KNOBS_OF: dict[str, list[tuple[str, str]]] = {}
-try:  # the raw environment (what os.environ.get reads after encoding the key): looked at on every launch
-    _ENV_DATA = os.environ._data  # type: ignore[attr-defined]
-    _ENV_KEYS = {var: os.environ.encodekey(var) for var in ENV_KNOBS}  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - another os.environ implementation
-    _ENV_DATA = None
+_ENV_DATA = rawenv.DATA  # looked at on every launch (xrt.kernels.rawenv)
+_ENV_KEYS = {var: rawenv.key(var) for var in ENV_KNOBS}
 
 
 def env_overrides(key: str, environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
@@ -403,10 +402,10 @@ def env_overrides(key: str, environ: Mapping[str, str] | None = None) -> dict[st
     knobs = _KNOBS_OF.get(key)
     if knobs is None:
         knobs = _KNOBS_OF[key] = [(var, param) for var, (keys, param) in ENV_KNOBS.items() if key in keys]
-    if environ is None and _ENV_DATA is not None:
+    if environ is None:
         raw = tuple(_ENV_DATA.get(_ENV_KEYS[var]) for var, _ in knobs)
     else:
-        raw = tuple((os.environ if environ is None else environ).get(var) for var, _ in knobs)
+        raw = tuple(environ.get(var) for var, _ in knobs)
     memo = (key, raw)
     hit = _ENV_MEMO.get(memo)
     if hit is not None:

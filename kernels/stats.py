@@ -3,15 +3,14 @@ kept per process and read by ``xrt diag``. Off (one environment lookup a launch)
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
+from xrt.kernels import rawenv
+
 _COUNTS: Counter[str] = Counter()
-try:  # read raw on every launch (os.environ.get encodes the key each time)
-    _ENV, _KEY = os.environ._data, os.environ.encodekey("XRT_KERNEL_STATS")  # type: ignore[attr-defined]
-    _ON = os.environ.encodevalue("1")  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - another os.environ implementation
-    _ENV, _KEY, _ON = os.environ, "XRT_KERNEL_STATS", "1"
+ENV = "XRT_KERNEL_STATS"
+# read raw on every launch (xrt.kernels.rawenv)
+_ENV, _KEY, _ON = rawenv.DATA, rawenv.key(ENV), rawenv.value("1")
 
 
 def enabled() -> bool:

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from xrt.track.detect import DetectConfig
+from xrt.track.labels import CLOCK, REGRESSION, SETTABLE
 
 st.title("Regression detail")
 r = dashui.reader()
@@ -27,7 +28,7 @@ if flash:
 rid = dashui.one("id")
 rec = r.regression(rid) if rid and len(rid) <= 64 else None
 if rec is None:
-    regs = r.regressions(list(dashdata.OPEN), ["regression", "clock"])
+    regs = r.regressions(list(dashdata.OPEN), [REGRESSION, CLOCK])
     if rid is not None:
         dashui.bad_param("id", rid, "no stored regression has this id, or more than one starts with it (a later "
                          "`xrt regressions` run may have dropped it); pick one of the open ones below")
@@ -185,7 +186,7 @@ if not can_write:
     st.caption(f"{why} Use {dashui.lit(ack, None, code=True)} on the database's host.")
 else:
     with st.form("ack"):
-        choice = st.radio("Mark as", ["acknowledged", "ignored", "new"], horizontal=True,
+        choice = st.radio("Mark as", list(SETTABLE), horizontal=True,
                           help="acknowledged: known, being worked on; ignored: not a real regression; new: reopen")
         note = st.text_input("Note", value=rec.get("note") or "", placeholder="why (kept with the regression)")
         if st.form_submit_button("Save"):

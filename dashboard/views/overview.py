@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from xrt.db import alerts
+from xrt.track.labels import CLOCK, IMPROVEMENT, REGRESSION, STATUSES
 
 st.title("Regressions")
 st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
@@ -50,10 +51,10 @@ if not r.has_regressions():
 machines = sorted(m["machine"]) if not m.empty else []
 c1, c2, c3 = st.columns([2, 2, 1])
 sel_m = dashui.multi("Machines", machines, "ov:m", where=c1, placeholder="all machines")
-kinds = dashui.multi("Kinds", ["regression", "clock", "improvement"], "ov:kind", default=["regression", "clock"],
+kinds = dashui.multi("Kinds", [REGRESSION, CLOCK, IMPROVEMENT], "ov:kind", default=[REGRESSION, CLOCK],
                      where=c2, help="clock: time moved but GPU cycles did not (a clock change, not code)")
 show = dashui.radio("Status", ["open", "all"], "ov:status", where=c3, help="open = new or acknowledged")
-statuses = list(dashdata.OPEN) if show == "open" else ["new", "acknowledged", "ignored", "fixed"]
+statuses = list(dashdata.OPEN) if show == "open" else list(STATUSES)
 regs = r.regressions(statuses, kinds or ["regression"], sel_m or None)
 
 st.subheader(f"Open regressions ({len(regs)})" if show == "open" else f"Steps ({len(regs)})")

@@ -58,13 +58,12 @@ def check_layout(args: tuple, provider: str, p: dict) -> Check:
 
 
 def check_knobs(cfg: dict, source: dict) -> Check:
-    from xrt.kernels import spaces
+    from xrt.kernels import spaces, stats
 
     env = {var: os.environ.get(var) for var in spaces.ENV_KNOBS}
     env_txt = ", ".join(f"{k}={v}" if v else f"{k} unset" for k, v in env.items())
     knobs = "; ".join(f"{k}={cfg[k]} ({source[k]})" for k in cfg)
-    stats_on = os.environ.get("XRT_KERNEL_STATS") == "1"
-    detail = f"{knobs}. env: {env_txt}; XRT_KERNEL_STATS={'1' if stats_on else 'unset'}"
+    detail = f"{knobs}. env: {env_txt}; {stats.ENV}={'1' if stats.enabled() else 'unset'}"
     if any(v.startswith("env") for v in source.values()):
         return Check("knobs in force", INFO, detail, "environment knobs override tuned configs: unset them to "
                      "measure what the tuner chose")

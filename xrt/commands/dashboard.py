@@ -12,7 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-DEFAULT_DB = "results/xrt.duckdb"
+from xrt.db.store import DB_ENV, DEFAULT_DB
+
+READONLY_ENV = "XRT_DASHBOARD_READONLY"  # set (by --read-only): the pages offer no writes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     db = Path(args.db).resolve()
     if not db.exists():
         print(f"xrt dashboard: {db} does not exist yet; the dashboard will say what to run", file=sys.stderr)
-    env = dict(os.environ, XRT_DB=str(db))
+    env = {**os.environ, DB_ENV: str(db)}
     if args.read_only:
-        env["XRT_DASHBOARD_READONLY"] = "1"
+        env[READONLY_ENV] = "1"
     cmd = command(app, args.host, args.port)
     print(f"xrt dashboard: serving {db} at http://{args.host}:{args.port}/", flush=True)
     os.execvpe(cmd[0], cmd, env)

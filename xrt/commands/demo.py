@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from xrt.db.store import DEFAULT_DB
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job on this machine's default device, end to end")
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1" if not _has_gpu() else "0")
     repo = args.repo.resolve()
     results = repo / "results" / "asv"
-    db = (args.db or repo / "results" / "xrt.duckdb").resolve()
+    db = (args.db or repo / DEFAULT_DB).resolve()
     dev = stage_device()
     stage_square(dev)
     commits = _recent_commits(repo, args.commits)

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dp = ksub.add_parser("dump", help="write the PTX (and SASS where the tools exist) of an op's kernel")
     dp.add_argument("op", help="an xrt op, e.g. softmax, layernorm, layernorm_bwd")
     dp.add_argument("--provider", choices=("triton", "cuda"), default="triton", help="whose kernels [triton]")
-    dp.add_argument("--dtype", choices=_DTYPES, default="bfloat16", help="Triton: the pointers' dtype")
+    dp.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="Triton: the pointers' dtype")
     dp.add_argument("--arch", default=None, help="sm_90 etc.; default: this GPU's, else sm_90")
     dp.add_argument("--out", default="kernels-dump", help="directory for the files (default: kernels-dump)")
     dp.set_defaults(func=run_dump)
@@ -55,7 +55,7 @@ def run_spaces(args: argparse.Namespace) -> int:
 
 # -- xrt kernels dump ------------------------------------------------------------------------------
 
-_DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _ops() -> list[str]:
@@ -92,7 +92,7 @@ def _sass(cubin: Path, out: Path) -> str:
     return "no SASS: neither cuobjdump nor nvdisasm found"
 
 
-def _dump_cuda(op: str, out: Path, arch: str) -> list[str]:
+def dump_cuda(op: str, out: Path, arch: str) -> list[str]:
     from xrt.kernels import cuda_source, cuda_sources
 
     name = "layernorm.cu" if op.startswith("layernorm") else "matmul.cu" if op == "bmm" else f"{op}.cu"
@@ -162,7 +162,7 @@ def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
     }.get(op, [])
 
 
-def _dump_triton(op: str, out: Path, dtype: str, arch: str) -> list[str]:
+def dump_triton(op: str, out: Path, dtype: str, arch: str) -> list[str]:
     import importlib
 
     import triton
@@ -207,9 +207,9 @@ def run_dump(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.provider == "cuda":
-        written = _dump_cuda(op, out, arch)
+        written = dump_cuda(op, out, arch)
     else:
-        written = _dump_triton(op, out, args.dtype, arch)
+        written = dump_triton(op, out, args.dtype, arch)
     for w in written:
         print(w)
     return 0

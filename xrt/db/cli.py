@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_DB = "results/xrt.duckdb"  # as every other command (xrt.track.cli.DEFAULT_DB)
+from xrt.db.store import DEFAULT_DB
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -44,6 +44,9 @@ from xrt.db import schema
 
 T = TypeVar("T")
 
+DEFAULT_DB = "results/xrt.duckdb"  # every command's database unless --db (the dashboard: unless XRT_DB) says
+DB_ENV = "XRT_DB"  # the database the dashboard serves (set by `xrt dashboard`)
+
 # Test hook: seconds to sleep after the writer's changes, before the commit and the swap.
 SLEEP_ENV = "XRT_DB_TEST_SLEEP_MID_WRITE"
 

@@ -122,12 +122,15 @@ def _dump(args, out: Path) -> str:
         arch = "sm_{}{}".format(*torch.cuda.get_device_capability()) if torch.cuda.is_available() else "sm_90"
     d = out / "dump"
     d.mkdir(parents=True, exist_ok=True)
+    def public(name: str):  # a commit from before these names were public had them with a leading _
+        return getattr(kernels_command, name, None) or getattr(kernels_command, "_" + name)
+
     try:
         if args.provider == "cuda":
-            written = kernels_command._dump_cuda(args.op, d, arch)
+            written = public("dump_cuda")(args.op, d, arch)
         elif args.provider == "triton":
-            dtype = args.dtype if args.dtype in kernels_command._DTYPES else "float32"
-            written = kernels_command._dump_triton(args.op, d, dtype, arch)
+            dtype = args.dtype if args.dtype in public("DTYPES") else "float32"
+            written = public("dump_triton")(args.op, d, dtype, arch)
         else:
             return f"skipped: provider {args.provider!r} has no kernels of xrt's own to dump"
     except Exception as e:  # CLIError and friends: the reason in one line

@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from xrt.kernels import rawenv
+
 AUTO = "auto"
 PROVIDERS = ("torch", "triton", "cuda", "xpu")
 
@@ -353,18 +355,12 @@ class _ThreadState(threading.local):
 _tls = _ThreadState()
 
 # os.environ.get costs about a microsecond; the mapping behind it (bytes keys on POSIX) a tenth.
-try:
-    _ENV_DATA: dict | None = os.environ._data  # type: ignore[attr-defined]
-    _ENV_KEYS = (os.environ.encodekey("XRT_KERNEL_POLICY"), os.environ.encodekey("XRT_TUNED"))  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - another os.environ implementation
-    _ENV_DATA = None
+_ENV_DATA, _ENV_KEYS = rawenv.DATA, (rawenv.key("XRT_KERNEL_POLICY"), rawenv.key("XRT_TUNED"))
 
 
 def _env_stamp() -> tuple[Any, Any]:
     """The raw values of ``XRT_KERNEL_POLICY`` and ``XRT_TUNED`` (compared, never parsed, per call)."""
-    if _ENV_DATA is not None:
-        return _ENV_DATA.get(_ENV_KEYS[0]), _ENV_DATA.get(_ENV_KEYS[1])
-    return os.environ.get("XRT_KERNEL_POLICY"), os.environ.get("XRT_TUNED")  # pragma: no cover
+    return _ENV_DATA.get(_ENV_KEYS[0]), _ENV_DATA.get(_ENV_KEYS[1])
 
 
 def _bump() -> None:
@@ -664,11 +660,6 @@ def _refresh_tuned(value: Any) -> None:
         _ENV_TUNED[value] = entry  # found by the raw value from now on
     if entry.refresh():
         _bump()
-
-
-def effective_policy_for_switches() -> KernelPolicy:
-    """The merged choices of this thread's layers, as one policy."""
-    return KernelPolicy(**_merged().choices)
 
 
 def resolve(op: str, explicit: str | None = None) -> str:

@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_DB = "results/xrt.duckdb"
+from xrt.db.store import DEFAULT_DB
+from xrt.track import labels
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--benchmark", help="only benchmarks matching this regex")
     r.add_argument("--since", metavar="REV", help="only steps at or after this commit (hash or prefix)")
     r.add_argument("--format", choices=("json", "table", "markdown"), default="table", help="output format [table]")
-    r.add_argument("--kind", choices=("regression", "improvement", "clock", "all"), default="regression",
+    r.add_argument("--kind", choices=(*labels.KINDS, "all"), default="regression",
                    help="which steps to list [regression]; improvements and clock changes are listed separately")
-    r.add_argument("--status", choices=("new", "acknowledged", "ignored", "fixed", "open", "all"), default="all",
+    r.add_argument("--status", choices=(*labels.STATUSES, "open", "all"), default="all",
                    help="open = new or acknowledged [all]")
     r.add_argument("--min-effect", type=float, default=None, help="smallest reported change, fraction [0.02]")
     r.add_argument("--effects", type=Path, help="JSON or TOML {regex: min_effect} per benchmark")
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = rsub.add_parser("ack", help="acknowledge (or ignore, or reopen) a stored regression")
     a.add_argument("id", metavar="ID", help="the regression's id (a unique prefix is enough)")
     a.add_argument("--note", help="why (kept with the regression)")
-    a.add_argument("--status", dest="new_status", choices=("acknowledged", "ignored", "new"), default="acknowledged",
+    a.add_argument("--status", dest="new_status", choices=labels.SETTABLE, default="acknowledged",
                    help="the status to set [acknowledged]; new reopens it")
     _common(a, argparse.SUPPRESS)
     a.set_defaults(func=run_ack)
@@ -147,7 +148,7 @@ def run_regressions(args: argparse.Namespace) -> int:
     if args.kind != "all":
         recs = [r for r in recs if r.kind == args.kind]
     if args.status == "open":
-        recs = [r for r in recs if r.status in ("new", "acknowledged")]
+        recs = [r for r in recs if r.status in labels.OPEN]
     elif args.status != "all":
         recs = [r for r in recs if r.status == args.status]
     sys.stdout.write(regressions.render(recs, args.format) if args.flat

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xrt.track import stats
+from xrt.track.labels import CLOCK, IMPROVEMENT, REGRESSION
 
 HIGHER_IS_BETTER = re.compile(r"/s\b|/sec|per.?s(ec)?\b|flop|ops\b|throughput|bandwidth|speedup", re.I)
 
@@ -230,7 +231,7 @@ def detect(s: Series, cfg: DetectConfig | None = None) -> list[Step]:
         before, after = float(np.exp(np.median(y[lo:k]))), float(np.exp(np.median(y[k:hi])))
         ratio = after / before
         worse = ratio < 1 if hib else ratio > 1
-        kind = "regression" if worse else "improvement"
+        kind = REGRESSION if worse else IMPROVEMENT
         cyc_ratio = None
         if ycyc is not None:
             left, right = ycyc[lo:k], ycyc[k:hi]
@@ -239,7 +240,7 @@ def detect(s: Series, cfg: DetectConfig | None = None) -> list[Step]:
                 cyc_ratio = float(np.exp(np.median(right) - np.median(left)))
                 # time moved, cycles did not (by half the bar or more in the same direction): the clock moved
                 if abs(math.log(cyc_ratio)) < judge.eff / 2 or (math.log(cyc_ratio) > 0) != (ratio > 1):
-                    kind = "clock"
+                    kind = CLOCK
         steps.append(Step(k, kind, before, after, ratio, p, z, k - lo, hi - k, cyc_ratio))
     _mark_fixed(steps, y, cps, judge.eff, hib)
     return steps

@@ -148,7 +148,8 @@ def _checklist(rec: Any, before: dict, after: dict, rb: dict, ra: dict) -> list[
 
 
 def op_checks(rec: Any, result_after: dict, run_after: dict) -> list[Check]:
-    """Seed 000's op checks, from the benchmark's parameters and the stored samples."""
+    """The op checks (memory format, layout settings, tile size against the problem, first-step
+    compilation, the live check to run), from the benchmark's parameters and the stored samples."""
     p = op_params(rec.benchmark, list(rec.params or []))
     if not p:
         return [Check("op checks", INFO, f"{rec.benchmark} is not an xrt op suite: no op-specific checks")]

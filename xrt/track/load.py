@@ -75,15 +75,10 @@ BATCH_VALUES = 250_000  # results rows a query of iter_series fetches at most (b
 DUCKDB_MEMORY = "1GB"  # DuckDB's own memory while iter_series reads (its default: 80 % of RAM)
 
 
-def load_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
-                param_key: str | None = None) -> list[Series]:
-    """Every series (optionally of one machine / benchmark regex / parameter combination)."""
-    return list(iter_series(db, machine, benchmark, param_key))
-
-
 def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
                 param_key: str | None = None, batch_values: int | None = None) -> Iterator[Series]:
-    """:func:`load_series` a batch at a time: the (machine, benchmark) pairs are packed into batches
+    """Every series (optionally of one machine / benchmark regex / parameter combination), a batch
+    at a time: the (machine, benchmark) pairs are packed into batches
     of at most ``batch_values`` results rows (a pair larger than that is a batch of its own), and
     one query a batch builds its series. Memory holds one batch, not the history (at 10M values the
     whole history took 11.6 GB). ``batch_values`` defaults to :data:`BATCH_VALUES`."""

@@ -21,9 +21,9 @@ from xrt.db import store
 from xrt.track import env as envmod
 from xrt.track import newest
 from xrt.track.detect import DetectConfig, Step, detect
+from xrt.track.labels import STATUSES
 from xrt.track.load import iter_series
 
-STATUSES = ("new", "acknowledged", "ignored", "fixed")
 
 @dataclass
 class Record:
