@@ -205,6 +205,8 @@ _FACT_KEYS = {
     "peak_gbps": ("peak_gbps", "sol_gbps", "peak_bandwidth_gbps"),
     "peak_tflops": ("peak_tflops", "sol_tflops"),
 }
+TEXT_FACTS = ("gpu_model", "driver", "cuda", "torch", "triton")  # the machine's hardware and software, as text
+NUMBER_FACTS = tuple(k for k in _FACT_KEYS if k not in TEXT_FACTS)  # clocks, throttling, peaks
 
 
 def _flatten(d: Any, out: dict[str, Any]) -> None:

@@ -568,9 +568,9 @@ def _run_row(run_id: int, o: batch.FileOutcome) -> dict[str, Any]:
            "params": json.dumps(r["params"], default=str),
            "requirements": json.dumps(r["requirements"], default=str),
            "facts": json.dumps(f.get("all", {}), default=str)}
-    for k in ("gpu_model", "driver", "cuda", "torch", "triton"):
+    for k in asv_files.TEXT_FACTS:
         row[k] = None if f.get(k) is None else str(f[k])
-    for k in ("sm_clock_mhz", "mem_clock_mhz", "throttle_share", "peak_gbps", "peak_tflops"):
+    for k in asv_files.NUMBER_FACTS:
         row[k] = _float(f.get(k))
     for k in ("machine", "commit_hash", "date_ms", "asv_schema", "n_values", "n_ok", "n_failed", "n_skipped",
               "started_ms"):

@@ -28,8 +28,7 @@ IGNORED_FACTS = {"written_at", "host", "cpu_load", "machine", "schema", "device_
 
 def _runs(con: Any, machine: str, commit: str) -> dict:
     rc = columns(con, "runs")
-    keys = [k for k in ("driver", "cuda", "torch", "triton", "python", "gpu_model", "sm_clock_mhz",
-                        "throttle_share", "facts") if k in rc]
+    keys = [k for k in (*VERSION_KEYS, "gpu_model", "sm_clock_mhz", "throttle_share", "facts") if k in rc]
     row = con.execute(f"SELECT {', '.join(keys)} FROM runs WHERE machine = ? AND commit_hash = ? "
                       "ORDER BY run_id DESC LIMIT 1", [machine, commit]).fetchall()
     if not row:

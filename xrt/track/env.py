@@ -19,16 +19,18 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from xrt.db.asv_files import TEXT_FACTS
+
 # runs columns, and sidecar facts, that describe the machine and its software (not the measurement)
 # (not ``python``: asv stores the interpreter's path there, which moves with the checkout)
-COLUMNS = ("gpu_model", "driver", "cuda", "torch", "triton")
+COLUMNS = TEXT_FACTS
 FACTS = ("device_kind", "compute_capability", "sm_count", "total_memory_bytes", "power_limit_w", "cpu_model",
          "kernel")
 # facts the sidecar began recording later (xrt.bench.machine.sidecar): a change only where both sides
 # recorded them, so the first run with a newer sidecar is not a "machine changed" on every machine
 LATER = ("cpu_model", "kernel")
 # the sidecar's presence: without one of these, nothing about the environment was recorded
-_RECORDED = ("gpu_model", "driver", "cuda", "torch", "triton", *FACTS)
+_RECORDED = (*COLUMNS, *FACTS)
 
 Env = dict[str, str]
 
