@@ -329,8 +329,9 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
 
 # ---------------------------------------------------------------- result files
 
-_V2_COLS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
-            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile")
+# asv's result columns (schema 2): the value, its parameters and run, its statistics, its samples
+STATS = ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat")
+V2_COLUMNS = ("result", "params", "version", "started_at", "duration", *STATS, "samples", "profile")
 
 
 def _v1_to_rows(d: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
@@ -367,7 +368,7 @@ def _v1_to_rows(d: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
             stat(lambda z: z.get("q_75")), stat(lambda z: z.get("number")), stat(lambda z: z.get("repeat")),
             value.get("samples"), None,
         ]
-    return list(_V2_COLS), rows
+    return list(V2_COLUMNS), rows
 
 
 def _num(v: Any) -> float | None:
@@ -441,7 +442,6 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
     )
 
 
-_STATS = ("stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat")
 _NO_PARAMS: list = []
 
 
@@ -524,7 +524,7 @@ class _Layout:
         self.result = pos["result"]
         self.params, self.version, self.started, self.duration, self.samples = (
             pos.get(c, ncol) for c in ("params", "version", "started_at", "duration", "samples"))
-        self.stats = [pos.get(c, ncol) for c in _STATS]
+        self.stats = [pos.get(c, ncol) for c in STATS]
         self.pad = [None] * (ncol + 1)
 
     def padded(self, name: str, row: Any) -> list:
@@ -541,7 +541,7 @@ class _Benchmark:
     combos: list  # the parameter combinations, asv's order (itertools.product of the params)
     values: list
     samples: list
-    stats: list  # per _STATS column
+    stats: list  # per STATS column
     version: str | None
     started: int | None
     duration: float | None

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
-           "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples"]
+from xrt.db.asv_files import V2_COLUMNS
+
+COLUMNS = list(V2_COLUMNS[:-1])  # asv's result columns without "profile"
 OP = "bench_ops.Square.time_op"
 OP_PARAMS = [["'16777216'"], ["'float32'"], ["'triton'"], ["'default'"]]
 PLAIN = "bench_ops.Launch.time_launch"
