@@ -31,7 +31,7 @@ from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
-from xrt.track.load import LOOKBACK, columns, order_expr, recent_commits_sql
+from xrt.track.load import LOOKBACK, USABLE, columns, order_expr, recent_commits_sql
 from xrt.track.units import fmt_value
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
@@ -231,7 +231,7 @@ def history_values(con: Any, base: str, machine: str | None,
            f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
-           f"  WHERE r.status = 'ok' AND r.value > 0 AND isfinite(r.value) AND {where_order} AND {order} <= ?"
+           f"  WHERE {USABLE} AND {where_order} AND {order} <= ?"
            f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
     args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]

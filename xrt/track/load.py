@@ -33,6 +33,9 @@ def order_expr(con: Any) -> tuple[str, str]:
     return "c.position", "c.position IS NOT NULL"
 
 
+# a results row (alias r) the tracker learns from: measured, and a time or rate can only be a finite number > 0
+USABLE = "r.status = 'ok' AND r.value > 0 AND isfinite(r.value)"
+
 LOOKBACK = 80  # commits of a machine's history the newest-commit judgement and the gate's noise model read
 
 
@@ -91,7 +94,7 @@ def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: st
         sm_parts = [p for p, ok in (("r.sm_mhz", "sm_mhz" in rcols), ("ru.sm_clock_mhz", "sm_clock_mhz" in runcols))
                     if ok]
         sm = f"median(coalesce({', '.join(sm_parts)}))" if sm_parts else "NULL::DOUBLE"
-        where = ["r.status = 'ok'", "r.value > 0", "isfinite(r.value)"]
+        where = [USABLE]
         args: list[Any] = []
         if machine:
             where.append("r.machine = ?")
