@@ -355,7 +355,8 @@ class _ThreadState(threading.local):
 _tls = _ThreadState()
 
 # os.environ.get costs about a microsecond; the mapping behind it (bytes keys on POSIX) a tenth.
-_ENV_DATA, _ENV_KEYS = rawenv.DATA, (rawenv.key("XRT_KERNEL_POLICY"), rawenv.key("XRT_TUNED"))
+POLICY_ENV, TUNED_ENV = "XRT_KERNEL_POLICY", "XRT_TUNED"  # the policy layer and the tuned configs of the environment
+_ENV_DATA, _ENV_KEYS = rawenv.DATA, (rawenv.key(POLICY_ENV), rawenv.key(TUNED_ENV))
 
 
 def _env_stamp() -> tuple[Any, Any]:
@@ -543,10 +544,10 @@ def _layers() -> list[KernelPolicy]:
     layers = list(reversed(_tls.scopes))
     if _global_policy is not None:
         layers.append(_global_policy)
-    env = os.environ.get("XRT_KERNEL_POLICY")
+    env = os.environ.get(POLICY_ENV)
     if env:
         layers.append(_env_policy(env))
-    tuned = os.environ.get("XRT_TUNED")
+    tuned = os.environ.get(TUNED_ENV)
     if tuned:
         layers.append(_env_tuned(tuned))
     return layers
@@ -558,7 +559,7 @@ def _choice_layers(strict: bool = False) -> list[KernelPolicy]:
     layers = list(reversed(_tls.scopes))
     if _global_policy is not None:
         layers.append(_global_policy)
-    env = os.environ.get("XRT_KERNEL_POLICY")
+    env = os.environ.get(POLICY_ENV)
     if env:
         try:
             layers.append(_env_policy(env))

@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from xrt.bench import specs, suite, timer
     from xrt.device import default_device
     from xrt.pytorch.ops.kernel_providers import config
+    from xrt.pytorch.policy import TUNED_ENV
 
     spec = specs.get(a.op)
     dev = default_device()
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{a.op} {a.dtype} on {dev.name}: default config vs XRT_TUNED={a.tuned}")
     print("| shape | provider | default (us) | GB/s | tuned (us) | GB/s | tuned config |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
-    before = os.environ.get("XRT_TUNED")
+    before = os.environ.get(TUNED_ENV)
     try:
         for key in a.shape:
             shape = suite.parse_shape(key)
@@ -44,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                 row = []
                 for tuned in (None, a.tuned):
                     if tuned:
-                        os.environ["XRT_TUNED"] = tuned
+                        os.environ[TUNED_ENV] = tuned
                     else:
-                        os.environ.pop("XRT_TUNED", None)
+                        os.environ.pop(TUNED_ENV, None)
                     cfg = config(a.op, spec.spaces[prov], args[0])
                     m = timer.measure(functools.partial(spec.call, args, prov, None), dev.torch_device)
                     row.append((m.median_s, cfg))
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{nbytes / t1 / 1e9:.0f} | {cfg} |")
     finally:  # leave the caller's environment as it was
         if before is None:
-            os.environ.pop("XRT_TUNED", None)
+            os.environ.pop(TUNED_ENV, None)
         else:
-            os.environ["XRT_TUNED"] = before
+            os.environ[TUNED_ENV] = before
     return 0
 
 
