@@ -33,6 +33,7 @@ from typing import Any
 from xrt.bench import machine as xmachine
 from xrt.bench import sources, worktrees
 from xrt.db import result_names, sidecar_keys
+from xrt.db.result_names import CARRIED_SUFFIX
 from xrt.device import DeviceInfo
 
 
@@ -157,7 +158,6 @@ def _merge_benchmarks(new: Path, dest: Path) -> None:
         os.replace(tmp, dest)
 
 
-CARRIED_SUFFIX = ".carried"
 CARRIED_SCHEMA = "xrt-carried/1"
 
 

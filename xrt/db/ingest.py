@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.db import asv_files, batch, git, result_names, schema, store
+from xrt.db.result_names import CARRIED_SUFFIX  # xrt.bench.runner writes <machine>/<commit>.carried
 
 
 @dataclass
@@ -157,7 +158,6 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     return rep
 
 
-CARRIED_SUFFIX = ".carried"  # xrt.bench.runner writes <machine>/<commit>.carried
 _HASH = re.compile(r"[0-9a-f]{40}")
 
 

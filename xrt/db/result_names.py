@@ -10,6 +10,9 @@ import re
 # env name of 128 characters or more becomes "env-<md5>"); a sidecar adds its suffix to the stem.
 RESULT_COMMIT_CHARS = 8
 _COMMIT_OF_NAME = re.compile(r"([0-9a-f]{8})-")
+# xrt's own record beside them: <machine>/<40-hex commit>.carried (written by xrt.bench.runner for
+# --changed-only, read by xrt.db.ingest into the `carried` table).
+CARRIED_SUFFIX = ".carried"
 
 
 def result_file_prefix(commit: str) -> str:
