@@ -31,11 +31,13 @@ import sys
 import time
 from pathlib import Path
 
+from xrt.db import result_names
+
 MIN_US = 20.0
 
 
 def _results(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*/*.json") if p.name != "machine.json" and not p.name.endswith(".xrt.json"))
+    return sorted(p for p in folder.glob("*/*.json") if result_names.is_result_file(p.name))
 
 
 def load_cases(folder: Path) -> dict[tuple[str, str, str], list[float] | None]:

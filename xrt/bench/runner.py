@@ -385,7 +385,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 for t, side, out, logf, _proc, rc, took in _finished(procs, t0, tick):
                     tick()
                     logf.close()
-                    wrote = [f for f in out.glob("*/*.json") if f.name != "machine.json"]
+                    wrote = [f for f in out.glob("*/*.json") if result_names.is_result_file(f.name)]
                     if rc == 1 and len(procs) > 1 and took < EARLY_EXIT_S and not wrote:
                         # One of several asv processes in this worktree stopped at its start with nothing
                         # measured (seen once on a CI runner; cause not found): said, with its log, and run
