@@ -281,6 +281,11 @@ def _finished(procs: list[tuple], t0: float, tick=None):
             time.sleep(0.2)
 
 
+def _progress_file(work: Path, commit: str, machine: str) -> Path:
+    """Where the suites of ``commit`` on ``machine`` write their progress lines, and the runner follows them."""
+    return work / f"progress-{commit[:12]}-{machine}.log"
+
+
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
         skip_existing: bool = False, changed_only: bool = False, log=print) -> dict[str, Any]:
@@ -331,7 +336,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                                                         if p])
                     env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
                            "XRT_SIDECAR_DIR": str(side),
-                           "XRT_PROGRESS_FILE": str(work / f"progress-{commit[:12]}-{t.machine}.log"),
+                           "XRT_PROGRESS_FILE": str(_progress_file(work, commit, t.machine)),
                            "XRT_BENCH_PROFILE": profile,
                            # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
                            "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
@@ -353,7 +358,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
 
                 def tick(procs=procs, seen=seen, i=i, commit=commit) -> None:
                     for t, *_ in procs:
-                        path = work / f"progress-{commit[:12]}-{t.machine}.log"
+                        path = _progress_file(work, commit, t.machine)
                         try:
                             text = path.read_text()
                             lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
