@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench import machine as xmachine
-from xrt.bench import sources, worktrees
+from xrt.bench import sources, suite_env, worktrees
 from xrt.db import result_names, sidecar_keys
 from xrt.db.result_names import CARRIED_SUFFIX
 from xrt.device import DeviceInfo
@@ -335,12 +335,12 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                     path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                         if p])
                     env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
-                           "XRT_SIDECAR_DIR": str(side),
-                           "XRT_PROGRESS_FILE": str(_progress_file(work, commit, t.machine)),
-                           "XRT_BENCH_PROFILE": profile,
+                           suite_env.SIDECAR_DIR: str(side),
+                           suite_env.PROGRESS_FILE: str(_progress_file(work, commit, t.machine)),
+                           suite_env.PROFILE: profile,
                            # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
-                           "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
-                           "XRT_BENCH_SERIES": ",".join(sources.series_matching(bench, units)) or "device",
+                           suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
+                           suite_env.SERIES: ",".join(sources.series_matching(bench, units)) or "device",
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     config, out = _asv_config(wt, t)
                     narrowed = bench if units == sources.units() else sources.bench_regex(units, bench)
