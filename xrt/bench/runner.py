@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xrt import device_env
 from xrt.bench import machine as xmachine
 from xrt.bench import sources, suite_env, worktrees
 from xrt.db import result_names, sidecar_keys
@@ -82,19 +83,20 @@ def targets(all_gpus: bool, device: str | None) -> list[Target]:
             raise BenchError("--all-gpus: torch sees no CUDA GPU on this machine")
         return [Target(d, pin_env(d)) for d in gpus]
     if device:
-        os.environ["XRT_DEVICE"] = device
+        os.environ[device_env.DEVICE] = device
     dev = default_device()
     return [Target(dev, pin_env(dev))]
 
 
 def pin_env(dev: DeviceInfo) -> dict[str, str]:
-    """The environment that shows a benchmark process only this device, as its device 0."""
+    """The environment that shows a benchmark process only this device, as its device 0 (keys: device_env.PIN_KEYS)."""
     if dev.kind == "cpu":
-        return {"XRT_DEVICE": "cpu"}
+        return {device_env.DEVICE: "cpu"}
     if dev.kind == "xpu":
-        return {"ZE_AFFINITY_MASK": str(dev.index), "XRT_DEVICE": "xpu:0"}
+        return {device_env.XPU_AFFINITY: str(dev.index), device_env.DEVICE: "xpu:0"}
     # The UUID, not the index: an index counts within this process's own CUDA_VISIBLE_DEVICES.
-    return {"CUDA_VISIBLE_DEVICES": dev.uuid or str(dev.index), "XRT_DEVICE": "cuda:0"}
+    return device_env.cuda_pin(dev.uuid or str(dev.index))
+
 
 
 def register_machine(t: Target) -> None:

@@ -41,6 +41,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from xrt import device_env
 from xrt.bench import specs, suite_env
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
@@ -96,9 +97,9 @@ def measured_on_cpu() -> bool:
     (which ``xrt bench run`` sets per target) says ``cpu``; unset (plain ``asv run``), when the machine
     has no NVIDIA GPU. The asv version follows it, not the profile: a GPU run with ``--quick`` still
     takes device times in one round."""
-    dev = os.environ.get("XRT_DEVICE")
-    if dev:
-        return dev.split(":")[0] == "cpu"
+    kind = device_env.requested_kind()
+    if kind:
+        return kind == "cpu"
     gpus = "/proc/driver/nvidia/gpus"
     return not (os.path.isdir(gpus) and os.listdir(gpus))
 
