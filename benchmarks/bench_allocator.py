@@ -51,11 +51,11 @@ class AllocatorFragmentation:
     unit = "MiB"
 
     def setup(self, expandable: bool) -> None:
-        import os
+        from xrt import device_env
 
-        if os.environ.get("XRT_DEVICE", "").startswith(("cpu", "xpu")):
+        if device_env.requested_kind() in ("cpu", "xpu"):
             # the CPU target of `xrt bench run`: skip before importing torch (1.5-3 s a process there)
-            raise NotImplementedError(f"needs a CUDA device (XRT_DEVICE={os.environ['XRT_DEVICE']})")
+            raise NotImplementedError(f"needs a CUDA device ({device_env.DEVICE}={device_env.requested()})")
         import torch
 
         if not torch.cuda.is_available():

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from xrt.bench import suite_env
+
 
 def _spawn(code: str, n: int = 3) -> float:
     out = []
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", help="comma-separated ops [all]")
     ap.add_argument("--json", help="write the breakdown here")
     args = ap.parse_args(argv)
-    os.environ["XRT_BENCH_PROFILE"] = args.profile
+    os.environ[suite_env.PROFILE] = args.profile
     res: dict = {"machine": f"{os.cpu_count()} cores", "profile": args.profile}
     base = _spawn("pass")
     res["process_start_s"] = base

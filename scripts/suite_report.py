@@ -31,11 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+from xrt import device_env
+from xrt.db import result_names
+
 MIN_US = 20.0
 
 
 def _results(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*/*.json") if p.name != "machine.json" and not p.name.endswith(".xrt.json"))
+    return sorted(p for p in folder.glob("*/*.json") if result_names.is_result_file(p.name))
 
 
 def load_cases(folder: Path) -> dict[tuple[str, str, str], list[float] | None]:
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     cache.mkdir(exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", args.commit], capture_output=True, text=True,
                             check=True).stdout.strip()
-    runs: dict = {"commit": commit, "device": args.device or os.environ.get("XRT_DEVICE") or "default",
+    runs: dict = {"commit": commit, "device": args.device or device_env.requested() or "default",
                   "profile": "quick" if args.quick else "full", "runs": {}}
     for label in ("cold", "warm"):
         cmd = [sys.executable, "-m", "xrt.cli", "bench", "run", "--commits", commit, "--results", str(out / label)]

@@ -321,6 +321,22 @@ def test_each_target_sees_only_its_gpu_by_uuid():
     assert runner.pin_env(DeviceInfo(kind="cpu", index=0, name="x")) == {"XRT_DEVICE": "cpu"}
 
 
+def test_the_tuners_early_pins_are_the_runners_pinning():
+    """The tuner's early timing workers (started before torch is imported) are pinned as pin_env pins a
+    device; an early worker and the tuner's own may differ in the pinning keys (device_env.PIN_KEYS) only."""
+    from xrt import device_env
+    from xrt.bench import runner
+    from xrt.tune.tuner import early_pins
+
+    devs = [DeviceInfo(kind="cuda", index=1, name="x", uuid=FakeNVML.UUIDS[1]),
+            DeviceInfo(kind="cuda", index=1, name="x"), DeviceInfo(kind="xpu", index=0, name="x"),
+            DeviceInfo(kind="cpu", index=0, name="x")]
+    assert all(set(runner.pin_env(d)) <= device_env.PIN_KEYS for d in devs)
+    assert early_pins("1", {"CUDA_VISIBLE_DEVICES": f"{FakeNVML.UUIDS[0]},{FakeNVML.UUIDS[1]}"}) == [
+        runner.pin_env(devs[0])]
+    assert early_pins("1", {}) == [runner.pin_env(devs[1])] and early_pins(None, {}) == [{}]
+
+
 @pytest.mark.slow
 def test_bench_run_parallel_targets_write_their_own_machines(tmp_path, monkeypatch):
     """`--all-gpus` on the CPU: two targets (two "hosts"), two asv processes at once, two machines."""

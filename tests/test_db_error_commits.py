@@ -89,6 +89,15 @@ def test_an_older_database_is_still_searched_by_file_name(tmp_path):
     con.close()
 
 
+def test_result_files_are_asvs_own():
+    """asv's result files only: not its machine.json / benchmarks.json, nor an xrt sidecar beside them."""
+    name = result_names.result_file_name(A, "existing-py")
+    assert result_names.is_result_file(name) and result_names.is_result_file_of(name, A)
+    for other in ("machine.json", "benchmarks.json", name[:-len(".json")] + ".xrt.json",
+                  name[:-len(".json")] + ".xrt", f"{A}.carried"):
+        assert not result_names.is_result_file(other) and not result_names.is_result_file_of(other, A), other
+
+
 def test_classify_is_asvs_reading_of_a_value():
     assert [asv_files.classify(v) for v in (None, math.nan, math.inf, -math.inf, 0, 1.5, -2.0, True, "x")] == [
         "failed", "skipped", "failed", "failed", "ok", "ok", "ok", "ok", "ok"]
@@ -100,6 +109,7 @@ def test_result_file_naming_is_asvs():
         name = Path(results.get_filename("m1", A, env)).name
         assert result_names.is_result_file_of(name, A) and not result_names.is_result_file_of(name, B)
         assert result_names.commit_of_name(f"m1/{name}") == result_names.result_file_prefix(A) == A[:8]
+        assert len(env) >= 128 or result_names.result_file_name(A, env) == name
     assert result_names.commit_of_name("m1/machine.json") is None
     assert result_names.commit_of_name("benchmarks.json") is None
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from conftest import ROOT
 
-# Bottom first. xrt itself (its version) and xrt.device (the DeviceInfo every layer uses) sit under all.
+# Bottom first. xrt itself (its version), xrt.device (the DeviceInfo every layer uses) and xrt.device_env
+# (XRT_DEVICE and the pinning variables) sit under all.
 LAYERS = ["base", "kernels", "pytorch", "bench", "tune", "db", "track", "top"]
-BASE = {"xrt", "xrt._version", "xrt.device"}
+BASE = {"xrt", "xrt._version", "xrt.device", "xrt.device_env"}
 # Named exceptions, each with its reason: (importer's layer, imported module).
 ALLOWED = {
     # the .xrt sidecar's key names: written by xrt.bench, read by xrt.db; stdlib only and no imports

@@ -119,6 +119,24 @@ def test_noise_profiles_from_real_results(tmp_path):
     assert "H100 measurements" in evaluate.noise_profiles(tmp_path / "none")[1]
 
 
+def test_noise_profiles_count_result_files_only(tmp_path):
+    """Sidecars of the older form (``X.xrt.json``) and machine.json lie beside the result files: the
+    profiles come from, and the source counts, the result files only (result_names.is_result_file)."""
+    import json
+
+    d = tmp_path / "h100-nvidia-h100-80gb"
+    d.mkdir()
+    (d / "machine.json").write_text(json.dumps({"machine": d.name}))
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        smp = list(50e-6 * rng.lognormal(0, 0.03, 100))
+        (d / f"{i:08x}-env.json").write_text(json.dumps(
+            {"result_columns": ["result", "params", "samples"], "results": {"a.time_b": [[1.0], [], [smp]]}}))
+        (d / f"{i:08x}-env.xrt.json").write_text(json.dumps({"gpu": {"sm_clock_mhz": 1980}}))
+    prof, source = evaluate.noise_profiles(tmp_path)
+    assert set(prof) == {"a.time_b[0]"} and f"real H100 samples: 3 result files under {tmp_path}" == source
+
+
 def test_noise_profiles_keep_benchmark_versions_and_parameters_apart(tmp_path):
     """Runs of another suite version (which measured 10 x slower) or another parameter order must
     not become run-to-run noise of this one."""

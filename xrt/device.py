@@ -14,6 +14,8 @@ import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrt import device_env
+
 
 @dataclass
 class DeviceInfo:
@@ -231,12 +233,12 @@ def default_device() -> DeviceInfo:
 
     ``XRT_DEVICE=cpu`` (or ``cuda:1``, ``xpu:0``) overrides it.
     """
-    want = os.environ.get("XRT_DEVICE")
+    want = device_env.requested()
     devices = discover()
     if want:
         for d in devices:
             if d.torch_device == want or (want == d.kind and d.index == 0):
                 return d
         have = ", ".join(d.torch_device for d in devices)
-        raise ValueError(f"XRT_DEVICE={want!r} is not on this machine; devices here: {have}")
+        raise ValueError(f"{device_env.DEVICE}={want!r} is not on this machine; devices here: {have}")
     return devices[0]

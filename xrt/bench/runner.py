@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xrt import device_env
 from xrt.bench import machine as xmachine
-from xrt.bench import sources, worktrees
+from xrt.bench import sources, suite_env, worktrees
 from xrt.db import result_names, sidecar_keys
+from xrt.db.result_names import CARRIED_SUFFIX
 from xrt.device import DeviceInfo
 
 
@@ -81,19 +83,20 @@ def targets(all_gpus: bool, device: str | None) -> list[Target]:
             raise BenchError("--all-gpus: torch sees no CUDA GPU on this machine")
         return [Target(d, pin_env(d)) for d in gpus]
     if device:
-        os.environ["XRT_DEVICE"] = device
+        os.environ[device_env.DEVICE] = device
     dev = default_device()
     return [Target(dev, pin_env(dev))]
 
 
 def pin_env(dev: DeviceInfo) -> dict[str, str]:
-    """The environment that shows a benchmark process only this device, as its device 0."""
+    """The environment that shows a benchmark process only this device, as its device 0 (keys: device_env.PIN_KEYS)."""
     if dev.kind == "cpu":
-        return {"XRT_DEVICE": "cpu"}
+        return {device_env.DEVICE: "cpu"}
     if dev.kind == "xpu":
-        return {"ZE_AFFINITY_MASK": str(dev.index), "XRT_DEVICE": "xpu:0"}
+        return {device_env.XPU_AFFINITY: str(dev.index), device_env.DEVICE: "xpu:0"}
     # The UUID, not the index: an index counts within this process's own CUDA_VISIBLE_DEVICES.
-    return {"CUDA_VISIBLE_DEVICES": dev.uuid or str(dev.index), "XRT_DEVICE": "cuda:0"}
+    return device_env.cuda_pin(dev.uuid or str(dev.index))
+
 
 
 def register_machine(t: Target) -> None:
@@ -157,7 +160,6 @@ def _merge_benchmarks(new: Path, dest: Path) -> None:
         os.replace(tmp, dest)
 
 
-CARRIED_SUFFIX = ".carried"
 CARRIED_SCHEMA = "xrt-carried/1"
 
 
@@ -281,6 +283,11 @@ def _finished(procs: list[tuple], t0: float, tick=None):
             time.sleep(0.2)
 
 
+def _progress_file(work: Path, commit: str, machine: str) -> Path:
+    """Where the suites of ``commit`` on ``machine`` write their progress lines, and the runner follows them."""
+    return work / f"progress-{commit[:12]}-{machine}.log"
+
+
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
         skip_existing: bool = False, changed_only: bool = False, log=print) -> dict[str, Any]:
@@ -330,12 +337,12 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                     path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                         if p])
                     env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
-                           "XRT_SIDECAR_DIR": str(side),
-                           "XRT_PROGRESS_FILE": str(work / f"progress-{commit[:12]}-{t.machine}.log"),
-                           "XRT_BENCH_PROFILE": profile,
+                           suite_env.SIDECAR_DIR: str(side),
+                           suite_env.PROGRESS_FILE: str(_progress_file(work, commit, t.machine)),
+                           suite_env.PROFILE: profile,
                            # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
-                           "XRT_BENCH_OPS": ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
-                           "XRT_BENCH_SERIES": ",".join(sources.series_matching(bench, units)) or "device",
+                           suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
+                           suite_env.SERIES: ",".join(sources.series_matching(bench, units)) or "device",
                            "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
                     config, out = _asv_config(wt, t)
                     narrowed = bench if units == sources.units() else sources.bench_regex(units, bench)
@@ -353,7 +360,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
 
                 def tick(procs=procs, seen=seen, i=i, commit=commit) -> None:
                     for t, *_ in procs:
-                        path = work / f"progress-{commit[:12]}-{t.machine}.log"
+                        path = _progress_file(work, commit, t.machine)
                         try:
                             text = path.read_text()
                             lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
@@ -385,7 +392,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
                 for t, side, out, logf, _proc, rc, took in _finished(procs, t0, tick):
                     tick()
                     logf.close()
-                    wrote = [f for f in out.glob("*/*.json") if f.name != "machine.json"]
+                    wrote = [f for f in out.glob("*/*.json") if result_names.is_result_file(f.name)]
                     if rc == 1 and len(procs) > 1 and took < EARLY_EXIT_S and not wrote:
                         # One of several asv processes in this worktree stopped at its start with nothing
                         # measured (seen once on a CI runner; cause not found): said, with its log, and run

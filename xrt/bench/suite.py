@@ -41,7 +41,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xrt.bench import specs
+from xrt import device_env
+from xrt.bench import specs, suite_env
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
 MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
@@ -96,9 +97,9 @@ def measured_on_cpu() -> bool:
     (which ``xrt bench run`` sets per target) says ``cpu``; unset (plain ``asv run``), when the machine
     has no NVIDIA GPU. The asv version follows it, not the profile: a GPU run with ``--quick`` still
     takes device times in one round."""
-    dev = os.environ.get("XRT_DEVICE")
-    if dev:
-        return dev.split(":")[0] == "cpu"
+    kind = device_env.requested_kind()
+    if kind:
+        return kind == "cpu"
     gpus = "/proc/driver/nvidia/gpus"
     return not (os.path.isdir(gpus) and os.listdir(gpus))
 
@@ -110,12 +111,12 @@ def profile() -> str:
     under /proc/driver/nvidia/gpus: no torch import needed to list the suites), else ``quick``.
     ``xrt bench run`` always sets it.
     """
-    value = os.environ.get("XRT_BENCH_PROFILE")
+    value = os.environ.get(suite_env.PROFILE)
     if value is None:
         gpus = "/proc/driver/nvidia/gpus"
         return "full" if os.path.isdir(gpus) and os.listdir(gpus) else "quick"
     if value not in ("quick", "full"):
-        raise ValueError(f"XRT_BENCH_PROFILE={value!r}: choose quick or full")
+        raise ValueError(f"{suite_env.PROFILE}={value!r}: choose quick or full")
     return value
 
 
@@ -237,7 +238,7 @@ class _Inputs:
         raise NotImplementedError
 
     def write_sidecar(self, benchmark: str) -> None:
-        out = os.environ.get("XRT_SIDECAR_DIR")
+        out = os.environ.get(suite_env.SIDECAR_DIR)
         if not out:
             return
         path = Path(out)
@@ -426,7 +427,7 @@ def selected_ops() -> list[str]:
     is one cache for every class of both suite modules: asv runs it once). Plain ``asv run`` leaves
     it unset: every op is measured, whatever ``-b`` selects.
     """
-    value = os.environ.get("XRT_BENCH_OPS")
+    value = os.environ.get(suite_env.OPS)
     if value is None or value.strip() in ("", "all"):
         return sorted(specs.SPECS)
     if value.strip() == "none":  # only the allocator suite runs
@@ -434,7 +435,7 @@ def selected_ops() -> list[str]:
     ops = [o.strip() for o in value.split(",") if o.strip()]
     unknown = [o for o in ops if o not in specs.SPECS]
     if unknown:
-        raise ValueError(f"XRT_BENCH_OPS={value!r}: no benchmark spec for {', '.join(unknown)}; "
+        raise ValueError(f"{suite_env.OPS}={value!r}: no benchmark spec for {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(specs.SPECS))}")
     return ops
 
@@ -442,13 +443,13 @@ def selected_ops() -> list[str]:
 def selected_series() -> list[str]:
     """``$XRT_BENCH_SERIES`` (``device``, ``host`` or both, comma-separated; set by ``xrt bench run``
     from ``--bench``) or both."""
-    value = os.environ.get("XRT_BENCH_SERIES")
+    value = os.environ.get(suite_env.SERIES)
     if value is None or not value.strip():
         return list(SERIES)
     series = [x.strip() for x in value.split(",") if x.strip()]
     unknown = [x for x in series if x not in SERIES]
     if unknown:
-        raise ValueError(f"XRT_BENCH_SERIES={value!r}: no series {', '.join(unknown)}; known: {', '.join(SERIES)}")
+        raise ValueError(f"{suite_env.SERIES}={value!r}: no series {', '.join(unknown)}; known: {', '.join(SERIES)}")
     return series
 
 
@@ -582,7 +583,7 @@ def _progress_log(line: str) -> None:
     import sys
 
     print(line, file=sys.stderr, flush=True)
-    path = os.environ.get("XRT_PROGRESS_FILE")
+    path = os.environ.get(suite_env.PROGRESS_FILE)
     if path:
         with open(path, "a") as f:
             f.write(line + "\n")
@@ -613,8 +614,8 @@ def _replay_setup(cache: dict, key: tuple, what: str, params: list[list[str]]) -
     entry = cache.get(key)
     if entry is None:
         raise RuntimeError(f"{what} {' '.join(key[2:])}: not measured by the suites' setup_cache "
-                           f"(XRT_BENCH_OPS={os.environ.get('XRT_BENCH_OPS', '')!r}, "
-                           f"XRT_BENCH_SERIES={os.environ.get('XRT_BENCH_SERIES', '')!r} leave it out)")
+                           f"({suite_env.OPS}={os.environ.get(suite_env.OPS, '')!r}, "
+                           f"{suite_env.SERIES}={os.environ.get(suite_env.SERIES, '')!r} leave it out)")
     if "skip" in entry:
         raise NotImplementedError(entry["skip"])
     if "error" in entry:

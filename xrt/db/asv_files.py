@@ -43,7 +43,6 @@ try:  # a C parser, 3-4x faster than json; asv's NaN (a skip) and inf are not JS
     import orjson as _orjson
 except ImportError:  # pragma: no cover - optional (the `bench` extra has it)
     _orjson = None
-_NOT_RESULTS = {"machine.json", "benchmarks.json"}
 
 
 class BadFile(Exception):
@@ -100,10 +99,6 @@ def loads(data: bytes) -> Any:
         if e.pos >= len(text.rstrip()):
             raise BadFile("truncated", f"truncated JSON (ends at line {e.lineno} col {e.colno})") from None
         raise BadFile("corrupt", f"invalid JSON: {e.msg} at line {e.lineno} col {e.colno}") from None
-
-
-def is_result_file(path: Path) -> bool:
-    return path.suffix == ".json" and path.name not in _NOT_RESULTS and not path.name.endswith(SIDECAR_SUFFIX)
 
 
 def sidecar_paths(result_path: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.db import asv_files, batch, git, result_names, schema, store
+from xrt.db.result_names import CARRIED_SUFFIX  # xrt.bench.runner writes <machine>/<commit>.carried
 
 
 @dataclass
@@ -104,7 +105,7 @@ def scan(root: Path) -> dict[str, list]:
             rel = f"{d}/{name}"
             is_sidecar = name.endswith(asv_files.SIDECAR_SUFFIXES)
             if what != "file":
-                if why is not None and (name == "machine.json" or is_sidecar or asv_files.is_result_file(Path(name))):
+                if why is not None and (name == "machine.json" or is_sidecar or result_names.is_result_file(name)):
                     out["problems"].append((rel, "unreadable", why))
                 elif what == "dir" and name.endswith(".json"):
                     out["problems"].append((rel, "unreadable", "a directory, not a file"))
@@ -113,7 +114,7 @@ def scan(root: Path) -> dict[str, list]:
                 out["machine"].append(rel)
             elif is_sidecar:
                 out["sidecars"].append(rel)
-            elif asv_files.is_result_file(Path(name)):
+            elif result_names.is_result_file(name):
                 out["results"].append(rel)
     out["problems"].sort()
     return out
@@ -157,7 +158,6 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     return rep
 
 
-CARRIED_SUFFIX = ".carried"  # xrt.bench.runner writes <machine>/<commit>.carried
 _HASH = re.compile(r"[0-9a-f]{40}")
 
 

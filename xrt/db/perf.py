@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xrt.db import asv_files, store
+from xrt.db import result_names, store
 
 
 def _corpus_dir(corpus: str | None, work: Path) -> Path | None:
@@ -49,7 +49,7 @@ def _result_files(root: Path) -> list[Path]:
 
     root = find_root(root)
     return [f for d in sorted(root.iterdir()) if d.is_dir() for f in sorted(d.iterdir())
-            if f.is_file() and asv_files.is_result_file(f)]
+            if f.is_file() and result_names.is_result_file(f.name)]
 
 
 def time_corpus(corpus: Path, work: Path, repeat: int = 3, echo: Callable[[str], None] = print) -> dict[str, Any]:

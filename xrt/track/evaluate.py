@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xrt.db import result_names
 from xrt.track.detect import DetectConfig, Series, detect
 
 # Measured on an H100 with the xrt timer (10 separate processes; CV of the per-process medians)
@@ -87,7 +88,7 @@ def noise_profiles(root: Path | None = None) -> tuple[dict[str, dict], str]:
     """(profiles, where they came from). The one place the harness's noise is decided."""
     root = root or Path(__file__).resolve().parents[2] / "results" / "asv"
     files = sorted(root.glob("*nvidia-h100*/*.json")) if root.is_dir() else []
-    files = [f for f in files if f.name != "machine.json"]
+    files = [f for f in files if result_names.is_result_file(f.name)]
     if files:
         prof = _profiles_from_results(files)
         if prof:

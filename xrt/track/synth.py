@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xrt.db import result_names, sidecar_keys
 from xrt.db.asv_files import V2_COLUMNS
 
 COLUMNS = list(V2_COLUMNS[:-1])  # asv's result columns without "profile"
@@ -77,9 +78,9 @@ def write_run(root: Path, machine: str, commit: str, op: list[float] | None, pla
     d = {"commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000 + index * 1000,
          "params": {"machine": machine, "python": "3.11"}, "python": "3.11", "requirements": {}, "env_vars": {},
          "result_columns": COLUMNS, "results": results, "durations": {}, "version": 2}
-    f = _json(root / machine / f"{commit[:8]}-existing-py.json", d)
+    f = _json(root / machine / result_names.result_file_name(commit, "existing-py"), d)
     if sm_clock_mhz is not None:
-        _json(root / machine / f"{commit[:8]}-existing-py.xrt.json",
+        _json(f.with_name(f.stem + sidecar_keys.LEGACY_SUFFIX),
               {"gpu": {"name": "NVIDIA H100 80GB HBM3", "driver": driver, "cuda": "12.6",
                        "sm_clock_mhz": sm_clock_mhz}, "software": {"torch": torch, "triton": "3.1.0"},
                **{k: v for k, v in (("cpu_model", cpu_model), ("kernel", kernel)) if v is not None}})

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from xrt import device_env
+
 
 def _ray():
     try:
@@ -88,13 +90,13 @@ class _WorkerActor:
         from xrt.tune.tuner import Worker
 
         # the driver's environment, then this node's GPU pinning (Ray sets CUDA_VISIBLE_DEVICES)
-        full = {**env, **{k: v for k, v in os.environ.items() if k == "CUDA_VISIBLE_DEVICES"}}
+        full = {**env, **{k: v for k, v in os.environ.items() if k == device_env.CUDA_VISIBLE}}
         self.w = Worker.from_cmd(cmd, full, Path(log), start_timeout)
 
     def where(self) -> str:
         import socket
 
-        return f"{socket.gethostname()}:{os.getpid()}:{os.environ.get('CUDA_VISIBLE_DEVICES', 'cpu')}"
+        return f"{socket.gethostname()}:{os.getpid()}:{os.environ.get(device_env.CUDA_VISIBLE, 'cpu')}"
 
     def ask(self, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
         from xrt.tune.tuner import TuneError, WorkerGone

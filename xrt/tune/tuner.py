@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xrt import device_env
 from xrt.tune import search
 from xrt.tune.journal import Journal
 from xrt.tune.timeline import Timeline
@@ -205,11 +206,6 @@ class _Pump:
             self._buf = []
 
 
-# What pins a worker to its device (xrt.bench.runner.pin_env): an early worker may differ from the
-# tuner's own worker in these only, and only where it runs on the same device.
-PIN_KEYS = {"CUDA_VISIBLE_DEVICES", "XRT_DEVICE", "ZE_AFFINITY_MASK"}
-
-
 def early_pins(gpus: str | None, env: dict[str, str] | None = None) -> list[dict[str, str]]:
     """The timing workers' pinning as far as it can be told before torch is imported: the default
     device (no --gpus: the worker finds it as the tuner will), the indices of --gpus, or as many as
@@ -217,7 +213,7 @@ def early_pins(gpus: str | None, env: dict[str, str] | None = None) -> list[dict
     env = dict(os.environ) if env is None else env
     if gpus is None:
         return [{}]
-    visible = env.get("CUDA_VISIBLE_DEVICES")
+    visible = env.get(device_env.CUDA_VISIBLE)
     entries = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
     if gpus == "all":
         n = len(entries) if entries is not None else _nvml_count()
@@ -229,8 +225,7 @@ def early_pins(gpus: str | None, env: dict[str, str] | None = None) -> list[dict
             return []
     if entries is not None and any(not 0 <= i < len(entries) for i in idx):
         return []
-    return [{"CUDA_VISIBLE_DEVICES": entries[i] if entries is not None else str(i), "XRT_DEVICE": "cuda:0"}
-            for i in idx]
+    return [device_env.cuda_pin(entries[i] if entries is not None else str(i)) for i in idx]
 
 
 def _nvml_count() -> int:
@@ -278,10 +273,12 @@ class EarlyWorkers:
                     except Exception:  # noqa: BLE001 - the tuner's own worker says why, when asked
                         w.stop()
                         self._discard(w)
-            same = {k: v for k, v in env.items() if k not in PIN_KEYS}
+            # an early worker may differ from the tuner's own worker in its pinning only (device_env.PIN_KEYS,
+            # what xrt.bench.runner.pin_env sets), and only where it runs on the same device
+            same = {k: v for k, v in env.items() if k not in device_env.PIN_KEYS}
             for w in self.workers:
                 r = w.ready
-                if w.proc is None or {k: v for k, v in w.env.items() if k not in PIN_KEYS} != same:
+                if w.proc is None or {k: v for k, v in w.env.items() if k not in device_env.PIN_KEYS} != same:
                     continue
                 if (dev.kind == "cpu" and r.get("device") == "cpu") or (dev.uuid and r.get("uuid") == dev.uuid):
                     self.workers.remove(w)
