@@ -50,12 +50,20 @@ def test_perf_runs_on_a_tiny_size(tmp_path):
         f"m1/{asvgen.sha(i)[-8:]}-env.json": asvgen.v2_file(asvgen.sha(i), date_ms=1_700_000_000_000 + i)
         for i in range(3)})
     figures = perf.run(corpus=str(root), values=2_000, repeat=1, workdir=str(tmp_path / "work"),
-                       echo=lambda s: None)
+                       echo=lambda s: None, ingest_cmd=[sys.executable, "-m", "xrt.cli", "db", "ingest"])
     assert figures["corpus"]["files"] == 3 and figures["corpus"]["values"] == 12
+    assert figures["corpus"]["ratio_cli_vs_json_load"] > 0 and "cli_skipped" not in figures["corpus"]
     assert {q["query"] for q in figures["queries"]} >= set(perf.QUERIES)
     assert all(q["rows"] > 0 for q in figures["queries"])
     md = perf.markdown(figures)
-    assert "| query |" in md and "json.load" in md
+    assert "| query |" in md and "json.load" in md and "`xrt db ingest` command" in md
+    # the caller names the ingest command (the database layer does not drive the CLI): none, none timed
+    said: list[str] = []
+    c = perf.time_corpus(root, tmp_path / "work", repeat=1, echo=said.append)
+    assert said[0] == perf.NO_INGEST_CMD and c["cli_skipped"] == perf.NO_INGEST_CMD
+    assert set(c["best_s"]) == {"json_load_keep", "json_load", "ingest", "reingest"}
+    md = perf.markdown({**figures, "corpus": c})
+    assert "`xrt db ingest` command" not in md and perf.NO_INGEST_CMD in md
 
 
 def test_perf_corpus_is_explicit(tmp_path, capsys):

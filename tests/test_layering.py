@@ -107,6 +107,45 @@ def test_detection_reads_what_is_stored_and_drives_nothing():
     assert offenders == []
 
 
+def is_top_module(text: str) -> bool:
+    """Whether ``text`` is the name of a top-layer module that exists (``xrt.cli``, ``xrt.db.cli``...)."""
+    if not text.isascii() or not all(p.isidentifier() for p in text.split(".")) or layer(text) != "top":
+        return False
+    where = ROOT.joinpath(*text.split("."))
+    return module_exists(text) or where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def top_module_strings(modules: list[tuple[Path, str]]) -> list[str]:
+    """Each string constant of a lower layer that names a top-layer module: ``[sys.executable, "-m",
+    "xrt.cli", ...]`` drives the CLI from below, an upward import through a subprocess."""
+    out = []
+    for path, name in modules:
+        mine = layer(name)
+        if mine in (None, "top"):
+            continue
+        out += [f"{path.name} [{name}] ({mine}) names {node.value} (top)"
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and is_top_module(node.value)]
+    return out
+
+
+def test_no_lower_layer_runs_a_top_module():
+    assert top_module_strings(sources()) == []
+
+
+def test_the_rule_catches_a_top_module_run_from_below(tmp_path):
+    """The check itself: ``python -m xrt.cli`` from the database layer is reported; the same from its
+    CLI module (top), or a sentence that mentions the command, is not."""
+    f = tmp_path / "fake.py"
+    f.write_text('"""Runs `xrt db ingest` (xrt.cli)."""\nimport subprocess\nimport sys\n\n\n'
+                 'def f():\n    subprocess.run([sys.executable, "-m", "xrt.cli", "db", "ingest"])\n'
+                 '    return "xrt.db.cli", "xrt.db.store", "dashboard.app", "xrt.nothing.cli"\n')
+    assert sorted(top_module_strings([(f, "xrt.db.fake")])) == [
+        "fake.py [xrt.db.fake] (db) names dashboard.app (top)", "fake.py [xrt.db.fake] (db) names xrt.cli (top)",
+        "fake.py [xrt.db.fake] (db) names xrt.db.cli (top)"]
+    assert top_module_strings([(f, "xrt.db.cli")]) == []
+
+
 def test_kernels_are_imported_as_xrt_kernels_only():
     """kernels/ is the package xrt.kernels (the link xrt/kernels): a bare ``import kernels`` would load
     a second copy of every kernel module."""
