@@ -34,7 +34,6 @@ from xrt import device_env
 from xrt.bench import machine as xmachine
 from xrt.bench import sources, suite_env, worktrees
 from xrt.db import result_names, sidecar_keys
-from xrt.db.result_names import CARRIED_SUFFIX
 from xrt.device import DeviceInfo
 
 
@@ -169,7 +168,7 @@ def measured(results: Path, machine: str, commit: str) -> bool:
 
 
 def carried_path(results: Path, machine: str, commit: str) -> Path:
-    return results / machine / f"{commit}{CARRIED_SUFFIX}"
+    return results / machine / f"{commit}{result_names.CARRIED_SUFFIX}"
 
 
 def read_carried(results: Path, machine: str, commit: str) -> dict[str, Any] | None:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from xrt.db import asv_files, batch, git, result_names, schema, store
-from xrt.db.result_names import CARRIED_SUFFIX  # xrt.bench.runner writes <machine>/<commit>.carried
 
 
 @dataclass
@@ -165,18 +164,18 @@ def read_carried_files(root: Path) -> tuple[list[tuple], list[tuple[str, str, st
     """Rows of the ``carried`` table from every ``<machine>/<commit>.carried``, and (file, kind, reason)
     of each file that is not a valid record (named, never half-read)."""
     rows, errors = [], []
-    for path in sorted(root.glob(f"*/*{CARRIED_SUFFIX}")):
+    for path in sorted(root.glob(f"*/*{result_names.CARRIED_SUFFIX}")):
         rel = f"{path.parent.name}/{path.name}"
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             errors.append((rel, "bad-carried", f"not a carried-forward record: {e}"))
             continue
-        commit = path.name[: -len(CARRIED_SUFFIX)]
+        commit = path.name[: -len(result_names.CARRIED_SUFFIX)]
         carried = rec.get("carried") if isinstance(rec, dict) else None
         why = None
         if not _HASH.fullmatch(commit):
-            why = f"file name {path.name!r} is not <40-hex commit>{CARRIED_SUFFIX}"
+            why = f"file name {path.name!r} is not <40-hex commit>{result_names.CARRIED_SUFFIX}"
         elif not isinstance(carried, dict) or rec.get("commit") != commit or rec.get("machine") != path.parent.name:
             why = "needs 'commit' and 'machine' matching its path and a 'carried' object"
         else:
@@ -194,7 +193,7 @@ def read_carried_files(root: Path) -> tuple[list[tuple], list[tuple[str, str, st
 
 def _carried_commit(rel: str) -> str | None:
     """The commit a ``<machine>/<commit>.carried`` file is about (None where its name is no 40-hex hash)."""
-    commit = rel.rsplit("/", 1)[-1][: -len(CARRIED_SUFFIX)]
+    commit = rel.rsplit("/", 1)[-1][: -len(result_names.CARRIED_SUFFIX)]
     return commit if _HASH.fullmatch(commit) else None
 
 

@@ -5,6 +5,7 @@ import it."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from xrt.db.sidecar_keys import LEGACY_SUFFIX
@@ -26,7 +27,10 @@ def result_file_prefix(commit: str) -> str:
 
 
 def result_file_name(commit: str, env_name: str) -> str:
-    """The name asv gives the result file of ``commit`` in the environment ``env_name`` (up to 127 characters)."""
+    """The name asv gives the result file of ``commit`` in the environment ``env_name``
+    (``asv.results.get_filename``: an env name of 128 characters or more becomes ``env-<md5>``)."""
+    if len(env_name) >= 128:
+        env_name = "env-" + hashlib.md5(env_name.encode("utf-8")).hexdigest()
     return f"{result_file_prefix(commit)}-{env_name}.json"
 
 

@@ -184,19 +184,18 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
     if not wanted:
         return out
     commits = sorted({c for c, _ in wanted})
-    any_machine = {c for c, m in wanted if m is None}
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
            f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver} FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
     for commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
             sql, commits).fetchall():
-        for d_out in ((out.get((commit, m)), out.get((commit, None)) if commit in any_machine else None)):
-            if d_out is None:
-                continue
-            d = d_out.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                               "cycles": [], "versions": set()})
-            _pool(d, status, value, samples, cycles, clock, version)
+        for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
+            series = out.get(key)
+            if series is not None:
+                d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
+                                                    "cycles": [], "versions": set()})
+                _pool(d, status, value, samples, cycles, clock, version)
     return out
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from xrt.db import store
 from xrt.track import env as envmod
-from xrt.track import gate
+from xrt.track import gate, labels
 from xrt.track import noise as noisemod
 from xrt.track.detect import DetectConfig, higher_is_better
 from xrt.track.load import order_expr, recent_commits_sql
@@ -99,14 +99,10 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
         env_memo: dict[tuple[str, str, str], list[str] | None] = {}
         heads = _heads(con, machine)
         # every (commit, machine) judged, read at once
-        rows_memo = gate.rows_of(con, sorted({(h, m) for m, _, _, h, _, _ in heads} |
-                                              {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
-
-        def rows(commit: str, m: str) -> dict:
-            return rows_memo[commit, m]
-
+        rows = gate.rows_of(con, sorted({(h, m) for m, _, _, h, _, _ in heads} |
+                                         {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
         for m, bn, pk, head, base, n_hist in heads:
-            h = rows(head, m).get((m, bn, pk))
+            h = rows[head, m].get((m, bn, pk))
             params, unit = (h or {}).get("params") or [], (h or {}).get("unit")
             j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
             out.append(j)
@@ -117,7 +113,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
                 if "ok" not in (h or {}).get("status", set()):
                     j.verdict = FAILED
                 continue
-            b = rows(base, m).get((m, bn, pk))
+            b = rows[base, m].get((m, bn, pk))
             if (base, m) not in hist_memo:
                 hist_memo[base, m] = gate.history_values(con, base, m)
             if (m, base, head) not in env_memo:
@@ -177,9 +173,10 @@ def records(js: list[Judgement]) -> list[Any]:
     from xrt.track.regressions import Record, record_id
 
     nan = float("nan")
-    return [Record(record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression"), j.machine, j.benchmark,
+    kind = labels.REGRESSION
+    return [Record(record_id(j.machine, j.benchmark, j.param_key, j.commit, kind), j.machine, j.benchmark,
                    j.params, j.param_key, j.commit, j.previous_commit, j.before, j.after, j.ratio,
-                   j.p_value if j.p_value is not None else nan, j.z if j.z is not None else nan, "regression",
+                   j.p_value if j.p_value is not None else nan, j.z if j.z is not None else nan, kind,
                    "new", j.unit, j.n_before, j.n_after, j.cycles_ratio, None)
             for j in js if j.verdict == REGRESSION]
 
@@ -210,7 +207,7 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
         store.insert_rows(con, "newest_judgements", jrows, extra=("now()::TIMESTAMP",))
         # withdrawn: suspected at a series' newest commit, not suspected any more there
         flagged = {r.id for r in recs}
-        gone = [regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, "regression")
+        gone = [regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, labels.REGRESSION)
                 for j in js if j.verdict != REGRESSION]
         withdrawn = len(con.execute("DELETE FROM regressions WHERE id IN (SELECT unnest(?::VARCHAR[])) AND suspected "
                                     "AND status = 'new' RETURNING id", [gone]).fetchall()) if gone else 0
