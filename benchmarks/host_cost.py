@@ -429,7 +429,7 @@ def markdown(result: dict) -> str:
     lines = [f"# Host cost per call on {result['device_name']}", "",
              f"{result['calls']} back-to-back calls / {result['calls']} after warm-up, median of "
              f"{result['repeats']} repeats (benchmarks/host_cost.py); torch {result['torch']}, "
-             f"triton {result['triton'] or '-'}; {result['when']}.", "",
+             f"triton {result['triton'] or '-'}; {result['when']}; commit {result.get('commit') or '-'}.", "",
              "Host: " + ", ".join(f"{k} {v}" for k, v in (result.get("host") or {}).items()) + ".", "",
              f"Native layernorm op: {result.get('native_layernorm') or '-'}; the training call's backward node: "
              + ", ".join(f"{k} `{v}`" for k, v in (result.get("layernorm_backward_node") or {}).items()) + ".", "",
@@ -501,9 +501,15 @@ def main(argv: list[str] | None = None) -> int:
                         args.warmup)
     db = [] if args.no_do_bench else do_bench_rows(args.device)
     import xrt
+    from xrt.bench import worktrees
 
+    source = Path(xrt.__file__).resolve().parents[1]
+    try:  # the commit measured, so a table names its code (None outside a git checkout)
+        commit = worktrees.resolve(source, "HEAD")
+    except (worktrees.GitError, OSError):
+        commit = None
     result = {"device": args.device, "device_name": name, "torch": torch.__version__, "triton": triton_version,
-              "xrt_source": str(Path(xrt.__file__).resolve().parents[1]),
+              "xrt_source": str(source), "commit": commit,
               "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
               "xrt_tuned": None if tuned is None else str(tuned),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "do_bench": db,

@@ -18,6 +18,8 @@ def test_host_cost_runs_on_the_cpu_and_writes_the_table(tmp_path):
     rows = {r["name"]: r for r in res["rows"]}
     assert res["device"] == "cpu" and res["calls"] == 20 and res["repeats"] == 2
     assert res["xrt_source"] == str(ROOT)  # this checkout's xrt, not an installed one
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert res["commit"] == head.stdout.strip() and res["commit"][:12] in md.read_text()  # the code measured
     # What runs on the CPU is measured: every repeat a figure, the median reported.
     for name in ("x * x", 'xp.ops.square(x, provider="torch")', "torch.softmax(x, -1)", "F.layer_norm",
                  "F.layer_norm fwd+bwd", 'xp.ops.square(x, provider="torch") [XRT_TUNED]'):
