@@ -6,7 +6,7 @@ since the commit last measured on that machine, and records the others as *carri
 judges a carried series on the samples of the commit it was measured at. Both import this module;
 nothing else says which file belongs to which op.
 
-A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops`` and ``bench_host`` series) or
+A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops``, ``bench_host`` and ``bench_compiled`` series) or
 ``allocator`` (``bench_allocator``). A changed file is, in this order:
 
 * not measured (:data:`NOT_MEASURED`: docs, tests, the dashboard, the database and tracker code,
@@ -77,13 +77,14 @@ def affected(changed: list[str]) -> dict[str, list[str]]:
 
 
 def unit_of_benchmark(name: str) -> str | None:
-    """``bench_ops.Square.time_op`` -> ``square``; ``bench_allocator.*`` -> ``allocator``; else None."""
-    from xrt.bench.suite import class_name
+    """``bench_ops.Square.time_op`` (or its host or compiled twin) -> ``square``; ``bench_allocator.*``
+    -> ``allocator``; else None."""
+    from xrt.bench.suite import SERIES, class_name
 
     parts = name.split(".")
     if parts[0] == "bench_allocator":
         return ALLOCATOR
-    if parts[0] in ("bench_ops", "bench_host") and len(parts) >= 2:
+    if parts[0] in {module for module, _ in SERIES.values()} and len(parts) >= 2:
         for u in units():
             if u != ALLOCATOR and class_name(u) == parts[1]:
                 return u
@@ -92,9 +93,10 @@ def unit_of_benchmark(name: str) -> str | None:
 
 def bench_regex(selected: list[str], user: str | None = None) -> str:
     """An asv ``--bench`` regex for the benchmarks of ``selected`` units (and, if given, ``user``'s)."""
-    from xrt.bench.suite import class_name
+    from xrt.bench.suite import SERIES, class_name
 
-    alts = [rf"bench_(ops|host)\.{class_name(u)}\." for u in selected if u != ALLOCATOR]
+    modules = "|".join(module for module, _ in SERIES.values())
+    alts = [rf"({modules})\.{class_name(u)}\." for u in selected if u != ALLOCATOR]
     if ALLOCATOR in selected:
         alts.append(r"bench_allocator\.")
     ours = "^(" + "|".join(alts) + ")"
@@ -103,7 +105,7 @@ def bench_regex(selected: list[str], user: str | None = None) -> str:
 
 def units_matching(user: str | None) -> list[str]:
     """The units with at least one benchmark that asv's ``--bench user`` (re.search) selects."""
-    from xrt.bench.suite import class_name
+    from xrt.bench.suite import SERIES, class_name
 
     if not user:
         return units()
@@ -114,14 +116,15 @@ def units_matching(user: str | None) -> list[str]:
     out = []
     for u in units():
         names = (list(ALLOCATOR_BENCHMARKS) if u == ALLOCATOR else
-                 [f"bench_ops.{class_name(u)}.time_op", f"bench_host.{class_name(u)}.time_host"])
+                 [f"{module}.{class_name(u)}.{method}" for module, method in SERIES.values()])
         if any(rx.search(n) for n in names):
             out.append(u)
     return out
 
 
 def series_matching(user: str | None, selected: list[str]) -> list[str]:
-    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``) ``--bench user`` runs
+    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``, ``compiled``:
+    ``bench_compiled``; :data:`xrt.bench.suite.SERIES`) ``--bench user`` runs
     for the ``selected`` units: what the one ``setup_cache`` needs to measure."""
     from xrt.bench.suite import SERIES, class_name
 

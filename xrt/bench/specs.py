@@ -34,6 +34,9 @@ class BenchSpec:
     # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
     # apply (matmul and bmm: their policy op is the BLAS switch, whose choices are not providers)
     check: Callable[[tuple, str], None] | None = None
+    # Why the suites' compiled series (the op called from a torch.compile'd function) skips this
+    # spec, where its call is not one op's (a backward through autograd, a model's step); "" = it has one.
+    not_compiled: str = ""
 
     def runnable(self, args: tuple, provider: str) -> None:
         """Raise, naming what is missing, when ``provider`` cannot run these inputs here."""
@@ -350,19 +353,20 @@ _ATTN_SHAPES = {"quick": [(1, 1, 16, 64, 0)],
 
 
 def _attn_spec(op: str, make_inputs: Callable, call: Callable, tensors: int, flops: Callable[[Shape], int],
-               module: str = "") -> BenchSpec:
+               module: str = "", not_compiled: str = "") -> BenchSpec:
     """attention and attention_bwd: ``tensors`` [B, H, S, D] read or written, providers torch (SDPA) and triton."""
     providers = ["torch", "triton"]
     return BenchSpec(op=op, module=module, shapes=_ATTN_SHAPES, dtypes=["bfloat16", "float16"], providers=providers,
                      make_inputs=make_inputs, call=call,
                      bytes_moved=lambda shape, esize: tensors * shape[0] * shape[1] * shape[2] * shape[3] * esize,
-                     flops=flops, spaces=_spaces(op, providers), check=_attn_check(op))
+                     flops=flops, spaces=_spaces(op, providers), check=_attn_check(op), not_compiled=not_compiled)
 
 
 register(_attn_spec("attention", _attn_inputs, _call_attention, 4, _attn_flops))  # read q, k, v; write o
 # read do, q, k, v, o; write dq, dk, dv
 register(_attn_spec("attention_bwd", _attn_bwd_inputs, _call_attention_bwd, 8,
-                    lambda shape: _attn_flops(shape, backward=True), module="attention"))
+                    lambda shape: _attn_flops(shape, backward=True), module="attention",
+                    not_compiled="its call is the backward alone, through torch.autograd.grad on a stored graph"))
 
 
 # -- fused conv3x3 + BatchNorm + ReLU, NHWC ---------------------------------------------------------
@@ -490,4 +494,5 @@ for _name, _train in (("cnn_infer", False), ("cnn_train", True)):
         bytes_moved=lambda shape, esize: 0,  # a model: FLOPs only (the convolutions')
         flops=lambda shape, _train=_train: _cnn_flops(shape, _train),
         check=_cnn_check(_name),
+        not_compiled="a model's step, not one op's call (compiling the model is a different measurement)",
     ))

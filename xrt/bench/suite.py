@@ -29,6 +29,9 @@ The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the s
 :func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
 ``bench_ops.<Op>.time_op``, each asv sample the host seconds per call of a few back-to-back calls
 (docs/timing.md, "Host time"), measured in the same ``setup_cache`` and replayed to asv the same way.
+The compiled series (:func:`make_compiled_suite`, ``benchmarks/bench_compiled.py``,
+``bench_compiled.<Op>.time_compiled``) is the host series of the op called from a
+``torch.compile``'d function (:class:`CompiledCase`). :data:`SERIES` names the three.
 """
 
 from __future__ import annotations
@@ -230,9 +233,14 @@ class _Inputs:
         why = "not registered" if prov is None else prov.missing(self.args[0])
         if why:
             raise NotImplementedError(f"{op}[{provider}] cannot run here: {why}")  # asv: skipped
-        self.fn = lambda: self.spec.call(self.args, provider, cfg)
+        self.fn = self.make_fn(provider, cfg)
         self.fn()  # compile / load now, outside any timing
         self.samples: list[float] = []
+
+    def make_fn(self, provider: str, cfg: dict | None):
+        """The call both series time: the op on this combination's inputs (``self.args``, which
+        a later round replaces with new buffers)."""
+        return lambda: self.spec.call(self.args, provider, cfg)
 
     def record(self, benchmark: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -407,6 +415,49 @@ class HostCase(_Inputs):
         }
 
 
+class CompiledCase(HostCase):
+    """The host time of the op called from a ``torch.compile``'d function (``fullgraph=True``,
+    static shapes, the default backend): what a call costs the caller in a compiled model, where
+    the op is a custom op in the graph (its guards, the compiled wrapper, the op's own dispatch).
+
+    Measured like :class:`HostCase` (back-to-back calls, no device wait), after the compile (not
+    timed). Only at the default config: the tuning configs are launcher arguments, not what the
+    compiled call's cost depends on. Each combination compiles its own function (its own code
+    object, named after the combination), so no combination's guards are checked on another's
+    calls and dynamo's recompile limit per function is never reached. A spec whose call is not an
+    op's (:attr:`~xrt.bench.specs.BenchSpec.not_compiled` says why) is skipped; where a spec's call
+    does not compile to one graph, the combination fails with dynamo's reason."""
+
+    def __init__(self, op: str, shape: str, dtype: str, provider: str, config: str,
+                 inputs: tuple | None = None, rounds: int = 1) -> None:
+        spec = specs.get(op)
+        if spec.not_compiled:
+            raise NotImplementedError(f"{op} has no compiled series: {spec.not_compiled}")
+        if config != "default":
+            raise NotImplementedError("the compiled series is measured at the default config only")
+        self.label = f"{op}_{shape}_{dtype}_{provider}"
+        super().__init__(op, shape, dtype, provider, config, inputs, rounds)
+
+    def make_fn(self, provider: str, cfg: dict | None):
+        import types
+
+        import torch
+
+        spec = self.spec
+
+        def call(*args):
+            return spec.call(args, provider, cfg)
+
+        name = "compiled_" + re.sub(r"\W", "_", self.label)
+        code = call.__code__.replace(co_name=name, co_qualname=name)  # a code object of its own
+        fn = types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+        return lambda: compiled(*self.args)
+
+    def record(self, benchmark: str) -> dict[str, Any]:
+        return {**super().record(benchmark), "series": "compiled"}
+
+
 def _xrt_source() -> str:
     """The checkout this process's xrt and kernels come from (the runner checks it is the commit's)."""
     import xrt
@@ -417,7 +468,32 @@ def _xrt_source() -> str:
     return here if here == kernels else f"{here} (kernels from {kernels})"
 
 
-SERIES = {"device": ("bench_ops", "time_op"), "host": ("bench_host", "time_host")}  # series -> (module, method)
+# series -> (asv module, method): an op's three series share its class name and params (param_key).
+# "compiled" is the host time of the op called from a torch.compile'd function (CompiledCase).
+SERIES = {"device": ("bench_ops", "time_op"), "host": ("bench_host", "time_host"),
+          "compiled": ("bench_compiled", "time_compiled")}
+
+
+def series_of(benchmark: str) -> tuple[str, str] | None:
+    """``(series, class)`` of an op suite's benchmark (``bench_host.Square.time_host`` ->
+    ``("host", "Square")``), or None for any other benchmark."""
+    parts = benchmark.split(".")
+    if len(parts) != 3:
+        return None
+    for ser, (module, method) in SERIES.items():
+        if parts[0] == module and parts[2] == method:
+            return ser, parts[1]
+    return None
+
+
+def twins(benchmark: str) -> dict[str, str]:
+    """Every series' benchmark name of the op ``benchmark`` measures, by series (itself included;
+    same params, so a ``param_key`` names the same combination in each), or ``{}`` for a benchmark
+    that is not one of the op suites'."""
+    found = series_of(benchmark)
+    if found is None:
+        return {}
+    return {ser: f"{module}.{found[1]}.{method}" for ser, (module, method) in SERIES.items()}
 
 
 def selected_ops() -> list[str]:
@@ -487,7 +563,7 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
 
     log = log or _progress_log
     series = list(SERIES) if series is None else series
-    kinds = {"device": Case, "host": HostCase}
+    kinds = {"device": Case, "host": HostCase, "compiled": CompiledCase}
     grids = {op: params_for(op, prof)[0] for op in ops}
     combos = [(op, *p) for op in ops for p in itertools.product(*grids[op])]
     if rounds is None:
@@ -590,8 +666,9 @@ def _progress_log(line: str) -> None:
 
 
 def _setup_cache(self) -> dict:
-    """Every class of ``bench_ops`` and ``bench_host`` has this one ``setup_cache``: asv keys it by
-    its definition (module and line), so it runs once, in one process, for both modules."""
+    """Every class of the op suites (``bench_ops``, ``bench_host``, ``bench_compiled``) has this one
+    ``setup_cache``: asv keys it by its definition (module and line), so it runs once, in one
+    process, for every module."""
     return measure_all(selected_ops(), selected_series())
 
 
@@ -641,11 +718,19 @@ def make_host_suite(op: str, class_name: str, module: str) -> type:
                   f"{op}: host time per call (asv samples are host seconds per call, back-to-back calls).")
 
 
+def make_compiled_suite(op: str, class_name: str, module: str) -> type:
+    """The compiled twin: ``<module>.<class_name>.time_compiled``, same params; each asv sample the
+    host seconds per call of the op called from a ``torch.compile``'d function (:class:`CompiledCase`)."""
+    return _suite(op, class_name, module, "compiled", (HOST_MIN_SAMPLES, HOST_SAMPLES),
+                  f"{op}: host time per call under torch.compile (asv samples are host seconds per call).")
+
+
 def _suite(op: str, class_name: str, module: str, kind: str, samples: tuple[int, int], doc: str) -> type:
-    """The class of :func:`make_suite` (``kind`` "device": ``time_op``, the device clock) or of
-    :func:`make_host_suite` ("host": ``time_host``, the host clock): it replays what ``setup_cache`` measured."""
+    """The class of :func:`make_suite` (``kind`` "device": ``time_op``, the device clock), of
+    :func:`make_host_suite` ("host": ``time_host``, the host clock) or of :func:`make_compiled_suite`
+    ("compiled": ``time_compiled``, the host clock): it replays what ``setup_cache`` measured."""
     params, names = params_for(op)
-    method = "time_op" if kind == "device" else "time_host"
+    method = SERIES[kind][1]
     clock = DEVICE_CLOCK if kind == "device" else HOST_CLOCK
     bench_name = f"{module}.{class_name}.{method}"
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from xrt.bench.diag import INFO, OK, WARN, Check, check_tiles, render  # noqa: F401  (render: re-exported)
+from xrt.bench.suite import SERIES
 from xrt.db import store
 from xrt.track.load import columns
 
@@ -77,9 +78,11 @@ def _unquote(p: str) -> str:
 
 
 def op_params(benchmark: str, params: list[str]) -> dict[str, Any]:
-    """The op and its (shape, dtype, provider, config) from an ``xrt`` asv name and params: the device
-    series ``bench_ops.<Op>.time_op`` and its host twin ``bench_host.<Op>.time_host``."""
-    m = re.search(r"\.([A-Z][A-Za-z0-9]*)\.time_(?:op|host)$", benchmark)
+    """The op and its (shape, dtype, provider, config) from an ``xrt`` asv name and params: any of
+    an op's series (:data:`xrt.bench.suite.SERIES`: ``bench_ops.<Op>.time_op`` and its host and
+    compiled twins)."""
+    methods = "|".join(method for _, method in SERIES.values())
+    m = re.search(rf"\.([A-Z][A-Za-z0-9]*)\.(?:{methods})$", benchmark)
     if not m or len(params) != 4:
         return {}
     op = re.sub(r"(?<!^)([A-Z])", r"_\1", m.group(1)).lower()

@@ -38,8 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xrt.bench.suite import SERIES
+
 SCHEMA = "xrt-explain/1"
-SUITES = ("bench_ops", "bench_host")  # the op suites whose params are shape x dtype x provider x config
+# the op suites whose params are shape x dtype x provider x config
+SUITES = tuple(module for module, _ in SERIES.values())
 
 
 class ExplainError(ValueError):
