@@ -63,7 +63,7 @@ def test_bench_selection_and_regex():
     assert sources.unit_of_benchmark("bench_host.LayernormBwd.time_host") == "layernorm_bwd"
     assert sources.unit_of_benchmark("bench_ops.Launch.time_launch") is None
     # the series the one setup_cache measures
-    assert sources.series_matching(None, ["square"]) == ["device", "host"]
+    assert sources.series_matching(None, ["square"]) == ["device", "host", "compiled"]
     assert sources.series_matching("Square.time_op", ["square"]) == ["device"]
     assert sources.series_matching("time_host", ["square", "softmax"]) == ["host"]
 

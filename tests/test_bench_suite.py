@@ -286,7 +286,9 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     # progress while asv runs: one line a combination and series, Square's only (XRT_BENCH_OPS)
     progress = [ln for ln in out.stderr.splitlines() if "[suite " in ln]
-    assert len(progress) == 8 and "[suite 8/8]" in progress[-1] and all(" square " in ln for ln in progress), progress
+    n = 4 * len(suite.SERIES)  # 4 combinations, each in every series
+    assert len(progress) == n and f"[suite {n}/{n}]" in progress[-1] and all(" square " in ln for ln in progress), \
+        progress
     summary = json.loads(out.stdout)
     (entry,) = summary["commits"]
     assert entry["commit"] == head
@@ -304,9 +306,12 @@ def test_bench_run_quick_profile_end_to_end(tmp_path):
     # The host series of the same combinations, beside the device series (docs/timing.md, "Host time").
     host = result["results"]["bench_host.Square.time_host"]
     assert host[1] == params and [bool(s) for s in host[cols.index("samples")]] == [bool(s) for s in samples]
+    # ... and under torch.compile (default config only: all of the quick profile's)
+    compiled = result["results"]["bench_compiled.Square.time_compiled"]
+    assert compiled[1] == params and [bool(s) for s in compiled[cols.index("samples")]] == [bool(s) for s in samples]
     side = json.loads(Path(files[0]).with_suffix(".xrt").read_text())
     assert side["commit"] == head and side["machine"] == mach and side["cases"]
-    assert {c["benchmark"] for c in side["cases"]} == {"bench_ops.Square.time_op", "bench_host.Square.time_host"}
+    assert {c["benchmark"] for c in side["cases"]} == set(suite.twins("bench_ops.Square.time_op").values())
     assert {c["series"] for c in side["cases"] if c["benchmark"].endswith("time_host")} == {"host"}
     benchmarks = json.loads((clone / "results" / "asv" / "benchmarks.json").read_text())
     assert benchmarks["bench_host.Square.time_host"]["unit"] == "seconds"
@@ -454,3 +459,66 @@ def test_the_cpu_span_is_five_seconds_unless_told_and_a_bad_value_is_named(monke
         monkeypatch.setenv("XRT_CPU_SPAN", bad)
         with pytest.raises(ValueError, match=f"XRT_CPU_SPAN='{bad}'"):
             suite.cpu_span()
+
+
+def test_compiled_series_times_the_op_from_a_compiled_function(monkeypatch, tmp_path, interpreter):
+    """bench_compiled: the op called from torch.compile (one graph, the op in it), measured like the
+    host series; default config only; a spec whose call is not one op's is skipped with the reason."""
+    import torch
+
+    monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    cache = suite.measure_all(["square"], ["compiled"], log=lambda m: None)
+    combos = [k for k in cache if k[0] == "compiled"]
+    ran = [k for k in combos if "samples" in cache[k]]
+    for k in combos:
+        e = cache[k]
+        if "skip" in e:  # what cannot run here (the interpreter has no bfloat16) is skipped, with why
+            assert "cannot run here" in e["skip"], e
+            continue
+        assert suite.HOST_MIN_SAMPLES <= len(e["samples"]) <= suite.HOST_SAMPLES and min(e["samples"]) > 0, (k, e)
+    # every combination compiled one graph of its own (never a recompile of another's function)
+    assert {k[4] for k in ran} == {"torch", "triton"}
+    assert counters["stats"]["unique_graphs"] == len(ran)
+    with pytest.raises(NotImplementedError, match="the compiled series is measured at the default config only"):
+        suite.CompiledCase("square", "4096", "float32", "triton", "BLOCK=256,num_warps=4")
+    rec = json.loads((tmp_path / "bench_compiled.Square.time_compiled-4096-float32-torch-default.json").read_text())
+    assert rec["benchmark"] == "bench_compiled.Square.time_compiled" and rec["series"] == "compiled"
+    assert rec["cycles"] == [None] * len(rec["samples_s"])  # host time: no cycles from the GPU's clock
+    # replayed to asv like the host series, on the host clock
+    cls = suite.make_compiled_suite("square", "Square", "bench_compiled")
+    p = ("4096", "float32", "torch", "default")
+    b = cls()
+    b.setup(cache, *p)
+    t0 = suite.host_timer()
+    b.time_compiled(cache, *p)
+    assert suite.host_timer() - t0 == pytest.approx(cache[("compiled", "square", *p)]["samples"][0])
+    skipped = suite.measure_all(["attention_bwd"], ["compiled"], log=lambda m: None)
+    reasons = {e["skip"] for k, e in skipped.items() if k[0] == "compiled"}
+    assert reasons == {"attention_bwd has no compiled series: its call is the backward alone, through "
+                       "torch.autograd.grad on a stored graph"}
+
+
+def test_the_three_series_share_a_class_and_params():
+    assert suite.series_of("bench_compiled.LayernormBwd.time_compiled") == ("compiled", "LayernormBwd")
+    assert suite.series_of("bench_ops.Square.time_host") is None and suite.series_of("ops.Op7.time_op") is None
+    assert suite.twins("bench_host.Square.time_host") == {
+        "device": "bench_ops.Square.time_op", "host": "bench_host.Square.time_host",
+        "compiled": "bench_compiled.Square.time_compiled"}
+    assert suite.twins("bench_allocator.Square.time_alloc") == {}
+    from xrt.bench import sources
+
+    assert sources.unit_of_benchmark("bench_compiled.Softmax.time_compiled") == "softmax"
+    assert sources.series_matching("time_compiled", ["square"]) == ["compiled"]
+    assert sources.units_matching("bench_compiled.Softmax") == ["softmax"]
+    import re
+
+    rx = re.compile(sources.bench_regex(["square"]))
+    assert all(rx.search(n) for n in suite.twins("bench_ops.Square.time_op").values())
+    classes = [m.Square for m in (__import__(f"benchmarks.{mod}", fromlist=["Square"])
+                                  for mod, _ in suite.SERIES.values())]
+    assert len({(tuple(map(tuple, c.params)), tuple(c.param_names)) for c in classes}) == 1

@@ -184,3 +184,12 @@ def test_cuda_c_backward_plans():
 def test_triton_tiled_backward_on_gpu(shape, tile, sum_block, dtype):
     kw = {"tile": tile, "sum_block": sum_block} if tile else {"config": {"path": "tiled"}}
     _bwd_direct(shape, dtype, "cuda", **kw)
+
+
+@pytest.mark.parametrize("provider", ["torch", "triton"])
+def test_the_eager_plan_is_never_traced_by_torch_compile(provider, interpreter):
+    """Under torch.compile the call goes through the custom op: the eager fast path (its plan, which
+    imports the kernel modules) must step aside before dynamo traces it (fullgraph: no graph break)."""
+    x, w, b = torch.randn(4, 33), torch.randn(33), torch.randn(33)
+    f = torch.compile(lambda t: xp.ops.fused_layernorm(t, 33, w, b, provider=provider), fullgraph=True)
+    torch.testing.assert_close(f(x), torch.nn.functional.layer_norm(x, (33,), w, b), rtol=1e-5, atol=1e-5)

@@ -254,6 +254,11 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
     """The eager call through a cached :class:`_Plan`, or ``None`` for the general path."""
     if w is None or b is None or get_precision_hint() is not None:
         return None
+    # First: under torch.compile (and modes, transforms, tensor subclasses) the call goes through
+    # the custom op, and nothing below may be traced (planning imports the kernel modules).
+    route = dispatch.route(x, w, b)
+    if route == dispatch.OP or dispatch.profiling():
+        return None
     try:
         memo = policy.tuned_state().memo
         key = ("fused_layernorm", x.shape, x.stride(), x.dtype, x.device, ns, w.shape, w.stride(), w.dtype,
@@ -264,9 +269,6 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
     if plan is None:
         plan = memo[key] = _plan(x, ns, w, b, provider)
     if plan is False:
-        return None
-    route = dispatch.route(x, w, b)
-    if route == dispatch.OP or dispatch.profiling():
         return None
     if route == dispatch.DIRECT:
         return plan.forward(x, w, b, float(eps), False)[0]
