@@ -115,8 +115,7 @@ if col == "value":
 else:
     f, ytitle = 1.0, metric
 d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
-             series=[(m if len(keys) == 1 else f"{m} [{pk}]") if len(sel_m) > 1 else (pk or m)
-                     for m, pk in zip(d["machine"], d["param_key"])])
+             series=[dashui.series_label(m, pk, len(sel_m), len(keys)) for m, pk in zip(d["machine"], d["param_key"])])
 x = dashui.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
 yscale = alt.Scale(zero=yaxis == "from zero", nice=True)
 color = alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400))
