@@ -23,7 +23,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
-from dashboard_checks import APP, open_app, steps_table  # noqa: E402
+from dashboard_checks import APP, CHROMIUM, launch_chromium, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
 
@@ -475,6 +475,57 @@ def test_explorer_opens_an_op_on_its_device_series(twin_db):
     assert len(twin_charts(at)) == 3
 
 
+@pytest.fixture
+def twin_served(twin_xdb, tmp_path):
+    import os
+
+    env = dict(os.environ, XRT_DB=str(twin_xdb))
+    with streamlit_server(APP, tmp_path, env, tmp_path, "--server.address", "127.0.0.1",
+                          "--browser.gatherUsageStats", "false") as (url, _):
+        yield url
+
+
+def coloured_pixels(png: bytes) -> int:
+    """Pixels of a chart's screenshot that are neither grey nor white: its lines and points."""
+    import io
+
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    return int((rgb.max(axis=-1) - rgb.min(axis=-1) > 60).sum())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
+def test_twin_charts_render_in_a_browser(twin_served):
+    """In a real headless Chromium, the explorer on a host series: its chart, then the device, host and
+    compiled charts side by side, each drawn with its lines, and the table of the latest values."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    with sync_api.sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(twin_served + f"/explorer?bench={HOST}&m=gpu-a&p.shape=4096", wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Device and host time").first.wait_for(timeout=30_000)
+            drawn = page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg")
+            drawn.nth(3).wait_for(timeout=30_000)
+            page.locator("[data-testid='stDataFrame']").nth(1).wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)  # let vega paint
+            assert drawn.count() == 4
+            boxes = [drawn.nth(i).bounding_box() for i in range(4)]
+            assert all(b["width"] > 200 and b["height"] > 150 for b in boxes), boxes
+            assert len({round(b["y"]) for b in boxes[1:]}) == 1 and boxes[1]["x"] < boxes[2]["x"] < boxes[3]["x"]
+            for i in (1, 2, 3):
+                assert coloured_pixels(drawn.nth(i).screenshot()) > 100, i
+            text = page.inner_text("body")
+            assert "this benchmark is the host time" in text and "Each row's newest commit" in text
+            assert "could not be shown" not in text and "Traceback" not in text and not errors, errors
+        finally:
+            browser.close()
+
 # ---------------------------------------------------------------------- compare
 
 def test_compare_two_commits_marks_the_step(db, xdb):
@@ -845,10 +896,7 @@ def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
              "Tuning": "/tuning", "Regressions": "/overview",
              "Compare": f"/compare?ma={quote(m[0])}&ca={h[STEP_AT - 1]}&mb={quote(m[0])}&cb={h[STEP_AT]}&rows=all"}
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-default-apps", "--disable-extensions"])
+        browser = launch_chromium(p)
         try:
             for title, path in pages.items():
                 page = browser.new_page(viewport={"width": 1400, "height": 1500})
