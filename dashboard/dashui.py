@@ -237,9 +237,10 @@ STATUS_ICON = {"ok": "✅", "warn": "⚠️", "info": "ℹ️"}
 HASH_LABELS_UP_TO = 80  # commits on the axis: beyond this, integer ticks only (hashes in the tooltip)
 
 
-def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)") -> Any:
+def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)", domain: list | None = None) -> Any:
     """The x encoding of a commit-ordered chart: integer ticks (never 0.5 of a commit) labelled with
-    the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``)."""
+    the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``).
+    ``domain`` fixes the axis' range (charts shown side by side then place a commit alike)."""
     import json
 
     import altair as alt
@@ -250,4 +251,13 @@ def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)") 
         table = json.dumps({str(int(o)): str(c)[:7] for o, c in zip(pairs[field], pairs["commit"])})
         axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True, labelAngle=-40,
                         labelExpr=f"{table}['' + datum.value] || ''")
-    return alt.X(f"{field}:Q", title=title, axis=axis, scale=alt.Scale(zero=False, nice=False, padding=12))
+    scale = alt.Scale(zero=False, nice=False, padding=12, **({"domain": domain} if domain else {}))
+    return alt.X(f"{field}:Q", title=title, axis=axis, scale=scale)
+
+
+def series_label(machine: str, param_key: str, n_machines: int, n_keys: int) -> str:
+    """How a chart's legend names one series: its parameters, its machine, or both, as the selection
+    needs to tell its series apart."""
+    if n_machines > 1:
+        return machine if n_keys == 1 else f"{machine} [{param_key}]"
+    return param_key or machine

@@ -30,3 +30,14 @@ def grid_of(at: AppTest):
     """The overview's grid of every benchmark (the one with a trend column)."""
     (g,) = [d.value for d in at.dataframe if "trend" in d.value.columns]
     return g
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's, driven by path: Playwright downloads no browser
+
+
+def launch_chromium(playwright):
+    """A headless Chromium for the browser tests (no GPU, no sandbox, nothing fetched in the background)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-default-apps", "--disable-extensions"])

@@ -23,7 +23,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
-from dashboard_checks import APP, open_app, steps_table  # noqa: E402
+from dashboard_checks import APP, CHROMIUM, launch_chromium, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
 
@@ -326,6 +326,205 @@ def test_explorer_deep_link_reopens_the_view(db):
     assert at.sidebar.multiselect(key="ex:p.provider").value == ["triton"]
     assert at.sidebar.multiselect(key="ex:p.config").value == ["default"]
 
+
+# ---------------------------------------------------------------------- explorer: device and host time
+
+HOST, COMPILED = "bench_host.Square.time_host", "bench_compiled.Square.time_compiled"
+ALLOC = "bench_allocator.Square.time_alloc"  # the same class name, not an op suite series
+COMPILED_FACTOR = 10.0
+EVERY = {"m": list(MACHINES), "p.shape": ["1024", "4096"], "p.provider": ["torch", "triton"],
+         "p.config": ["default", "BLOCK=128,num_warps=4"]}
+NEWEST = f"{N_COMMITS - 1:02d}" + "ab" * 19  # build()'s newest commit
+
+
+def host_factor(k: int) -> float:
+    """Host time over device time of combination ``k`` (its param_index): another factor for each, so
+    a row matched with another row's device time shows."""
+    return 2.0 + k
+
+
+def add_twins(con, compiled: bool = True) -> None:
+    """The host twin of every device value (times host_factor), the compiled twin (default config
+    only, the others skipped, as the suites record them) and a plain benchmark of the same class."""
+    for name in (HOST, COMPILED) if compiled else (HOST,):
+        con.execute("INSERT INTO benchmarks SELECT * REPLACE (? AS name) FROM benchmarks WHERE name = ?", [name, BENCH])
+    con.execute("INSERT INTO results SELECT * REPLACE (? AS benchmark, value * (2 + param_index) AS value, "
+                "list_transform(samples, lambda x: x * (2 + param_index)) AS samples, NULL AS bytes, NULL AS gbps) "
+                "FROM results WHERE benchmark = ?", [HOST, BENCH])
+    if compiled:
+        default = "params[4] = '''default'''"
+        con.execute(f"INSERT INTO results SELECT * REPLACE (? AS benchmark, CASE WHEN {default} THEN value * ? END "
+                    f"AS value, CASE WHEN {default} THEN 'ok' ELSE 'skipped' END AS status, CASE WHEN {default} "
+                    "THEN list_transform(samples, lambda x: x * ?) END AS samples, NULL AS bytes, NULL AS gbps) "
+                    "FROM results WHERE benchmark = ?", [COMPILED, COMPILED_FACTOR, COMPILED_FACTOR, BENCH])
+    con.execute("INSERT INTO results SELECT * REPLACE (? AS benchmark, 0 AS param_index, [] AS params, '' AS "
+                "param_key, 1e-6 AS value, [1e-6] AS samples) FROM results WHERE benchmark = ? AND param_index = 0",
+                [ALLOC, BENCH])
+
+
+@pytest.fixture(scope="module")
+def twin_xdb(xdb, tmp_path_factory):
+    db = tmp_path_factory.mktemp("twins") / "xrt.duckdb"
+    db.write_bytes(xdb[0].read_bytes())
+    store.write(db, add_twins)
+    return db
+
+
+@pytest.fixture
+def twin_db(twin_xdb, monkeypatch):
+    monkeypatch.setenv("XRT_DB", str(twin_xdb))
+    return twin_xdb
+
+
+def twin_charts(at: AppTest) -> dict[str, dict]:
+    """The section's charts by title (the explorer's own chart has none)."""
+    specs = [json.loads(c.proto.spec) for c in charts(at)]
+    return {s["title"]: s for s in specs if "title" in s}
+
+
+def twin_table(at: AppTest):
+    (t,) = [d.value for d in at.dataframe if "device time" in d.value.columns]
+    return t
+
+
+def test_explorer_shows_host_time_beside_device_time(twin_db):
+    at = app("explorer", bench=BENCH, **EVERY)
+    assert at.sidebar.selectbox(key="ex:bench").value == BENCH
+    assert "Device and host time" in [h.value for h in at.subheader]
+    assert len(charts(at)) == 4  # the explorer's chart, then device, host and compiled side by side
+    tc = twin_charts(at)
+    assert list(tc) == ["device time", "host time", "host time, torch.compile"]
+    assert {s["encoding"]["y"]["title"] for s in tc.values()} == {"µs per call"}
+    # each series in the colour it has in the explorer's chart (its legend: the names sorted), and a
+    # commit at the same place in each chart
+    legend = sorted(at.dataframe[0].value["series"])
+    assert [s["encoding"]["color"]["scale"]["domain"] for s in tc.values()] == [legend] * 3
+    assert {tuple(s["encoding"]["x"]["scale"]["domain"]) for s in tc.values()} == {(0.0, N_COMMITS - 1.0)}
+    t = twin_table(at)
+    assert len(t) == 16 and set(t["commit"]) == {NEWEST[:10]} and set(t["machine"]) == set(MACHINES)
+    keys = [", ".join(c) for c in itertools.product(*PARAMS)]
+    want = [host_factor(keys.index(pk)) for pk in t["params"]]
+    assert np.allclose(t["host ÷ device"], want) and np.allclose(t["host time"] / t["device time"], want)
+    default = t["params"].str.endswith("'default'")
+    assert default.sum() == 8 and np.allclose(t.loc[default, "compile ÷ device"], COMPILED_FACTOR)
+    assert t.loc[~default, "compile ÷ device"].isna().all()  # skipped there: no ratio
+    import duckdb
+
+    with duckdb.connect(str(twin_db), read_only=True) as con:  # the device column: the newest value, in µs
+        stored = dict(con.execute("SELECT machine || '|' || param_key, value * 1e6 FROM results WHERE benchmark = ? "
+                                  "AND commit_hash = ?", [BENCH, NEWEST]).fetchall())
+    assert np.allclose(t["device time"], [stored[f"{m}|{pk}"] for m, pk in zip(t["machine"], t["params"])])
+    assert not [c.value for c in at.caption if COMPILED in c.value or HOST in c.value]
+
+
+def test_explorer_on_the_host_series_shows_its_device_twin(twin_db):
+    """The link of the overview's grid (op, bench, m, pk) to a host series."""
+    at = app("explorer", op="Square", bench=HOST, m="gpu-a", pk=STEPPED[1])
+    assert at.sidebar.selectbox(key="ex:bench").value == HOST
+    assert list(twin_charts(at)) == ["device time", "host time", "host time, torch.compile"]
+    assert any("this benchmark is the host time" in c.value for c in at.caption)
+    t = twin_table(at)
+    keys = [", ".join(c) for c in itertools.product(*PARAMS)]
+    assert t["params"].tolist() == [STEPPED[1]] and t["machine"].tolist() == ["gpu-a"]
+    assert t["host ÷ device"].iloc[0] == pytest.approx(host_factor(keys.index(STEPPED[1])))
+    assert t["compile ÷ device"].iloc[0] == pytest.approx(COMPILED_FACTOR)
+    # the explorer's own chart and table are the host series'
+    assert len(at.dataframe[0].value) == 1 and at.subheader[0].value == f"` {HOST} `"
+    # against dates, the charts share the commits' dates (as ISO text: a browser misreads epoch numbers there)
+    at.radio(key="ex:x").set_value("date").run()
+    assert [s["encoding"]["x"]["scale"]["domain"] for s in twin_charts(at).values()] == \
+        [["2026-01-01T00:00:00", f"2026-01-{N_COMMITS:02d}T00:00:00"]] * 3
+
+
+def test_explorer_twin_without_values_says_so(twin_db, tmp_path, monkeypatch):
+    at = app("explorer", bench=BENCH, m="gpu-a", **{"p.config": ["BLOCK=128,num_warps=4"]})
+    assert list(twin_charts(at)) == ["device time", "host time"]
+    (line,) = [c.value for c in at.caption if COMPILED in c.value]
+    assert line.startswith("host time, torch.compile") and "no ok results for these machines and parameters" in line
+    assert "compile ÷ device" not in twin_table(at).columns
+    # a database from before the compiled series: the same line says it was never measured
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(twin_db.read_bytes())
+    store.write(old, lambda con: con.execute("DELETE FROM results WHERE benchmark = ?", [COMPILED]))
+    monkeypatch.setenv("XRT_DB", str(old))
+    at = app("explorer", bench=BENCH)
+    assert list(twin_charts(at)) == ["device time", "host time"]
+    (line,) = [c.value for c in at.caption if COMPILED in c.value]
+    assert "not in this database" in line
+
+
+def test_explorer_without_twins_is_as_before(db, twin_xdb, monkeypatch):
+    """A device series measured alone, and a benchmark that is not an op suite series (of the same
+    class as one that is): one chart, one table, no twin section."""
+    for path, bench in ((db, BENCH), (twin_xdb, ALLOC)):
+        monkeypatch.setenv("XRT_DB", str(path))
+        at = app("explorer", bench=bench)
+        assert at.sidebar.selectbox(key="ex:bench").value == bench
+        assert len(charts(at)) == 1 and len(at.dataframe) == 1 and not twin_charts(at)
+        assert "Device and host time" not in [h.value for h in at.subheader]
+
+
+def test_explorer_opens_an_op_on_its_device_series(twin_db):
+    """Without a link to one benchmark, the op's device series (its host and compiled twins sort first)."""
+    at = app("explorer", op="Square")
+    assert at.sidebar.selectbox(key="ex:bench").options == [ALLOC, COMPILED, HOST, BENCH]
+    assert at.sidebar.selectbox(key="ex:bench").value == BENCH
+    at.radio(key="ex:metric").set_value("GB/s").run()  # the explorer's chart; the section stays in µs per call
+    assert not at.exception and not at.error
+    assert json.loads(charts(at)[0].proto.spec)["layer"][-1]["encoding"]["y"]["title"] == "GB/s"
+    assert len(twin_charts(at)) == 3
+
+
+@pytest.fixture
+def twin_served(twin_xdb, tmp_path):
+    import os
+
+    env = dict(os.environ, XRT_DB=str(twin_xdb))
+    with streamlit_server(APP, tmp_path, env, tmp_path, "--server.address", "127.0.0.1",
+                          "--browser.gatherUsageStats", "false") as (url, _):
+        yield url
+
+
+def coloured_pixels(png: bytes) -> int:
+    """Pixels of a chart's screenshot that are neither grey nor white: its lines and points."""
+    import io
+
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    return int((rgb.max(axis=-1) - rgb.min(axis=-1) > 60).sum())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
+def test_twin_charts_render_in_a_browser(twin_served):
+    """In a real headless Chromium, the explorer on a host series: its chart, then the device, host and
+    compiled charts side by side, each drawn with its lines, and the table of the latest values."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    with sync_api.sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(twin_served + f"/explorer?bench={HOST}&m=gpu-a&p.shape=4096", wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Device and host time").first.wait_for(timeout=30_000)
+            drawn = page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg")
+            drawn.nth(3).wait_for(timeout=30_000)
+            page.locator("[data-testid='stDataFrame']").nth(1).wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)  # let vega paint
+            assert drawn.count() == 4
+            boxes = [drawn.nth(i).bounding_box() for i in range(4)]
+            assert all(b["width"] > 200 and b["height"] > 150 for b in boxes), boxes
+            assert len({round(b["y"]) for b in boxes[1:]}) == 1 and boxes[1]["x"] < boxes[2]["x"] < boxes[3]["x"]
+            for i in (1, 2, 3):
+                assert coloured_pixels(drawn.nth(i).screenshot()) > 100, i
+            text = page.inner_text("body")
+            assert "this benchmark is the host time" in text and "Each row's newest commit" in text
+            assert "could not be shown" not in text and "Traceback" not in text and not errors, errors
+        finally:
+            browser.close()
 
 # ---------------------------------------------------------------------- compare
 
@@ -697,10 +896,7 @@ def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
              "Tuning": "/tuning", "Regressions": "/overview",
              "Compare": f"/compare?ma={quote(m[0])}&ca={h[STEP_AT - 1]}&mb={quote(m[0])}&cb={h[STEP_AT]}&rows=all"}
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-default-apps", "--disable-extensions"])
+        browser = launch_chromium(p)
         try:
             for title, path in pages.items():
                 page = browser.new_page(viewport={"width": 1400, "height": 1500})

@@ -2,7 +2,8 @@
 
 Filters come from the database, not from xrt's suites: the op is the class (or module) part of
 asv's benchmark name, and one filter per parameter name in ``benchmarks.param_names`` (for xrt's
-suites: shape, dtype, provider, config), so a foreign corpus (django-asv) works as well.
+suites: shape, dtype, provider, config), so a foreign corpus (django-asv) works as well. An op suite's
+series gets its device- and host-time twins beside it (``twinview``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import altair as alt
 import dashdata
 import dashui
 import streamlit as st
+import twinview
 
 MAX_SERIES = 24
 METRICS = {"time": "value", "GB/s": "gbps", "TFLOP/s": "tflops", "% of peak": "pct_sol"}
@@ -37,8 +39,8 @@ op = dashui.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), w
                    help="the class (or module) part of the benchmark's name")
 in_op = cat[cat["op"] == op]
 benches = sorted(in_op["benchmark"].unique())
-bench = dashui.select("Benchmark", benches, "ex:bench", default=min(in_op.loc[in_op["n"] > 0, "benchmark"],
-                                                                     default=benches[0]),
+bench = dashui.select("Benchmark", benches, "ex:bench",
+                      default=twinview.default_bench(list(in_op.loc[in_op["n"] > 0, "benchmark"])) or benches[0],
                       where=side, disabled=len(benches) == 1)
 rows = in_op[in_op["benchmark"] == bench]
 machines = sorted(rows["machine"].unique())
@@ -115,8 +117,7 @@ if col == "value":
 else:
     f, ytitle = 1.0, metric
 d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
-             series=[(m if len(keys) == 1 else f"{m} [{pk}]") if len(sel_m) > 1 else (pk or m)
-                     for m, pk in zip(d["machine"], d["param_key"])])
+             series=[dashui.series_label(m, pk, len(sel_m), len(keys)) for m, pk in zip(d["machine"], d["param_key"])])
 x = dashui.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
 yscale = alt.Scale(zero=yaxis == "from zero", nice=True)
 color = alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400))
@@ -152,4 +153,5 @@ st.dataframe(summ, hide_index=True, width="stretch",
              {"last / first": st.column_config.NumberColumn(format="%.3f×")})
 if metric == "time" and dashdata.higher_is_better(unit):
     st.caption(f"Unit {dashui.lit(unit, 40)}: higher is better.")
+twinview.show(r, bench, set(cat["benchmark"]), sel_m, keys, xaxis, yaxis, list(d.dropna(subset=["y"])["series"]))
 dashui.footer(r)
