@@ -21,6 +21,8 @@
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
 #            then the same for the device series of the six memory-bound ops and the allocator alone
 #            (the 220 combinations issue #15 counted; $OUT/suite220/)
+# compiled : xrt bench run of square, softmax and layernorm's three series (device, host, host under
+#            torch.compile), full profile; $OUT/compiled-results.tgz
 # tune     : the exhaustive Triton bf16 GEMM space at 4096x4096x4096 (pruned against this GPU's limits;
 #            `xrt tune space` prints its size first), every evaluation in the journal under
 #            $OUT/tuned/journal/, top-K in $OUT/tuned/matmul.json; stops proposing after 330 s.
@@ -136,6 +138,14 @@ for step in "$@"; do
         2>&1 | tee "$OUT/suite220.log" | tail -12
       rm -rf "$OUT/suite220/triton-cache"
       tar -czf "$OUT/suite220-results.tgz" -C "$OUT/suite220" cold warm 2>/dev/null && rm -rf "$OUT/suite220/cold" "$OUT/suite220/warm" ;;
+    compiled)
+      # the three series of square, softmax and layernorm (full profile, this commit): device, host and
+      # host under torch.compile side by side (asv result files in one archive)
+      python3 -m xrt.cli bench run --commits HEAD --results "$OUT/compiled" --device cuda:0 \
+        --bench '^bench_(ops|host|compiled)\.(Square|Softmax|Layernorm)\.' 2>&1 | tee "$OUT/compiled.log" | tail -20
+      t=${PIPESTATUS[0]}
+      tar -czf "$OUT/compiled-results.tgz" -C "$OUT" compiled 2>/dev/null && rm -rf "$OUT/compiled"
+      (exit $t) ;;
     tune)
       python3 -m xrt.cli tune space matmul --shape 4096x4096x4096 --dtype bfloat16 2>&1 | tee "$OUT/tune-space.txt"
       python3 -m xrt.cli tune matmul --provider triton --shape 4096x4096x4096 --dtype bfloat16 --strategy exhaustive \
