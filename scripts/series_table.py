@@ -39,8 +39,11 @@ def rows(folder: Path) -> dict[tuple, dict[str, float]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not Path(argv[0]).is_dir():
+    if len(argv) != 1:
         print("usage: scripts/series_table.py RESULTS_DIR (a folder of asv result files)", file=sys.stderr)
+        return 2
+    if not Path(argv[0]).is_dir():
+        print(f"series_table: RESULTS_DIR {argv[0]!r} is not a folder", file=sys.stderr)
         return 2
     lines = ["| op | shape | dtype | provider | " + " | ".join(f"{s} µs" for s in SERIES) + " |",
              "|---|---|---|---|" + "---:|" * len(SERIES)]
