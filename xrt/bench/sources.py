@@ -79,14 +79,14 @@ def affected(changed: list[str]) -> dict[str, list[str]]:
 def unit_of_benchmark(name: str) -> str | None:
     """``bench_ops.Square.time_op`` (or its host or compiled twin) -> ``square``; ``bench_allocator.*``
     -> ``allocator``; else None."""
-    from xrt.bench.suite import SERIES, class_name
+    from xrt.bench.suite import class_name, series_of
 
-    parts = name.split(".")
-    if parts[0] == "bench_allocator":
+    if name.split(".")[0] == "bench_allocator":
         return ALLOCATOR
-    if parts[0] in {module for module, _ in SERIES.values()} and len(parts) >= 2:
+    found = series_of(name)
+    if found is not None:
         for u in units():
-            if u != ALLOCATOR and class_name(u) == parts[1]:
+            if u != ALLOCATOR and class_name(u) == found[1]:
                 return u
     return None
 

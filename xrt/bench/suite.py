@@ -543,13 +543,13 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
                 log=None, rounds: int | None = None, span: float | None = None) -> dict[tuple, dict[str, Any]]:
     """Measure every combination of ``ops`` in this process: what the suites' ``setup_cache`` returns.
 
-    Inputs are built once per op, shape and dtype (and dropped before the next) and serve both
+    Inputs are built once per op, shape and dtype (and dropped before the next) and serve every
     series; each combination is loaded and measured once per series (``device``: :class:`Case`,
-    ``host``: :class:`HostCase`), its sidecar written. Returns, per ``(series, op, *params)``,
-    ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a ``NotImplementedError`` in setup
-    was) or ``{"error": what}`` (asv: that combination failed; the others still run), and per
-    ``(GRID, op)`` ``{"params": grid}``, the op's grid as this process saw it. Progress goes
-    to stderr, one line a combination and series.
+    ``host``: :class:`HostCase`, ``compiled``: :class:`CompiledCase`), its sidecar written. Returns,
+    per ``(series, op, *params)``, ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a
+    ``NotImplementedError`` in setup was) or ``{"error": what}`` (asv: that combination failed; the
+    others still run), and per ``(GRID, op)`` ``{"params": grid}``, the op's grid as this process saw
+    it. Progress goes to stderr, one line a combination and series.
 
     ``rounds`` (default :func:`rounds_for` the device): with more than one, every combination is
     measured that many times in turn, each time with its share of the samples, and its samples are
