@@ -372,6 +372,8 @@ class HostCase(_Inputs):
         self.clock = timer.Clock(self.dev.torch_device, flush=False)
         cfg = timer.HOST_DEFAULTS
         self.calls = self.clock.host_calls(self.fn, cfg["sample_time"], cfg["max_calls"], cfg["warmup_time"])
+        self.ref, self.ref_calls = reference_call(self.dev.torch_device, self.series)
+        self.ref_samples: list[float] = []
         self.rounds = max(1, rounds)
         self.more()
 
@@ -395,7 +397,12 @@ class HostCase(_Inputs):
     def finish(self) -> None:
         """Nothing to top up: every round takes its share of :data:`HOST_MIN_SAMPLES`."""
 
+    series = "host"
+
     def sample(self) -> None:
+        """One sample of the op, and in turn with it one of the reference call (the pair the gate
+        judges: a slower or faster host moves both)."""
+        self.ref_samples.append(self.clock.host_batch(self.ref, self.ref_calls))
         self.samples.append(self.clock.host_batch(self.fn, self.calls))
 
     def record(self, benchmark: str) -> dict[str, Any]:
@@ -407,9 +414,11 @@ class HostCase(_Inputs):
             "benchmark": benchmark,
             "params": [repr(p) for p in self.params],
             "op": self.spec.op,
-            "series": "host",
+            "series": self.series,
             "calls_per_sample": self.calls,
             "samples_s": self.samples,
+            "ref_samples_s": self.ref_samples,
+            "reference": REFERENCE_DOC[self.series],
             "cycles": [None] * len(self.samples),
             "xrt_source": _xrt_source(),
         }
@@ -454,8 +463,44 @@ class CompiledCase(HostCase):
         compiled = torch.compile(fn, fullgraph=True, dynamic=False)
         return lambda: compiled(*self.args)
 
-    def record(self, benchmark: str) -> dict[str, Any]:
-        return {**super().record(benchmark), "series": "compiled"}
+    series = "compiled"
+
+
+# The reference call of each host series: what every op's host sample is paired with. A plain torch
+# op on a 16-element tensor: Python, the dispatcher and a launch, like an op's call, and never bound
+# by device time. Under torch.compile the same op from a compiled function (guards and the compiled
+# wrapper, like the compiled series). It does not change with xrt's code, so op / reference moves
+# with the op alone, while a host that got slower moves both (docs/timing.md, "Host time").
+REFERENCE_DOC = {"host": "torch.add(x, 1) on 16 elements",
+                 "compiled": "torch.compile(fullgraph) of x + 1 on 16 elements"}
+_REFERENCES: dict[tuple, tuple] = {}
+
+
+def reference_call(device: Any, series: str) -> tuple[Any, int]:
+    """(the reference call of ``series`` on ``device``, its calls per sample), built once a process."""
+    key = (str(device), series)
+    if key not in _REFERENCES:
+        import torch
+
+        from xrt.bench import timer
+
+        x = torch.randn(16, device=device)
+        if series == "compiled":
+            def xrt_reference_plus_one(t):
+                return t + 1
+
+            compiled = torch.compile(xrt_reference_plus_one, fullgraph=True, dynamic=False)
+
+            def fn():
+                return compiled(x)
+        else:
+            def fn():
+                return torch.add(x, 1)
+        cfg = timer.HOST_DEFAULTS
+        calls = timer.Clock(device, flush=False).host_calls(fn, cfg["sample_time"], cfg["max_calls"],
+                                                            cfg["warmup_time"])
+        _REFERENCES[key] = (fn, calls)
+    return _REFERENCES[key]
 
 
 def _xrt_source() -> str:

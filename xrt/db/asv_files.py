@@ -34,6 +34,7 @@ VALUE_COLUMNS = (
     "benchmark", "param_index", "params", "param_key", "value", "status", "samples",
     "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat", "version", "started_at_ms",
     "duration", "bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share",
+    "ref_samples",
 )
 
 SIDECAR_SUFFIX = sidecar_keys.LEGACY_SUFFIX  # the older, hand-written form
@@ -256,6 +257,7 @@ class CaseFacts:
     throttled_share: float | None
     samples_median: float | None = None  # the timer's own record of the samples asv was handed
     n_samples: int | None = None
+    ref_samples: list | None = None  # host series: the reference call's sample beside each sample
 
 
 def _median(xs: list) -> float | None:
@@ -302,6 +304,9 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
         smp = c.get(sidecar_keys.CASE_SAMPLES)
         if isinstance(smp, list) and smp:
             f.samples_median, f.n_samples = _median(smp), len(smp)
+        ref = c.get(sidecar_keys.CASE_REF_SAMPLES)
+        if isinstance(ref, list) and ref and len(ref) == f.n_samples:  # one beside each sample, or none
+            f.ref_samples = [_num(x) for x in ref]
         cases[(c[sidecar_keys.CASE_BENCHMARK], tuple(params))] = f
         if f.sm_mhz is not None:
             sm_all.append(f.sm_mhz)
@@ -617,7 +622,7 @@ def classify(value: Any) -> str:
     return "ok"
 
 
-_FACT_COLUMNS = ("sm_mhz", "cycles", "cycles_median", "throttled_share")
+_FACT_COLUMNS = ("sm_mhz", "cycles", "cycles_median", "throttled_share", "ref_samples")
 _STAT_COLUMNS = ("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat")
 
 

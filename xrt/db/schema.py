@@ -141,6 +141,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             nullif(regexp_extract(file, '(^|/)([0-9a-f]{40})\.carried$', 2), ''),
             nullif(regexp_extract(file, '(^|/)([0-9a-f]{8})-[^/]*$', 2), ''))""",
     ]),
+    # The host series' paired reference: per sample, the host time of the machine's reference call
+    # taken in turn with it (xrt.bench.suite.HostCase). The gate judges sample / reference, which a
+    # slower or faster host moves alike.
+    (11, "results.ref_samples (the host series' reference call, sample by sample)", [
+        "ALTER TABLE results ADD COLUMN ref_samples DOUBLE[]",
+    ]),
 ]
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that

@@ -30,7 +30,10 @@ CASE_SM_MHZ = "sm_mhz"  # SM clock per sample
 CASE_MEM_MHZ = "mem_mhz"  # memory clock per sample
 CASE_CYCLES = "cycles"  # per sample: time x SM clock
 CASE_THROTTLED_SHARE = "throttled_share"
+# host series: per sample, the host seconds per call of the machine's reference call, timed in turn
+# with the op's sample in the same process (xrt.bench.suite.HostCase); the gate judges op / reference
+CASE_REF_SAMPLES = "ref_samples_s"
 
 # what the reader takes from a case (the writer must write these)
 CASE_KEYS_READ = (CASE_BENCHMARK, CASE_PARAMS, CASE_BYTES, CASE_FLOPS, CASE_SAMPLES, CASE_SM_MHZ, CASE_MEM_MHZ,
-                  CASE_CYCLES, CASE_THROTTLED_SHARE)
+                  CASE_CYCLES, CASE_THROTTLED_SHARE, CASE_REF_SAMPLES)

@@ -48,6 +48,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("gate", help="the nightly regression gate (exit 0 pass / 1 regression / 2 cannot judge)")
     _gate_args(g)
     g.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
+    pg = g.add_argument_group("paired mode", "measure base and head now, on this machine, interleaved round by "
+                              "round, and judge those runs alone (docs/regressions.md, 'Paired mode')")
+    pg.add_argument("--paired", action="store_true", help="measure both commits here first (needs --repo or .)")
+    pg.add_argument("--rounds", type=int, default=2, help="rounds of base and head, A B then B A ... [2]")
+    pg.add_argument("--bench", help="asv --bench regex of what to measure [every suite]")
+    pg.add_argument("--results", type=Path, help="where the rounds go [REPO/results/paired/BASE-HEAD]")
+    pg.add_argument("--device", help="cuda:N, xpu:N or cpu [the default device]")
+    pg.add_argument("--all-gpus", action="store_true", help="one process per GPU, in parallel")
+    pg.add_argument("--quick", action="store_true", help="the CI profile: tiny shapes (implied on the CPU)")
     g.set_defaults(func=run_gate)
 
     rp = sub.add_parser("report", help="a static HTML page comparing two commits (the gate's verdict and every series)",
@@ -206,9 +215,14 @@ def run_gate(args: argparse.Namespace) -> int:
 
     try:  # fail closed: whatever goes wrong, nothing was judged, and that is exit 2 (never 0, never 1)
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
-        base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-        v = gate.judge(args.db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
-                       machine=args.machine, history=not args.no_history)
+        repo = args.repo if args.repo is not None or not args.paired else Path(".")
+        base, head = gate.resolve(repo, args.base, args.db), gate.resolve(repo, args.head, args.db)
+        db = _measure_paired(args, repo, base, head) if args.paired else args.db
+        v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
+                       machine=args.machine, history=not (args.no_history or args.paired))
+        if args.paired:
+            v.notes.insert(0, f"paired mode: base and head measured here in {args.rounds} interleaved round(s) "
+                              f"({db.parent}); these runs alone were judged")
     except DatabaseError as e:  # a bad --db is bad input, on stderr like every command's
         return cannot_judge(str(e), sys.stderr)
     except (ValueError, OSError) as e:
@@ -219,6 +233,28 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.summary:
         gate.write_summary(args.summary, v, explanations=_explanations(args.db, v))
     return v.code
+
+
+def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) -> Path:
+    """``xrt gate --paired``: measure base and head in interleaved rounds; the database of those runs.
+    They go into ``--db`` too, when it exists, for the dashboard's history."""
+    from xrt.bench.runner import BenchError
+    from xrt.db.ingest import ingest
+    from xrt.orchestrate import paired
+
+    if base == head:
+        raise ValueError(f"base and head are the same commit ({head[:10]}): nothing to compare")
+    out = args.results or repo / "results" / "paired" / f"{base[:12]}-{head[:12]}"
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        p = paired.measure(repo, base, head, out, rounds=args.rounds, bench=args.bench, device=args.device,
+                           all_gpus=args.all_gpus, quick=args.quick, log=log)
+    except BenchError as e:
+        raise ValueError(f"paired measurement: {e}") from None
+    if Path(args.db).is_file():
+        for folder in p.folders:
+            ingest(folder, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
+    return p.db
 
 
 def run_report(args: argparse.Namespace) -> int:

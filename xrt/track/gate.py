@@ -80,6 +80,8 @@ class Verdict:
     clock: list[dict] = field(default_factory=list)
     changed_machine: list[dict] = field(default_factory=list)  # slower, on a machine whose environment changed
     within_noise: list[dict] = field(default_factory=list)  # slower by the samples, within the run-to-run noise
+    drift: dict = field(default_factory=dict)  # machine -> (reference head / base, series): the host moved
+    with_machine: list[dict] = field(default_factory=list)  # slower in µs, not against the reference: drift
     problems: list[str] = field(default_factory=list)
     compared: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # Outcome.name -> series
@@ -180,27 +182,35 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
     sm = [x for x, ok in (("r.sm_mhz", "sm_mhz" in rc), ("ru.sm_clock_mhz", "sm_clock_mhz" in runc)) if ok]
     sm_sql = f"coalesce({', '.join(sm)})" if sm else "NULL::DOUBLE"
     ver = "r.version" if "version" in rc else "NULL::VARCHAR"
+    ref = "r.ref_samples" if "ref_samples" in rc else "NULL::DOUBLE[]"
     out: dict[tuple[str, str | None], dict[tuple, dict]] = {w: {} for w in wanted}
     if not wanted:
         return out
     commits = sorted({c for c, _ in wanted})
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
-           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver} FROM results r "
+           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, r.run_id "
+           "FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
-    for commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
-            sql, commits).fetchall():
+    for (commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, refs,
+         run_id) in con.execute(sql, commits).fetchall():
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
             if series is not None:
                 d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                                    "cycles": [], "versions": set()})
-                _pool(d, status, value, samples, cycles, clock, version)
+                                                    "cycles": [], "versions": set(), "paired": [], "refs": [],
+                                                    "runs": []})
+                _pool(d, status, value, samples, cycles, clock, version, refs, run_id)
     return out
 
 
-def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: Any, version: Any) -> None:
-    """Add one result row to its series' pooled entry (``rows_of``)."""
+def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: Any, version: Any,
+          refs: Any = None, run_id: Any = None) -> None:
+    """Add one result row to its series' pooled entry (``rows_of``).
+
+    ``paired`` gets sample / reference where the row has the host series' reference call beside each
+    sample (``refs``); a row without it leaves the series unpaired (``paired`` None). ``runs`` keeps
+    each run's medians: what the verdict compares round by round (:func:`round_ratios`)."""
     ok = status == "ok" and value is not None
     if ok and version:
         d["versions"].add(version)
@@ -212,6 +222,15 @@ def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: An
         d["samples"] += smp
         # cycles per sample where recorded, else time x the run's SM clock
         d["cycles"] += list(cycles) if cycles else ([x * clock for x in smp] if clock else [])
+        paired = None
+        if d["paired"] is not None and refs and len(refs) == len(smp) and all(map(_valid, refs)):
+            paired = [x / r for x, r in zip(smp, refs)]
+            d["paired"] += paired
+            d["refs"] += list(refs)
+        else:
+            d["paired"] = None
+        meds = [float(np.median(x)) if x and all(map(_valid, x)) else None for x in (smp, paired)]
+        d["runs"].append((run_id or 0, *meds))  # (run, median, paired median); runs are ids in ingest order
 
 
 def history_values(con: Any, base: str, machine: str | None,
@@ -332,6 +351,11 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             v.notes.append(f"{m}: no environment recorded at base or head, so a slowdown cannot be told from a "
                            "machine change")
     eff = np.log1p(cfg.threshold)
+    v.drift = machine_drift(b_rows, h_rows, eff)
+    for m, (d, n) in sorted(v.drift.items()):
+        v.notes.append(f"machine drift on {m}: the reference call took {d:.2f}x its base time at head "
+                       f"({n} host series); host series are judged against it (op / reference), so the "
+                       "drift is not blamed on code")
     for key in sorted(set(b_rows) | set(h_rows), key=lambda k: tuple(str(x) for x in k)):
         m, bn, pk = key
         if m not in b_machines or m not in h_machines:
@@ -368,10 +392,15 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                     v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
                                       f"and too little history to judge it otherwise (fewer than "
                                       f"{noisemod.MIN_HISTORY} commits)")
+            elif b["paired"] and h["paired"] and min(len(b["paired"]), len(h["paired"])) >= need:
+                out = COMPARED  # host series with their reference call: judged op / reference
+                compare(v, cfg, eff, key, b, h, np.asarray(b["paired"], float), np.asarray(h["paired"], float),
+                        m in changed, paired=True)
             else:
                 out = COMPARED
                 compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         *noisemod.steadier(hist.get(key, []), higher_is_better(b["unit"])))
+                         *noisemod.steadier(hist.get(key, []), higher_is_better(b["unit"])),
+                         drift=v.drift.get(m, (None,))[0] if _host_series(bn) else None)
             if carried and out in (COMPARED, HISTORY):
                 v.carried_compared += 1
                 out = CARRIED
@@ -413,15 +442,62 @@ def against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray,
     (v.changed_machine if machine_changed else v.regressions).append(item)
 
 
+def machine_drift(b_rows: dict, h_rows: dict, eff: float) -> dict[str, tuple[float, int]]:
+    """Per machine, how much slower (or faster) the host series' reference call ran at head than at
+    base, where that moved by the threshold or more: ``{machine: (median ratio, series)}``.
+
+    Every host sample is taken in turn with the same reference call (a plain torch op, which no
+    commit of xrt changes), so when the references of a machine's series moved together, the host
+    moved, not the code."""
+    per: dict[str, list[float]] = {}
+    for key, b in b_rows.items():
+        h = h_rows.get(key)
+        if h and b.get("refs") and h.get("refs"):
+            per.setdefault(key[0], []).append(float(np.median(h["refs"]) / np.median(b["refs"])))
+    out = {}
+    for m, ratios in per.items():
+        d = float(np.median(ratios))
+        if abs(np.log(d)) >= eff:
+            out[m] = (d, len(ratios))
+    return out
+
+
+def _host_series(benchmark: str) -> bool:
+    """A host-time series (the host or the compiled series of an op suite)."""
+    from xrt.bench.suite import series_of
+
+    return (series_of(benchmark) or ("",))[0] in ("host", "compiled")
+
+
+def round_ratios(b: dict, h: dict, paired: bool) -> list[float] | None:
+    """Head / base per round, where a side was measured in several runs (``xrt bench compare``'s
+    rounds, or a commit measured twice): the k-th run of head against the k-th of base, in the order
+    they were ingested; every pair where the counts differ. None: one run a side."""
+    col = 2 if paired else 1
+    bs = [r[col] for r in sorted(b.get("runs") or []) if r[col]]
+    hs = [r[col] for r in sorted(h.get("runs") or []) if r[col]]
+    if not bs or not hs or (len(bs) < 2 and len(hs) < 2):
+        return None
+    pairs = zip(bs, hs) if len(bs) == len(hs) else ((x, y) for x in bs for y in hs)
+    return [y / x for x, y in pairs]
+
+
 def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
              ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
-             stat: str = "median") -> None:
+             stat: str = "median", paired: bool = False, drift: float | None = None) -> None:
     """One series with enough valid samples on both sides: a regression, a clock change, a slowdown
-    within the series' run-to-run noise (``model``, from its history), or nothing."""
+    within the series' run-to-run noise (``model``, from its history) or not seen in every round, a
+    slowdown of the whole host (``drift``: the machine's reference moved, and this series has no
+    reference of its own to be judged against), or nothing.
+
+    ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs."""
     m, bn, pk = key
     ratio = float(np.median(ys) / np.median(xs))
     worse = np.log(ratio) * (-1 if higher_is_better(b["unit"]) else 1)
     if worse < eff:
+        if paired and np.log(np.median(h["samples"]) / np.median(b["samples"])) >= eff:
+            v.with_machine.append({"machine": m, "benchmark": bn, "param_key": pk, "ratio": ratio,
+                                   "abs_ratio": float(np.median(h["samples"]) / np.median(b["samples"]))})
         return
     p, _ = stats.mannwhitney(xs, ys)
     if p > cfg.alpha:
@@ -429,6 +505,22 @@ def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict,
     item = {"machine": m, "benchmark": bn, "params": b["params"], "param_key": pk, "ratio": ratio,
             "p_value": p, "before": float(np.median(xs)), "after": float(np.median(ys)), "judged": "on samples",
             "unit": b["unit"]}
+    if paired:
+        item.update(before=float(np.median(b["samples"])), after=float(np.median(h["samples"])),
+                    judged="against the reference call (op / reference, sample by sample)")
+    rounds = round_ratios(b, h, paired)
+    if rounds is not None:
+        sign = -1 if higher_is_better(b["unit"]) else 1
+        item["rounds"] = rounds
+        if min(sign * np.log(r) for r in rounds) < eff / 2:
+            item["judged"] = ("not slower in every round (head / base per round: "
+                              + ", ".join(f"{r:.3f}" for r in rounds) + ")")
+            v.within_noise.append(item)
+            return
+    if drift is not None and worse <= np.log(drift) + eff:
+        item["judged"] = f"within the machine's drift ({drift:.2f}x; no reference call recorded for it)"
+        v.with_machine.append(item)
+        return
     if model is not None:
         hib = higher_is_better(b["unit"])  # the run's value the model was learnt on (noise.steadier)
         lr = float(np.log(ratio)) if stat == "median" else float(np.log(
@@ -474,6 +566,9 @@ def report(v: Verdict) -> str:
               f"{r['ratio']:.3f} (machine {r['machine']})" for r in v.changed_machine]
     lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
               f"(machine {r['machine']}, {r['judged']})" for r in v.within_noise]
+    lines += [f"moved with the machine (not failing): {r['benchmark']} [{r['param_key'] or '-'}] "
+              f"{r.get('abs_ratio', r['ratio']):.3f} in µs, {r['ratio']:.3f} against the reference call "
+              f"(machine {r['machine']})" for r in v.with_machine]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
@@ -537,6 +632,13 @@ def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
         out += ["Slower, but within the series' run-to-run noise (not failing):", ""]
         out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}, {r['judged']}"
                 for r in v.within_noise] + [""]
+    if v.drift or v.with_machine:
+        out += ["Machine drift (the host moved, not the code; not failing):", ""]
+        out += [f"- {m}: the reference call took {d:.2f}x its base time ({n} host series)"
+                for m, (d, n) in sorted(v.drift.items())]
+        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: "
+                f"{r.get('abs_ratio', r['ratio']):.3f} in µs, {r['ratio']:.3f} against the reference call"
+                for r in v.with_machine[:50]] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
         for a, items in alerts_of(v, v.changed_machine):

@@ -1,0 +1,65 @@
+"""Paired A/B measurement: base and head measured in one job, interleaved round by round.
+
+A verdict that compares today's head with yesterday's base compares two states of the host too: on
+a shared GPU host the same commit, measured in a second process, moved by 2x in host time. Here
+both commits are measured on this machine now, in ``rounds`` rounds of one ``xrt bench run`` each,
+in the order A B, B A, A B, ... (so a host that drifts steadily moves both sides alike), as
+Chromium's Pinpoint and asv's ``--interleave-processes`` do. The rounds are ingested into a
+database of their own, which the gate then judges: only these runs, round by round
+(:func:`xrt.track.gate.round_ratios`), host series against their reference call.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from xrt.bench import runner
+from xrt.db.ingest import ingest
+
+ROUNDS = 2  # A B B A: the fewest that cancel a steady drift, and a second process a side
+
+
+@dataclass
+class Paired:
+    """Where a paired measurement left its results: one folder per round, and the database of them."""
+
+    folders: list[Path]
+    db: Path
+
+
+def order(base: str, head: str, rounds: int) -> list[tuple[int, str]]:
+    """(round, commit) in the order they are measured: A B, B A, A B, ..."""
+    if rounds < 1:
+        raise ValueError(f"--rounds {rounds}: need at least 1")
+    out = []
+    for k in range(rounds):
+        pair = (base, head) if k % 2 == 0 else (head, base)
+        out += [(k + 1, c) for c in pair]
+    return out
+
+
+def measure(repo: Path, base: str, head: str, out: Path, *, rounds: int = ROUNDS, bench: str | None = None,
+            device: str | None = None, all_gpus: bool = False, quick: bool = False,
+            log: Callable[[str], None] = print) -> Paired:
+    """Measure ``base`` and ``head`` in ``rounds`` interleaved rounds under ``out`` (emptied first), and
+    ingest them into ``out/paired.duckdb``. Raises :class:`runner.BenchError` when a round measured
+    nothing (a verdict on a missing side would be no verdict)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    steps = order(base, head, rounds)
+    folders = [out / f"round-{k}" for k in range(1, rounds + 1)]
+    for i, (k, commit) in enumerate(steps, 1):
+        log(f"[paired {i}/{len(steps)}] round {k}: {commit[:10]} ({'base' if commit == base else 'head'})")
+        summary = runner.run(repo, [commit], folders[k - 1], all_gpus=all_gpus, device=device, quick=quick,
+                             bench=bench, log=log)
+        states = [m.get("status", "") for c in summary["commits"] for m in c.get("machines", {}).values()]
+        if not states or not any(s in ("ok", "benchmark failures") for s in states):
+            raise runner.BenchError(f"round {k}: {commit[:10]} measured nothing ({', '.join(states) or 'no run'})")
+    db = out / "paired.duckdb"
+    for folder in folders:
+        ingest(folder, db, repo=str(repo), echo=lambda s: None, tuned=None)
+    return Paired(folders, db)
