@@ -296,12 +296,29 @@ class Case(_Inputs):
             m = timer.measure(self.fn, device, graph=False, **self.rule)
         self.measurement = m
         self.per = m.calls_per_sample
+        # On the CPU, "device time" is the thread's CPU time, which a busy host moves like host time:
+        # each round's samples get the reference call's CPU time of that round beside them.
+        self.ref_samples: list[float] | None = [] if self.dev.kind == "cpu" else None
+        self._reference(m.n)
+
+    def _reference(self, n: int) -> None:
+        """Beside the ``n`` samples just taken: the median of a few samples of the reference call."""
+        if self.ref_samples is None or n <= 0:
+            return
+        import statistics
+
+        from xrt.bench import timer
+
+        ref, calls = reference_call(self.dev.torch_device, "host")
+        clock = timer.Clock(self.dev.torch_device, flush=False)
+        self.ref_samples += [statistics.median(clock.host_batch(ref, calls) for _ in range(5))] * n
 
     def more(self) -> None:
         """One more round of the timer's samples (its own warm-up and stopping rule), appended."""
         from xrt.bench import timer
 
         r = timer.measure(self.fn, self.dev.torch_device, graph=self.graph, **self.rule)
+        self._reference(r.n)
         m = self.measurement
         m.samples_s += r.samples_s
         m.sm_mhz += r.sm_mhz
@@ -320,6 +337,7 @@ class Case(_Inputs):
             clock = timer.Clock(device)
             target = timer.graphed(self.fn, self.per, clock.device) if self.graph else self.fn
             clock.calibrate(target)
+            topped = m.n
             while m.n < MIN_SAMPLES:
                 t = clock.batch(target, 1)[0] / self.per
                 c = clock.read_clocks()
@@ -327,8 +345,11 @@ class Case(_Inputs):
                 m.sm_mhz.append(c.sm_mhz)
                 m.mem_mhz.append(c.mem_mhz)
                 m.reasons.append(c.reasons)
+            self._reference(m.n - topped)
         k = MAX_ASV_SAMPLES  # the last batch may overshoot the cap
         self.samples = list(m.samples_s[:k])
+        if self.ref_samples is not None:
+            self.ref_samples = self.ref_samples[:k]
         self.sm_mhz, self.mem_mhz, self.reasons = list(m.sm_mhz[:k]), list(m.mem_mhz[:k]), list(m.reasons[:k])
 
     def record(self, benchmark: str) -> dict[str, Any]:
@@ -352,6 +373,8 @@ class Case(_Inputs):
             "reasons": self.reasons,
             "throttled_share": (sum(map(is_slowdown, self.reasons)) / n) if n else 0.0,
             "cycles": [t * m * 1e6 if m else None for t, m in zip(self.samples, self.sm_mhz)],
+            **({"ref_samples_s": self.ref_samples, "reference": REFERENCE_DOC["host"] + " (CPU time, a round's median)"}
+               if self.ref_samples is not None else {}),
             "pilot": self.measurement.summary(),  # the measurement's summary (the name files already use)
             "xrt_source": _xrt_source(),
         }

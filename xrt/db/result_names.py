@@ -49,3 +49,13 @@ def commit_of_name(rel: str) -> str | None:
     """The commit prefix that an asv result file's (or sidecar's) name gives, else None."""
     m = _COMMIT_OF_NAME.match(rel.rsplit("/", 1)[-1])
     return m.group(1) if m else None
+
+
+# A paired measurement (xrt gate --paired) measures each commit once a round and keeps every round's
+# files in one folder, each renamed with its round: ingest keys a run by its file's path.
+ROUND_RE = r"-round(\d+)\.json$"  # in SQL (regexp_extract) and Python alike: group 1 is the round
+
+
+def round_name(name: str, k: int, suffix: str = ".json") -> str:
+    """``X.json`` of round ``k`` -> ``X-round<k>.json`` (a sidecar: ``suffix`` ``.xrt``)."""
+    return f"{name[:-len(suffix)]}-round{k}{suffix}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xrt.bench import runner
+from xrt.db import result_names, sidecar_keys
 from xrt.db.ingest import ingest
 
 ROUNDS = 2  # A B B A: the fewest that cancel a steady drift, and a second process a side
@@ -26,7 +27,8 @@ ROUNDS = 2  # A B B A: the fewest that cancel a steady drift, and a second proce
 class Paired:
     """Where a paired measurement left its results: one folder per round, and the database of them."""
 
-    folders: list[Path]
+    folders: list[Path]  # one per round, as xrt bench run wrote it
+    merged: Path  # every round's files, renamed per round: what was ingested
     db: Path
 
 
@@ -59,7 +61,26 @@ def measure(repo: Path, base: str, head: str, out: Path, *, rounds: int = ROUNDS
         states = [m.get("status", "") for c in summary["commits"] for m in c.get("machines", {}).values()]
         if not states or not any(s in ("ok", "benchmark failures") for s in states):
             raise runner.BenchError(f"round {k}: {commit[:10]} measured nothing ({', '.join(states) or 'no run'})")
+    merged = out / "rounds"
+    for k, folder in enumerate(folders, 1):
+        merge_round(folder, merged, k)
     db = out / "paired.duckdb"
-    for folder in folders:
-        ingest(folder, db, repo=str(repo), echo=lambda s: None, tuned=None)
-    return Paired(folders, db)
+    ingest(merged, db, repo=str(repo), echo=lambda s: None, tuned=None)
+    return Paired(folders, merged, db)
+
+
+def merge_round(folder: Path, merged: Path, k: int) -> None:
+    """Copy round ``k``'s files into ``merged``, each result file and its sidecar renamed
+    ``<name>-round<k>``: one results folder in which every round is a run of its own (ingest keys a
+    run by its file's path)."""
+    for f in sorted(folder.rglob("*")):
+        if not f.is_file():
+            continue
+        rel = f.relative_to(folder)
+        dest = merged / rel
+        if len(rel.parts) == 2 and result_names.is_result_file(f.name):
+            dest = dest.with_name(result_names.round_name(f.name, k))
+        elif len(rel.parts) == 2 and f.name.endswith(sidecar_keys.SUFFIX):
+            dest = dest.with_name(result_names.round_name(f.name, k, sidecar_keys.SUFFIX))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest)

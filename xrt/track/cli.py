@@ -252,8 +252,7 @@ def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) 
     except BenchError as e:
         raise ValueError(f"paired measurement: {e}") from None
     if Path(args.db).is_file():
-        for folder in p.folders:
-            ingest(folder, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
+        ingest(p.merged, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
     return p.db
 
 

@@ -188,11 +188,12 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
         return out
     commits = sorted({c for c, _ in wanted})
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
-           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, r.run_id "
+           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, "
+           f"coalesce(try_cast(regexp_extract(ru.file, '{result_names.ROUND_RE}', 1) AS INTEGER), 0), r.run_id "
            "FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
-    for (commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, refs,
+    for (commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, refs, rnd,
          run_id) in con.execute(sql, commits).fetchall():
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
@@ -200,12 +201,12 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
                 d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
                                                     "cycles": [], "versions": set(), "paired": [], "refs": [],
                                                     "runs": []})
-                _pool(d, status, value, samples, cycles, clock, version, refs, run_id)
+                _pool(d, status, value, samples, cycles, clock, version, refs, (rnd, run_id or 0))
     return out
 
 
 def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: Any, version: Any,
-          refs: Any = None, run_id: Any = None) -> None:
+          refs: Any = None, order: tuple = (0, 0)) -> None:
     """Add one result row to its series' pooled entry (``rows_of``).
 
     ``paired`` gets sample / reference where the row has the host series' reference call beside each
@@ -230,7 +231,7 @@ def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: An
         else:
             d["paired"] = None
         meds = [float(np.median(x)) if x and all(map(_valid, x)) else None for x in (smp, paired)]
-        d["runs"].append((run_id or 0, *meds))  # (run, median, paired median); runs are ids in ingest order
+        d["runs"].append((order, *meds))  # ((round, run), median, paired median)
 
 
 def history_values(con: Any, base: str, machine: str | None,
@@ -471,8 +472,9 @@ def _host_series(benchmark: str) -> bool:
 
 def round_ratios(b: dict, h: dict, paired: bool) -> list[float] | None:
     """Head / base per round, where a side was measured in several runs (``xrt bench compare``'s
-    rounds, or a commit measured twice): the k-th run of head against the k-th of base, in the order
-    they were ingested; every pair where the counts differ. None: one run a side."""
+    rounds, or a commit measured twice): the k-th run of head against the k-th of base, by round
+    (``xrt.orchestrate.paired`` names each round's files ``-round<k>``), else in ingest order;
+    every pair where the counts differ. None: one run a side."""
     col = 2 if paired else 1
     bs = [r[col] for r in sorted(b.get("runs") or []) if r[col]]
     hs = [r[col] for r in sorted(h.get("runs") or []) if r[col]]
