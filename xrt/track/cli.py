@@ -247,7 +247,7 @@ def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) 
     out = args.results or repo / "results" / "paired" / f"{base[:12]}-{head[:12]}"
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        p = paired.measure(repo, base, head, out, rounds=args.rounds, bench=args.bench, device=args.device,
+        p = paired.measure(repo, base, [head], out, rounds=args.rounds, bench=args.bench, device=args.device,
                            all_gpus=args.all_gpus, quick=args.quick, log=log)
     except BenchError as e:
         raise ValueError(f"paired measurement: {e}") from None

@@ -1,0 +1,210 @@
+"""The gate's A/A and planted protocol: does an unchanged commit pass, and does each kind of real
+slowdown fail alone? (docs/regressions.md, "A/A and planted: the protocol").
+
+In a throwaway clone of this repository, at its HEAD (the base), it commits siblings of the base:
+
+- ``aa``: a comment added to ``kernels/spaces.py`` (every op's sources change, no code does);
+- ``tuning``: a tuning default changed so that a few shapes get slower (on a GPU the Triton softmax's
+  ``num_warps`` from ``auto`` to 4; on the CPU the Triton square's ``BLOCK_SIZE`` from 1024 to 256);
+- ``host``: about 10 µs of Python per call in ``xrt.pytorch.ops.square`` (eager calls only);
+- ``compiled``: ``square`` called twice inside a ``torch.compile``'d function (the eager path unchanged).
+
+Then it measures the base and the heads in ``--rounds`` rounds, one ``xrt bench run`` (its own
+processes) per commit and round, in the order base, heads..., then reversed (``xrt gate --paired``'s
+``xrt.orchestrate.paired.measure``), and judges each head against the base two ways:
+
+- **history**: each round alone, ingested into a database of its own and judged by ``xrt gate`` as the
+  nightly does (one run a side, measured in separate processes): each round is one repeat;
+- **paired**: two consecutive rounds together (1+2, 3+4, ...), as ``xrt gate --paired`` judges them.
+
+Each verdict is checked against what it should be (``EXPECT``); the script prints one row per verdict and
+exits 1 when any check fails.
+
+    python scripts/gate_protocol.py --rounds 4 --heads aa --json aa.json
+    python scripts/gate_protocol.py --rounds 2 --heads aa,tuning,host,compiled --md table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BENCH = r"^bench_(ops|host|compiled)\.(Square|Softmax|VectorAdd)\."
+QUICK_BENCH = r"^bench_(ops|host|compiled)\.(Square|VectorAdd)\."
+SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, x)\n'
+
+# head -> {device kind or "any": [(file, old text, new text)]}
+PLANTS = {
+    "aa": {"any": [("kernels/spaces.py", None, "\n# A comment: an unchanged commit for the gate's A/A check.\n")]},
+    "tuning": {
+        "cuda": [("kernels/spaces.py", '"softmax.triton": {"num_warps": "auto"}', '"softmax.triton": {"num_warps": 4}')],
+        "cpu": [("kernels/spaces.py", '"square.triton": {"BLOCK_SIZE": 1024, "num_warps": 4}',
+                 '"square.triton": {"BLOCK_SIZE": 256, "num_warps": 4}')],
+    },
+    "host": {"any": [("xrt/pytorch/ops/square.py", SQUARE_RETURN,
+                      "    if not torch.compiler.is_compiling():  # planted: ~10 us of Python per eager call\n"
+                      "        _t0 = __import__('time').perf_counter()\n"
+                      "        while __import__('time').perf_counter() - _t0 < 10e-6:\n"
+                      "            pass\n" + SQUARE_RETURN)]},
+    "compiled": {"any": [("xrt/pytorch/ops/square.py", SQUARE_RETURN,
+                          "    if torch.compiler.is_compiling():  # planted: the compiled path calls the op twice\n"
+                          "        x = dispatch.call('square', chosen, _square_op, _eager, x) * 0 + x\n"
+                          + SQUARE_RETURN)]},
+}
+# What each head's verdict must name (a benchmark-name prefix and a parameter substring), per device.
+EXPECT = {
+    "tuning": {"cuda": ("bench_ops.Softmax.", "triton"), "cpu": ("bench_ops.Square.", "triton")},
+    "host": {"any": ("bench_host.Square.", "")},
+    "compiled": {"any": ("bench_compiled.Square.", "")},
+}
+MAX_OTHERS = {"tuning": 2}  # series named beyond the expected ones; host/compiled: none of another op
+AA_MAX = 1  # false-alarm series allowed in one A/A verdict
+
+
+def _git(repo: Path, *a: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=protocol", "-c", "user.email=protocol@localhost",
+                           *a], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def plant(clone: Path, base: str, head: str, kind: str) -> str:
+    """Commit the plant ``head`` on top of ``base`` (a branch of its own); its hash."""
+    edits = PLANTS[head].get(kind) or PLANTS[head].get("any") or PLANTS[head]["cpu"]
+    _git(clone, "checkout", "-q", "-B", f"protocol-{head}", base)
+    for rel, old, new in edits:
+        path = clone / rel
+        text = path.read_text()
+        if old is None:
+            text += new
+        elif old not in text:
+            raise SystemExit(f"plant {head}: {rel} has no {old.strip()!r}; update scripts/gate_protocol.py")
+        else:
+            text = text.replace(old, new, 1)
+        path.write_text(text)
+    _git(clone, "commit", "-qam", f"protocol: {head}")
+    sha = _git(clone, "rev-parse", "HEAD")
+    _git(clone, "checkout", "-q", base)
+    return sha
+
+
+def judge(db: Path, clone: Path, base: str, head: str) -> dict:
+    """``xrt gate`` of ``head`` against ``base`` in ``db``: exit code and the series it named."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "xrt.cli", "gate", "--db", str(db), "--repo", str(clone),
+                          "--base", base, "--head", head, "--no-history"], capture_output=True, text=True, env=env)
+    named = [ln for ln in out.stdout.splitlines() if ln.startswith("REGRESSION ")]
+    last = (out.stdout.strip().splitlines() or [out.stderr.strip()])[-1]
+    return {"exit": out.returncode, "named": named, "verdict": last,
+            "drift": [ln for ln in out.stdout.splitlines() if "machine drift" in ln]}
+
+
+def check(head: str, kind: str, v: dict) -> tuple[bool, str]:
+    """Whether a verdict is what the protocol expects of ``head``, and why not."""
+    named = v["named"]
+    if head == "aa":
+        ok = v["exit"] == 0 and len(named) <= AA_MAX
+        return ok, "" if ok else f"A/A: exit {v['exit']}, {len(named)} series named"
+    prefix, sub = EXPECT[head].get(kind) or EXPECT[head]["any"]
+    hits = [n for n in named if n.split()[1].startswith(prefix) and sub in n]
+    if v["exit"] != 1 or not hits:
+        return False, f"exit {v['exit']}, expected series not named ({prefix}*{sub})"
+    others = [n for n in named if n not in hits]
+    if head in MAX_OTHERS:
+        ok = len(others) <= MAX_OTHERS[head]
+        return ok, "" if ok else f"{len(others)} other series named"
+    op = prefix.split(".")[1]
+    foreign = [n for n in others if f".{op}." not in n.split()[1]]
+    return not foreign, "" if not foreign else f"{len(foreign)} series of other ops named"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", default="aa,tuning,host,compiled", help="which heads to plant [all four]")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of base and heads [2]")
+    ap.add_argument("--bench", help=f"asv --bench regex [{BENCH}; the CPU: {QUICK_BENCH}]")
+    ap.add_argument("--device", help="cuda:N or cpu [the default device]")
+    ap.add_argument("--work", type=Path, help="folder for the clone and the results [a temp dir]")
+    ap.add_argument("--json", type=Path, help="write every verdict here")
+    ap.add_argument("--md", type=Path, help="write the table here (Markdown)")
+    args = ap.parse_args(argv)
+    heads = [h.strip() for h in args.heads.split(",") if h.strip()]
+    unknown = [h for h in heads if h not in PLANTS]
+    if unknown or not heads:
+        ap.error(f"--heads {args.heads!r}: choose from {', '.join(PLANTS)}")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: need at least 1")
+
+    from xrt.bench.machine import machine_name
+    from xrt.device import default_device
+    from xrt.orchestrate import paired
+
+    if args.device:
+        os.environ["XRT_DEVICE"] = args.device
+    dev = default_device()
+    kind = "cuda" if dev.kind == "cuda" else "cpu"
+    bench = args.bench or (BENCH if kind == "cuda" else QUICK_BENCH)
+    work = args.work or Path(tempfile.mkdtemp(prefix="xrt-protocol-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XRT_TUNED_DIR", str(work / "no-tuned"))  # the default configs only, every commit
+    (work / "no-tuned").mkdir(exist_ok=True)
+    clone = work / "repo"
+    if clone.exists():
+        subprocess.run(["rm", "-rf", str(clone)], check=True)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    base = _git(clone, "rev-parse", "HEAD")
+    shas = {h: plant(clone, base, h, kind) for h in heads}
+    print(f"protocol on {machine_name(dev)} ({kind}): base {base[:10]}, heads "
+          + ", ".join(f"{h} {s[:10]}" for h, s in shas.items()) + f"; {args.rounds} round(s) of {bench}", flush=True)
+
+    t0 = time.time()
+    log = lambda m: print(m, flush=True) if m.startswith("[paired") else None  # noqa: E731
+    p = paired.measure(clone, base, list(shas.values()), work / "measured", rounds=args.rounds, bench=bench,
+                       device=args.device, log=log)
+    measured_s = time.time() - t0
+    rows = []
+    for k, folder in enumerate(p.folders, 1):  # history: each round alone, as the nightly sees it
+        from xrt.db.ingest import ingest
+
+        db = work / f"history-{k}.duckdb"
+        db.unlink(missing_ok=True)
+        ingest(folder, db, repo=str(clone), echo=lambda s: None, tuned=None)
+        rows += [{"mode": "history", "repeat": k, "head": h, **judge(db, clone, base, s)} for h, s in shas.items()]
+    for k in range(0, len(p.folders) - 1, 2):  # paired: rounds k+1 and k+2
+        pp = paired.combine(clone, p.folders[k:k + 2], work / f"paired-{k // 2 + 1}")
+        rows += [{"mode": "paired", "repeat": k // 2 + 1, "head": h, **judge(pp.db, clone, base, s)}
+                 for h, s in shas.items()]
+
+    failed = 0
+    table = ["| mode | repeat | head | exit | series named | check |", "|---|---:|---|---:|---:|---|"]
+    for r in rows:
+        ok, why = check(r["head"], kind, r)
+        r["ok"], r["why"] = ok, why
+        failed += not ok
+        table.append(f"| {r['mode']} | {r['repeat']} | {r['head']} | {r['exit']} | {len(r['named'])} | "
+                     f"{'ok' if ok else 'FAILED: ' + why} |")
+        print(f"{r['mode']:8} {r['repeat']} {r['head']:9} exit {r['exit']} named {len(r['named']):3} "
+              f"{'ok' if ok else 'FAILED: ' + why}  {r['verdict']}", flush=True)
+        for n in r["named"][:8]:
+            print(f"    {n}")
+    summary = (f"{len(rows) - failed} of {len(rows)} verdicts as expected; measuring took {measured_s:.0f} s "
+               f"({len(heads) + 1} commits x {args.rounds} rounds)")
+    print(summary)
+    info = {"machine": machine_name(dev), "kind": kind, "base": base, "heads": shas, "bench": bench,
+            "rounds": args.rounds, "measured_s": round(measured_s, 1), "rows": rows}
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=1))
+    if args.md:
+        args.md.write_text("\n".join(table) + f"\n\n{summary}\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
