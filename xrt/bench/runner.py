@@ -98,12 +98,13 @@ def pin_env(dev: DeviceInfo) -> dict[str, str]:
 
 
 
-def register_machine(t: Target) -> None:
+def register_machine(t: Target, repo: Path | None = None) -> None:
+    """``asv machine`` for ``t``, run in ``repo`` (asv looks for its asv.conf.json there)."""
     info = xmachine.asv_machine_info(t.dev)
     cmd = [sys.executable, "-m", "asv", "machine", "--yes"]
     for key in ("machine", "os", "arch", "cpu", "num_cpu", "ram"):
         cmd += [f"--{key}", info[key]]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=repo)
     if out.returncode != 0:
         raise BenchError(f"asv machine --machine {info['machine']}: {out.stderr.strip() or out.stdout.strip()}")
 
@@ -296,7 +297,7 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
         raise BenchError(f"--bench {bench!r} selects no benchmark of any op")
     tgts = targets(all_gpus, device)
     for t in tgts:
-        register_machine(t)
+        register_machine(t, repo)
     profile = "quick" if quick or tgts[0].dev.kind == "cpu" else "full"
     summary: dict[str, Any] = {"commits": [], "machines": [t.machine for t in tgts], "profile": profile}
     work = Path(tempfile.mkdtemp(prefix="xrt-bench-"))

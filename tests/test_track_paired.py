@@ -1,0 +1,153 @@
+"""The gate's host series against their reference call, machine drift, and the paired rounds: on asv
+result files with ``.xrt`` sidecars, ingested for real."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from xrt.cli import main  # noqa: E402
+from xrt.db import result_names, sidecar_keys  # noqa: E402
+from xrt.db.ingest import ingest  # noqa: E402
+from xrt.track import synth  # noqa: E402
+
+HOST = "bench_host.Square.time_host"
+DEVICE = "bench_ops.Square.time_op"
+PARAMS = [["'4096'"], ["'float32'"], ["'torch'"], ["'default'"]]
+MACHINE = "gpu-host"
+
+
+def _benchmarks(root):
+    root.mkdir(parents=True, exist_ok=True)
+    spec = {"type": "time", "unit": "seconds", "params": PARAMS, "param_names": ["shape", "dtype", "provider",
+                                                                                  "config"], "version": "v1"}
+    (root / "benchmarks.json").write_text(json.dumps({HOST: {"name": HOST, **spec}, DEVICE: {"name": DEVICE, **spec},
+                                                      "version": 2}))
+    (root / MACHINE).mkdir(exist_ok=True)
+    (root / MACHINE / "machine.json").write_text(json.dumps({"machine": MACHINE, "os": "Linux", "arch": "x86_64",
+                                                             "cpu": "t", "num_cpu": "16", "ram": "1", "version": 1}))
+
+
+def write(root, commit, host, ref, device, name=None, rounds_of=None):
+    """One run of ``commit``: the host series (``host`` samples, ``ref`` beside them or None) and a
+    device series; ``name``: the result file's name (default asv's)."""
+    _benchmarks(root)
+    rows = {}
+    for bn, smp in ((HOST, host), (DEVICE, device)):
+        row = synth._row(list(smp))
+        row[1] = PARAMS
+        rows[bn] = row
+    name = name or result_names.result_file_name(commit, "existing-py")
+    d = {"commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000, "params": {"machine": MACHINE},
+         "python": "3.12", "requirements": {}, "env_vars": {}, "result_columns": synth.COLUMNS, "results": rows,
+         "durations": {}, "version": 2}
+    f = root / MACHINE / name
+    f.write_text(json.dumps(d))
+    params = ["'4096'", "'float32'", "'torch'", "'default'"]
+    cases = [{"benchmark": HOST, "params": params, "series": "host", "samples_s": list(host),
+              "cycles": [None] * len(host), **({sidecar_keys.CASE_REF_SAMPLES: list(ref)} if ref is not None else {})},
+             {"benchmark": DEVICE, "params": params, "series": "device", "samples_s": list(device)}]
+    side = {sidecar_keys.SCHEMA_KEY: sidecar_keys.SCHEMA, sidecar_keys.COMMIT: commit,
+            sidecar_keys.RESULT_FILE: f.name, sidecar_keys.CASES: cases}
+    f.with_name(f.name[:-5] + sidecar_keys.SUFFIX).write_text(json.dumps(side))
+
+
+def lognormal(rng, level, n=40, cv=0.03):
+    return list(level * rng.lognormal(0, cv, n))
+
+
+@pytest.fixture
+def world(tmp_path):
+    repo = tmp_path / "repo"
+    commits = synth.git_history(repo, 3)
+    return repo, commits, tmp_path / "results", tmp_path / "xrt.duckdb", np.random.default_rng(11)
+
+
+def gate(db, repo, base, head, capsys):
+    code = main(["gate", "--db", str(db), "--repo", str(repo), "--base", base, "--head", head, "--no-history"])
+    return code, capsys.readouterr().out
+
+
+def test_a_host_that_got_twice_as_slow_is_named_drift_not_a_regression(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    write(root, c1, lognormal(rng, 10e-6), lognormal(rng, 5e-6), lognormal(rng, 4e-6))
+    write(root, c2, lognormal(rng, 20e-6), lognormal(rng, 10e-6), lognormal(rng, 4e-6))  # everything 2x on the host
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    took = re.search(r"machine drift on gpu-host: the reference call took ([\d.]+)x its base time", out)
+    assert took and 1.9 < float(took[1]) < 2.1, out
+    assert "moved with the machine (not failing): bench_host.Square.time_host" in out
+
+
+def test_without_the_reference_the_same_drift_fails_the_gate(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    write(root, c1, lognormal(rng, 10e-6), None, lognormal(rng, 4e-6))
+    write(root, c2, lognormal(rng, 20e-6), None, lognormal(rng, 4e-6))
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and f"REGRESSION {HOST}" in out, out
+
+
+def test_a_real_host_slowdown_under_drift_still_fails(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    write(root, c1, lognormal(rng, 10e-6), lognormal(rng, 5e-6), lognormal(rng, 4e-6))
+    # the host 2x slower, and the op 10 µs dearer on top: 1.5x against the reference
+    write(root, c2, lognormal(rng, 30e-6), lognormal(rng, 10e-6), lognormal(rng, 4e-6))
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1, out
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"REGRESSION {HOST}"))
+    assert 1.4 < float(line.split("] ")[1].split()[0]) < 1.6  # the ratio against the reference
+    assert f"REGRESSION {DEVICE}" not in out
+
+
+def rounds(root, base, head, base_levels, head_levels, rng):
+    """Two rounds, each a result file per commit named as xrt.orchestrate.paired names them."""
+    for k, (b, h) in enumerate(zip(base_levels, head_levels), 1):
+        for commit, level in ((base, b), (head, h)):
+            name = result_names.round_name(result_names.result_file_name(commit, "existing-py"), k)
+            write(root, commit, lognormal(rng, 10e-6), lognormal(rng, 5e-6), lognormal(rng, level, cv=0.01), name=name)
+
+
+def test_paired_rounds_a_slowdown_in_one_round_alone_does_not_fail(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6, 4e-6], [4.8e-6, 4e-6], rng)  # head's first process ran 20 % slow, the second not
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    assert "not slower in every round (head / base per round: 1.2" in out
+
+
+def test_paired_rounds_a_slowdown_in_every_round_fails(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6, 4e-6], [4.8e-6, 4.8e-6], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and f"REGRESSION {DEVICE}" in out, out
+
+
+def test_round_files_are_runs_of_their_own(world):
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6, 4e-6], [4e-6, 4e-6], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    refs = con.execute(f"SELECT len(ref_samples) FROM results WHERE benchmark = '{HOST}'").fetchall()
+    assert n == 4 and refs == [(40,)] * 4
+
+
+def test_paired_order_alternates():
+    from xrt.orchestrate.paired import order
+
+    assert order(["a", "b"], 3) == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
+    with pytest.raises(ValueError, match="--rounds 0"):
+        order(["a", "b"], 0)
