@@ -46,7 +46,8 @@ SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, 
 PLANTS = {
     "aa": {"any": [("kernels/spaces.py", None, "\n# A comment: an unchanged commit for the gate's A/A check.\n")]},
     "tuning": {
-        "cuda": [("kernels/spaces.py", '"softmax.triton": {"num_warps": "auto"}', '"softmax.triton": {"num_warps": 4}')],
+        "cuda": [("kernels/spaces.py", '"softmax.triton": {"num_warps": "auto"}',
+                  '"softmax.triton": {"num_warps": 4}')],
         "cpu": [("kernels/spaces.py", '"square.triton": {"BLOCK_SIZE": 1024, "num_warps": 4}',
                  '"square.triton": {"BLOCK_SIZE": 256, "num_warps": 4}')],
     },

@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pg.add_argument("--device", help="cuda:N, xpu:N or cpu [the default device]")
     pg.add_argument("--all-gpus", action="store_true", help="one process per GPU, in parallel")
     pg.add_argument("--quick", action="store_true", help="the CI profile: tiny shapes (implied on the CPU)")
+    pg.add_argument("--changed-only", action="store_true",
+                    help="measure only the ops whose sources changed between base and head (xrt/bench/sources.py)")
     g.set_defaults(func=run_gate)
 
     rp = sub.add_parser("report", help="a static HTML page comparing two commits (the gate's verdict and every series)",
@@ -218,6 +220,13 @@ def run_gate(args: argparse.Namespace) -> int:
         repo = args.repo if args.repo is not None or not args.paired else Path(".")
         base, head = gate.resolve(repo, args.base, args.db), gate.resolve(repo, args.head, args.db)
         db = _measure_paired(args, repo, base, head) if args.paired else args.db
+        if db is None:
+            msg = "no op's sources changed between base and head (--changed-only): nothing to measure or judge"
+            print(f"xrt gate: pass: {msg}")
+            if args.summary:
+                with args.summary.open("a") as f:
+                    f.write(f"## xrt gate: ✅ pass\n\n{msg}\n")
+            return gate.PASS
         v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
                        machine=args.machine, history=not (args.no_history or args.paired))
         if args.paired:
@@ -235,24 +244,36 @@ def run_gate(args: argparse.Namespace) -> int:
     return v.code
 
 
-def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) -> Path:
-    """``xrt gate --paired``: measure base and head in interleaved rounds; the database of those runs.
-    They go into ``--db`` too, when it exists, for the dashboard's history."""
+def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) -> Path | None:
+    """``xrt gate --paired``: measure base and head in interleaved rounds; the database of those runs
+    (None: ``--changed-only`` found no op whose sources changed). They go into ``--db`` too, for the
+    dashboard's trends."""
+    from xrt.bench import sources
     from xrt.bench.runner import BenchError
     from xrt.db.ingest import ingest
     from xrt.orchestrate import paired
 
     if base == head:
         raise ValueError(f"base and head are the same commit ({head[:10]}): nothing to compare")
+    bench = args.bench
+    if args.changed_only:
+        import subprocess
+
+        diff = subprocess.run(["git", "-C", str(repo), "diff", "--name-only", "--no-renames", base, head],
+                              capture_output=True, text=True, check=True).stdout.split()
+        units = [u for u in sources.units_matching(bench) if u in sources.affected(diff)]
+        if not units:
+            return None
+        bench = sources.bench_regex(units, bench)
+        print(f"xrt gate: --changed-only: measuring {', '.join(units)}", file=sys.stderr)
     out = args.results or repo / "results" / "paired" / f"{base[:12]}-{head[:12]}"
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        p = paired.measure(repo, base, [head], out, rounds=args.rounds, bench=args.bench, device=args.device,
+        p = paired.measure(repo, base, [head], out, rounds=args.rounds, bench=bench, device=args.device,
                            all_gpus=args.all_gpus, quick=args.quick, log=log)
     except BenchError as e:
         raise ValueError(f"paired measurement: {e}") from None
-    if Path(args.db).is_file():
-        ingest(p.merged, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
+    ingest(p.merged, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
     return p.db
 
 
