@@ -9,6 +9,8 @@ In a throwaway clone of this repository, at its HEAD (the base), it commits sibl
 - ``host``: about 10 µs of Python per call in ``xrt.pytorch.ops.square`` (eager calls only);
 - ``compiled``: ``square`` called twice inside a ``torch.compile``'d function (the eager path unchanged).
 
+First ``--history`` commits that change no code (the base is the last of them) are measured once each,
+the history the gate learns each series' run-to-run noise from, as a nightly's database has it.
 Then it measures the base and the heads in ``--rounds`` rounds, one ``xrt bench run`` (its own
 processes) per commit and round, in the order base, heads..., then reversed (``xrt gate --paired``'s
 ``xrt.orchestrate.paired.measure``), and judges each head against the base two ways:
@@ -56,9 +58,10 @@ PLANTS = {
                       "        _t0 = __import__('time').perf_counter()\n"
                       "        while __import__('time').perf_counter() - _t0 < 10e-6:\n"
                       "            pass\n" + SQUARE_RETURN)]},
+    # square(sqrt(square(x))) == square(x): the same result, two op calls and a sqrt in the compiled graph
     "compiled": {"any": [("xrt/pytorch/ops/square.py", SQUARE_RETURN,
                           "    if torch.compiler.is_compiling():  # planted: the compiled path calls the op twice\n"
-                          "        x = dispatch.call('square', chosen, _square_op, _eager, x) * 0 + x\n"
+                          "        x = dispatch.call('square', chosen, _square_op, _eager, x).sqrt()\n"
                           + SQUARE_RETURN)]},
 }
 # What each head's verdict must name (a benchmark-name prefix and a parameter substring), per device.
@@ -71,9 +74,14 @@ MAX_OTHERS = {"tuning": 2}  # series named beyond the expected ones; host/compil
 AA_MAX = 1  # false-alarm series allowed in one A/A verdict
 
 
+# Fixed dates: the same base gives the same history and plant commits, so a history measured once can
+# be used again (--reuse-history).
+_DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
 def _git(repo: Path, *a: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=protocol", "-c", "user.email=protocol@localhost",
-                           *a], check=True, capture_output=True, text=True).stdout.strip()
+                           *a], check=True, capture_output=True, text=True, env={**os.environ, **_DATES}).stdout.strip()
 
 
 def plant(clone: Path, base: str, head: str, kind: str) -> str:
@@ -96,11 +104,13 @@ def plant(clone: Path, base: str, head: str, kind: str) -> str:
     return sha
 
 
-def judge(db: Path, clone: Path, base: str, head: str) -> dict:
-    """``xrt gate`` of ``head`` against ``base`` in ``db``: exit code and the series it named."""
+def judge(db: Path, clone: Path, base: str, head: str, noise: Path | None = None) -> dict:
+    """``xrt gate`` of ``head`` against ``base`` in ``db`` (the noise learnt from ``noise``'s history):
+    exit code and the series it named."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "xrt.cli", "gate", "--db", str(db), "--repo", str(clone),
-                          "--base", base, "--head", head, "--no-history"], capture_output=True, text=True, env=env)
+                          "--base", base, "--head", head, "--no-history",
+                          *(["--noise-db", str(noise)] if noise else [])], capture_output=True, text=True, env=env)
     named = [ln for ln in out.stdout.splitlines() if ln.startswith("REGRESSION ")]
     last = (out.stdout.strip().splitlines() or [out.stderr.strip()])[-1]
     return {"exit": out.returncode, "named": named, "verdict": last,
@@ -130,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", default="aa,tuning,host,compiled", help="which heads to plant [all four]")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of base and heads [2]")
+    ap.add_argument("--history", type=int, default=4,
+                    help="commits of history before the base, measured once each: what each series' run-to-run "
+                         "noise is learnt from, as a nightly's history [4; the noise model needs 5 with the base]")
     ap.add_argument("--bench", help=f"asv --bench regex [{BENCH}; the CPU: {QUICK_BENCH}]")
+    ap.add_argument("--reuse-history", type=Path, metavar="DIR",
+                    help="the history's results from an earlier run of this script on the same base (its WORK/history)")
     ap.add_argument("--device", help="cuda:N or cpu [the default device]")
     ap.add_argument("--work", type=Path, help="folder for the clone and the results [a temp dir]")
     ap.add_argument("--json", type=Path, help="write every verdict here")
@@ -160,27 +175,53 @@ def main(argv: list[str] | None = None) -> int:
     if clone.exists():
         subprocess.run(["rm", "-rf", str(clone)], check=True)
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    base = _git(clone, "rev-parse", "HEAD")
+    _git(clone, "checkout", "-q", "-B", "main")
+    chain = [_git(clone, "rev-parse", "HEAD")]
+    for i in range(args.history):  # commits that change no code: the history the noise model learns from
+        (clone / "PROTOCOL.txt").write_text(f"{i}\n")
+        _git(clone, "add", "PROTOCOL.txt")
+        _git(clone, "commit", "-qm", f"protocol: history {i + 1}")
+        chain.append(_git(clone, "rev-parse", "HEAD"))
+    base = chain[-1]
     shas = {h: plant(clone, base, h, kind) for h in heads}
     print(f"protocol on {machine_name(dev)} ({kind}): base {base[:10]}, heads "
           + ", ".join(f"{h} {s[:10]}" for h, s in shas.items()) + f"; {args.rounds} round(s) of {bench}", flush=True)
 
     t0 = time.time()
     log = lambda m: print(m, flush=True) if m.startswith("[paired") else None  # noqa: E731
+    history = work / "history"
+    if args.reuse_history:
+        import shutil
+
+        shutil.rmtree(history, ignore_errors=True)
+        shutil.copytree(args.reuse_history, history)
+        have = {f.name[:8] for f in history.glob("*/*.json")}
+        missing = [c[:10] for c in chain[:-1] if c[:8] not in have]
+        if missing:
+            raise SystemExit(f"--reuse-history {args.reuse_history}: no results of "
+                             f"{', '.join(missing)} (another base?)")
+        print(f"[history] {args.history} commit(s) before the base, from {args.reuse_history}", flush=True)
+    elif args.history:
+        from xrt.bench import runner
+
+        print(f"[history] {args.history} commit(s) before the base, one xrt bench run", flush=True)
+        runner.run(clone, chain[:-1], history, device=args.device, bench=bench, log=lambda m: None)
     p = paired.measure(clone, base, list(shas.values()), work / "measured", rounds=args.rounds, bench=bench,
                        device=args.device, log=log)
     measured_s = time.time() - t0
     rows = []
-    for k, folder in enumerate(p.folders, 1):  # history: each round alone, as the nightly sees it
-        from xrt.db.ingest import ingest
+    from xrt.db.ingest import ingest
 
+    for k, folder in enumerate(p.folders, 1):  # history: each round alone, as the nightly sees it
         db = work / f"history-{k}.duckdb"
         db.unlink(missing_ok=True)
-        ingest(folder, db, repo=str(clone), echo=lambda s: None, tuned=None)
+        for f in ([history] if args.history else []) + [folder]:
+            ingest(f, db, repo=str(clone), echo=lambda s: None, tuned=None)
         rows += [{"mode": "history", "repeat": k, "head": h, **judge(db, clone, base, s)} for h, s in shas.items()]
-    for k in range(0, len(p.folders) - 1, 2):  # paired: rounds k+1 and k+2
+    for k in range(0, len(p.folders) - 1, 2):  # paired: rounds k+1 and k+2, the noise from history + round k+1
         pp = paired.combine(clone, p.folders[k:k + 2], work / f"paired-{k // 2 + 1}")
-        rows += [{"mode": "paired", "repeat": k // 2 + 1, "head": h, **judge(pp.db, clone, base, s)}
+        noise = work / f"history-{k + 1}.duckdb"
+        rows += [{"mode": "paired", "repeat": k // 2 + 1, "head": h, **judge(pp.db, clone, base, s, noise)}
                  for h, s in shas.items()]
 
     failed = 0

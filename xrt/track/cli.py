@@ -114,6 +114,8 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
                    help="samples needed on each side, at least 2; more where alpha needs them (8 at 0.002) [5]")
     p.add_argument("--machine", help="only this machine")
     p.add_argument("--no-history", action="store_true", help="skip the detector's view of base..head")
+    p.add_argument("--noise-db", help="learn each series' run-to-run noise from this database's history "
+                   "up to base [--db]")
 
 
 def _common(p: argparse.ArgumentParser, default) -> None:
@@ -228,7 +230,8 @@ def run_gate(args: argparse.Namespace) -> int:
                     f.write(f"## xrt gate: ✅ pass\n\n{msg}\n")
             return gate.PASS
         v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
-                       machine=args.machine, history=not (args.no_history or args.paired))
+                       machine=args.machine, history=not (args.no_history or args.paired),
+                       noise_db=args.noise_db or (args.db if args.paired else None))
         if args.paired:
             v.notes.insert(0, f"paired mode: base and head measured here in {args.rounds} interleaved round(s) "
                               f"({db.parent}); these runs alone were judged")
@@ -284,7 +287,8 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-        v = report.write(args.db, base, head, args.out, cfg, machine=args.machine, history=not args.no_history)
+        v = report.write(args.db, base, head, args.out, cfg, machine=args.machine, history=not args.no_history,
+                         noise_db=args.noise_db)
     except (DatabaseError, ValueError, OSError) as e:
         print(f"xrt report: {(str(e).strip().splitlines() or ['(no message)'])[0]}", file=sys.stderr)
         return 2

@@ -234,23 +234,32 @@ def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: An
         d["runs"].append((order, *meds))  # ((round, run), median, paired median)
 
 
+# A row's samples over its reference call's, sample by sample (host series; xrt.bench.suite.HostCase).
+_PAIRED = ("list_transform(range(1, len(r.samples) + 1), lambda i: r.samples[i] / r.ref_samples[i])")
+
+
 def history_values(con: Any, base: str, machine: str | None,
-                    window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
+                    window: int = noisemod.WINDOW, paired: bool = False) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
     noise model learns from. Read from the machine's last :data:`~xrt.track.load.LOOKBACK` measured
-    commits (a series measured in fewer of them has fewer points)."""
+    commits (a series measured in fewer of them has fewer points). ``paired``: of the rows with the
+    reference call beside their samples, in sample / reference (what the gate judges them on)."""
     order, where_order = order_expr(con)
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
     recent = recent_commits_sql(con, machine=bool(machine), upto=True, lookback=max(LOOKBACK, window))
+    if "ref_samples" not in columns(con, "results") and paired:
+        return {}
+    val, smp = (f"list_median({_PAIRED})", _PAIRED) if paired else ("r.value", "r.samples")
+    only = " AND len(r.ref_samples) = len(r.samples)" if paired else ""
     sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
-           f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
-           f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
+           f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median({val}) AS v, "
+           f"         median(list_min({smp})) AS lo, median(list_max({smp})) AS hi, "
            f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
-           f"  WHERE {USABLE} AND {where_order} AND {order} <= ?"
+           f"  WHERE {USABLE}{only} AND {where_order} AND {order} <= ?"
            f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
            f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
     args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]
@@ -311,8 +320,12 @@ def outcome(b: dict | None, h: dict | None) -> Outcome | None:
 
 
 def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.05, alpha: float = 0.002,
-          min_samples: int = 5, machine: str | None = None, history: bool = True) -> Verdict:
-    """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all)."""
+          min_samples: int = 5, machine: str | None = None, history: bool = True,
+          noise_db: str | os.PathLike | None = None) -> Verdict:
+    """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all).
+
+    ``noise_db``: where each series' run-to-run noise is learnt from (its history up to ``base``),
+    when not ``db`` itself (a paired measurement's database holds only its own runs)."""
     cfg = Settings(threshold, alpha, min_samples)
     need = cfg.samples_needed
     v = Verdict(base=base, head=head, counts={o.name: 0 for o in OUTCOMES})
@@ -328,7 +341,14 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         for c in (base, head):
             v.problems += _errors(con, c)
         envs = v.envs = envmod.environments(con, machine, commits=[base, head])
-        hist = history_values(con, base, machine)
+        if noise_db is None:
+            hist, hist_paired = history_values(con, base, machine), history_values(con, base, machine, paired=True)
+    if noise_db is not None:
+        hist, hist_paired = {}, {}
+        if Path(noise_db).is_file():
+            with store.read(noise_db) as con:
+                hist = history_values(con, base, machine)
+                hist_paired = history_values(con, base, machine, paired=True)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -396,7 +416,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             elif b["paired"] and h["paired"] and min(len(b["paired"]), len(h["paired"])) >= need:
                 out = COMPARED  # host series with their reference call: judged op / reference
                 compare(v, cfg, eff, key, b, h, np.asarray(b["paired"], float), np.asarray(h["paired"], float),
-                        m in changed, paired=True)
+                        m in changed, *noisemod.steadier(hist_paired.get(key, []), higher_is_better(b["unit"])),
+                        paired=True)
             else:
                 out = COMPARED
                 compare(v, cfg, eff, key, b, h, xs, ys, m in changed,

@@ -123,10 +123,10 @@ def render(v: gate.Verdict, pairs: list[dict[str, Any]], settings: gate.Settings
 
 
 def write(db: str | os.PathLike, base: str, head: str, out: str | os.PathLike, settings: gate.Settings,
-          machine: str | None = None, history: bool = True) -> gate.Verdict:
+          machine: str | None = None, history: bool = True, noise_db: str | None = None) -> gate.Verdict:
     """Judge head against base as ``xrt gate`` does and write the page to ``out`` (atomically)."""
     v = gate.judge(db, base, head, threshold=settings.threshold, alpha=settings.alpha,
-                   min_samples=settings.min_samples, machine=machine, history=history)
+                   min_samples=settings.min_samples, machine=machine, history=history, noise_db=noise_db)
     page = render(v, _pairs(db, base, head, machine), settings)
     tmp = f"{out}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
