@@ -50,6 +50,7 @@ CPU_CLOCK = time.thread_time  # the clock of samples on the CPU (module docstrin
 # Short samples (0.25 ms): a sample that the OS scheduler interrupts carries the whole pause in its
 # mean, and the shorter the sample the fewer are hit, so the median stays the undisturbed cost. On
 # a loaded 2-core CPU runner, 2 ms samples read 130-150 µs for a 47 µs call; 0.25 ms ones 48-54 µs.
+HOST_HOLD_MAX_S = 0.002  # the longest a host sample holds the GPU before its calls (Clock.host_batch)
 HOST_DEFAULTS = {"samples": 50, "sample_time": 0.00025, "max_calls": 64, "warmup_time": 0.03}
 
 DEFAULTS = {
@@ -174,6 +175,7 @@ class Clock:
         self.clocks = None
         self.spin = None  # torch.cuda._sleep: holds the GPU while the CPU queues a batch
         self.enqueue_s = 100e-6  # CPU time to queue one sample; calibrate() measures it
+        self.host_hold_s = HOST_HOLD_MAX_S  # how long host_batch holds the GPU: 2x the last batch's host time
         self.cycles_per_s = 2.0e9
         if self.kind == "cuda":
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
@@ -238,9 +240,17 @@ class Clock:
         return [s.elapsed_time(e) / 1e3 for s, e in pairs]
 
     def host_batch(self, fn: Callable[[], Any], calls: int) -> float:
-        """Host seconds per call of ``calls`` back-to-back calls (synchronised before and after, untimed)."""
+        """Host seconds per call of ``calls`` back-to-back calls (synchronised before and after, untimed).
+
+        On a CUDA GPU the batch is queued behind a sleep kernel that holds the GPU for about twice the
+        batch's last host time (nvbench's blocking kernel): every call is then queued while the GPU is
+        busy, whatever its shape, so the sample is host work only. Without it, a call of a large shape
+        met a GPU that was idle or still running the previous call, depending on the process: its
+        host time moved 1.3-1.9x between two processes of the same code on an H100."""
         if self.kind != "cpu":
             self.sync()
+            if self.spin is not None:
+                self.spin(int(self.host_hold_s * self.cycles_per_s))
         tick = CPU_CLOCK if self.kind == "cpu" else time.perf_counter
         t0 = tick()
         for _ in range(calls):
@@ -248,6 +258,7 @@ class Clock:
         t = tick() - t0
         if self.kind != "cpu":
             self.sync()
+            self.host_hold_s = min(HOST_HOLD_MAX_S, 2 * t + 20e-6)
         return t / calls
 
     def host_calls(self, fn: Callable[[], Any], sample_time: float, max_calls: int,
