@@ -329,8 +329,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             v.problems.append(f"machine changed on {m} between base and head ({'; '.join(diff)}): a slowdown "
                               "there cannot be told from the change; measure base again on this environment")
         elif diff is None:
-            v.notes.append(f"{m}: no environment recorded at base or head, so a slowdown cannot be told from a "
-                           "machine change")
+            v.notes.append(f"{m}: no machine environment recorded at base or head, so a slowdown cannot be told "
+                           "from a machine change")
     eff = np.log1p(cfg.threshold)
     for key in sorted(set(b_rows) | set(h_rows), key=lambda k: tuple(str(x) for x in k)):
         m, bn, pk = key

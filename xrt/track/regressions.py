@@ -57,7 +57,7 @@ class Record:
 # an alert's cause: what moved at its commit (xrt.track.env decides between the first two)
 CAUSES = {"code": "code change",
           "environment": "environment change (not a code regression)",
-          "unknown": "cause cannot be told (no environment recorded)"}
+          "unknown": "cause cannot be told (no machine environment recorded)"}
 
 
 @dataclass
@@ -283,6 +283,10 @@ def set_status(db: str | os.PathLike, rid: str, status: str, note: str | None) -
     return store.write(db, fn)
 
 
+def _status(r: Record) -> str:
+    return f"{r.status} (suspected)" if r.suspected else r.status
+
+
 def _fmt_params(r: Record) -> str:
     return r.param_key or "-"
 
@@ -309,7 +313,7 @@ def render(records: list[Record], fmt: str) -> str:
     if fmt == "json":
         return json.dumps([r.as_json() for r in records], indent=1) + "\n"
     head = ["id", "status", "kind", "machine", "benchmark", "params", "commit", "before", "after", "ratio", "p"]
-    rows = [[r.id, f"{r.status} (suspected)" if r.suspected else r.status, r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
+    rows = [[r.id, _status(r), r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
              f"{r.after:.4g}", f"{r.ratio:.3f}", f"{r.p_value:.1e}"] for r in records]
     if fmt == "markdown":
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
