@@ -211,14 +211,15 @@ def detect(s: Series, cfg: DetectConfig | None = None) -> list[Step]:
     sigma = stats.run_noise(y)
     if not math.isfinite(sigma):
         return []
-    cps = candidates(stats.despike(y, sigma), sigma, cfg)
+    yd = stats.despike(y, sigma)  # the splits are searched and refined without one-commit spikes
+    cps = candidates(yd, sigma, cfg)
     ycyc = None
     if s.cyc_off is not None and s.cyc_flat is not None and len(s.cyc_flat):
         cm = commit_medians(s.cyc_off, s.cyc_flat)
         ycyc = np.where(cm > 0, np.log(np.where(cm > 0, cm, 1.0)), np.nan)
     judge = _Judge(s, y, ycyc, sigma, cfg)
     cps = _prune(cps, n, judge)
-    refined = _refine(cps, y, cfg.min_points)
+    refined = _refine(cps, yd, cfg.min_points)
     if refined != cps:
         cps = _prune(sorted(set(refined)), n, judge)
     hib = higher_is_better(s.unit)
