@@ -13,7 +13,8 @@ Three phases, after the anchors (docs/regressions.md says why each is there):
    side): (a) the effect, the ratio of the medians of the commit medians, must reach
    ``min_effect`` within ``effect_se`` (1) standard errors of the estimate; (b) the shift must
    stand out from the series' own commit-to-commit noise
-   (z ≥ ``z_commit`` with the noise from :func:`stats.run_noise`, which sees bimodal switching);
+   (z ≥ ``z_commit`` with the noise from :func:`stats.run_noise`, which sees bimodal switching and
+   drops one-commit spikes first);
    (c) a Mann-Whitney U test on the raw samples of the two sides must give p ≤ ``alpha``.
 3. **Pruning** (Otava/Hunter's merge phase): drop the weakest failing change point, re-judge its
    neighbours with the merged segment, repeat until every change point passes.
