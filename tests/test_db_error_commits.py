@@ -24,7 +24,8 @@ A, B, C = "a1" * 20, "b2" * 20, "c3" * 20
 
 
 def _results(tmp_path: Path) -> Path:
-    renamed = asvgen.v2_file(A, results={**asvgen.v2_results(), "suite.time_gone": [[1.0], [], "v", 1, 1.0]})
+    # a negative time (a bad value: rows kept, one error); a removed benchmark is no error
+    renamed = asvgen.v2_file(A, results={**asvgen.v2_results(), "suite.time_plain": [[-1.0], [], "v", 1, 1.0]})
     root = asvgen.make_results(tmp_path / "results", {
         "m1/renamed-run.json": renamed,  # its name does not carry its commit
         f"m1/{C[:8]}-env.json": asvgen.v2_file(C),
@@ -39,7 +40,7 @@ def test_ingest_errors_carry_the_commit_they_are_about(tmp_path):
     rep = ingest(_results(tmp_path), db, echo=lambda s: None)
     assert sorted((f, k) for f, k, _ in rep.errors) == [
         ("m1/b2b2b2b2-env.json", "truncated"), (f"m1/{C}.carried", "bad-carried"),
-        ("m1/renamed-run.json", "unknown-benchmark")]
+        ("m1/renamed-run.json", "bad-value")]
     got = query(db, "SELECT file, commit_hash FROM ingest_errors ORDER BY file")[1]
     assert got == [("m1/b2b2b2b2-env.json", B[:8]), (f"m1/{C}.carried", C), ("m1/renamed-run.json", A)]
 

@@ -169,7 +169,7 @@ def test_failing_series_are_grouped_into_alerts_per_machine_and_commit(world, ca
     assert [lines[i] for i in heads] == [
         f"alert: h100 at {commits[-1][:10]} (from {commits[-2][:10]}): 2 regressions; code change",
         f"alert: a100 at {commits[-1][:10]} (from {commits[-2][:10]}): 1 regression; cause cannot be told "
-        "(no environment recorded)"]
+        "(no machine environment recorded)"]
     # each alert's REGRESSION lines follow it
     h100 = lines[heads[0] + 1:heads[1]]
     assert sorted(ln.split()[1] for ln in h100) == sorted([synth.OP, synth.PLAIN])

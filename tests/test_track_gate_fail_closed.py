@@ -318,7 +318,7 @@ def test_without_a_recorded_environment_the_gate_says_it_cannot_tell(world, caps
     synth.write_run(root, "h100", commits[-1], synth.samples(rng, 50e-6), synth.samples(rng, 5e-6), 1)
     _ingest(root, db, repo)
     code, out, _ = _gate(capsys, db, commits[-2], commits[-1])
-    assert code == 0 and "h100: no environment recorded at base or head" in out, out
+    assert code == 0 and "h100: no machine environment recorded at base or head" in out, out
 
 
 # --- the suite measures another way at head (asv benchmark version) ---------------------------------------

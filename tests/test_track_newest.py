@@ -56,6 +56,27 @@ def test_three_commits_slowdown_at_newest_is_stored_with_checklist_and_survives_
     assert verdicts == {synth.OP: "regression", synth.PLAIN: "ok"}
 
 
+def test_xrt_regressions_lists_the_suspected_rows_the_front_page_shows(tmp_path, capsys):
+    """One list: the suspected newest-commit regression is in `xrt regressions`, marked as suspected."""
+    import json
+
+    repo, commits, root, db = _world(tmp_path, [LEVEL, LEVEL, 1.31 * LEVEL])
+    _ingest(root, db, repo)
+    capsys.readouterr()
+    for extra in ([], ["--no-save"], ["--status", "new"], ["--status", "open"], ["--kind", "all"],
+                  ["--machine", "cpu-vm"], ["--benchmark", "Square"]):
+        assert main(["regressions", "--db", str(db), "--format", "json", "--flat", *extra]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert [(r["benchmark"], r["commit"], r["status"], r["suspected"]) for r in got] == [
+            (synth.OP, commits[-1], "new", True)], extra
+    assert main(["regressions", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "new (suspected)" in out and "(1 alert, 1 step)" in out
+    for extra in (["--kind", "improvement"], ["--status", "fixed"], ["--machine", "other"], ["--benchmark", "Launch"]):
+        assert main(["regressions", "--db", str(db), "--format", "json", "--flat", *extra]) == 0
+        assert json.loads(capsys.readouterr().out) == [], extra
+
+
 def test_a_series_with_one_commit_says_why_it_is_not_judged(tmp_path):
     repo, commits, root, db = _world(tmp_path, [LEVEL])
     _ingest(root, db, repo)

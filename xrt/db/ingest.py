@@ -412,6 +412,8 @@ def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
 def _say_outcomes(st: _Ingest) -> None:
     """Name the refused files and the problems of the ingested ones; count the values."""
     rep = st.rep
+    removed: set[str] = set()  # benchmarks not in benchmarks.json
+    files = 0  # the files that hold them
     for o in st.outcomes:
         commit = o.run["commit_hash"] if o.run else o.run_commit
         if commit:
@@ -419,15 +421,21 @@ def _say_outcomes(st: _Ingest) -> None:
         if o.run is None:
             st.err(o.file, o.kind or "error", o.reason or "refused")
             continue
+        # benchmarks.json describes the current suite only: a benchmark removed since is history, not an error
         if o.unknown_benchmarks:
-            st.err(o.file, "unknown-benchmark", f"{len(o.unknown_benchmarks)} benchmark(s) not in benchmarks.json "
-                   f"(rows kept): {_short(o.unknown_benchmarks)}")
+            removed.update(o.unknown_benchmarks)
+            files += 1
         for kind, reason in o.warnings or ():
             st.err(o.file, kind, reason if kind == "bad-value" else f"{reason} (rows kept)")
         rep.values_ok += o.run["n_ok"]
         rep.failures += o.run["n_failed"]
         rep.skips += o.run["n_skipped"]
         rep.ingested += 1
+    if removed:
+        n = f"{len(removed)} benchmark{'s' if len(removed) != 1 else ''}"
+        rep.notices.append(f"{n} of {files} result file{'s' if files != 1 else ''} not in benchmarks.json (removed "
+                           f"from the suite): their rows kept as history, unit unknown: {_short(sorted(removed))}")
+        st.echo(f"xrt db ingest: {rep.notices[-1]}")
 
 
 def _changed(st: _Ingest) -> bool:

@@ -154,6 +154,7 @@ def run_regressions(args: argparse.Namespace) -> int:
     if not args.no_save and args.benchmark is None:
         regressions.save(db, recs, scope_machine=args.machine,
                          diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+    recs = regressions.with_suspected(recs, db, args.machine, args.benchmark)
     if args.since:
         order = regressions.commit_order(db)
         since = order.get(regressions.resolve_in_db(db, args.since))

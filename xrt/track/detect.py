@@ -13,7 +13,8 @@ Three phases, after the anchors (docs/regressions.md says why each is there):
    side): (a) the effect, the ratio of the medians of the commit medians, must reach
    ``min_effect`` within ``effect_se`` (1) standard errors of the estimate; (b) the shift must
    stand out from the series' own commit-to-commit noise
-   (z ≥ ``z_commit`` with the noise from :func:`stats.run_noise`, which sees bimodal switching);
+   (z ≥ ``z_commit`` with the noise from :func:`stats.run_noise`, which sees bimodal switching and
+   drops one-commit spikes first);
    (c) a Mann-Whitney U test on the raw samples of the two sides must give p ≤ ``alpha``.
 3. **Pruning** (Otava/Hunter's merge phase): drop the weakest failing change point, re-judge its
    neighbours with the merged segment, repeat until every change point passes.
@@ -211,14 +212,15 @@ def detect(s: Series, cfg: DetectConfig | None = None) -> list[Step]:
     sigma = stats.run_noise(y)
     if not math.isfinite(sigma):
         return []
-    cps = candidates(stats.despike(y, sigma), sigma, cfg)
+    yd = stats.despike(y, sigma)  # the splits are searched and refined without one-commit spikes
+    cps = candidates(yd, sigma, cfg)
     ycyc = None
     if s.cyc_off is not None and s.cyc_flat is not None and len(s.cyc_flat):
         cm = commit_medians(s.cyc_off, s.cyc_flat)
         ycyc = np.where(cm > 0, np.log(np.where(cm > 0, cm, 1.0)), np.nan)
     judge = _Judge(s, y, ycyc, sigma, cfg)
     cps = _prune(cps, n, judge)
-    refined = _refine(cps, y, cfg.min_points)
+    refined = _refine(cps, yd, cfg.min_points)
     if refined != cps:
         cps = _prune(sorted(set(refined)), n, judge)
     hib = higher_is_better(s.unit)

@@ -269,6 +269,14 @@ def history_values(con: Any, base: str, machine: str | None,
     return out
 
 
+def identical(xs: np.ndarray, ys: np.ndarray) -> bool:
+    """Every value at base and head is one and the same finite number >= 0: a deterministic series (a
+    memory benchmark at 0 bytes, a count), unchanged. Equal is equal: it is compared, and did not move,
+    even at 0 (which no time or rate can be) and with one value a side."""
+    v = np.concatenate([xs, ys])
+    return len(xs) > 0 and len(ys) > 0 and bool(np.isfinite(v[0]) and v[0] >= 0 and (v == v[0]).all())
+
+
 def _valid(x: Any) -> bool:
     """A time or a rate can only be a finite number above 0."""
     return isinstance(x, float | int) and math.isfinite(x) and x > 0
@@ -369,8 +377,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             v.problems.append(f"machine changed on {m} between base and head ({'; '.join(diff)}): a slowdown "
                               "there cannot be told from the change; measure base again on this environment")
         elif diff is None:
-            v.notes.append(f"{m}: no environment recorded at base or head, so a slowdown cannot be told from a "
-                           "machine change")
+            v.notes.append(f"{m}: no machine environment recorded at base or head, so a slowdown cannot be told "
+                           "from a machine change")
     eff = np.log1p(cfg.threshold)
     v.drift = machine_drift(b_rows, h_rows, eff)
     for m, (d, n) in sorted(v.drift.items()):
@@ -396,9 +404,12 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                               f"{', '.join(sorted(h['versions']))[:24]} at head)")
         elif out is None:
             xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
-            bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
-                   if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
-            if bad:
+            same = identical(xs, ys)
+            bad = [] if same else [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
+                                   if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
+            if same:
+                out = COMPARED  # equal is equal: nothing moved, whatever the sample count
+            elif bad:
                 out = INVALID
                 v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
             elif len(xs) < need or len(ys) < need:

@@ -133,6 +133,11 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
         return
     xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
     j.n_before, j.n_after = len(xs), len(ys)
+    if gate.identical(xs, ys):
+        j.verdict, j.ratio = OK, 1.0
+        j.before = j.after = float(xs[0])
+        j.reason = "the same value at both commits: unchanged"
+        return
     if not (np.isfinite(xs).all() and (xs > 0).all() and np.isfinite(ys).all() and (ys > 0).all()):
         j.reason = "invalid samples (negative, zero or not finite)"
         return

@@ -5,7 +5,8 @@ Samples taken inside one run are not independent of each other: a process that l
 core, a GPU at another clock, a CPU runner under load, moves *every* sample of the run. A test on
 the samples alone (Mann-Whitney) then calls that run's offset a regression. The history of the
 series says how far whole runs move: σ is the commit-to-commit standard deviation of the log
-per-commit value (first differences, largest 10 % trimmed, :func:`stats.run_noise`), over the last
+per-commit value (one-commit spikes dropped, then first differences, largest 10 % trimmed,
+:func:`stats.run_noise`), over the last
 ``window`` commits before the one being judged.
 
 **The run's value is its best sample** (the fastest time; the highest rate) where samples exist,

@@ -47,6 +47,8 @@ class Record:
     cycles_ratio: float | None
     fixed_by: str | None
     note: str | None = None
+    # the newest commit, judged at ingest (xrt.track.newest); the detector confirms or withdraws it later
+    suspected: bool = False
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -55,7 +57,7 @@ class Record:
 # an alert's cause: what moved at its commit (xrt.track.env decides between the first two)
 CAUSES = {"code": "code change",
           "environment": "environment change (not a code regression)",
-          "unknown": "cause cannot be told (no environment recorded)"}
+          "unknown": "cause cannot be told (no machine environment recorded)"}
 
 
 @dataclass
@@ -180,6 +182,34 @@ def stored(db: str | os.PathLike) -> dict[str, dict]:
         return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
 
 
+def suspected(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None) -> list[Record]:
+    """The stored suspected regressions (``suspected = true``: a series' newest commit, flagged at
+    ingest), as records: the rows the front page lists as "new (suspected)". ``benchmark`` is a regex."""
+    import re
+
+    fields = Record.__dataclass_fields__
+    out = []
+    for row in stored(db).values():
+        if not row.get("suspected") or (machine and row["machine"] != machine) or (
+                benchmark and not re.search(benchmark, row["benchmark"])):
+            continue
+        rec = Record(**{k: row.get(k) for k in fields})
+        rec.params, rec.suspected = list(rec.params or []), True
+        for k in ("before", "after", "ratio", "p_value", "z"):  # stored NULL where not measured (no samples)
+            if getattr(rec, k) is None:
+                setattr(rec, k, float("nan"))
+        out.append(rec)
+    return out
+
+
+def with_suspected(records: list[Record], db: str | os.PathLike, machine: str | None = None,
+                   benchmark: str | None = None) -> list[Record]:
+    """``records`` (the detector's) and the stored suspected rows it did not find itself (yet), so that
+    ``xrt regressions`` lists what the front page lists."""
+    seen = {r.id for r in records}
+    return records + [r for r in suspected(db, machine, benchmark) if r.id not in seen]
+
+
 def apply_lifecycle(records: list[Record], previous: dict[str, dict]) -> None:
     """Carry hand-set statuses and notes over; ``fixed`` (auto) wins over ``new``/``acknowledged``."""
     for r in records:
@@ -253,6 +283,10 @@ def set_status(db: str | os.PathLike, rid: str, status: str, note: str | None) -
     return store.write(db, fn)
 
 
+def _status(r: Record) -> str:
+    return f"{r.status} (suspected)" if r.suspected else r.status
+
+
 def _fmt_params(r: Record) -> str:
     return r.param_key or "-"
 
@@ -279,7 +313,7 @@ def render(records: list[Record], fmt: str) -> str:
     if fmt == "json":
         return json.dumps([r.as_json() for r in records], indent=1) + "\n"
     head = ["id", "status", "kind", "machine", "benchmark", "params", "commit", "before", "after", "ratio", "p"]
-    rows = [[r.id, r.status, r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
+    rows = [[r.id, _status(r), r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
              f"{r.after:.4g}", f"{r.ratio:.3f}", f"{r.p_value:.1e}"] for r in records]
     if fmt == "markdown":
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
