@@ -187,7 +187,7 @@ def test_nothing_changed_renders_as_such_with_the_skipped_parts():
                "sides": {"base": side, "head": side}, "changes": explain.compare(side, side)}
     md = explain.render_markdown(payload)
     assert "Nothing that was collected differs" in md and "clock control: `none`" in md
-    assert "- base: ncu: skipped: no CUDA GPU visible to torch" in md
+    assert "- `base: ncu: skipped: no CUDA GPU visible to torch`" in md
 
 
 def test_case_from_the_database_and_from_the_command_line():
