@@ -266,8 +266,8 @@ def test_lit_is_the_one_rule_and_the_dashboard_uses_it():
     from xrt.track import markdown
 
     assert dashui.lit is markdown.lit
-    assert markdown.lit("a|b", cell=True) == "`a\\|b`" and markdown.lit("`x", None) == "`` `x ``"
-    assert markdown.lit("plain words") == "plain words" and markdown.lit("ab", code=True) == "`ab`"
+    assert markdown.lit("a|b", cell=True) == "` a\\|b `" and markdown.lit("`x", None) == "`` `x ``"
+    assert markdown.lit("plain words") == "plain words" and markdown.lit("ab", code=True) == "` ab `"
 
 
 # ---------------------------------------------------------------------- numbers for people

@@ -205,6 +205,7 @@ def run_ack(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from xrt.track import diag
+    from xrt.track.units import fmt_ratio
 
     db = _db(args)
     rec, row = _find(db, args.id)
@@ -215,7 +216,7 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"{rec.id}  {rec.kind}  status {rec.status}" + (f"  note: {rec.note}" if rec.note else ""))
     print(f"  {rec.benchmark} [{rec.param_key or '-'}] on {rec.machine}")
     print(f"  {rec.previous_commit} -> {rec.commit}: {rec.before:.4g} -> {rec.after:.4g} {rec.unit or ''} "
-          f"({rec.ratio:.3f}x, p={rec.p_value:.1e})" + (f"; fixed by {rec.fixed_by}" if rec.fixed_by else ""))
+          f"({fmt_ratio(rec.ratio)}x, p={rec.p_value:.1e})" + (f"; fixed by {rec.fixed_by}" if rec.fixed_by else ""))
     print(diag.render(checks))
     return 0
 

@@ -20,8 +20,7 @@ def lit(s: Any, limit: int | None = 200, code: bool = False, cell: bool = False)
 
     Words (letters, digits, ``-`` and ``_`` inside words, single spaces) stay plain unless ``code``;
     anything else becomes one inline code span whose fence is longer than any run of backticks
-    inside (CommonMark), so nothing in it is parsed (padded with a space each side where it begins or
-    ends with a backtick). Whitespace runs, newlines included, become one
+    inside (CommonMark), so nothing in it is parsed. Whitespace runs, newlines included, become one
     space (a blank line would end the span); past ``limit`` characters it is cut with "…". In a
     table cell a ``|`` would end the cell even inside a code span, so ``cell`` escapes it as GFM
     says (``\\|``, shown as ``|``).
@@ -34,6 +33,5 @@ def lit(s: Any, limit: int | None = 200, code: bool = False, cell: bool = False)
     if not code and _PLAIN.fullmatch(t):
         return t
     fence = "`" * (max((len(m) for m in re.findall("`+", t)), default=0) + 1)
-    pad = " " if t[0] == "`" or t[-1] == "`" else ""  # CommonMark drops one space each side: ` at an end stays
-    out = f"{fence}{pad}{t}{pad}{fence}"
+    out = f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
     return out.replace("|", "\\|") if cell else out
