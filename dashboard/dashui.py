@@ -17,10 +17,6 @@ from xrt.track.markdown import lit  # noqa: F401  (the pages escape names throug
 
 log = logging.getLogger("xrt.dashboard")
 
-# ---------------------------------------------------------------------- strings from users and data
-
-# lit: the one Markdown escaping rule, shared with the tracker's Markdown (xrt.track.markdown)
-
 
 def reader(allow_empty: bool = False) -> dashdata.Reader | None:
     """The database, or an empty state that says what to run (and ``None``). ``allow_empty``: a

@@ -255,6 +255,20 @@ def test_explain_markdown_and_the_gate_show_hostile_names_from_the_database(tmp_
     assert shown == md  # rendered again from the payload, not the stored text
 
 
+def test_the_html_report_escapes_hostile_names():
+    """`xrt report` writes HTML, not Markdown: every name through html.escape (this held before)."""
+    from xrt.track import report
+
+    v = gate.Verdict(base="a" * 40, head="b" * 40)
+    v.regressions.append(_item())
+    v.code = gate.REGRESSION
+    pair = {**EVIL, "unit": "seconds", "base": 4e-5, "head": 5e-5, "ratio": 1.25, "base_status": "ok<b>",
+            "head_status": "ok"}
+    page = report.render(v, [pair], gate.Settings.from_text("0.05", "0.002", "5"))
+    assert "<script" not in page and "<img" not in page and "<b>" not in page
+    assert "ops.X![img](http://evil/i.png).time_`op`" in page  # shown as typed
+
+
 def test_lit_is_the_one_rule_and_the_dashboard_uses_it():
     import sys
 

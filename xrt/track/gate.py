@@ -21,7 +21,6 @@ import math
 import os
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -562,9 +561,3 @@ def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
         out += [f"- {lit(r.id, code=True)} {lit(r.machine)} {lit(r.benchmark, code=True)} [{lit(r.param_key or '-')}] "
                 f"{fmt_ratio(r.ratio)} at `{r.commit[:10]}`" for r in v.history] + [""]
     return "\n".join(out) + "\n"
-
-
-def write_summary(path: str | os.PathLike, v: Verdict, explanations: list[str] | None = None) -> None:
-    """Append (``$GITHUB_STEP_SUMMARY`` is shared by every step of the job)."""
-    with Path(path).open("a") as f:
-        f.write(summary_markdown(v, explanations))
