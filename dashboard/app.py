@@ -22,7 +22,11 @@ if str(HERE) not in sys.path:
 
 log = logging.getLogger("xrt.dashboard")
 
-st.set_page_config(page_title="xrt: regressions", page_icon=":material/trending_down:", layout="wide")
+# An emoji, not a ":material/...:" icon: Streamlit fetches a material favicon from fonts.gstatic.com on
+# every page, which fails offline and tells a public server who reads the dashboard; an emoji is drawn
+# in the page (a data: URL). The pages' own icons come from the font Streamlit serves itself.
+PAGE_ICON = "📉"
+st.set_page_config(page_title="xrt: regressions", page_icon=PAGE_ICON, layout="wide")
 with contextlib.suppress(Exception):  # viewers never see tracebacks (`xrt dashboard` passes the flag too)
     st.set_option("client.showErrorDetails", "none")
 

@@ -6,7 +6,6 @@ import ipaddress
 import logging
 import math
 import os
-import re
 import sys
 from typing import Any
 
@@ -14,32 +13,9 @@ import dashdata
 import streamlit as st
 
 from xrt.commands.dashboard import READONLY_ENV
+from xrt.track.markdown import lit  # noqa: F401  (the pages escape names through dashui.lit)
 
 log = logging.getLogger("xrt.dashboard")
-
-# ---------------------------------------------------------------------- strings from users and data
-
-_PLAIN = re.compile(r"[^\W_][\w-]*(?: [^\W_][\w-]*)*")
-
-
-def lit(s: Any, limit: int | None = 200, code: bool = False) -> str:
-    """``s`` (a name, a parameter, a message, a note, a URL's value) for a Markdown body or a label,
-    shown as it is: never a link, an image, HTML, emphasis, a directive, an icon or a formula.
-
-    Words (letters, digits, ``-`` and ``_`` inside words, single spaces) stay plain unless ``code``;
-    anything else becomes one inline code span whose fence is longer than any run of backticks
-    inside (CommonMark), so nothing in it is parsed. Whitespace runs, newlines included, become one
-    space (a blank line would end the span); past ``limit`` characters it is cut with "…".
-    """
-    t = " ".join(str(s).split())
-    if limit and len(t) > limit:
-        t = t[: limit - 1] + "…"
-    if not t:
-        return ""
-    if not code and _PLAIN.fullmatch(t):
-        return t
-    fence = "`" * (max((len(m) for m in re.findall("`+", t)), default=0) + 1)
-    return f"{fence} {t} {fence}"  # CommonMark drops one space each side: a leading/trailing ` stays safe
 
 
 def reader(allow_empty: bool = False) -> dashdata.Reader | None:

@@ -919,7 +919,7 @@ def test_hostile_strings_load_nothing_in_a_browser(evil_served, evil_db):
                     "e.getAttribute('href') || e.getAttribute('srcset')).filter(u => u && "
                     "new URL(u, document.baseURI).hostname.includes('evil'))")
                 assert not linked, (title, linked)
-                # (Streamlit itself fetches its page icon from fonts.gstatic.com: not the data's doing)
+                # (no request leaves the server at all: tests/test_dashboard_offline.py)
                 assert not [u for u in requests if "evil" in (urlsplit(u).hostname or "")], (title, requests)
                 if title == "Regression detail":
                     assert EVIL_NOTE in text and "Op[l](http://evil/l)" in text

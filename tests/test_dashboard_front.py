@@ -165,6 +165,20 @@ def test_compare_counts_skips_and_fixed_apart_from_failures(demo_db, tmp_path, m
     assert set(at.dataframe[0].value["change"]) == {"skipped", "fixed"}
 
 
+def test_compare_takes_a_benchmark_without_a_unit(demo_db, tmp_path, monkeypatch):
+    """A NULL unit beside units (as in the django corpus) reaches the higher-is-better rule as NaN."""
+    db, commits = demo_db
+    p = tmp_path / "x.duckdb"
+    p.write_bytes(db.read_bytes())
+    store.write(p, lambda con: con.execute("UPDATE results SET unit = NULL WHERE benchmark = ?", [synth.PLAIN]))
+    store.write(p, lambda con: con.execute("UPDATE benchmarks SET unit = NULL WHERE name = ?", [synth.PLAIN]))
+    at = run(p, monkeypatch, "compare", ma="cpu-vm", ca=commits[1], mb="cpu-vm", cb=commits[2], rows="all")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    table = at.dataframe[0].value
+    assert set(table["benchmark"]) == {synth.OP, synth.PLAIN}
+    assert not table["a"].str.contains("nan").any()  # the value without a unit is a bare number
+
+
 @pytest.fixture
 def explorer_db(demo_db, tmp_path):
     """The demo's database plus an op with no ok result (first by name), a `cuda` provider that failed

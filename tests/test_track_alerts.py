@@ -60,7 +60,7 @@ def test_an_environment_change_at_the_step_is_told_apart(tmp_path, capsys):
     (a,) = _alerts(db, capsys)
     assert a["cause"] == "environment" and a["env_changes"] == ["torch: 2.5.1 → 2.6.0"]
     assert main(["regressions", "--db", str(db), "--no-save", "--format", "markdown"]) == 0
-    assert "environment change (not a code regression): torch: 2.5.1 → 2.6.0" in capsys.readouterr().out
+    assert "environment change (not a code regression): ` torch: 2.5.1 → 2.6.0 `" in capsys.readouterr().out
 
 
 def test_an_environment_change_elsewhere_does_not_excuse_the_step(tmp_path, capsys):

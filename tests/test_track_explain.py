@@ -186,8 +186,8 @@ def test_nothing_changed_renders_as_such_with_the_skipped_parts():
                "base": "a" * 40, "head": "b" * 40, "host": "h", "ncu": {"clock_control": "none"},
                "sides": {"base": side, "head": side}, "changes": explain.compare(side, side)}
     md = explain.render_markdown(payload)
-    assert "Nothing that was collected differs" in md and "clock control: `none`" in md
-    assert "- base: ncu: skipped: no CUDA GPU visible to torch" in md
+    assert "Nothing that was collected differs" in md and "clock control: ` none `" in md
+    assert "- ` base: ncu: skipped: no CUDA GPU visible to torch `" in md
 
 
 def test_case_from_the_database_and_from_the_command_line():
@@ -254,8 +254,8 @@ def test_gate_summary_shows_the_stored_explanation_of_a_slower_series(tmp_path):
     assert "What changed (xrt explain)" in md and "| 1 | kernel list | kernel replaced |" in md
     plain = gate.summary_markdown(v)  # nothing stored: the command that would explain the slowest case
     assert "What changed" not in plain
-    assert ("`xrt explain --base aaaaaaaaaaaa --head bbbbbbbbbbbb --bench bench_ops.Square.time_op "
-            "--params 16777216,float32,cuda,default`") in plain
+    assert ("` xrt explain --base aaaaaaaaaaaa --head bbbbbbbbbbbb --bench bench_ops.Square.time_op "
+            "--params 16777216,float32,cuda,default `") in plain
 
 
 # ---------------------------------------------------------------------------------------- the command

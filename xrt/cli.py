@@ -8,7 +8,6 @@ no torch, no DuckDB at import.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
 import sys
@@ -73,12 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"xrt: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, (FileNotFoundError, PermissionError)):
-            raise
+    except OSError as e:  # a path the user gave that cannot be used (a directory, busy, full, absent): one line
         if os.environ.get("XRT_DEBUG"):
             traceback.print_exc()
-        where = f"{e.filename}: " if e.filename else ""
+        names = [str(f) for f in (e.filename, e.filename2) if f is not None]  # a rename names both
+        where = f"{' -> '.join(names)}: " if names else ""
         print(f"xrt {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except (CLIError, ValueError, RuntimeError, ImportError) as e:

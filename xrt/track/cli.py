@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which steps to list [regression]; improvements and clock changes are listed separately")
     r.add_argument("--status", choices=(*labels.STATUSES, "open", "all"), default="all",
                    help="open = new or acknowledged [all]")
-    r.add_argument("--min-effect", type=float, default=None, help="smallest reported change, fraction [0.02]")
+    # parsed by _config, not argparse: NaN, infinity or a negative value is one line naming it
+    r.add_argument("--min-effect", default=None, help="smallest reported change, a fraction at least 0 [0.02]; "
+                   "with it (or --effects) the list is not stored")
     r.add_argument("--effects", type=Path, help="JSON or TOML {regex: min_effect} per benchmark")
     r.add_argument("--no-save", action="store_true", help="do not update the stored regressions table")
     r.add_argument("--flat", action="store_true",
@@ -128,36 +131,61 @@ def _db(args: argparse.Namespace) -> str:
 
 
 def _config(args: argparse.Namespace):
-    from xrt.track.detect import DetectConfig
+    """The detector's settings from --min-effect and --effects, each value checked (one line naming it)."""
+    from xrt.track.detect import DetectConfig, parse_effect
 
     cfg = DetectConfig()
     if args.min_effect is not None:
-        cfg.min_effect = args.min_effect
+        cfg.min_effect = parse_effect(args.min_effect)
     if args.effects:
         text = args.effects.read_text()
-        if args.effects.suffix == ".toml":
-            import tomllib
+        try:
+            if args.effects.suffix == ".toml":
+                import tomllib
 
-            table = tomllib.loads(text)
-        else:
-            table = json.loads(text)
-        cfg.effects = [(str(k), float(v)) for k, v in table.items()]
+                table = tomllib.loads(text)
+            else:
+                table = json.loads(text)
+        except ValueError as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+            raise ValueError(f"--effects {str(args.effects)!r}: not valid {args.effects.suffix.lstrip('.') or 'JSON'}"
+                             f" ({str(e).splitlines()[0]})") from None
+        if not isinstance(table, dict):
+            raise ValueError(f"--effects {str(args.effects)!r}: expected a table {{regex: min_effect}}")
+        cfg.effects = []
+        for k, v in table.items():
+            try:
+                re.compile(str(k))  # DetectConfig.effect_for matches with Python's re
+            except re.error as e:
+                raise ValueError(f"--effects {str(args.effects)!r}: {str(k)!r} is not a regular expression ({e})") \
+                    from None
+            cfg.effects.append((str(k), parse_effect(v, f"--effects {str(args.effects)!r}: {str(k)!r}:")))
     return cfg
 
 
 def run_regressions(args: argparse.Namespace) -> int:
+    """Detect, store and list. Every input is checked before anything is stored; the table is written
+    only by a run of the default detection over every benchmark: --min-effect, --effects and
+    --benchmark change what this run sees, not what is stored."""
     from xrt.track import diag, regressions
 
     db = _db(args)
-    recs = regressions.detect_db(db, _config(args), machine=args.machine, benchmark=args.benchmark)
+    cfg = _config(args)
+    since = None
+    if args.since:
+        order = regressions.commit_order(db)
+        since = order.get(full := regressions.resolve_in_db(db, args.since))
+        if since is None:
+            raise ValueError(f"--since {args.since!r}: commit {full[:10]} is off the history the steps are "
+                             "ordered by (not on the first-parent chain)")
+    with _quiet_numbers():
+        recs = regressions.detect_db(db, cfg, machine=args.machine, benchmark=args.benchmark)
     regressions.apply_lifecycle(recs, regressions.stored(db))
-    if not args.no_save and args.benchmark is None:
+    custom = args.min_effect is not None or args.effects is not None
+    if not args.no_save and args.benchmark is None and not custom:
         regressions.save(db, recs, scope_machine=args.machine,
                          diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
     recs = regressions.with_suspected(recs, db, args.machine, args.benchmark)
-    if args.since:
-        order = regressions.commit_order(db)
-        since = order.get(regressions.resolve_in_db(db, args.since))
+    if since is not None:
         recs = [r for r in recs if order.get(r.commit, -1) >= since]
     if args.kind != "all":
         recs = [r for r in recs if r.kind == args.kind]
@@ -191,6 +219,7 @@ def run_ack(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from xrt.track import diag
+    from xrt.track.units import fmt_ratio
 
     db = _db(args)
     rec, row = _find(db, args.id)
@@ -201,23 +230,38 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"{rec.id}  {rec.kind}  status {rec.status}" + (f"  note: {rec.note}" if rec.note else ""))
     print(f"  {rec.benchmark} [{rec.param_key or '-'}] on {rec.machine}")
     print(f"  {rec.previous_commit} -> {rec.commit}: {rec.before:.4g} -> {rec.after:.4g} {rec.unit or ''} "
-          f"({rec.ratio:.3f}x, p={rec.p_value:.1e})" + (f"; fixed by {rec.fixed_by}" if rec.fixed_by else ""))
+          f"({fmt_ratio(rec.ratio)}x, p={rec.p_value:.1e})" + (f"; fixed by {rec.fixed_by}" if rec.fixed_by else ""))
     print(diag.render(checks))
     return 0
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    """Exit 0 pass, 1 regression, 2 cannot judge. Whatever goes wrong (bad input, a database that
+    cannot be read, a --summary that cannot be written, a bug) is one line and exit 2: CI reads
+    exit 1 as a regression, so nothing but a judged slowdown may give it."""
     from xrt.db.store import DatabaseError
-    from xrt.track import gate
+    from xrt.track import gate, markdown
+
+    summary_ok = True
 
     def cannot_judge(msg: str, stream=sys.stdout) -> int:
         msg = (msg.strip().splitlines() or ["(no message)"])[0]  # one line: the verdict, not a dump
+        if args.summary and summary_ok:
+            try:
+                with args.summary.open("a") as f:
+                    f.write(f"## xrt gate: ⚠️ cannot judge\n\n{markdown.lit(msg, None)}\n")
+            except OSError as e:
+                msg += f" (and --summary {str(args.summary)!r} could not be written: {e.strerror or e})"
         print(f"xrt gate: cannot judge: {msg}", file=stream)
-        if args.summary:
-            with args.summary.open("a") as f:
-                f.write(f"## xrt gate: ⚠️ cannot judge\n\n{msg}\n")
         return gate.CANNOT_JUDGE
 
+    if args.summary:  # checked first: a summary that cannot be written is found before the work, not after
+        try:
+            with args.summary.open("a"):
+                pass
+        except OSError as e:
+            summary_ok = False
+            return cannot_judge(f"--summary {str(args.summary)!r}: {e.strerror or e}", sys.stderr)
     try:  # fail closed: whatever goes wrong, nothing was judged, and that is exit 2 (never 0, never 1)
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         repo = args.repo if args.repo is not None or not args.paired else Path(".")
@@ -230,21 +274,29 @@ def run_gate(args: argparse.Namespace) -> int:
                 with args.summary.open("a") as f:
                     f.write(f"## xrt gate: ✅ pass\n\n{msg}\n")
             return gate.PASS
-        v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
-                       machine=args.machine, history=not (args.no_history or args.paired),
-                       noise_db=args.noise_db or (args.db if args.paired else None))
+        with _quiet_numbers():
+            v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
+                           machine=args.machine, history=not (args.no_history or args.paired),
+                           noise_db=args.noise_db or (args.db if args.paired else None))
         if args.paired:
             v.notes.insert(0, f"paired mode: base and head measured here in {args.rounds} interleaved round(s) "
                               f"({db.parent}); these runs alone were judged")
+        text = gate.report(v)
+        md = gate.summary_markdown(v, explanations=_explanations(args.db, v)) if args.summary else ""
     except DatabaseError as e:  # a bad --db is bad input, on stderr like every command's
         return cannot_judge(str(e), sys.stderr)
     except (ValueError, OSError) as e:
         return cannot_judge(str(e))
     except Exception as e:  # a gate that crashed has judged nothing, and must not read as a regression
         return cannot_judge(f"internal error: {type(e).__name__}: {e}")
-    print(gate.report(v))
+    print(text)
     if args.summary:
-        gate.write_summary(args.summary, v, explanations=_explanations(args.db, v))
+        try:
+            with args.summary.open("a") as f:
+                f.write(md)
+        except OSError as e:
+            summary_ok = False
+            return cannot_judge(f"--summary {str(args.summary)!r}: {e.strerror or e}", sys.stderr)
     return v.code
 
 
@@ -286,17 +338,32 @@ def run_report(args: argparse.Namespace) -> int:
     from xrt.track import gate, report
 
     try:
+        report.check_out(args.out)
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-        v = report.write(args.db, base, head, args.out, cfg, machine=args.machine, history=not args.no_history,
-                         noise_db=args.noise_db)
+        with _quiet_numbers():
+            v = report.write(args.db, base, head, args.out, cfg, machine=args.machine,
+                             history=not args.no_history, noise_db=args.noise_db)
     except (DatabaseError, ValueError, OSError) as e:
         print(f"xrt report: {(str(e).strip().splitlines() or ['(no message)'])[0]}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug: one line and exit 2, like the gate's
+        print(f"xrt report: internal error: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}",
+              file=sys.stderr)
         return 2
     word = {gate.PASS: "pass", gate.REGRESSION: "regression", gate.CANNOT_JUDGE: "cannot judge"}[v.code]
     print(f"xrt report: wrote {args.out} (gate: {word}, {v.compared} series compared, "
           f"{len(v.regressions)} regression(s))")
     return 0
+
+
+def _quiet_numbers():
+    """numpy's floating-point warnings off: a value near 1e308 over a small one overflows the ratio,
+    which the outputs show as "∞" (xrt.track.units.fmt_ratio); the warning would only be noise."""
+    import numpy as np
+
+    return np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore")
+
 
 def _explanations(db: str, v) -> list[str]:
     """The stored `xrt explain` results of the gate's slower series at head (none when reading fails:

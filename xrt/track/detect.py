@@ -41,7 +41,19 @@ HIGHER_IS_BETTER = re.compile(r"/s\b|/sec|per.?s(ec)?\b|flop|ops\b|throughput|ba
 
 def higher_is_better(unit: str | None) -> bool:
     """asv's ``time_`` units (seconds) and sizes are lower-is-better; rates (GB/s, TFLOP/s) higher."""
-    return bool(unit) and bool(HIGHER_IS_BETTER.search(unit))
+    return isinstance(unit, str) and bool(HIGHER_IS_BETTER.search(unit))  # NULL may arrive as None or NaN
+
+
+def parse_effect(text: str | float, what: str = "--min-effect") -> float:
+    """A minimum effect from the user: a finite fraction, at least 0 (0.02 is 2 %). NaN or infinity
+    would silence every step, and a negative one has no log; each is one ValueError naming it."""
+    try:
+        v = math.nan if isinstance(text, bool) else float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{what} {text!r}: expected a finite fraction of at least 0, such as 0.02 (2 %)")
+    return v
 
 
 @dataclass

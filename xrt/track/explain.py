@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench.suite import SERIES
+from xrt.track.markdown import lit
 
 SCHEMA = "xrt-explain/1"
 # the op suites whose params are shape x dtype x provider x config
@@ -586,27 +587,31 @@ def skipped(payload: dict) -> list[str]:
 
 
 def _cell(v: Any) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return lit(v, None, cell=True)
 
 
 def render_markdown(payload: dict, heading: str = "###") -> str:
+    """The explanation as Markdown. Names and collected values (the benchmark, its parameters, the
+    host, kernel names, settings) come from the commits and the machine, so each goes through
+    :func:`xrt.track.markdown.lit`."""
     c = payload["case"]
-    lines = [f"{heading} xrt explain: `{c['benchmark']}` [{_cell(payload['param_key'])}]",
+    lines = [f"{heading} xrt explain: {lit(c['benchmark'], None, code=True)} [{_cell(payload['param_key'])}]",
              "", f"base `{payload['base'][:10]}` → head `{payload['head'][:10]}`"
-             + (f" (regression `{payload['regression_id']}`, {payload['ratio']:.3f}×)"
+             + (f" (regression {lit(payload['regression_id'], code=True)}, {payload['ratio']:.3f}×)"
                 if payload.get("regression_id") and payload.get("ratio") else "")
-             + f"; collected on {payload.get('host') or '?'}" + (f" ({payload['gpu']})" if payload.get("gpu") else "")
-             + f"; ncu clock control: `{payload['ncu']['clock_control']}`.", ""]
+             + f"; collected on {lit(payload.get('host') or '?')}"
+             + (f" ({lit(payload['gpu'])})" if payload.get("gpu") else "")
+             + f"; ncu clock control: {lit(payload['ncu']['clock_control'], code=True)}.", ""]
     rows = payload.get("changes") or []
     if rows:
         lines += ["| # | group | what | kernel | base | head | change |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {i} | {r['group']} | {_cell(r['what'])} | {_cell(r['kernel'] or '-')} | {_cell(r['base'])} | "
-                  f"{_cell(r['head'])} | {_cell(r['change'])} |" for i, r in enumerate(rows, 1)]
+        lines += [f"| {i} | {_cell(r['group'])} | {_cell(r['what'])} | {_cell(r['kernel'] or '-')} | "
+                  f"{_cell(r['base'])} | {_cell(r['head'])} | {_cell(r['change'])} |" for i, r in enumerate(rows, 1)]
     else:
         lines.append("Nothing that was collected differs between base and head.")
     sk = skipped(payload)
     if sk:
-        lines += ["", "Not collected:", ""] + [f"- {_cell(s)}" for s in sk]
+        lines += ["", "Not collected:", ""] + [f"- {lit(s, None)}" for s in sk]
     return "\n".join(lines) + "\n"
 
 
@@ -659,12 +664,17 @@ def stored(db: str | os.PathLike, *, regression_id: str | None = None, head: str
 
 
 def for_gate(db: str | os.PathLike, head: str, items: list[dict]) -> list[str]:
-    """Markdown of the stored explanations of the gate's slower series at ``head`` (newest each)."""
+    """Markdown of the stored explanations of the gate's slower series at ``head`` (newest each),
+    rendered again from the stored payload: the stored Markdown is text anyone with the file could
+    have written, and the summary goes to a pull request."""
     want = {(r["benchmark"], r["param_key"]) for r in items}
     seen, out = set(), []
     for row in stored(db, head=head):
         key = (row["benchmark"], row["param_key"])
         if key in want and key not in seen:
             seen.add(key)
-            out.append(row["markdown"])
+            try:
+                out.append(render_markdown(row["payload"]))
+            except (KeyError, TypeError, ValueError):  # a payload that is not an explanation's: left out
+                continue
     return out

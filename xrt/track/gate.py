@@ -32,7 +32,8 @@ from xrt.track import noise as noisemod
 from xrt.track import stats
 from xrt.track.detect import higher_is_better
 from xrt.track.load import LOOKBACK, USABLE, columns, order_expr, recent_commits_sql
-from xrt.track.units import fmt_value
+from xrt.track.markdown import lit
+from xrt.track.units import fmt_ratio, fmt_value
 
 PASS, REGRESSION, CANNOT_JUDGE = 0, 1, 2
 
@@ -592,17 +593,17 @@ def report(v: Verdict) -> str:
     lines = []
     for a, items in alerts_of(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
         lines.append(f"alert: {a.headline()}")
-        lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
+        lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {fmt_ratio(r['ratio'])} "
                   f"(machine {r['machine']}, {evidence(r)})" for r in items]
-    lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
-              f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
+    lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {fmt_ratio(r['ratio'])}, "
+              f"cycles {fmt_ratio(r['cycles_ratio'])} (machine {r['machine']})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
-              f"{r['ratio']:.3f} (machine {r['machine']})" for r in v.changed_machine]
-    lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
+              f"{fmt_ratio(r['ratio'])} (machine {r['machine']})" for r in v.changed_machine]
+    lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {fmt_ratio(r['ratio'])} "
               f"(machine {r['machine']}, {r['judged']})" for r in v.within_noise]
     lines += [f"moved with the machine (not failing): {r['benchmark']} [{r['param_key'] or '-'}] "
-              f"{r.get('abs_ratio', r['ratio']):.3f} in µs, {r['ratio']:.3f} against the reference call "
-              f"(machine {r['machine']})" for r in v.with_machine]
+              f"{fmt_ratio(r.get('abs_ratio', r['ratio']))} in µs, {fmt_ratio(r['ratio'])} against the reference "
+              f"call (machine {r['machine']})" for r in v.with_machine]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
@@ -634,23 +635,30 @@ def _explain_hint(v: Verdict) -> str | None:
             case = explain.make_case(r["benchmark"], list(r.get("params") or []) or r["param_key"])
         except ValueError:
             continue
-        return (f"Why the slowest case got slower, on a GPU host: `xrt explain --base {v.base[:12]} --head "
-                f"{v.head[:12]} --bench {case.benchmark} --params {','.join(case.params)}` (stored, it shows here).")
+        cmd = f"xrt explain --base {v.base[:12]} --head {v.head[:12]} --bench {case.benchmark} --params " \
+              f"{','.join(case.params)}"
+        return f"Why the slowest case got slower, on a GPU host: {lit(cmd, None, code=True)} (stored, it shows here)."
     return None
+
+
+def _case(r: dict) -> str:
+    """One slower series in a Markdown list: machine, benchmark and parameters, escaped."""
+    return f"{lit(r['machine'])} {lit(r['benchmark'], code=True)} [{lit(r['param_key'] or '-')}]"
 
 
 def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
     """The gate's Markdown; ``explanations``: stored ``xrt explain`` results (Markdown) of its slower
-    series, shown after their tables."""
+    series, shown after their tables. Every name and message goes through :func:`xrt.track.markdown.lit`."""
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", CANNOT_JUDGE: "⚠️ cannot judge"}[v.code]
     out = [f"## xrt gate: {icon}", "",
            f"head `{v.head[:12]}` vs base `{v.base[:12]}`: {v.compared} series compared (exit {v.code}).", ""]
     for a, items in alerts_of(v, v.regressions):  # one alert per (machine, commit), as `xrt regressions`
-        out += [f"#### {a.headline()}", "", "| machine | benchmark | params | before | after | ratio | p |",
+        out += [f"#### {a.headline(lit)}", "", "| machine | benchmark | params | before | after | ratio | p |",
                 "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['machine']} | `{r['benchmark']}` | {r['param_key'] or '-'} | "
+        out += [f"| {lit(r['machine'], cell=True)} | {lit(r['benchmark'], code=True, cell=True)} | "
+                f"{lit(r['param_key'] or '-', cell=True)} | "
                 f"{fmt_value(r['before'], r.get('unit'))} | {fmt_value(r['after'], r.get('unit'))} | "
-                f"**{r['ratio']:.3f}** | {evidence(r)} |" for r in items]
+                f"**{fmt_ratio(r['ratio'])}** | {evidence(r)} |" for r in items]
         out.append("")
     for md in explanations or []:
         out += ["<details><summary>What changed (xrt explain)</summary>", "", md.replace("### ", "##### ", 1), "",
@@ -660,40 +668,32 @@ def summary_markdown(v: Verdict, explanations: list[str] | None = None) -> str:
         out += [hint, ""]
     if v.clock:
         out += ["Clock changes (time moved, cycles did not; not failing):", ""]
-        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: time {r['ratio']:.3f}, "
-                f"cycles {r['cycles_ratio']:.3f}" for r in v.clock] + [""]
+        out += [f"- {_case(r)}: time {fmt_ratio(r['ratio'])}, cycles {fmt_ratio(r['cycles_ratio'])}"
+                for r in v.clock] + [""]
     if v.within_noise:
         out += ["Slower, but within the series' run-to-run noise (not failing):", ""]
-        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}, {r['judged']}"
-                for r in v.within_noise] + [""]
+        out += [f"- {_case(r)}: {fmt_ratio(r['ratio'])}, {r['judged']}" for r in v.within_noise] + [""]
     if v.drift or v.with_machine:
         out += ["Machine drift (the host moved, not the code; not failing):", ""]
-        out += [f"- {m}: the reference call took {d:.2f}x its base time ({n} host series)"
+        out += [f"- {lit(m, None)}: the reference call took {d:.2f}x its base time ({n} host series)"
                 for m, (d, n) in sorted(v.drift.items())]
-        out += [f"- {r['machine']} `{r['benchmark']}` [{r['param_key'] or '-'}]: "
-                f"{r.get('abs_ratio', r['ratio']):.3f} in µs, {r['ratio']:.3f} against the reference call"
-                for r in v.with_machine[:50]] + [""]
+        out += [f"- {_case(r)}: {fmt_ratio(r.get('abs_ratio', r['ratio']))} in µs, {fmt_ratio(r['ratio'])} against "
+                "the reference call" for r in v.with_machine[:50]] + [""]
     if v.changed_machine:
         out += ["Slower on a machine whose environment changed (not judged as regressions):", ""]
         for a, items in alerts_of(v, v.changed_machine):
-            out += [f"- {a.headline()}"] + [f"  - `{r['benchmark']}` [{r['param_key'] or '-'}]: {r['ratio']:.3f}"
-                                             for r in items]
+            out += [f"- {a.headline(lit)}"] + [f"  - {lit(r['benchmark'], code=True)} [{lit(r['param_key'] or '-')}]: "
+                                                f"{fmt_ratio(r['ratio'])}" for r in items]
         out.append("")
     if v.problems:
-        out += ["Cannot judge:", ""] + [f"- {p}" for p in v.problems[:50]]
+        out += ["Cannot judge:", ""] + [f"- {lit(p, None)}" for p in v.problems[:50]]
         if len(v.problems) > 50:
             out.append(f"- … and {len(v.problems) - 50} more")
         out.append("")
     if v.notes:
-        out += ["Not judged (does not block):", ""] + [f"- {n}" for n in v.notes] + [""]
+        out += ["Not judged (does not block):", ""] + [f"- {lit(n, None)}" for n in v.notes] + [""]
     if v.history:
         out += ["Steps the detector found between base and head (`xrt regressions show ID`):", ""]
-        out += [f"- `{r.id}` {r.machine} `{r.benchmark}` [{r.param_key or '-'}] {r.ratio:.3f} at `{r.commit[:10]}`"
-                for r in v.history] + [""]
+        out += [f"- {lit(r.id, code=True)} {lit(r.machine)} {lit(r.benchmark, code=True)} [{lit(r.param_key or '-')}] "
+                f"{fmt_ratio(r.ratio)} at `{r.commit[:10]}`" for r in v.history] + [""]
     return "\n".join(out) + "\n"
-
-
-def write_summary(path: str | os.PathLike, v: Verdict, explanations: list[str] | None = None) -> None:
-    """Append (``$GITHUB_STEP_SUMMARY`` is shared by every step of the job)."""
-    with Path(path).open("a") as f:
-        f.write(summary_markdown(v, explanations))

@@ -78,6 +78,19 @@ BATCH_VALUES = 250_000  # results rows a query of iter_series fetches at most (b
 DUCKDB_MEMORY = "1GB"  # DuckDB's own memory while iter_series reads (its default: 80 % of RAM)
 
 
+def check_regex(pattern: str, what: str = "--benchmark") -> None:
+    """Raise one ValueError naming ``pattern`` when DuckDB's regular expressions (RE2, not Python's
+    ``re``) cannot read it; the series queries match benchmark names with it."""
+    import duckdb
+
+    try:
+        with duckdb.connect() as con:
+            con.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+    except duckdb.Error as e:
+        why = str(e).split("Error: ", 1)[-1].strip().splitlines()[0]
+        raise ValueError(f"{what} {pattern!r}: not a regular expression ({why})") from None
+
+
 def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
                 param_key: str | None = None, batch_values: int | None = None) -> Iterator[Series]:
     """Every series (optionally of one machine / benchmark regex / parameter combination), a batch
@@ -86,6 +99,8 @@ def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: st
     one query a batch builds its series. Memory holds one batch, not the history (at 10M values the
     whole history took 11.6 GB). ``batch_values`` defaults to :data:`BATCH_VALUES`."""
     batch_values = batch_values or BATCH_VALUES
+    if benchmark:
+        check_regex(benchmark)
     with store.read(db) as con:
         con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")  # its cache of the file's pages included
         rcols, runcols = columns(con, "results"), columns(con, "runs")

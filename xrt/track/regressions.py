@@ -13,16 +13,18 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xrt.db import alerts as dbalerts
 from xrt.db import store
 from xrt.track import env as envmod
-from xrt.track import newest
+from xrt.track import markdown, newest
 from xrt.track.detect import DetectConfig, Step, detect
 from xrt.track.labels import STATUSES
 from xrt.track.load import iter_series
+from xrt.track.units import fmt_ratio
 
 
 @dataclass
@@ -75,10 +77,12 @@ class Alert:
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.kind for r in self.records))
 
-    def headline(self) -> str:
+    def headline(self, name: Callable[[str], str] = str) -> str:
+        """One line; ``name`` shows the strings from the data (the machine, what changed), e.g.
+        :func:`xrt.track.markdown.lit` for Markdown."""
         n = dbalerts.counts_text(r.kind for r in self.records)
-        what = CAUSES[self.cause] + (f": {'; '.join(self.env_changes)}" if self.env_changes else "")
-        return f"{self.machine} at {self.commit[:10]} (from {self.previous_commit[:10]}): {n}; {what}"
+        what = CAUSES[self.cause] + (f": {name('; '.join(self.env_changes))}" if self.env_changes else "")
+        return f"{name(self.machine)} at {self.commit[:10]} (from {self.previous_commit[:10]}): {n}; {what}"
 
     def as_json(self) -> dict:
         return {"machine": self.machine, "commit": self.commit, "previous_commit": self.previous_commit,
@@ -302,7 +306,7 @@ def render_alerts(groups: list[Alert], fmt: str) -> str:
     for a in groups:
         body = render(a.records, fmt).rstrip("\n").splitlines()
         if fmt == "markdown":
-            parts.append(f"#### {a.headline()}\n\n" + "\n".join(body) + "\n")
+            parts.append(f"#### {a.headline(markdown.lit)}\n\n" + "\n".join(body) + "\n")
         else:
             parts.append(a.headline() + "\n" + "\n".join("    " + ln for ln in body[:-1]) + "\n")
     tail = f"({len(groups)} alert{'s' if len(groups) != 1 else ''}, {n} step{'s' if n != 1 else ''})\n"
@@ -314,10 +318,12 @@ def render(records: list[Record], fmt: str) -> str:
         return json.dumps([r.as_json() for r in records], indent=1) + "\n"
     head = ["id", "status", "kind", "machine", "benchmark", "params", "commit", "before", "after", "ratio", "p"]
     rows = [[r.id, _status(r), r.kind, r.machine, r.benchmark, _fmt_params(r), r.commit[:10], f"{r.before:.4g}",
-             f"{r.after:.4g}", f"{r.ratio:.3f}", f"{r.p_value:.1e}"] for r in records]
-    if fmt == "markdown":
+             f"{r.after:.4g}", fmt_ratio(r.ratio), f"{r.p_value:.1e}"] for r in records]
+    if fmt == "markdown":  # the names (machine, benchmark, params) come from anyone's result files
+        names = {head.index(k) for k in ("machine", "benchmark", "params")}
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(markdown.lit(c, None, cell=True) if i in names else c for i, c in enumerate(row))
+                  + " |" for row in rows]
         return "\n".join(lines) + "\n"
     if fmt != "table":
         raise ValueError(f"--format {fmt!r}: expected json, table or markdown")

@@ -12,12 +12,13 @@ from __future__ import annotations
 import html
 import os
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from xrt.db import store
 from xrt.track import gate
 from xrt.track.detect import higher_is_better
-from xrt.track.units import fmt_value
+from xrt.track.units import fmt_ratio, fmt_value
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#222;padding:0 1em}
@@ -76,7 +77,7 @@ def _items_table(items: list[dict[str, Any]], evidence: bool = True) -> list[str
                    f"<td>{_e(r['param_key'] or '-')}</td>"
                    f"<td class=n>{_e(fmt_value(r.get('before'), r.get('unit')))}</td>"
                    f"<td class=n>{_e(fmt_value(r.get('after'), r.get('unit')))}</td>"
-                   f"<td class='n slow'>{r['ratio']:.3f}×</td>"
+                   f"<td class='n slow'>{fmt_ratio(r['ratio'])}×</td>"
                    + (f"<td>{_e(gate.evidence(r))}</td>" if evidence else "") + "</tr>")
     out.append("</table>")
     return out
@@ -113,7 +114,7 @@ def render(v: gate.Verdict, pairs: list[dict[str, Any]], settings: gate.Settings
         worse = _worse(d)
         rc = "" if worse is None else " slow" if worse > 1 + settings.threshold else " fast" if worse < 1 / (
             1 + settings.threshold) else ""
-        ratio = "—" if d["ratio"] is None else f"{d['ratio']:.3f}×"
+        ratio = "—" if d["ratio"] is None else f"{fmt_ratio(d['ratio'])}×"
         out.append(f"<tr><td>{_e(d['machine'])}</td><td><code>{_e(d['benchmark'])}</code></td>"
                    f"<td>{_e(d['param_key'] or '-')}</td><td class=n>{_e(fmt_value(d.get('base'), d['unit']))}</td>"
                    f"<td class=n>{_e(fmt_value(d.get('head'), d['unit']))}</td><td class='n{rc}'>{ratio}</td>"
@@ -124,12 +125,29 @@ def render(v: gate.Verdict, pairs: list[dict[str, Any]], settings: gate.Settings
 
 def write(db: str | os.PathLike, base: str, head: str, out: str | os.PathLike, settings: gate.Settings,
           machine: str | None = None, history: bool = True, noise_db: str | None = None) -> gate.Verdict:
-    """Judge head against base as ``xrt gate`` does and write the page to ``out`` (atomically)."""
+    """Judge head against base as ``xrt gate`` does and write the page to ``out`` (atomically: a
+    temporary file beside it, renamed over it; removed again when anything fails)."""
+    check_out(out)
     v = gate.judge(db, base, head, threshold=settings.threshold, alpha=settings.alpha,
                    min_samples=settings.min_samples, machine=machine, history=history, noise_db=noise_db)
     page = render(v, _pairs(db, base, head, machine), settings)
-    tmp = f"{out}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, out)
+    target = Path(out)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # open(): the umask's mode, as any file
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return v
+
+
+def check_out(out: str | os.PathLike) -> None:
+    """``--out`` must name a file to write in a folder that exists: one ValueError naming it, before
+    any work."""
+    p = Path(out)
+    if p.is_dir():
+        raise ValueError(f"--out {str(out)!r}: is a directory; give the HTML file to write, e.g. {p / 'report.html'}")
+    if not p.parent.is_dir():
+        raise ValueError(f"--out {str(out)!r}: the folder {str(p.parent)!r} does not exist")
