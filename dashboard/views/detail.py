@@ -162,7 +162,7 @@ with st.expander("What changed between base and head (`xrt explain`)", expanded=
         pl = ex["payload"]
         st.caption(f"base {dashui.lit(dashdata.short(ex['base_commit']), code=True)} → head "
                    f"{dashui.lit(dashdata.short(ex['head_commit']), code=True)}; "
-                   f"collected on {dashui.lit(ex.get('host') or '?', 80)}"
+                   f"collected on {dashui.lit(pl.get('collected_on') or ex.get('host') or '?', 80)}"
                    + (f" ({dashui.lit(pl['gpu'], 80)})" if pl.get("gpu") else "")
                    + f" at {dashui.lit(str(ex['created_at'])[:19])}; ncu clock control "
                    + dashui.lit((pl.get("ncu") or {}).get("clock_control", "?"), 20, code=True)

@@ -589,13 +589,21 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def collected_on(payload: dict) -> str:
+    """The machine an explanation was collected on: its full machine name where the payload has it
+    (older payloads carry only the host name, e.g. ``vm``, which is then marked as a host)."""
+    if payload.get("collected_on"):
+        return str(payload["collected_on"])
+    return f"host {payload['host']}" if payload.get("host") else "?"
+
+
 def render_markdown(payload: dict, heading: str = "###") -> str:
     c = payload["case"]
     lines = [f"{heading} xrt explain: `{c['benchmark']}` [{_cell(payload['param_key'])}]",
              "", f"base `{payload['base'][:10]}` → head `{payload['head'][:10]}`"
              + (f" (regression `{payload['regression_id']}`, {payload['ratio']:.3f}×)"
                 if payload.get("regression_id") and payload.get("ratio") else "")
-             + f"; collected on {payload.get('host') or '?'}" + (f" ({payload['gpu']})" if payload.get("gpu") else "")
+             + f"; collected on {collected_on(payload)}" + (f" ({payload['gpu']})" if payload.get("gpu") else "")
              + f"; ncu clock control: `{payload['ncu']['clock_control']}`.", ""]
     rows = payload.get("changes") or []
     if rows:
