@@ -40,8 +40,8 @@ else:
         "message": m["message"].map(lambda s: dashdata.first_line(s, 40)).replace("", "—")})
     st.dataframe(view, hide_index=True, width="stretch", column_config={
         "ran at": st.column_config.DatetimeColumn("ran at", format="YYYY-MM-DD HH:mm"),
-        "message": st.column_config.TextColumn("message", width=160),  # the table fits 1400 px: no scrolling
-        "throttled": st.column_config.TextColumn("throttled share",
+        "message": st.column_config.TextColumn("message", width=90),  # the table fits 1400 px: no scrolling
+        "throttled": st.column_config.TextColumn("throttled",
                                                  help="share of samples with an NVML slowdown reason")})
 
 if not r.has_regressions():
