@@ -242,36 +242,38 @@ HASH_LABELS_UP_TO = 80  # commits on the axis: beyond this, integer ticks only (
 MARKED_TICKS = 10  # with a marked commit: about this many ticks, the marked one always among them
 
 
-def marked_ticks(positions: list[int], mark: int, n: int = MARKED_TICKS) -> list[int]:
-    """Tick positions for a commit axis that must show ``mark`` (a regression's first slow commit):
-    about ``n`` evenly spaced positions, without those too close to ``mark`` to keep its label."""
-    lo, hi = min(positions), max(positions)
-    step = max(1, round((hi - lo) / max(1, n - 1)))
-    ticks = [t for t in range(lo, hi + 1, step) if abs(t - mark) >= max(1, step // 2)]
-    return sorted({*ticks, mark})
+def marked_ticks(positions: list[int], mark: int | None = None, n: int = MARKED_TICKS) -> list[int]:
+    """Tick positions on a commit axis: at most about ``n`` of the commits' own ``positions``, evenly
+    picked, and ``mark`` (a regression's first slow commit) always, without the picks too close to it
+    to leave its label room."""
+    pos = sorted(set(positions))
+    picks = pos[::max(1, -(-len(pos) // n))]
+    if mark is None:
+        return picks
+    room = (pos[-1] - pos[0]) / n / 2 if pos else 0
+    return sorted({*(t for t in picks if abs(t - mark) >= room and t != mark), mark})
 
 
 def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)", domain: list | None = None,
              mark: int | None = None) -> Any:
-    """The x encoding of a commit-ordered chart: integer ticks (never 0.5 of a commit) labelled with
-    the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``).
+    """The x encoding of a commit-ordered chart: ticks on commits only (never 0.5 of a commit), labelled
+    with the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``).
     ``domain`` fixes the axis' range (charts shown side by side then place a commit alike); ``mark``
     is a position that always has its tick and label (the first slow commit of a regression)."""
     import json
 
     import altair as alt
 
-    axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True)
+    pos = [int(x) for x in d[field].dropna()] if field in d else []
+    # explicit ticks on commits: Vega's own (multiples of 5) miss sparse commits, and its overlap
+    # pruning could drop the marked commit's label
+    ticks = {"values": marked_ticks(pos, mark), "labelOverlap": mark is None} if pos else \
+        {"tickMinStep": 1, "labelOverlap": True}
+    axis = alt.Axis(format="d", **ticks)
     pairs = d[[field, "commit"]].dropna().drop_duplicates(field) if "commit" in d else None
-    ticks = {}
-    if mark is not None and len(d[field].dropna()):
-        # explicit, spaced ticks: Vega's own overlap pruning could drop the marked commit's label
-        ticks = {"values": marked_ticks([int(x) for x in d[field].dropna()], mark), "labelOverlap": False}
-        axis = alt.Axis(format="d", **ticks)
     if pairs is not None and 0 < len(pairs) <= HASH_LABELS_UP_TO:
         table = json.dumps({str(int(o)): str(c)[:7] for o, c in zip(pairs[field], pairs["commit"])})
-        axis = alt.Axis(format="d", tickMinStep=1, labelAngle=-40, labelExpr=f"{table}['' + datum.value] || ''",
-                        **(ticks or {"labelOverlap": True}))
+        axis = alt.Axis(format="d", labelAngle=-40, labelExpr=f"{table}['' + datum.value] || ''", **ticks)
     scale = alt.Scale(zero=False, nice=False, padding=12, **({"domain": domain} if domain else {}))
     return alt.X(f"{field}:Q", title=title, axis=axis, scale=scale)
 
