@@ -243,15 +243,15 @@ MARKED_TICKS = 10  # with a marked commit: about this many ticks, the marked one
 
 
 def marked_ticks(positions: list[int], mark: int | None = None, n: int = MARKED_TICKS) -> list[int]:
-    """Tick positions on a commit axis: at most about ``n`` of the commits' own ``positions``, evenly
-    picked, and ``mark`` (a regression's first slow commit) always, without the picks too close to it
-    to leave its label room."""
+    """Tick positions on a commit axis: commits' own ``positions``, at least 1/``n`` of the axis apart
+    (so their labels never overlap), ``mark`` (a regression's first slow commit) always among them."""
     pos = sorted(set(positions))
-    picks = pos[::max(1, -(-len(pos) // n))]
-    if mark is None:
-        return picks
-    room = (pos[-1] - pos[0]) / n / 2 if pos else 0
-    return sorted({*(t for t in picks if abs(t - mark) >= room and t != mark), mark})
+    gap = (pos[-1] - pos[0]) / n if pos else 0
+    kept = [] if mark is None else [mark]
+    for t in pos:
+        if all(abs(t - u) >= gap for u in kept):
+            kept.append(t)
+    return sorted(kept)
 
 
 def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)", domain: list | None = None,

@@ -329,3 +329,17 @@ def test_front_page_reads_right(clone_db, demo_db, monkeypatch):
     demo, commits = demo_db
     g = grid_of(run(demo, monkeypatch))
     assert g["status"].iloc[0].split(" · ")[0].endswith(f" at {commits[2][:10]}")
+
+
+def test_commit_ticks_keep_the_marked_commit_and_room_between_labels():
+    import sys
+
+    sys.path.insert(0, str(APP.parent))
+    from dashui import MARKED_TICKS, marked_ticks
+
+    for pos, mark in (([17, 18, 19, 87], 87), (list(range(300)), 240), ([0, 1, 2], 2), ([3, 9, 10, 11, 12], 11)):
+        ticks = marked_ticks(pos, mark)
+        gap = (max(pos) - min(pos)) / MARKED_TICKS
+        assert mark in ticks and set(ticks) <= set(pos), (pos, ticks)
+        assert all(b - a >= gap for a, b in zip(ticks, ticks[1:])), (pos, ticks)  # labels never overlap
+        assert len(ticks) <= MARKED_TICKS + 1
