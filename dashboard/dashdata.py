@@ -179,12 +179,14 @@ class Reader:
         jcols = "j.verdict, j.reason" if judged else "NULL::VARCHAR AS verdict, NULL::VARCHAR AS reason"
         sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
         regs = (f"""LEFT JOIN (SELECT machine, benchmark, param_key, count(*) AS open_regressions,
-                           max(ratio) AS worst, bool_and({sus}) AS all_suspected
+                           max(ratio) AS worst, arg_max("commit", ratio) AS worst_commit,
+                           bool_and({sus}) AS all_suspected
                            FROM regressions g WHERE status IN ({_OPEN_SQL}) AND kind = 'regression'
                            GROUP BY ALL) g ON g.machine = meta.machine AND g.benchmark = meta.benchmark
                        AND g.param_key = meta.param_key""" if "regressions" in tables else "")
-        gcols = "g.open_regressions, g.worst, g.all_suspected" if regs else \
-            "NULL::BIGINT AS open_regressions, NULL::DOUBLE AS worst, NULL::BOOLEAN AS all_suspected"
+        gcols = "g.open_regressions, g.worst, g.worst_commit, g.all_suspected" if regs else \
+            ("NULL::BIGINT AS open_regressions, NULL::DOUBLE AS worst, NULL::VARCHAR AS worst_commit, "
+             "NULL::BOOLEAN AS all_suspected")
         # Only each machine's last N commits are read (one pass over 1M values, grouped by commit,
         # took 2 s; this takes 0.1 s): a series not measured in them has no sparkline and says so.
         return self.df(f"""

@@ -205,7 +205,9 @@ def footer(r: dashdata.Reader) -> None:
                "the address bar's link reopens this view as it is.")
 
 
-STATUS_ICON = {"ok": "✅", "warn": "⚠️", "info": "ℹ️"}
+# Material Symbols, which Streamlit serves with its own files: emoji need a font the viewer may lack
+STATUS_ICON = {"ok": ":green[:material/check_circle:]", "warn": ":orange[:material/warning:]",
+               "info": ":blue[:material/info:]"}
 
 
 # ---------------------------------------------------------------------- charts people read
@@ -213,27 +215,58 @@ STATUS_ICON = {"ok": "✅", "warn": "⚠️", "info": "ℹ️"}
 HASH_LABELS_UP_TO = 80  # commits on the axis: beyond this, integer ticks only (hashes in the tooltip)
 
 
-def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)", domain: list | None = None) -> Any:
-    """The x encoding of a commit-ordered chart: integer ticks (never 0.5 of a commit) labelled with
-    the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``).
-    ``domain`` fixes the axis' range (charts shown side by side then place a commit alike)."""
+MARKED_TICKS = 10  # with a marked commit: about this many ticks, the marked one always among them
+
+
+def marked_ticks(positions: list[int], mark: int | None = None, n: int = MARKED_TICKS) -> list[int]:
+    """Tick positions on a commit axis: commits' own ``positions``, at least 1/``n`` of the axis apart
+    (so their labels never overlap), ``mark`` (a regression's first slow commit) always among them."""
+    pos = sorted(set(positions))
+    gap = (pos[-1] - pos[0]) / n if pos else 0
+    kept = [] if mark is None else [mark]
+    for t in pos:
+        if all(abs(t - u) >= gap for u in kept):
+            kept.append(t)
+    return sorted(kept)
+
+
+def commit_x(d: Any, field: str = "ord", title: str = "commit (history order)", domain: list | None = None,
+             mark: int | None = None) -> Any:
+    """The x encoding of a commit-ordered chart: ticks on commits only (never 0.5 of a commit), labelled
+    with the commit's short hash where few enough commits are shown (``d`` has ``field`` and ``commit``).
+    ``domain`` fixes the axis' range (charts shown side by side then place a commit alike); ``mark``
+    is a position that always has its tick and label (the first slow commit of a regression)."""
     import json
 
     import altair as alt
 
-    axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True)
+    pos = [int(x) for x in d[field].dropna()] if field in d else []
+    # explicit ticks on commits: Vega's own (multiples of 5) miss sparse commits, and its overlap
+    # pruning could drop the marked commit's label
+    ticks = {"values": marked_ticks(pos, mark), "labelOverlap": mark is None} if pos else \
+        {"tickMinStep": 1, "labelOverlap": True}
+    axis = alt.Axis(format="d", **ticks)
     pairs = d[[field, "commit"]].dropna().drop_duplicates(field) if "commit" in d else None
     if pairs is not None and 0 < len(pairs) <= HASH_LABELS_UP_TO:
         table = json.dumps({str(int(o)): str(c)[:7] for o, c in zip(pairs[field], pairs["commit"])})
-        axis = alt.Axis(format="d", tickMinStep=1, labelOverlap=True, labelAngle=-40,
-                        labelExpr=f"{table}['' + datum.value] || ''")
+        axis = alt.Axis(format="d", labelAngle=-40, labelExpr=f"{table}['' + datum.value] || ''", **ticks)
     scale = alt.Scale(zero=False, nice=False, padding=12, **({"domain": domain} if domain else {}))
     return alt.X(f"{field}:Q", title=title, axis=axis, scale=scale)
 
 
-def series_label(machine: str, param_key: str, n_machines: int, n_keys: int) -> str:
-    """How a chart's legend names one series: its parameters, its machine, or both, as the selection
-    needs to tell its series apart."""
+def named_key(param_key: str, names: list[str] | None) -> str:
+    """A series' parameters as people read them: ``pinned=True``, not a bare ``True``; the key as it
+    is where the names are unknown or do not match its values."""
+    parts = param_key.split(", ") if param_key else []
+    if not names or len(parts) != len(names):
+        return param_key
+    return ", ".join(f"{n}={dashdata.unquote(v)}" for n, v in zip(names, parts))
+
+
+def series_label(machine: str, param_key: str, n_machines: int, n_keys: int, names: list[str] | None = None) -> str:
+    """How a chart's legend names one series: its parameters (by name, where ``names`` gives them),
+    its machine, or both, as the selection needs to tell its series apart."""
+    key = named_key(param_key, names)
     if n_machines > 1:
-        return machine if n_keys == 1 else f"{machine} [{param_key}]"
-    return param_key or machine
+        return machine if n_keys == 1 else f"{machine} [{key}]"
+    return key or machine

@@ -16,7 +16,9 @@ import streamlit as st
 def _status(row) -> str:
     if row.open_regressions and row.open_regressions == row.open_regressions:
         n = int(row.open_regressions)
-        what = f"regression {row.worst:.2f}×" + (f" (+{n - 1} more)" if n > 1 else "")
+        # the step's own ratio, at its commit: the change over the last N commits can differ (even in sign)
+        at = f" at {dashdata.short(row.worst_commit)}" if isinstance(row.worst_commit, str) else ""
+        what = f"regression {row.worst:.2f}×{at}" + (f" (+{n - 1} more)" if n > 1 else "")
         return what + (" · suspected" if row.all_suspected in (True, 1) else "")
     v = row.verdict
     if not row.commits:
@@ -73,8 +75,8 @@ def show(r: dashdata.Reader) -> None:
     view = view.assign(_r=[_rank(s) for s in status]).sort_values(["_r", "op", "params", "machine"],
                                                                   kind="stable").drop(columns="_r")
     st.caption(f"{len(view)} series · change = latest against the first of the last {n} commits "
-               "(for times, + is slower) · status: open regressions, else how the newest commit was judged "
-               "at ingest")
+               "(for times, + is slower) · status: open regressions (the step's after/before ratio at its "
+               "commit), else how the newest commit was judged at ingest")
     st.dataframe(view, hide_index=True, width="stretch", key="grid_table", column_config={
         "trend": st.column_config.LineChartColumn(f"last {n} commits", width="small"),
         "change": st.column_config.NumberColumn(f"change ({n} commits)", format="percent"),

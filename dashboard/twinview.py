@@ -89,12 +89,13 @@ def x_of(all_rows: pd.DataFrame, xaxis: str):
     return alt.X("commit_date:T", title="commit date", scale=scale)
 
 
-def colour_domain(above: list[str], machines: list[str], keys: list[str]) -> list[str]:
+def colour_domain(above: list[str], machines: list[str], keys: list[str], names: list[str] | None = None) -> list[str]:
     """Every series' name in the order that gives it the colour it has in the explorer's chart above
     (whose names, ``above``, take the scheme's colours in sorted order), then the rest: the charts of
     the section carry no legend of their own (three would squeeze them), they read by that one."""
     first = sorted(set(above))
-    rest = sorted({dashui.series_label(m, k, len(machines), len(keys)) for m in machines for k in keys} - set(first))
+    rest = sorted({dashui.series_label(m, k, len(machines), len(keys), names) for m in machines for k in keys}
+                  - set(first))
     return first + rest
 
 
@@ -119,11 +120,12 @@ def missing_line(ser: str, name: str, stored: set[str]) -> str:
 
 
 def show(r: dashdata.Reader, bench: str, stored: set[str], machines: list[str], keys: list[str],
-         xaxis: str, yaxis: str, above: list[str]) -> None:
+         xaxis: str, yaxis: str, above: list[str], pnames: list[str] | None = None) -> None:
     """The section under the explorer's chart: the twins' charts side by side (µs per call, each its
     own y scale), a caption for each twin with no values here, and the latest values with the host
     ÷ device ratios. Nothing for a benchmark that is not an op suite series with a twin stored.
-    ``above``: the names of the series in the explorer's chart (the colours follow its legend)."""
+    ``above``: the names of the series in the explorer's chart (the colours follow its legend);
+    ``pnames``: the benchmark's parameter names, which the legend's labels use."""
     names = present(bench, stored)
     if not names:
         return
@@ -136,10 +138,10 @@ def show(r: dashdata.Reader, bench: str, stored: set[str], machines: list[str], 
     if shown:
         rows = pd.concat(list(shown.values()), ignore_index=True)
         x = x_of(rows.assign(commit=rows["commit_hash"].map(dashdata.short)), xaxis)
-        domain = colour_domain(above, machines, keys)
+        domain = colour_domain(above, machines, keys, pnames)
         for col, (ser, d) in zip(st.columns(len(shown)), shown.items()):
             d = d.assign(commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
-                         series=[dashui.series_label(m, k, len(machines), len(keys))
+                         series=[dashui.series_label(m, k, len(machines), len(keys), pnames)
                                  for m, k in zip(d["machine"], d["param_key"])])
             col.altair_chart(chart(d, label(ser), x, yaxis, domain), width="stretch")
     for ser in (s for s in names if s not in shown):

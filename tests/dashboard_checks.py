@@ -41,3 +41,36 @@ def launch_chromium(playwright):
         "--no-sandbox", "--disable-gpu", "--headless=new", "--disable-dev-shm-usage", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-default-apps", "--disable-extensions"])
+
+
+H100 = "vm-nvidia-h100-80gb-hbm3-0"
+SQUARE_4096 = ("bench_ops.Square.time_op", "'4096', 'float32', 'cuda', 'default'")
+
+
+def committed_results_db(tmp) -> tuple:
+    """What a fresh clone's dashboard shows: the repository's committed GPU results (results/asv, the
+    tuner's journals in results/tuned) ingested by ``xrt db ingest``, plus two things a new user met:
+    the H100's previous commit skips what its newest one skips (a CPU machine skips every GPU-only
+    benchmark at both commits), and 3 slow outliers of 690 µs in each side of the 4 µs Square's
+    suspected step. Returns ``(db, previous commit, newest commit)`` of the H100."""
+    from xrt.cli import main
+    from xrt.db import store
+    from xrt.db.query import query
+
+    db = tmp / "xrt.duckdb"
+    assert main(["db", "ingest", str(ROOT / "results" / "asv"), "--db", str(db), "--repo", str(ROOT)]) == 0
+    _, rows = query(db, "SELECT previous_commit, \"commit\" FROM regressions WHERE machine = ? AND benchmark = ? "
+                    "AND param_key = ?", [H100, *SQUARE_4096])
+    prev, head = rows[0]
+
+    def plant(con):
+        con.execute("INSERT INTO results (run_id, machine, commit_hash, env_name, benchmark, param_index, params, "
+                    "param_key, value, status, unit) SELECT (SELECT any_value(run_id) FROM results WHERE machine = $m "
+                    "AND commit_hash = $prev), machine, $prev, env_name, benchmark, param_index, params, param_key, "
+                    "NULL, 'skipped', unit FROM results WHERE machine = $m AND commit_hash = $head "
+                    "AND status = 'skipped'", {"m": H100, "prev": prev, "head": head})
+        con.execute("UPDATE results SET samples = list_concat(samples, [690e-6, 690e-6, 690e-6]) WHERE machine = ? "
+                    "AND benchmark = ? AND param_key = ? AND commit_hash IN (?, ?)", [H100, *SQUARE_4096, prev, head])
+
+    store.write(db, plant)
+    return db, prev, head

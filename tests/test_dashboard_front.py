@@ -225,3 +225,135 @@ def test_overview_deep_link_is_a_page(demo_db, monkeypatch):
     src = APP.read_text()
     assert 'url_path="overview"' in src and 'visibility="hidden"' in src
     # (the browser test, tests/test_dashboard_django.py, opens /overview and checks for "Page not found")
+
+
+# ---------------------------------------------------------------------- a new user's first hour
+
+@pytest.fixture(scope="module")
+def clone_db(tmp_path_factory):
+    """The committed GPU results as a fresh clone ingests them (dashboard_checks.committed_results_db)."""
+    from dashboard_checks import committed_results_db
+
+    return committed_results_db(tmp_path_factory.mktemp("clone"))
+
+
+def _specs(at) -> list[dict]:
+    """Each chart's Vega-Lite spec, with ``frames``: its data sets as DataFrames (Streamlit sends them apart)."""
+    import json
+
+    import pyarrow as pa
+
+    return [json.loads(c.proto.spec) | {"frames": [pa.ipc.open_stream(d.data.data).read_pandas()
+                                                   for d in c.proto.datasets]} for c in at.get("vega_lite_chart")]
+
+
+def _layers(spec: dict) -> list[dict]:
+    return [ly for s in spec.get("layer", [spec]) for ly in s.get("layer", [s])]
+
+
+def test_tuning_reads_right(clone_db, monkeypatch):
+    db, _, _ = clone_db
+    at = run(db, monkeypatch, "tuning", op="layernorm")
+    conv, heat = _specs(at)
+    # the convergence chart counts whole evaluations
+    assert {ly["encoding"]["x"]["axis"]["format"] for ly in _layers(conv)} == {"d"}
+    # "darker is faster": viridis from dark (low time) to yellow, not reversed; the label ink follows the cell
+    rect, text = _layers(heat)
+    assert "reverse" not in rect["encoding"]["color"]["scale"] and rect["encoding"]["color"]["scale"]["scheme"] == \
+        "viridis"
+    assert "Darker is faster" in " ".join(m.value for m in at.markdown)
+    (cells,) = heat["frames"]
+    assert cells.loc[cells["time_us"].idxmin(), "ink"] == "white" and cells.loc[cells["time_us"].idxmax(), "ink"] == \
+        "black"
+    # block sizes by value, "auto" last, on both layers
+    order = rect["encoding"]["x"]["sort"]
+    assert order == ["128", "256", "512", "1024", "auto"] and text["encoding"]["x"]["sort"] == order
+    # no GB/s is recorded by the tuner: no column of "None"
+    top = at.dataframe[0].value
+    assert "gbps" not in top.columns and not top.astype(str).isin(["None"]).any().any()
+
+
+def test_compare_changed_rows_leave_out_skips_at_both_commits(clone_db, monkeypatch):
+    from dashboard_checks import H100
+
+    db, prev, head = clone_db
+    at = run(db, monkeypatch, "compare", ma=H100, ca=prev, mb=H100, cb=head, rows="changed")
+    d = at.dataframe[0].value
+    assert "skipped" not in set(d["change"])  # 736 benchmarks skipped at both: nothing changed
+    assert d["change"].iloc[0] == "+" and d["ratio"].iloc[0] == d["ratio"].max()  # the slowest first
+    assert {m.label: m.value for m in at.metric}["skipped at B"] == "736"  # still counted
+    everything = run(db, monkeypatch, "compare", ma=H100, ca=prev, mb=H100, cb=head, rows="all").dataframe[0].value
+    assert (everything["change"] == "skipped").sum() == 736
+    assert everything["ratio"].notna().iloc[0]  # rows without a ratio sort last
+
+
+def test_regression_detail_reads_right(clone_db, monkeypatch):
+    from dashboard_checks import H100, SQUARE_4096
+
+    from xrt.db.query import query
+
+    db, prev, head = clone_db
+    # with no id: a hint, not only an empty drop-down
+    at = run(db, monkeypatch, "detail")
+    assert any("Pick one of the" in i.value and "Regressions page" in i.value for i in at.info)
+    _, rows = query(db, "SELECT id FROM regressions WHERE machine = ? AND benchmark = ? AND param_key = ?",
+                    [H100, *SQUARE_4096])
+    at = run(db, monkeypatch, "detail", id=rows[0][0])
+    text = " ".join(m.value for m in at.markdown)
+    assert "the gate's threshold (5%)" in text  # a suspected step is judged by the gate's 5 %, not the detector's 2 %
+    series, box = _specs(at)[:2]
+    (b,) = [f for f in series["frames"] if "x0" in f.columns]  # the green band
+    assert b["hi"].iloc[0] / b["lo"].iloc[0] == pytest.approx(1.05 ** 2)
+    # the first slow commit has its tick: an explicit value of the x axis, labelled by its hash
+    x = next(ly["encoding"]["x"] for ly in _layers(series) if "axis" in ly["encoding"].get("x", {}))
+    pts = next(f for f in series["frames"] if "commit_hash" in f.columns)
+    slow = int(pts.loc[pts["commit_hash"] == head, "ord"].iloc[0])
+    assert slow in x["axis"]["values"] and x["axis"]["labelOverlap"] is False
+    # 690 µs outliers beside 4 µs samples: a log axis, so the boxes are not squashed at 0
+    assert box["encoding"]["x"]["scale"]["type"] == "log"
+    assert "log axis" in text
+    # the checklist's marks are Material icons (Streamlit's own font), not emoji
+    checks = [m.value for m in at.markdown if ":material/" in m.value]
+    assert checks and not any(ch in " ".join(m.value for m in at.markdown) for ch in "✅⚠ℹ")
+
+
+def test_explorer_opens_on_a_timed_series_with_named_parameters(clone_db, monkeypatch):
+    db, _, _ = clone_db
+    at = run(db, monkeypatch, "explorer")
+    assert at.sidebar.selectbox(key="ex:op").value == "Square"  # the longest timed history, not AllocatorFragmentation
+    at = run(db, monkeypatch, "explorer", op="AllocatorFragmentation")
+    (show,) = [w for w in at.radio if w.key == "ex:metric"]
+    assert show.options[0] == "value (MiB)"  # MiB is not a time
+    legend = set(next(f for f in _specs(at)[0]["frames"] if "series" in f.columns)["series"])
+    assert legend and all("=" in s for s in legend) and "True" not in legend, legend
+
+
+def test_front_page_reads_right(clone_db, demo_db, monkeypatch):
+    db, _, head = clone_db
+    at = run(db, monkeypatch)
+    assert "every GPU machine" not in at.caption[0].value and "every machine" in at.caption[0].value
+    machines = at.dataframe[0].value
+    assert list(machines.columns)[:3] == ["machine", "GPU", "ran at"] and list(machines.columns)[-1] == "message"
+    assert machines["message"].str.len().max() <= 40
+    (started,) = [s for s in _specs(at) if s.get("encoding", {}).get("x", {}).get("field") == "commit_date"]
+    assert started["encoding"]["x"]["axis"]["format"].startswith("%Y-%m-%d")
+    # a regression's status names its step's commit: its ratio is that step's, not the change over N commits
+    g = grid_of(at)
+    assert g["status"].iloc[0].startswith("regression 1.") and f" at {head[:10]}" in g["status"].iloc[0]
+    demo, commits = demo_db
+    g = grid_of(run(demo, monkeypatch))
+    assert g["status"].iloc[0].split(" · ")[0].endswith(f" at {commits[2][:10]}")
+
+
+def test_commit_ticks_keep_the_marked_commit_and_room_between_labels():
+    import sys
+
+    sys.path.insert(0, str(APP.parent))
+    from dashui import MARKED_TICKS, marked_ticks
+
+    for pos, mark in (([17, 18, 19, 87], 87), (list(range(300)), 240), ([0, 1, 2], 2), ([3, 9, 10, 11, 12], 11)):
+        ticks = marked_ticks(pos, mark)
+        gap = (max(pos) - min(pos)) / MARKED_TICKS
+        assert mark in ticks and set(ticks) <= set(pos), (pos, ticks)
+        assert all(b - a >= gap for a, b in zip(ticks, ticks[1:])), (pos, ticks)  # labels never overlap
+        assert len(ticks) <= MARKED_TICKS + 1

@@ -88,6 +88,8 @@ def judge(row) -> tuple[float, float, str]:
 
 
 res = pd.DataFrame([judge(x) for x in d.itertuples()], columns=["ratio", "p", "change"], index=d.index)
+# skipped (or failed) at both commits: the same state at A and B, so not a change
+same = (d["a_status"] == d["b_status"]) & d["b_status"].isin(["skipped", "failed"])
 d = pd.concat([d.drop(columns=["a_samples", "b_samples", "a_status", "b_status"]), res], axis=1)
 n = d["change"].value_counts()
 k = st.columns(7)
@@ -99,7 +101,7 @@ k[4].metric("failed at B", int(n.get("failed", 0)))
 k[5].metric("fixed at B", int(n.get("fixed", 0)), help="failed at A, ok at B")
 k[6].metric("skipped at B", int(n.get("skipped", 0)), help="asv skips: not applicable on this machine, not failures")
 if only == "changed":
-    d = d[d["change"] != ""]
+    d = d[(d["change"] != "") & ~same]
 if d.empty:
     st.success(f"No benchmark moved by {thr:g} % or more between A and B.")
     st.stop()
@@ -107,7 +109,9 @@ d = d.assign(params=d["param_key"].replace("", "—"), change=d["change"].replac
              # in its unit: 41.2 µs, not 4.12e-05
              a=[dashdata.fmt_value(v, u) for v, u in zip(d["a_value"], d["unit"])],
              b=[dashdata.fmt_value(v, u) for v, u in zip(d["b_value"], d["unit"])])
-d = d.sort_values("ratio", ascending=False, na_position="first")
+# the slower rows first (slowest first), then new failures, then the rest; no ratio sorts last
+d = (d.assign(_rank=d["change"].map({"+": 0, "failed": 1}).fillna(2))
+     .sort_values(["_rank", "ratio"], ascending=[True, False], na_position="last").drop(columns="_rank"))
 st.dataframe(d[["change", "benchmark", "params", "a", "b", "ratio", "p"]], hide_index=True,
              width="stretch", height=min(38 * (len(d) + 1), 700), column_config={
                  "a": st.column_config.TextColumn(f"A {dashdata.short(a, 8)}"),

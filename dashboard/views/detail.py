@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from xrt.track.detect import DetectConfig
+from xrt.track.gate import Settings as GateSettings
 from xrt.track.labels import CLOCK, REGRESSION, SETTABLE
 
 st.title("Regression detail")
@@ -37,6 +38,9 @@ if rec is None:
     if regs.empty:
         st.info("No open regressions. The overview lists every step (status: all).")
         st.stop()
+    if rid is None:  # opened from the menu: say what this page is for and where its links come from
+        st.info(f"This page shows one regression. Pick one of the {len(regs)} open ones below, or open one from "
+                "the Regressions page (its **details** link, or a click on its row).")
     labels = {i: f"{i}  {b} [{p or '-'}] on {m}  {x:.3f}×" for i, b, p, m, x in  # plain text: not Markdown
               zip(regs["id"], regs["benchmark"], regs["param_key"], regs["machine"], regs["ratio"])}
     pick = st.selectbox("Regression", list(labels), format_func=labels.get, index=None, placeholder="choose one")
@@ -91,13 +95,17 @@ else:
     q = [np.percentile(np.asarray(smp, float) * f, [25, 75]) if smp is not None and len(smp) >= 2 else (np.nan, np.nan)
          for smp in s["samples"]]
     s = s.assign(lo=[a for a, _ in q], hi=[b for _, b in q])
+    # the threshold that judged this step: the gate's for a suspected one (the newest commit, judged at
+    # ingest by the gate's rules), the change-point detector's otherwise
+    thr, judge = (GateSettings().threshold, "the gate's") if suspected else (DetectConfig().min_effect,
+                                                                             "the detector's")
     st.markdown("**The series**, one point per commit (median of its samples; the grey band is their "
                 "interquartile range); the red line is the first slow commit; the green band is the level before "
-                f"it ± the detector's threshold ({DetectConfig().min_effect:.0%}): a change inside it is not reported.")
+                f"it ± {judge} threshold ({thr:.0%}): a change inside it is not reported.")
     fit = st.toggle("Fit the y axis to the data", key="det:fit", help="off: the axis starts at zero, so a change "
                     "reads at its true size")
     ys = alt.Scale(zero=not fit, nice=True)
-    base = alt.Chart(s).encode(x=dashui.commit_x(s))
+    base = alt.Chart(s).encode(x=dashui.commit_x(s, mark=int(s["ord"].iloc[k]) if k is not None else None))
     pts = base.mark_line(point=True, strokeWidth=1, color="#888").encode(
         y=alt.Y("y:Q", title=f"time ({lab})" if lab != unit or unit == "seconds" else lab, scale=ys,
                 axis=alt.Axis(format=",.4~r")),
@@ -108,7 +116,6 @@ else:
                                                           range=["#1f77b4", "#d62728", "#bbbbbb"]), title="window"))
     layers = [band, pts, colored]
     if k is not None and rec.get("before"):  # the threshold: changes inside the band are not reported
-        thr = DetectConfig().min_effect
         lvl = float(rec["before"]) * f
         tb = pd.DataFrame({"lo": [lvl / (1 + thr)], "hi": [lvl * (1 + thr)], "x0": [s["ord"].min()],
                            "x1": [s["ord"].max()]})
@@ -125,9 +132,13 @@ else:
                          zip(win["side"], win["samples"], win["value"])
                          for v in (list(smp) if smp is not None and len(smp) else [val])])
     if not dist.empty:
-        st.markdown("**Samples before and after** (every stored sample of the commits the detector judged).")
+        # a few slow outliers (690 µs beside 4 µs) would squash both boxes flat at 0 on a linear axis
+        log = bool((dist["sample"] > 0).all() and dist["sample"].max() > 10 * dist["sample"].min())
+        st.markdown("**Samples before and after** (every stored sample of the commits the detector judged"
+                    + ("; log axis: the samples span more than 10×" if log else "") + ").")
         box = alt.Chart(dist).mark_boxplot(extent="min-max").encode(
-            x=alt.X("sample:Q", title=f"time ({lab})" if unit == "seconds" else lab, scale=alt.Scale(zero=False)),
+            x=alt.X("sample:Q", title=f"time ({lab})" if unit == "seconds" else lab,
+                    scale=alt.Scale(type="log") if log else alt.Scale(zero=False)),
             y=alt.Y("window:N", title=None, sort=["before", "after"]),
             color=alt.Color("window:N", scale=alt.Scale(domain=["before", "after"], range=["#1f77b4", "#d62728"]),
                             legend=None))
@@ -148,7 +159,8 @@ if not rec["diag"]:
     show = f"xrt regressions show {rec['id']} --db {r.path}"
     st.caption(f"No checklist stored for this step. {dashui.lit(show, None, code=True)} computes it.")
 for chk in rec["diag"]:
-    st.markdown(f"{dashui.STATUS_ICON.get(chk.get('status'), '•')} **{dashui.lit(chk.get('name'), 80)}**")
+    icon = dashui.STATUS_ICON.get(chk.get("status"), ":material/radio_button_unchecked:")
+    st.markdown(f"{icon} **{dashui.lit(chk.get('name'), 80)}**")
     st.text(str(chk.get("detail") or "") + (f"\n→ {chk['advice']}" if chk.get("advice") else ""))
 
 # `xrt explain` runs on a GPU host and stores its result; this page only shows what is stored.
@@ -162,7 +174,7 @@ with st.expander("What changed between base and head (`xrt explain`)", expanded=
         pl = ex["payload"]
         st.caption(f"base {dashui.lit(dashdata.short(ex['base_commit']), code=True)} → head "
                    f"{dashui.lit(dashdata.short(ex['head_commit']), code=True)}; "
-                   f"collected on {dashui.lit(ex.get('host') or '?', 80)}"
+                   f"collected on {dashui.lit(pl.get('collected_on') or ex.get('host') or '?', 80)}"
                    + (f" ({dashui.lit(pl['gpu'], 80)})" if pl.get("gpu") else "")
                    + f" at {dashui.lit(str(ex['created_at'])[:19])}; ncu clock control "
                    + dashui.lit((pl.get("ncu") or {}).get("clock_control", "?"), 20, code=True)

@@ -35,7 +35,10 @@ side.header("Filters")
 # CPU machine has no `cuda` series).
 has = cat[cat["n"] > 0]
 ops = sorted(cat["op"].unique())
-op = dashui.select("Op", ops, "ex:op", default=min(has["op"], default=ops[0]), where=side,
+# the op with the longest timed history (a one-point memory series in MiB is a poor first view); by name on a tie
+rank = has.assign(timed=has["unit"].fillna("seconds").eq("seconds")).groupby("op")[["timed", "n"]].max()
+first = min(rank.index, key=lambda o: (not rank.at[o, "timed"], -int(rank.at[o, "n"]), o)) if len(rank) else ops[0]
+op = dashui.select("Op", ops, "ex:op", default=first, where=side,
                    help="the class (or module) part of the benchmark's name")
 in_op = cat[cat["op"] == op]
 benches = sorted(in_op["benchmark"].unique())
@@ -83,7 +86,10 @@ for i, name in enumerate(pnames):
 keys = [", ".join(c) for c in itertools.product(*chosen)] if width else [""]
 keys = [k for k in keys if k in set(rows["param_key"])]
 
-metric = dashui.radio("Show", list(METRICS), "ex:metric", help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
+units = rows["unit"].dropna()
+kind = "time" if units.empty or units.iloc[0] == "seconds" else f"value ({dashui.lit(units.iloc[0], 20)})"  # MiB
+metric = dashui.radio("Show", list(METRICS), "ex:metric", format_func=lambda m: kind if m == "time" else m,
+                      help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
                       "timing layer records (xrt's own suites); foreign corpora have time only")
 xaxis = dashui.radio("Against", ["commit", "date"], "ex:x")
 yaxis = dashui.radio("Y axis", ["from zero", "fit the data"], "ex:y",
@@ -117,7 +123,8 @@ if col == "value":
 else:
     f, ytitle = 1.0, metric
 d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
-             series=[dashui.series_label(m, pk, len(sel_m), len(keys)) for m, pk in zip(d["machine"], d["param_key"])])
+             series=[dashui.series_label(m, pk, len(sel_m), len(keys), names.get(bench))
+                     for m, pk in zip(d["machine"], d["param_key"])])
 x = dashui.commit_x(d) if xaxis == "commit" else alt.X("commit_date:T", title="commit date")
 yscale = alt.Scale(zero=yaxis == "from zero", nice=True)
 color = alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", labelLimit=400))
@@ -153,5 +160,6 @@ st.dataframe(summ, hide_index=True, width="stretch",
              {"last / first": st.column_config.NumberColumn(format="%.3f×")})
 if metric == "time" and dashdata.higher_is_better(unit):
     st.caption(f"Unit {dashui.lit(unit, 40)}: higher is better.")
-twinview.show(r, bench, set(cat["benchmark"]), sel_m, keys, xaxis, yaxis, list(d.dropna(subset=["y"])["series"]))
+twinview.show(r, bench, set(cat["benchmark"]), sel_m, keys, xaxis, yaxis, list(d.dropna(subset=["y"])["series"]),
+              names.get(bench))
 dashui.footer(r)

@@ -15,7 +15,7 @@ from xrt.db import alerts
 from xrt.track.labels import CLOCK, IMPROVEMENT, REGRESSION, STATUSES
 
 st.title("Regressions")
-st.caption("What got slower, where, since when, and why: the open regressions of every GPU machine, newest "
+st.caption("What got slower, where, since when, and why: the open regressions of every machine, newest "
            "first slow commit first. Click a row for its series, its commits and the checklist of likely causes.")
 
 r = dashui.reader()
@@ -28,18 +28,20 @@ if m.empty:
     st.info("No runs recorded.")
 else:
     view = pd.DataFrame({
-        "machine": m["machine"], "GPU": m["gpu"].fillna("—"),
+        # what a reader scans first on the left; the commit message, cut short, last (it used to push
+        # the status and the run's date past the right edge)
+        "machine": m["machine"], "GPU": m["gpu"].fillna("—"), "ran at": m["ran_at"],
         "commit": m["commit_hash"].map(dashdata.short),
-        "message": m["message"].map(dashdata.first_line).replace("", "—"),
-        "ran at": m["ran_at"],
         "status": [f"{ok} ok" + (f", {f} failed" if f else "") + (f", {s} skipped" if s else "")
                    for ok, f, s in zip(m["n_ok"].fillna(0).astype(int), m["n_failed"].fillna(0).astype(int),
                                        m["n_skipped"].fillna(0).astype(int))],
         "throttled": [f"{x:.0%}" if x == x and x is not None else "—" for x in m["throttle_share"]],
-        "runs": m["runs"]})
+        "runs": m["runs"],
+        "message": m["message"].map(lambda s: dashdata.first_line(s, 40)).replace("", "—")})
     st.dataframe(view, hide_index=True, width="stretch", column_config={
         "ran at": st.column_config.DatetimeColumn("ran at", format="YYYY-MM-DD HH:mm"),
-        "throttled": st.column_config.TextColumn("throttled share",
+        "message": st.column_config.TextColumn("message", width=90),  # the table fits 1400 px: no scrolling
+        "throttled": st.column_config.TextColumn("throttled",
                                                  help="share of samples with an NVML slowdown reason")})
 
 if not r.has_regressions():
@@ -112,8 +114,12 @@ if chart_df.empty:
     st.caption("The commits of these steps carry no dates.")
 else:
     chart_df["benchmark"] = chart_df["benchmark"] + " [" + chart_df["params"] + "]"
+    # dates on the axis, with the hour only when the steps fall within two days (never hours alone)
+    dates = pd.to_datetime(chart_df["commit_date"])
+    fmt = "%Y-%m-%d %H:%M" if dates.max() - dates.min() < pd.Timedelta(days=2) else "%Y-%m-%d"
     chart = (alt.Chart(chart_df).mark_circle(size=70, opacity=0.8)
-             .encode(x=alt.X("commit_date:T", title="date of the first slow commit"),
+             .encode(x=alt.X("commit_date:T", title="date of the first slow commit",
+                             axis=alt.Axis(format=fmt, labelAngle=-30, labelOverlap=True)),
                      y=alt.Y("ratio:Q", title="after / before (× slower)", scale=alt.Scale(zero=False)),
                      color=alt.Color("machine:N", title="machine"),
                      tooltip=["benchmark", "machine", alt.Tooltip("ratio:Q", format=".3f"), "first_slow", "status"])

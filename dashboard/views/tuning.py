@@ -22,6 +22,18 @@ if r is None:
     st.stop()
 
 
+def knob_order(values: pd.Series) -> list[str]:
+    """A parameter's values as the heat map's axis shows them: numbers by value, then the rest by
+    name (block 128, 256, 512, 1024, auto)."""
+    def key(v):
+        try:
+            return (0, float(v), "")
+        except (TypeError, ValueError):
+            return (1, 0.0, str(v))
+    return ([str(v) for v in sorted(values.dropna().unique(), key=key)]
+            + [str(v) for v in values[values.isna()].astype(str).unique()])
+
+
 def from_results() -> pd.DataFrame:
     with_config = {b: n for b, n in r.param_names().items() if "config" in n}
     if not with_config:
@@ -91,10 +103,11 @@ if t["eval"].notna().any() and len(timed_all):
     conv["time_us"] = conv["median_s"].where(conv["status"].eq("timed")) * 1e6
     conv = conv[["evaluation", "best_us", "time_us"]]
     st.markdown("**Convergence**: the best time so far after each evaluation (dots: each config's time).")
+    evals = alt.X("evaluation:Q", title="evaluations", axis=alt.Axis(format="d", tickMinStep=1))  # no 0.5 of one
     line = alt.Chart(conv).mark_line(interpolate="step-after").encode(
-        x=alt.X("evaluation:Q", title="evaluations"), y=alt.Y("best_us:Q", title="best so far (µs)"))
+        x=evals, y=alt.Y("best_us:Q", title="best so far (µs)"))
     dots = alt.Chart(conv.dropna(subset=["time_us"])).mark_circle(size=18, opacity=0.35).encode(
-        x="evaluation:Q", y=alt.Y("time_us:Q", title="time (µs)"))
+        x=evals, y=alt.Y("time_us:Q", title="time (µs)"))
     st.altair_chart((dots + line).properties(height=260), width="stretch")
 t = t[ok].copy()
 
@@ -114,16 +127,22 @@ if len(knobs) >= 2:
     # the chart's fields are fixed names (a "." or ":" in a name means something to Vega-Lite)
     cell = (t.groupby([f"cfg.{px}", f"cfg.{py}"], dropna=False, sort=False)["time_us"].min().reset_index()
             .set_axis(["hx", "hy", "time_us"], axis=1))
+    # the axes in the values' order (block 128 before 1024, numbers before "auto"), not as text sorts them
+    xs, ys = knob_order(cell["hx"]), knob_order(cell["hy"])
     cell["hx"], cell["hy"] = cell["hx"].astype(str), cell["hy"].astype(str)
+    # viridis runs dark (low: fast) to yellow (high: slow); the label is dark where the cell is light
+    lo, hi = cell["time_us"].min(), cell["time_us"].max()
+    cell["ink"] = ["black" if hi > lo and (v - lo) / (hi - lo) > 0.55 else "white" for v in cell["time_us"]]
     heat = (alt.Chart(cell).mark_rect().encode(
-        x=alt.X("hx:O", title=px), y=alt.Y("hy:O", title=py),
-        color=alt.Color("time_us:Q", title="best time (µs)", scale=alt.Scale(scheme="viridis", reverse=True)),
+        x=alt.X("hx:O", title=px, sort=xs), y=alt.Y("hy:O", title=py, sort=ys),
+        color=alt.Color("time_us:Q", title="best time (µs)", scale=alt.Scale(scheme="viridis")),
         tooltip=[alt.Tooltip("hx:O", title=px), alt.Tooltip("hy:O", title=py),
                  alt.Tooltip("time_us:Q", format=".4g", title="best time (µs)")])
-        + alt.Chart(cell).mark_text(fontSize=11, color="white").encode(
-        x="hx:O", y="hy:O", text=alt.Text("time_us:Q", format=".3g")))
+        + alt.Chart(cell).mark_text(fontSize=11).encode(
+        x=alt.X("hx:O", sort=xs), y=alt.Y("hy:O", sort=ys), text=alt.Text("time_us:Q", format=".3g"),
+        color=alt.Color("ink:N", scale=None))).resolve_scale(color="independent")  # the ink is no second scale
     st.markdown(f"**Configs tried**: best time (µs) for each ({dashui.lit(px, 80)}, {dashui.lit(py, 80)}), "
-                "over the other parameters. Darker is faster.")
+                "over the other parameters. Darker is faster (dark purple: the fastest; yellow: the slowest).")
     st.altair_chart(heat.properties(height=320), width="stretch")
 elif knobs:
     st.markdown(f"**Configs tried** over {dashui.lit(knobs[0], 80, code=True)} (only one tunable parameter).")
@@ -133,7 +152,9 @@ elif knobs:
 
 st.markdown(f"**Top {topk}** (fastest first)")
 top = t.sort_values("median_s").head(topk)
-st.dataframe(top[["config", "time_us", "gbps"]], hide_index=True, width="stretch", column_config={
+top = top.assign(gbps=pd.to_numeric(top["gbps"], errors="coerce"))  # a missing GB/s is blank, never "None"
+cols = ["config", "time_us"] + (["gbps"] if top["gbps"].notna().any() else [])  # the tuner records no bytes
+st.dataframe(top[cols], hide_index=True, width="stretch", column_config={
     "time_us": st.column_config.NumberColumn("median time (µs)", format="%.4g"),
     "gbps": st.column_config.NumberColumn("GB/s", format="%.1f")})
 if len(failed):

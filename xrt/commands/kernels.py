@@ -35,11 +35,19 @@ def run_list(args: argparse.Namespace) -> int:
     dev = default_device()
     x = torch.empty(16, device=dev.torch_device)
     print(f"device: {dev.summary()}")
-    for op in _ops():
-        for name, prov in xp.ops.providers(op).items():
-            why = prov.missing(x)
-            print(f"{op:14} {name:7} {'ok' if why is None else 'unavailable: ' + why}")
+    rows = [(op, name, "ok" if (why := prov.missing(x)) is None else "unavailable: " + why)
+            for op in _ops() for name, prov in xp.ops.providers(op).items()]
+    print(columns(rows), end="")
     return 0
+
+
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """Rows as text columns, each as wide as its longest cell (an op name such as
+    ``conv_bn_relu_train`` never pushes the next column out of line); the last is not padded."""
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "".join(" ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]) + "\n" for r in rows)
 
 
 def run_spaces(args: argparse.Namespace) -> int:

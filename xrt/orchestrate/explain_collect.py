@@ -175,7 +175,8 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
         shutil.rmtree(work, ignore_errors=True)
     payload = {"schema": SCHEMA, "case": asdict(case), "param_key": case.param_key,
                "regression_id": (regression or {}).get("id"), "machine": (regression or {}).get("machine"),
-               "ratio": (regression or {}).get("ratio"), "base": base, "head": head, "host": platform.node(),
+               "ratio": (regression or {}).get("ratio"), "base": base, "head": head,
+               "host": platform.node(), "collected_on": _machine(),
                "gpu": _gpu_name(), "seconds": round(time.time() - t0, 1),
                "ncu": {"sections": list(NCU_SECTIONS), "clock_control": CLOCK_CONTROL,
                        "profiled": "one call after warm-up", "launches_per_kernel": 1, "warmup_calls": 10},
@@ -183,6 +184,18 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
     payload["sass_diffs"] = diffs
     payload["changes"] = compare(sides["base"], sides["head"]) + diff_rows(diffs)
     return payload
+
+
+def _machine() -> str | None:
+    """This host's machine name as the database knows it (``<host>-<gpu model>-<index>``), not the
+    bare host name (``vm``), so the explanation names the machine a reader finds on the dashboard."""
+    try:
+        from xrt.bench.machine import machine_name
+        from xrt.device import default_device
+
+        return machine_name(default_device())
+    except Exception:
+        return None
 
 
 def _gpu_name() -> str | None:

@@ -105,7 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _gate_args(p: argparse.ArgumentParser) -> None:
     """The arguments `xrt gate` and `xrt report` share (one judgement, two ways of telling it)."""
     p.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
-    p.add_argument("--repo", type=Path, default=None, help="git checkout to resolve REVs [no: hashes in the DB]")
+    p.add_argument("--repo", type=Path, default=None, 
+                   help="git checkout to resolve REVs [hashes in the DB, else the checkout here: .]")
     p.add_argument("--base", required=True, metavar="REV", help="the commit to compare against (hash, prefix; "
                    "a branch or tag with --repo)")
     p.add_argument("--head", required=True, metavar="REV", help="the commit judged")

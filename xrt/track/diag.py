@@ -73,6 +73,11 @@ def _load(facts: dict) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def _num(v: float | None) -> str:
+    """A load for people: two decimals (1.33, not 1.32763671875), as the run's own check prints it."""
+    return "not recorded" if v is None else f"{v:.2f}"
+
+
 def _unquote(p: str) -> str:
     return p[1:-1] if len(p) >= 2 and p[0] == p[-1] and p[0] in "'\"" else p
 
@@ -143,7 +148,8 @@ def _checklist(rec: Any, before: dict, after: dict, rb: dict, ra: dict) -> list[
     lb, la = _load(before.get("facts", {})), _load(after.get("facts", {}))
     busy = la is not None and la > 0.5 and (lb is None or la > lb + 0.25)
     checks.append(Check("CPU load", WARN if busy else (OK if la is not None else INFO),
-                        f"load per core {lb} -> {la}" if la is not None or lb is not None else "not recorded",
+                        f"load per core {_num(lb)} -> {_num(la)}" if la is not None or lb is not None
+                        else "not recorded",
                         "a busy host delays launches: re-measure on a quiet host" if busy else ""))
     checks += op_checks(rec, ra, after)
     return checks

@@ -590,6 +590,14 @@ def _cell(v: Any) -> str:
     return lit(v, None, cell=True)
 
 
+def collected_on(payload: dict) -> str:
+    """The machine an explanation was collected on: its full machine name where the payload has it
+    (older payloads carry only the host name, e.g. ``vm``, which is then marked as a host)."""
+    if payload.get("collected_on"):
+        return str(payload["collected_on"])
+    return f"host {payload['host']}" if payload.get("host") else "?"
+
+
 def render_markdown(payload: dict, heading: str = "###") -> str:
     """The explanation as Markdown. Names and collected values (the benchmark, its parameters, the
     host, kernel names, settings) come from the commits and the machine, so each goes through
@@ -599,7 +607,7 @@ def render_markdown(payload: dict, heading: str = "###") -> str:
              "", f"base `{payload['base'][:10]}` → head `{payload['head'][:10]}`"
              + (f" (regression {lit(payload['regression_id'], code=True)}, {payload['ratio']:.3f}×)"
                 if payload.get("regression_id") and payload.get("ratio") else "")
-             + f"; collected on {lit(payload.get('host') or '?')}"
+             + f"; collected on {lit(collected_on(payload))}"
              + (f" ({lit(payload['gpu'])})" if payload.get("gpu") else "")
              + f"; ncu clock control: {lit(payload['ncu']['clock_control'], code=True)}.", ""]
     rows = payload.get("changes") or []

@@ -159,16 +159,29 @@ def parse_threshold(text: str) -> float:
 
 
 def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> str:
-    """A full hash: ``git rev-parse`` in REPO when given, else a unique prefix in the database."""
+    """A full hash: ``git rev-parse`` in REPO when given; else a unique prefix in the database, or
+    failing that a name (``HEAD~1``, a branch, a tag) of the git checkout in the current directory,
+    as ``xrt explain`` reads its ``--repo .``."""
     if repo is not None:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
+        full = _rev_parse(repo, rev)
+        if full is None:
             raise ValueError(f"{rev!r} is not a commit of {repo}")
-        return out.stdout.strip()
+        return full
     from xrt.track.regressions import resolve_in_db
 
-    return resolve_in_db(db, rev)
+    try:
+        return resolve_in_db(db, rev)
+    except ValueError as e:
+        full = _rev_parse(".", rev)
+        if full is None:
+            raise ValueError(f"{e}, and it is not a commit of the git checkout here (.)") from None
+        return full
+
+
+def _rev_parse(repo: str | os.PathLike, rev: str) -> str | None:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
