@@ -141,6 +141,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             nullif(regexp_extract(file, '(^|/)([0-9a-f]{40})\.carried$', 2), ''),
             nullif(regexp_extract(file, '(^|/)([0-9a-f]{8})-[^/]*$', 2), ''))""",
     ]),
+    # `xrt culprit` (xrt.orchestrate.culprit) bisects a failing gate's range and stores, on each
+    # regression of the group it bisected, the commit to blame and the evidence: the bisect's measured
+    # commits with their values and verdicts, and the first rows of `xrt explain` on the culprit.
+    (11, "regressions.culprit, regressions.bisection (xrt culprit: the commit to blame and the evidence)", [
+        "ALTER TABLE regressions ADD COLUMN culprit VARCHAR",
+        "ALTER TABLE regressions ADD COLUMN bisection JSON",
+    ]),
 ]
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that
