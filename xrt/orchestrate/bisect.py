@@ -56,8 +56,12 @@ def bench_runner(repo: Path, commits: list[str], results: Path, bench: str, mach
     """Measure ``commits`` in one ``xrt bench run`` on the device of ``machine``, in that order."""
     from xrt.bench import runner
 
-    runner.run(repo, commits, results, device=device_for(machine), quick=profile == "quick", bench=bench,
-               log=lambda s: None)
+    out = runner.run(repo, commits, results, device=device_for(machine), quick=profile == "quick", bench=bench,
+                     log=lambda s: None)
+    bad = [f"{c['commit'][:10]}: {m}: {v['status']}" for c in out["commits"]
+           for m, v in c.get("machines", {}).items() if v.get("status") not in ("ok", "benchmark failures")]
+    if bad:
+        raise RuntimeError(f"xrt bench run --bench {bench!r} measured nothing: {'; '.join(bad)}")
 
 
 def first_parent_between(repo: Path, good: str, bad: str) -> list[str]:
@@ -142,7 +146,7 @@ class Bisection:
 
 def bench_regex(benchmark: str) -> str:
     """asv's ``--bench`` for exactly one benchmark."""
-    return f"^{re.escape(benchmark)}$"
+    return f"^{re.escape(benchmark)}(?!\\w)"  # asv finds no benchmark for a pattern that ends in $
 
 
 def measure_pair(repo: Path, good: str, candidate: str, series: tuple[str, str, str], *, profile: str | None,
