@@ -102,9 +102,9 @@ def find(db: str | os.PathLike, repo: str | os.PathLike, base: str, head: str, *
             f"bisecting the worst, {w['benchmark']} [{w['param_key'] or '-'}] ({w['ratio']:.3f}x), "
             f"{left:.0f} s of budget left")
         try:
-            b = bisectmod.bisect(db, repo, bisectmod.bench_regex(w["benchmark"]), base, head, machine=g.machine,
+            b = bisectmod.bisect(db, repo, w["benchmark"], base, head, machine=g.machine,
                                  param_key=w["param_key"], budget_s=left, runner=runner, log=log)
-        except (ValueError, RuntimeError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - one group's failure is reported, the other groups still run
             g.not_bisected = f"bisect failed: {e}"
             log(f"xrt culprit: group {i}: {g.not_bisected}")
             continue
