@@ -97,7 +97,7 @@ def test_a_failing_gate_over_four_commits_names_c2_and_explains_it(tmp_path):
     assert "step 1/" in out.stderr and "beside good" in out.stderr  # progress
     md = summary.read_text()
     # the subject is git's text: escaped, so its <, | and * are no markup in the summary
-    assert f"### culprit `{commits[2][:12]}` c2: vector\\_add &#60;checks&#62; \\| 0\\.3 ms of \\*Python\\*" in md, md
+    assert f"### culprit `{commits[2][:12]}` c2: vector\\_add &#60;checks&#62; \\| 0.3 ms of \\*Python\\*" in md, md
     rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
     measured = [ln.split("`")[1] for ln in rows]
     assert measured == [commits[2][:12], commits[1][:12]], md  # c2 bad, then c1 good

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -90,3 +91,94 @@ def test_bisect_refuses_an_improvement_with_exit_2(tmp_path, capsys):
     assert code == 2 and "an improvement" in err and "not a slowdown" in err and "0.4" in err
     assert "first bad commit" not in err
     assert not (tmp_path / "steps").exists()  # nothing measured
+
+
+def _two_machines(tmp_path, culprit=3, n=9):
+    """Square slower from commit ``culprit`` on two machines (h200 more): two groups for the gate."""
+    repo = tmp_path / "repo"
+    commits = synth.git_history(repo, n)
+    root, db = tmp_path / "results", tmp_path / "xrt.duckdb"
+    rng = np.random.default_rng(11)
+    slow = {"h100": 1.10, "h200": 1.30}
+
+    def level(m, i):
+        return 50e-6 * (slow[m] if i >= culprit else 1.0)
+
+    for m in slow:
+        for i in (0, n - 1):
+            synth.write_run(root, m, commits[i], synth.samples(rng, level(m, i)), synth.samples(rng, 5e-6), i)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    calls = []
+
+    def runner(repo_, pair, results, bench, machine, profile):
+        calls.append((machine, pair[1]))
+        for c in pair:
+            i = commits.index(c)
+            synth.write_run(results, machine, c, synth.samples(rng, level(machine, i)), synth.samples(rng, 5e-6), i)
+
+    return repo, commits, db, calls, runner
+
+
+def _explainer(repo, base, head, case, *, regression, log):
+    from dataclasses import asdict
+
+    rows = [{"group": "settings", "what": "block <b>x</b> | y", "kernel": "", "base": "128", "head": "256",
+             "change": ""}] * 7
+    return {"schema": "xrt-explain/1", "case": asdict(case), "param_key": case.param_key,
+            "regression_id": regression["id"], "machine": regression["machine"], "ratio": regression["ratio"],
+            "base": base, "head": head, "host": "h", "ncu": {"clock_control": "none"}, "sides": {}, "changes": rows}
+
+
+def test_culprit_bisects_each_failing_group_worst_first_explains_and_stores(tmp_path):
+    from xrt.orchestrate import culprit
+    from xrt.track import explain, regressions
+
+    repo, commits, db, calls, runner = _two_machines(tmp_path)
+    out = culprit.find(db, repo, commits[0], commits[8], runner=runner, explainer=_explainer, log=lambda s: None)
+    assert [g.machine for g in out.groups] == ["h200", "h100"]  # one bisect per group, the worst group first
+    assert all(g.bisection.culprit == commits[3] for g in out.groups)
+    assert {m for m, _ in calls} == {"h100", "h200"} and len(calls) == 6  # 8 candidates: 3 steps a group
+    md = culprit.summary_markdown(out)
+    assert md.count(f"### culprit `{commits[3][:12]}` commit 3") == 2, md
+    # the explanation's first rows, escaped: no HTML and no table cell break from its text
+    assert "block &#60;b&#62;x&#60;/b&#62; \\| y" in md and "<b>" not in md
+    assert md.count("| settings |") == culprit.EXPLAIN_ROWS and "first 5 of 7 rows" in md
+    assert "Not bisected" not in md
+    assert culprit.report(out).splitlines()[0].startswith(f"culprit {commits[3]} commit 3")
+    stored = {r["machine"]: r for r in regressions.stored(db).values()}
+    assert stored["h200"]["culprit"] == stored["h100"]["culprit"] == commits[3]
+    ev = json.loads(stored["h200"]["bisection"])
+    assert [s["commit"] for s in ev["steps"]] == [c for m, c in calls if m == "h200"]
+    assert len(ev["explanation"]["rows"]) == culprit.EXPLAIN_ROWS
+    assert [e["head_commit"] for e in explain.stored(db)] == [commits[3]]  # only the worst series' culprit
+
+
+def test_culprit_within_its_budget_says_what_was_not_bisected(tmp_path):
+    from xrt.orchestrate import culprit
+
+    repo, commits, db, calls, runner = _two_machines(tmp_path)
+    out = culprit.find(db, repo, commits[0], commits[8], budget_s=1e-9, runner=runner, explainer=_explainer,
+                       log=lambda s: None)
+    assert calls == [] and all(g.bisection is None for g in out.groups)
+    md = culprit.summary_markdown(out)
+    assert "Not bisected:" in md and md.count("time budget of 1e-09 s spent") == 2, md
+    assert md.count(f"`{synth.OP}` \\['16777216', 'float32', 'triton', 'default'\\]") == 2, md
+
+
+def test_summary_text_from_git_is_literal_markdown():
+    from xrt.orchestrate.culprit import code, md
+
+    assert md("fix <img src=x> *now* [x](y) | `z` a_b") == (
+        "fix &#60;img src=x&#62; \\*now\\* \\[x\\](y) \\| \\`z\\` a\\_b")
+    assert md("two\nlines") == "two lines"
+    assert code("a`b|c") == "`` a`b\\|c ``" and code("plain") == "`plain`"
+
+
+def test_culprit_over_one_commit_or_a_passing_gate_bisects_nothing(tmp_path):
+    from xrt.orchestrate import culprit
+
+    repo, commits, db, calls, runner = _two_machines(tmp_path, culprit=1, n=2)
+    out = culprit.find(db, repo, commits[0], commits[1], runner=runner, log=lambda s: None)
+    assert calls == [] and "one commit" in out.note and "nothing to bisect" in culprit.summary_markdown(out)
+    out = culprit.find(db, repo, commits[0], commits[0], runner=runner, log=lambda s: None)
+    assert calls == [] and "no regression" in out.note

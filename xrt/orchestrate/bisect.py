@@ -6,8 +6,10 @@ changed most between GOOD and BAD. Before anything is measured, the stored GOOD 
 by the gate's rules (:func:`xrt.track.gate.judge`): an improvement, or a range where the series did
 not move, is refused. Each step then measures GOOD and the midpoint in one job on the series' own
 machine and device (:func:`measure_pair`), and the midpoint is bad when the gate, fed just that
-pair, calls it a regression of the series. A step is never decided by comparing today's midpoint
-with a measurement taken on another day, so host drift cannot decide it.
+pair, calls it a regression of the series, by at least half (in log) the slowdown being bisected.
+A step is never decided by comparing today's midpoint with a measurement taken on another day; the
+halfway bar keeps a drift within the job (the two commits run one after the other) smaller than
+half the slowdown from deciding it.
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ class Step:
     value: float
     ratio: float  # candidate / good, of the medians
     p_value: float
-    bad: bool
+    bad: bool  # the step's decision: flagged, and at least halfway to BAD's stored level (bisect)
     seconds: float
+    flagged: bool = False  # the gate called the candidate a regression of the series against GOOD
 
 
 @dataclass
@@ -176,7 +179,7 @@ def measure_pair(repo: Path, good: str, candidate: str, series: tuple[str, str, 
     bad = any((r["machine"], r["benchmark"], r["param_key"]) == series for r in v.regressions)
     p, _ = stats.mannwhitney(g, x)
     return Step(candidate, float(np.median(g)), float(np.median(x)), float(np.median(x) / np.median(g)), float(p),
-                bad, round(time.time() - t0, 1))
+                bad, round(time.time() - t0, 1), flagged=bad)
 
 
 def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) -> tuple[bool, float, str]:
@@ -188,6 +191,10 @@ def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) 
     g = np.asarray(rows[good, m].get(series, {}).get("samples", []), float)
     b = np.asarray(rows[bad, m].get(series, {}).get("samples", []), float)
     unit = rows[good, m].get(series, {}).get("unit")
+    if not len(g) or not len(b):
+        side = "GOOD " + good[:10] if not len(g) else "BAD " + bad[:10]
+        raise BisectError(f"{bn} [{pk or '-'}] on {m} has no samples of its own at {side} (carried forward, or "
+                          "failed): measure it there first")
     ratio = float(np.median(b) / np.median(g))
     worse = np.log(ratio) * (-1 if higher_is_better(unit) else 1)
     hib = ", higher is better" if higher_is_better(unit) else ""
@@ -200,6 +207,11 @@ def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) 
     why = "" if moved else (f"{ratio:.3f}x, within the gate's threshold or its noise "
                             f"(p {stats.mannwhitney(g, b)[0]:.1e})" if len(g) and len(b) else "no samples")
     return moved, ratio, why
+
+
+def _worse(ratio: float, unit: str | None) -> float:
+    """How much worse ``ratio`` (after / before) is, in log: > 0 slower, whatever the unit's direction."""
+    return float(np.log(ratio)) * (-1 if higher_is_better(unit) else 1)
 
 
 def bisect(db: str | os.PathLike, repo: str | os.PathLike, benchmark: str, good: str, bad: str, *,
@@ -254,6 +266,13 @@ def bisect(db: str | os.PathLike, repo: str | os.PathLike, benchmark: str, good:
             work = work_root / f"step-{n}-{c[:10]}"
             work.mkdir()
             st = measure_pair(repo, good, c, series, profile=profile, runner=runner, work=work)
+            # Both commits of a step run one after the other: on a busy host the later one can drift by
+            # more than the gate's threshold. A candidate is bad only when it is also at least halfway
+            # (in log) to the slowdown GOOD..BAD showed, so a drift under half the slowdown decides nothing.
+            st.bad = st.flagged and _worse(st.ratio, out.unit) >= _worse(ratio, out.unit) / 2
+            if st.flagged and not st.bad:
+                log(f"  {c[:10]}: flagged by the gate at {st.ratio:.3f}x, under half the slowdown being bisected "
+                    f"({ratio:.3f}x): good")
             if keep is not None:
                 shutil.copytree(work / "asv", keep / work.name, dirs_exist_ok=True)
             out.steps.append(st)

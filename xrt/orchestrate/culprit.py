@@ -12,6 +12,7 @@ a Markdown summary, which also lists what was not bisected and why.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,15 +60,26 @@ def worse_by(r: dict) -> float:
 
 
 def md(text: Any) -> str:
-    """``text`` as literal Markdown inline text: a commit subject or a name can hold no markup, link,
-    HTML or table cell break in the step summary."""
+    """``text`` as literal Markdown inline text, never at a line's start: a commit subject or a name
+    can hold no emphasis, link, image, code, HTML or table cell break in the step summary."""
     out = []
-    for ch in str(text).replace("\r", " ").replace("\n", " "):
-        if ch in "\\`*_{}[]()<>#+-.!|~&":
-            out.append(f"&#{ord(ch)};" if ch in "<>&" else "\\" + ch)
+    for ch in " ".join(str(text).split()):
+        if ch in "<>&":
+            out.append(f"&#{ord(ch)};")
+        elif ch in "\\`*_[]|~":
+            out.append("\\" + ch)
         else:
             out.append(ch)
     return "".join(out)
+
+
+def code(text: Any) -> str:
+    """``text`` as one inline code span (CommonMark: a fence longer than any run of backticks in it);
+    a ``|`` is escaped, which GitHub's tables need even inside code."""
+    t = " ".join(str(text).split()).replace("|", "\\|")
+    runs = [len(x) for x in re.findall(r"`+", t)]
+    fence = "`" * (max(runs, default=0) + 1)
+    return f"{fence} {t} {fence}" if runs else f"`{t}`"
 
 
 def find(db: str | os.PathLike, repo: str | os.PathLike, base: str, head: str, *, budget_s: float = 3600.0,
@@ -177,8 +189,8 @@ def summary_markdown(out: Outcome) -> str:
     skipped = []
     for g in out.groups:
         w, b = g.worst, g.bisection
-        head = (f"{md(g.machine)}: {len(g.items)} series moved together; bisected the worst, "
-                f"`{md(w['benchmark'])}` \\[{md(w['param_key'] or '-')}\\] ({w['ratio']:.3f}×)")
+        head = (f"{md(g.machine)}: {len(g.items)} series moved together; the worst, "
+                f"{code(w['benchmark'])} \\[{md(w['param_key'] or '-')}\\] ({w['ratio']:.3f}×)")
         if b is None or not b.culprit:
             skipped.append(f"- {head}: {md(g.not_bisected)}")
             if b is None or not b.steps:

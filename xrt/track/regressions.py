@@ -213,10 +213,10 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
         scope = "TRUE" if scope_machine is None else "machine = ?"
         sargs = [] if scope_machine is None else [scope_machine]
         # suspected rows (the newest commit, judged at ingest: xrt.track.newest) are left to settle()
-        # so are rows `xrt culprit` stored a culprit on: the evidence outlives a detection run
-        keep = "AND NOT coalesce(suspected, false) AND culprit IS NULL"
-        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND id NOT IN "
-                    "(SELECT id FROM new_rows)", sargs)
+        keep = "AND NOT coalesce(suspected, false)"
+        # a row `xrt culprit` stored a culprit on is kept like an acknowledged one: the evidence outlives a run
+        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND culprit IS NULL "
+                    "AND id NOT IN (SELECT id FROM new_rows)", sargs)
         con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} {keep} AND id NOT IN "
                     "(SELECT id FROM new_rows)", sargs)
         con.execute("""INSERT INTO regressions
