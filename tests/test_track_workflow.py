@@ -99,3 +99,39 @@ def test_a_failing_gate_bisects_its_range_in_the_nightly_and_the_pr_workflow():
         keep = [i for i, s in enumerate(steps) if "results_branch.sh push" in s.get("run", "")
                 or s.get("uses", "").startswith("actions/cache/save")]
         assert all(culprit < i for i in keep), name
+
+
+def test_workflow_steps_runs_a_workflows_scripts_with_outputs_conditions_and_substitutions(tmp_path):
+    """scripts/workflow_steps.py (what scripts/nightly_culprit.sh runs the nightly with): outputs of one
+    step reach the next, `if:` is honoured after a failure, --sub rewrites, the summary is written."""
+    pytest.importorskip("yaml")
+    wf = tmp_path / "wf.yml"
+    wf.write_text("""
+jobs:
+  bench:
+    env:
+      WHO: job
+    steps:
+      - name: pick
+        id: pick
+        run: echo "value=${{ github.event.inputs.base }}-x" >> "$GITHUB_OUTPUT"
+      - name: fail
+        id: gate
+        run: echo "gate $WHO ${{ steps.pick.outputs.value }} --all-gpus" >> "$GITHUB_STEP_SUMMARY"; exit 1
+      - name: only on success
+        run: echo never >> "$GITHUB_STEP_SUMMARY"
+      - name: after a failing gate
+        if: failure() && steps.gate.outcome == 'failure'
+        env:
+          B: ${{ steps.pick.outputs.value }}
+        run: echo "culprit $B" >> "$GITHUB_STEP_SUMMARY"
+""")
+    summary = tmp_path / "summary.md"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "workflow_steps.py"), str(wf), "--input", "base=abc",
+                          "--sub", "--all-gpus=--device cpu", "--summary", str(summary), "pick", "fail",
+                          "only on success", "after a failing gate"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr  # a step failed: the job fails
+    assert summary.read_text().splitlines() == ["gate job abc-x --device cpu", "culprit abc-x"], out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "workflow_steps.py"), str(wf), "no such step"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "no step named 'no such step'" in bad.stderr
