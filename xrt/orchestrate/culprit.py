@@ -199,7 +199,8 @@ def summary_markdown(out: Outcome) -> str:
             lines += [f"### culprit `{b.culprit[:12]}` {md(g.subject)}", "", head, ""]
         else:
             lines += [f"### no culprit yet on {md(g.machine)}", "", head + ": " + md(g.not_bisected), ""]
-        lines += [f"Each commit measured in one job beside good `{b.good[:12]}`, judged by the gate's rules:", "",
+        lines += [f"Each commit measured in one job beside good `{b.good[:12]}`, judged by the gate's rules "
+                  "(bad: a regression, by at least half the slowdown bisected):", "",
                   "| commit | good | commit's | ratio | p | verdict |", "|---|---|---|---|---|---|"]
         from xrt.track.units import fmt_value
 
@@ -210,8 +211,8 @@ def summary_markdown(out: Outcome) -> str:
         if ex and ex.get("error"):
             lines += [md(ex["error"]), ""]
         elif ex:
-            lines += [f"What changed at the culprit (`xrt explain`, the first {len(ex['rows'])} of "
-                      f"{ex['n_rows']} rows):", ""]
+            shown = f", the first {len(ex['rows'])} of {ex['n_rows']} rows" if ex["n_rows"] > len(ex["rows"]) else ""
+            lines += [f"What changed at the culprit (`xrt explain`{shown}):", ""]
             if ex["rows"]:
                 lines += ["| group | what | kernel | base | head | change |", "|---|---|---|---|---|---|"]
                 lines += ["| " + " | ".join(md(r.get(k) if r.get(k) not in (None, "") else "-")
