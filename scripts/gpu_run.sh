@@ -35,6 +35,8 @@
 #            never ends, a wrong result) and a kill -9 of the tuner mid-run, then the same command
 # pycuda   : scripts/pycuda_async.py, whether CUDA C launches queue behind the timer's spin, and its
 #            device time in a fresh process and after graph-mode measures
+# culprit  : scripts/nightly_culprit.sh: the nightly's own steps, two nights, on five local commits with a
+#            device-time slowdown planted at c2; xrt culprit must name c2 and explain it ($OUT/culprit/)
 # explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
 #            Triton square launcher; square's CUDA C default v2 -> v1), benched, ingested, gated and
 #            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
@@ -170,6 +172,8 @@ for step in "$@"; do
       python3 -m pytest -q -s -p no:cacheprovider tests/test_tune_gpu.py 2>&1 | tee "$OUT/tunegpu.log" | tail -30 ;;
     pycuda)
       python3 scripts/pycuda_async.py 2>&1 | tee "$OUT/pycuda.log" | tail -20 ;;
+    culprit)
+      bash scripts/nightly_culprit.sh "$OUT/culprit" 2>&1 | tee "$OUT/culprit.log" | tail -60 ;;
     explain)
       python3 scripts/explain_demo.py --out "$OUT/explain" 2>&1 | tee "$OUT/explain.log" | tail -80 ;;
     *) echo "unknown step $step"; rc=2 ;;

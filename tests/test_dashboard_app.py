@@ -267,6 +267,38 @@ def test_detail_shows_the_stored_explanation(db):
     assert at.radio[0].options == ["acknowledged", "ignored", "new"]
 
 
+def test_detail_shows_the_culprit_and_the_measured_commits(db):
+    """`xrt culprit`'s stored culprit (a hostile subject, shown as text) and its bisect's measured commits."""
+    from xrt.track import regressions
+
+    rid = stepped_id(db)
+    rec = regressions.stored(db)[rid]
+    at = app("detail", id=rid)
+    assert not any("Culprit" in m for m in markdown_strings(at))  # nothing stored: no section
+    r = regressions.Record(**{k: rec[k] for k in regressions.Record.__dataclass_fields__})
+    culprit, good = rec["commit"], rec["previous_commit"]
+    steps = [{"commit": culprit, "good_value": 4e-6, "value": 4.8e-6, "ratio": 1.2, "p_value": 1e-5, "bad": True,
+              "seconds": 20.0},
+             {"commit": good, "good_value": 4e-6, "value": 4.01e-6, "ratio": 1.0025, "p_value": 0.4, "bad": False,
+              "seconds": 21.0}]
+    regressions.save_culprit(db, [r], culprit, {"good": good, "bad": culprit, "status": "found", "steps": steps,
+                                                 "subject": "evil <b>[x](http://e)</b> *subject*",
+                                                 "explanation": {"rows": [{"group": "settings", "what": "block",
+                                                                           "kernel": "-", "base": "128", "head": "256",
+                                                                           "change": ""}], "n_rows": 1}})
+    at = app("detail", id=rid)
+    text = markdown_strings(at)
+    assert any(f"culprit ` {culprit[:12]} `" in m and "` evil <b>[x](http://e)</b> *subject* `" in m
+               for m in text), text
+    tables = [d.value for d in at.dataframe]
+    measured = next(t for t in tables if "verdict" in t.columns)
+    assert measured["commit"].tolist() == [culprit[:10], good[:10]] and measured["verdict"].tolist() == ["bad", "good"]
+    assert any("what" in t.columns and t.iloc[0]["head"] == "256" for t in tables)
+    # a later detection run keeps the row and its culprit
+    regressions.save(db, regressions.detect_db(db))
+    assert regressions.stored(db)[rid]["culprit"] == culprit
+
+
 def test_detail_unknown_id_offers_the_open_ones(db):
     at = app("detail", id="ffffffff")
     assert "` id ` = ` ffffffff ` was ignored: no stored regression has this id" in at.warning[0].value

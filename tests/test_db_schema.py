@@ -41,8 +41,8 @@ def test_a_new_database_has_regressions_and_tuning_results(tmp_path):
         assert schema.current_version(con) == schema.LATEST >= 4
         cols = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
                                           "'regressions' ORDER BY column_index").fetchall()]
-    assert cols[:3] == ["id", "machine", "benchmark"] and cols[-4:] == ["updated_at", "still_detected", "diag",
-                                                                         "suspected"]
+    assert cols[:3] == ["id", "machine", "benchmark"] and cols[-6:] == ["updated_at", "still_detected", "diag",
+                                                                         "suspected", "culprit", "bisection"]
 
 
 def test_version_3_file_with_both_tables_already_migrates_and_keeps_their_rows(tmp_path):

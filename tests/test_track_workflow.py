@@ -79,3 +79,59 @@ def test_pull_requests_run_on_the_gpu_only_when_a_maintainer_asks():
         assert cmd in text, cmd
     up = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
     assert len(up) == 1 and "pr-results/report.html" in up[0]["with"]["path"]
+
+
+def test_a_failing_gate_bisects_its_range_in_the_nightly_and_the_pr_workflow():
+    """After a failing gate, both workflows run `xrt culprit` on the gate's own range, bounded by a
+    budget, into the step summary; the commits reach the shell through env only."""
+    yaml = pytest.importorskip("yaml")
+    for name, gate_if in (("nightly.yml", "failure() && steps.gate.outcome == 'failure'"),
+                          ("pr-bench.yml", "steps.gate.outputs.code == '1'")):
+        steps = yaml.safe_load((NIGHTLY.parent / name).read_text())["jobs"]["bench"]["steps"]
+        gate = next(i for i, s in enumerate(steps) if s.get("id") == "gate")
+        culprit = next(i for i, s in enumerate(steps) if "xrt culprit" in s.get("run", ""))
+        step = steps[culprit]
+        assert culprit > gate and step["if"] == gate_if, name
+        assert "${{" not in step["run"] and set(step["env"]) == {"BASE", "HEAD_SHA"}, name
+        for arg in ('--base "$BASE"', '--head "$HEAD_SHA"', "--budget ", "--summary", "$GITHUB_STEP_SUMMARY"):
+            assert arg in step["run"], (name, arg)
+        # before the results are kept: the stored culprit is in the database the next night reads
+        keep = [i for i, s in enumerate(steps) if "results_branch.sh push" in s.get("run", "")
+                or s.get("uses", "").startswith("actions/cache/save")]
+        assert all(culprit < i for i in keep), name
+
+
+def test_workflow_steps_runs_a_workflows_scripts_with_outputs_conditions_and_substitutions(tmp_path):
+    """scripts/workflow_steps.py (what scripts/nightly_culprit.sh runs the nightly with): outputs of one
+    step reach the next, `if:` is honoured after a failure, --sub rewrites, the summary is written."""
+    pytest.importorskip("yaml")
+    wf = tmp_path / "wf.yml"
+    wf.write_text("""
+jobs:
+  bench:
+    env:
+      WHO: job
+    steps:
+      - name: pick
+        id: pick
+        run: echo "value=${{ github.event.inputs.base }}-x" >> "$GITHUB_OUTPUT"
+      - name: fail
+        id: gate
+        run: echo "gate $WHO ${{ steps.pick.outputs.value }} --all-gpus" >> "$GITHUB_STEP_SUMMARY"; exit 1
+      - name: only on success
+        run: echo never >> "$GITHUB_STEP_SUMMARY"
+      - name: after a failing gate
+        if: failure() && steps.gate.outcome == 'failure'
+        env:
+          B: ${{ steps.pick.outputs.value }}
+        run: echo "culprit $B" >> "$GITHUB_STEP_SUMMARY"
+""")
+    summary = tmp_path / "summary.md"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "workflow_steps.py"), str(wf), "--input", "base=abc",
+                          "--sub", "--all-gpus=--device cpu", "--summary", str(summary), "pick", "fail",
+                          "only on success", "after a failing gate"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr  # a step failed: the job fails
+    assert summary.read_text().splitlines() == ["gate job abc-x --device cpu", "culprit abc-x"], out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "workflow_steps.py"), str(wf), "no such step"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "no step named 'no such step'" in bad.stderr

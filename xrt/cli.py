@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("gate", "xrt.track.cli"),
     ("report", "xrt.track.cli"),
     ("bisect", "xrt.track.cli"),
+    ("culprit", "xrt.track.cli"),
     ("explain", "xrt.track.cli"),
     ("tune", "xrt.tune.cli"),
     ("dashboard", "xrt.commands.dashboard"),

@@ -3,6 +3,8 @@ the ``--diag`` checklist, and acknowledge / ignore with a note."""
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import dashdata
 import dashui
@@ -153,6 +155,40 @@ else:
                            message=cm["message"].map(lambda x: dashdata.first_line(x, 120))),
                  hide_index=True, width="stretch",
                  column_config={"author_date": st.column_config.DatetimeColumn("date", format="YYYY-MM-DD HH:mm")})
+
+# `xrt culprit` (a failing gate's range, bisected on the series' machine) stores the commit to blame
+# and the evidence on the regression; this page only shows what is stored.
+bis = rec.get("bisection")
+try:
+    bis = json.loads(bis) if isinstance(bis, str) and bis else (bis if isinstance(bis, dict) else None)
+except ValueError:
+    bis = None
+if rec.get("culprit") or bis:
+    st.markdown("**Culprit** (`xrt culprit`: the gate's range bisected, each commit measured beside the good one "
+                "in one job, judged by the gate's rules)")
+    if rec.get("culprit"):
+        st.markdown(f"culprit {dashui.lit(dashdata.short(rec['culprit'], 12), code=True)} "
+                    f"{dashui.lit((bis or {}).get('subject') or '', 160)}")
+    else:
+        st.caption(f"No culprit: bisect {dashui.lit((bis or {}).get('status') or '?', 40)}, between "
+                   f"{dashui.lit(dashdata.short((bis or {}).get('last_good')), code=True)} and "
+                   f"{dashui.lit(dashdata.short((bis or {}).get('first_bad')), code=True)}.")
+    steps = pd.DataFrame([{"commit": dashdata.short(x.get("commit")),
+                           "good": dashdata.fmt_value(x.get("good_value"), unit),
+                           "commit's": dashdata.fmt_value(x.get("value"), unit), "ratio": x.get("ratio"),
+                           "p": x.get("p_value"), "verdict": "bad" if x.get("bad") else "good",
+                           "seconds": x.get("seconds")} for x in (bis or {}).get("steps") or []])
+    if not steps.empty:
+        st.caption(f"Measured commits ({len(steps)}), each beside good "
+                   f"{dashui.lit(dashdata.short((bis or {}).get('good')), code=True)}:")
+        st.dataframe(steps, hide_index=True, width="stretch")
+    ex = (bis or {}).get("explanation") or {}
+    if ex.get("rows"):
+        st.caption("What changed at the culprit (`xrt explain`, its first rows):")
+        st.dataframe(pd.DataFrame(ex["rows"], columns=["group", "what", "kernel", "base", "head", "change"]),
+                     hide_index=True, width="stretch")
+    elif ex.get("error"):
+        st.text(str(ex["error"]))
 
 st.markdown("**Likely causes** (`xrt regressions show ID`'s checklist, computed when the step was first seen)")
 if not rec["diag"]:

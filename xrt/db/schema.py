@@ -147,6 +147,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (11, "results.ref_samples (the host series' reference call, sample by sample)", [
         "ALTER TABLE results ADD COLUMN ref_samples DOUBLE[]",
     ]),
+    # `xrt culprit` (xrt.orchestrate.culprit) bisects a failing gate's range and stores, on each
+    # regression of the group it bisected, the commit to blame and the evidence: the bisect's measured
+    # commits with their values and verdicts, and the first rows of `xrt explain` on the culprit.
+    (12, "regressions.culprit, regressions.bisection (xrt culprit: the commit to blame and the evidence)", [
+        "ALTER TABLE regressions ADD COLUMN culprit VARCHAR",
+        "ALTER TABLE regressions ADD COLUMN bisection JSON",
+    ]),
 ]
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that

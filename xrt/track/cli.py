@@ -1,5 +1,5 @@
-"""``xrt regressions``, ``xrt gate``, ``xrt report``, ``xrt bisect`` and ``xrt explain`` (the last two run
-:mod:`xrt.orchestrate`). Registration imports nothing heavy."""
+"""``xrt regressions``, ``xrt gate``, ``xrt report``, ``xrt bisect``, ``xrt culprit`` and ``xrt explain``
+(the last three run :mod:`xrt.orchestrate`). Registration imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -97,9 +97,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("bad", metavar="BAD", help="a measured later commit at the slow level (an improvement is refused)")
     b.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
     b.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are measured [.]")
-    b.add_argument("--results", type=Path, default=None, help="asv results dir [REPO/results/asv]")
     b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
+    b.add_argument("--results", dest="results", type=Path, default=None,
+                   help="keep each step's asv results here, a folder a step [not kept]")
+    b.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop before a step would end past this many seconds, with the narrowed range [no limit]")
     b.set_defaults(func=run_bisect)
+
+    c = sub.add_parser("culprit", help="after a failing gate over several commits: bisect each failing group, "
+                       "explain the worst", description="Judge HEAD against BASE as `xrt gate` does; for each group "
+                       "of series that moved together (one alert), bisect its worst series between BASE and HEAD, "
+                       "measuring each candidate beside BASE on the series' own machine, worst group first, within "
+                       "--budget; then run `xrt explain` on the worst series' culprit. The culprits and evidence "
+                       "are stored on the regressions and written to --summary. Exit 0 when it ran.")
+    c.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
+    c.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are measured [.]")
+    c.add_argument("--base", required=True, metavar="REV", help="the gate's base (the good commit)")
+    c.add_argument("--head", required=True, metavar="REV", help="the gate's head")
+    c.add_argument("--budget", type=float, default=3600.0, metavar="SECONDS",
+                   help="time for every bisect and the explanation together; what it leaves is listed [3600]")
+    c.add_argument("--no-explain", action="store_true", help="do not run xrt explain on the culprit")
+    c.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
+    c.set_defaults(func=run_culprit)
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
@@ -387,9 +406,34 @@ def run_bisect(args: argparse.Namespace) -> int:
     store.check_path(args.db)  # a bad --db is one line and exit 2 (xrt.cli), before any git or bench work
     good = gate.resolve(args.repo, args.good, args.db)
     bad = gate.resolve(args.repo, args.bad, args.db)
+    if args.budget is not None and not args.budget > 0:
+        raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
     res = bisect.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
-                        log=lambda s: print(s, flush=True))
+                        budget_s=args.budget, log=lambda s: print(s, flush=True))
+    for st in res.steps:  # the evidence, one line a measured commit
+        print(f"measured {st.commit} {st.value:.6g} vs good {st.good_value:.6g} ({st.ratio:.3f}x, p {st.p_value:.1e}) "
+              f"{'bad' if st.bad else 'good'}")
+    if res.culprit:
+        print(f"culprit {res.culprit} {bisect.subject(args.repo, res.culprit)}")
     return 0 if res.culprit else 1
+
+
+def run_culprit(args: argparse.Namespace) -> int:
+    from xrt.db import store
+    from xrt.orchestrate import culprit
+    from xrt.track import gate
+
+    store.check_path(args.db)
+    if not args.budget > 0:
+        raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
+    base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
+    out = culprit.find(args.db, args.repo, base, head, budget_s=args.budget, explain=not args.no_explain,
+                       log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(culprit.report(out))
+    if args.summary:
+        with args.summary.open("a") as f:
+            f.write(culprit.summary_markdown(out))
+    return 0
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -241,20 +241,21 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
 
     def fn(con: Any) -> None:  # store.write migrated the file: the regressions table exists
         con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected, "
-                    "suspected) FROM regressions LIMIT 0")
+                    "suspected, culprit, bisection) FROM regressions LIMIT 0")
         if rows:
             con.executemany("INSERT INTO new_rows VALUES (" + ", ".join("?" * 21) + ")", rows)
         scope = "TRUE" if scope_machine is None else "machine = ?"
         sargs = [] if scope_machine is None else [scope_machine]
         # suspected rows (the newest commit, judged at ingest: xrt.track.newest) are left to settle()
         keep = "AND NOT coalesce(suspected, false)"
-        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND id NOT IN "
-                    "(SELECT id FROM new_rows)", sargs)
+        # a row `xrt culprit` stored a culprit on is kept like an acknowledged one: the evidence outlives a run
+        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND culprit IS NULL "
+                    "AND id NOT IN (SELECT id FROM new_rows)", sargs)
         con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} {keep} AND id NOT IN "
                     "(SELECT id FROM new_rows)", sargs)
         con.execute("""INSERT INTO regressions
             SELECT n.* EXCLUDE (diag), now()::TIMESTAMP, now()::TIMESTAMP, true,
-                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id)), false
+                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id)), false, NULL, NULL
             FROM new_rows n
             ON CONFLICT (id) DO UPDATE SET before = EXCLUDED.before, after = EXCLUDED.after,
                 ratio = EXCLUDED.ratio, p_value = EXCLUDED.p_value, z = EXCLUDED.z,
@@ -264,6 +265,33 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
         con.execute("DROP TABLE new_rows")
         newest.settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
         con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
+
+    store.write(db, fn)
+
+
+def save_culprit(db: str | os.PathLike, records: list[Record], culprit: str | None, evidence: dict) -> None:
+    """``xrt culprit``: store the commit to blame and the bisect's evidence on ``records`` (the gate's
+    slower series at head: inserted as new regressions where not stored yet) and on the detector's
+    steps of the same series inside the bisected range."""
+    text = json.dumps(evidence, default=str)
+    at = [c for c in (culprit, evidence.get("bad")) if c]  # the detector's step at the culprit, or at head
+
+    def fn(con: Any) -> None:
+        for r in records:
+            con.execute("""INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, "commit",
+                previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, fixed_by,
+                status, note, detected_at, updated_at, still_detected, suspected, culprit, bisection)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'new', NULL, now()::TIMESTAMP,
+                        now()::TIMESTAMP, true, false, ?, ?)
+                ON CONFLICT (id) DO UPDATE SET culprit = EXCLUDED.culprit, bisection = EXCLUDED.bisection,
+                    updated_at = EXCLUDED.updated_at""",
+                        [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
+                         r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
+                         culprit, text])
+            con.execute("""UPDATE regressions SET culprit = ?, bisection = ?, updated_at = now()::TIMESTAMP
+                WHERE machine = ? AND benchmark = ? AND param_key = ? AND kind = 'regression' AND id <> ?
+                AND "commit" IN (SELECT unnest(?::VARCHAR[]))""",
+                        [culprit, text, r.machine, r.benchmark, r.param_key, r.id, at])
 
     store.write(db, fn)
 
