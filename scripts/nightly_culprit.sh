@@ -72,7 +72,7 @@ git_c checkout -q --detach "$c0"
 git_c checkout -q --detach "$c4"
 set +e
 "$PY" "$ROOT/scripts/workflow_steps.py" "$ROOT/.github/workflows/nightly.yml" "${steps[@]}" \
-  --summary "$OUT/summary.md" "choose commits" "xrt bench run" "xrt db ingest" "nothing to judge" "xrt gate" \
+  --summary "$OUT/summary.md" "choose commits" "xrt bench run" "xrt db ingest" "nothing to judge" "xrt gate --paired" \
   "xrt culprit" 2>&1 | tee "$OUT/night-2.log"
 set -e
 cp "$clone/results/xrt.duckdb" "$OUT/" 2>/dev/null || true

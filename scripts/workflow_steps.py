@@ -9,7 +9,7 @@ kinds the workflows here use (``steps.X.outputs.Y``, ``steps.X.outcome``, ``gith
 
     python scripts/workflow_steps.py .github/workflows/nightly.yml --cwd CLONE --input base=abc123 \
         --sub '--all-gpus=--all-gpus --bench ^bench_ops\\.VectorAdd\\.' \
-        "choose commits" "xrt bench run" "xrt db ingest" "xrt gate" "xrt culprit"
+        "choose commits" "xrt bench run" "xrt db ingest" "xrt gate --paired" "xrt culprit"
 
 ``--sub OLD=NEW`` replaces text in every script run (to narrow what a step measures); exit 1 when
 any step failed, as the job would.

@@ -38,7 +38,8 @@ def test_nightly_runs_only_on_schedule_one_at_a_time_on_the_gpu_runner():
     steps = job["steps"]
     assert steps[0]["uses"].startswith("actions/checkout") and steps[0]["with"]["fetch-depth"] == 0
     runs = " ".join(s.get("run", "") for s in steps)
-    for cmd in ("make venv", "xrt bench run", "--all-gpus", "xrt db ingest", "xrt gate", "$GITHUB_STEP_SUMMARY"):
+    for cmd in ("make venv", "xrt bench run", "--all-gpus", "xrt db ingest", "xrt gate --paired",
+                "$GITHUB_STEP_SUMMARY"):
         assert cmd in runs, cmd
     keep = [s for s in steps if s.get("uses", "").startswith(("actions/cache/save", "actions/upload-artifact"))]
     assert len(keep) == 2 and all(s.get("if") == "always()" for s in keep)
@@ -74,8 +75,8 @@ def test_pull_requests_run_on_the_gpu_only_when_a_maintainer_asks():
     pr_step = next(s for s in steps if s.get("id") == "pr")
     assert pr_step["env"]["LABELLED_SHA"] == "${{ github.event.pull_request.head.sha }}"  # the labelled head
     text = " ".join(runs)
-    for cmd in ("merge-base", "xrt bench run", "--changed-only", "xrt db ingest", "xrt gate", "xrt report",
-                "$GITHUB_STEP_SUMMARY"):
+    # the gate measures the merge base and the head itself, interleaved (paired mode), and ingests them
+    for cmd in ("merge-base", "xrt gate --paired", "--changed-only", "xrt report", "$GITHUB_STEP_SUMMARY"):
         assert cmd in text, cmd
     up = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
     assert len(up) == 1 and "pr-results/report.html" in up[0]["with"]["path"]
