@@ -47,6 +47,8 @@ class Report:
 
 def find_root(results_dir: str | Path) -> Path:
     """The asv results directory: RESULTS_DIR itself, or RESULTS_DIR/results (a checkout's top)."""
+    if not os.fspath(results_dir):  # Path("") is ".": an empty argument must not ingest the current folder
+        raise ValueError('RESULTS_DIR "": empty path; give the asv results folder')
     p = Path(results_dir)
     if not p.is_dir():
         raise FileNotFoundError(f"{p}: no such results directory")
@@ -143,16 +145,22 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     """
     from xrt.db import tuning
 
-    rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
-    t0 = time.perf_counter()
-    say = echo or (lambda s: print(s, file=sys.stderr))
-    if sync_carried(find_root(results_dir), db_path, say, rep):
-        rep.wrote = True
-    where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
-    if where is not None:
-        loaded, unchanged, rows, wrote = tuning.sync(where, db_path, say)
-        rep.journals = (loaded, unchanged, rows)
-        rep.wrote = rep.wrote or wrote
+    root = find_root(results_dir)
+    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
+    # The writers' lock is held from before the database is read until the last write: what is new
+    # is decided against what is committed, and no other writer commits in between (two ingests at
+    # once give what one ingest of both gives).
+    with store.writing(db):
+        rep = _ingest(root, db, repo, jobs=jobs, echo=echo, rev=rev)
+        t0 = time.perf_counter()
+        say = echo or (lambda s: print(s, file=sys.stderr))
+        if sync_carried(root, db, say, rep):
+            rep.wrote = True
+        where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
+        if where is not None:
+            loaded, unchanged, rows, wrote = tuning.sync(where, db, say)
+            rep.journals = (loaded, unchanged, rows)
+            rep.wrote = rep.wrote or wrote
     rep.seconds += time.perf_counter() - t0
     return rep
 
@@ -289,10 +297,9 @@ class _Ingest:
                 for f, k, r in self.rep.errors if f in touched]
 
 
-def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, jobs: int | None,
+def _ingest(root: Path, db: Path, repo: str | None, *, jobs: int | None,
             echo: Callable[[str], None] | None, rev: str) -> Report:
-    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
-    st = _Ingest(root=find_root(results_dir), db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
+    st = _Ingest(root=root, db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
     _scan(st)
     _parse(st, jobs)
     if repo is not None:

@@ -35,6 +35,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -191,6 +192,40 @@ def lock(db_path: str | os.PathLike, timeout: float | None = None) -> Iterator[N
         os.close(fd)  # releases the lock
 
 
+_held = threading.local()  # the databases whose writers' lock this thread holds through :func:`writing`
+
+
+def _lock_key(db_path: str | os.PathLike) -> str:
+    return os.path.realpath(os.fspath(db_path))
+
+
+def _holding(db_path: str | os.PathLike) -> bool:
+    return _lock_key(db_path) in getattr(_held, "dbs", set())
+
+
+@contextlib.contextmanager
+def writing(db_path: str | os.PathLike, timeout: float | None = None) -> Iterator[None]:
+    """Hold the writers' lock for a whole read-decide-write sequence (an ingest and its judgement).
+
+    Every :func:`write` of this thread to the same database inside the block runs under this lock
+    instead of taking it again, so no other writer commits between what was read and what is written.
+    Nested use in one thread is fine; another thread or process waits.
+    """
+    if _holding(db_path):
+        yield
+        return
+    key = _lock_key(db_path)
+    with lock(db_path, timeout):
+        dbs = getattr(_held, "dbs", None)
+        if dbs is None:
+            dbs = _held.dbs = set()
+        dbs.add(key)
+        try:
+            yield
+        finally:
+            dbs.discard(key)
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -220,7 +255,7 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
     except OSError as e:
         raise DatabaseError(db, f"cannot create {db.parent}: {e.strerror or e}") from None
     try:
-        with lock(db, lock_timeout):
+        with writing(db, lock_timeout):
             check_path(db, write=True)  # again: it may have changed while we waited for the lock
             return _write_locked(duckdb, db, fn, fresh)
     except DatabaseError:

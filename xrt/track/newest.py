@@ -262,6 +262,19 @@ def settle(con: Any, scope_machine: str | None = None, min_points: int | None = 
     return len(ids)
 
 
+def pending(db: str | os.PathLike) -> bool:
+    """Whether ``newest_judgements`` lacks the newest commit of some series (or holds a series that
+    is gone): an ingest was stopped after its results were committed and before they were judged,
+    or ran with ``--no-judge``. The next ingest then judges even if it has nothing new to write."""
+    with store.read(db) as con:
+        if "newest_judgements" not in {t for (t,) in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
+            return True  # an older file: the judging write migrates it
+        heads = {(m, b, pk, h) for m, b, pk, h, _, _ in _heads(con, None)}
+        have = set(con.execute('SELECT machine, benchmark, param_key, "commit" FROM newest_judgements').fetchall())
+    return heads != have
+
+
 def after_ingest(db: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, int] | None:
     """``xrt db ingest``'s last step: judge and store every series' newest commit; one line said."""
     js = judge(db)
