@@ -72,6 +72,25 @@ def _what(e: os.DirEntry) -> tuple[str | None, str | None]:
     return None, f"not a regular file ({store.kind_of(mode)})"
 
 
+def shown(name: str) -> str:
+    """A file name as it can be printed on one line and stored: bytes that are not UTF-8 as ``\\xNN``,
+    control characters (a newline, a tab) escaped."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def bad_name(name: str) -> str | None:
+    """Why a file or folder name cannot be ingested (None if it can): the database stores names as
+    UTF-8 text, and a name with a newline would split every line that names it."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not valid UTF-8; rename it"
+    if not name.isprintable():
+        return "name has a control character (a newline, a tab...); rename it"
+    return None
+
+
 def scan(root: Path) -> dict[str, list]:
     """Relative paths by kind: benchmarks, machine, results, and sidecars (``X.xrt`` / ``X.xrt.json``).
 
@@ -92,7 +111,10 @@ def scan(root: Path) -> dict[str, list]:
                 else:
                     out["problems"].append((e.name, "unreadable", why or "a directory, not a file"))
             elif what == "dir":
-                dirs.append(e.name)
+                if bad_name(e.name):
+                    out["problems"].append((shown(e.name) + "/", "unreadable", bad_name(e.name)))
+                else:
+                    dirs.append(e.name)
             elif what is None and why is not None:  # perhaps a machine folder: say why it is skipped
                 out["problems"].append((e.name + "/", "unreadable", why))
     for d in sorted(dirs):
@@ -105,6 +127,9 @@ def scan(root: Path) -> dict[str, list]:
         for name, what, why in entries:
             rel = f"{d}/{name}"
             is_sidecar = name.endswith(asv_files.SIDECAR_SUFFIXES)
+            if bad_name(name) and (name.endswith(".json") or is_sidecar or result_names.is_result_file(name)):
+                out["problems"].append((f"{d}/{shown(name)}", "unreadable", bad_name(name)))
+                continue
             if what != "file":
                 if why is not None and (name == "machine.json" or is_sidecar or result_names.is_result_file(name)):
                     out["problems"].append((rel, "unreadable", why))
@@ -121,19 +146,21 @@ def scan(root: Path) -> dict[str, list]:
     return out
 
 
-def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set]]:
-    """ingest_files (file: (content hash, status, run_id)) and the ingest_errors of each file."""
+def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], list[tuple]]:
+    """ingest_files (file: (content hash, status, run_id)), the ingest_errors of each file, and the
+    runs (file, machine, commit, environment)."""
     if not db.exists():
-        return {}, {}
+        return {}, {}, []
     with store.read(db, empty_ok=True) as con:
         if schema.current_version(con) == 0:
-            return {}, {}
+            return {}, {}, []
         files = {f: (h, s, r) for f, h, s, r in con.execute(
             "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
         errs: dict[str, set] = {}
         for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
             errs.setdefault(f, set()).add((k, r))
-    return files, errs
+        runs = con.execute("SELECT file, machine, commit_hash, env_name FROM runs").fetchall()
+    return files, errs, runs
 
 
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
@@ -259,6 +286,7 @@ class _Ingest:
     # the database before: ingest_files (file: (content hash, status, run_id)) and ingest_errors by file
     prev: dict[str, tuple[str, str, int | None]] = field(default_factory=dict)
     prev_errs: dict[str, set] = field(default_factory=dict)
+    prev_runs: list[tuple] = field(default_factory=list)  # (file, machine, commit, environment)
     # the scan: relative paths by kind (scan()), content hashes, the bytes of the metadata files and of
     # the changed result files (with their sidecar's and hash), the files named and left out
     found: dict[str, list] = field(default_factory=dict)
@@ -319,7 +347,7 @@ def _scan(st: _Ingest) -> None:
     """List the files, read and hash them; keep the bytes of the changed ones (a refused file is always retried)."""
     rep, root = st.rep, st.root
     st.found = found = scan(root)
-    st.prev, st.prev_errs = _previous(st.db)
+    st.prev, st.prev_errs, st.prev_runs = _previous(st.db)
     rep.files_total = sum(len(v) for k, v in found.items() if k not in ("sidecars", "problems"))
     sidecars = set(found["sidecars"])
     # files that could not be scanned or read, and copies of ingested files: named, skipped
@@ -375,14 +403,22 @@ def _parse(st: _Ingest, jobs: int | None) -> None:
             st.err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
     elif st.todo and "benchmarks.json" not in st.skipped:  # (an unreadable one is named as such already)
         st.rep.notices.append(f"no benchmarks.json in {st.root}: types and units unknown, benchmarks not checked")
-    for rel in st.found["machine"]:
+    claimed: dict[str, str] = {}  # machine name: the machine.json that says it
+    # the file in the folder of that name first: it wins over a copy elsewhere
+    for rel in sorted(st.found["machine"], key=lambda r: _machine_json_order(r, st.meta_bytes[r])):
         try:
             m = asv_files.parse_machine(st.meta_bytes[rel])
         except asv_files.BadFile as e:
             st.err(rel, e.kind, str(e))
             continue
+        st.machine_facts[rel.split("/")[0]] = asv_files.facts_from(m)  # the folder's facts, used or not
+        name = str(m.get("machine") or rel.split("/")[0])
+        if name in claimed:
+            st.err(rel, "duplicate-machine", f"says machine {name!r}, as {claimed[name]} does; not used (one "
+                   "machine.json per machine: rename the machine in one of them)")
+            continue
+        claimed[name] = rel
         st.machines[rel] = m
-        st.machine_facts[rel.split("/")[0]] = asv_files.facts_from(m)
     last = [time.perf_counter()]
 
     def progress(done: int, total: int) -> None:
@@ -400,6 +436,14 @@ def _parse(st: _Ingest, jobs: int | None) -> None:
 
             st.tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
                                               pa.array(table["file_idx"].to_numpy() + base, pa.int32())))
+
+
+def _machine_json_order(rel: str, data: bytes) -> tuple[int, str]:
+    try:
+        says = json.loads(data).get("machine")
+    except (ValueError, AttributeError):
+        says = None
+    return (0 if says == rel.split("/")[0] else 1, rel)
 
 
 def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
@@ -435,6 +479,27 @@ def _say_outcomes(st: _Ingest) -> None:
         rep.failures += o.run["n_failed"]
         rep.skips += o.run["n_skipped"]
         rep.ingested += 1
+    _say_several_runs(st)
+
+
+def _say_several_runs(st: _Ingest) -> None:
+    """Two result files for one machine and commit (a second environment, a copy ``X (1).json``):
+    named at ingest against each new one. Both are kept; the gate and the newest-commit judgement
+    do not judge those series (their samples are not pooled: :data:`xrt.track.gate.SEVERAL_RUNS`)."""
+    new = {o.file: (o.run["machine"], o.run["commit_hash"], o.run["env_name"]) for o in st.outcomes if o.run}
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    for f, m, c, env in st.prev_runs:
+        if f not in new:
+            by_key.setdefault((m, c), {})[f] = env
+    for f, (m, c, env) in new.items():
+        by_key.setdefault((m, c), {})[f] = env
+    for (m, c), files in by_key.items():
+        if len(files) < 2:
+            continue
+        listed = ", ".join(f"{f} [{e}]" for f, e in sorted(files.items()))
+        for f in sorted(set(files) & set(new)):
+            st.err(f, "several-runs", f"{len(files)} result files for machine {m} at commit {c[:10]}: {listed} "
+                   "(rows kept; the gate does not pool them: their series are not judged)")
 
 
 def _changed(st: _Ingest) -> bool:
@@ -534,8 +599,8 @@ def _write(con, st: _Ingest, values, repo: str | None) -> None:
     _commits(con, st.git_commits)
     rep = st.rep
     con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-        ingest_id, now, time.perf_counter() - st.t0, str(st.root), repo, rep.ingested, rep.unchanged,
-        len(rep.errors), rep.values_ok, rep.failures, rep.skips])
+        ingest_id, now, time.perf_counter() - st.t0, shown(str(st.root)), repo and shown(repo), rep.ingested,
+        rep.unchanged, len(rep.errors), rep.values_ok, rep.failures, rep.skips])
 
 
 _ERROR_COLUMNS = ("file", "kind", "reason", "ingest_id", "recorded_at", "commit_hash")

@@ -34,6 +34,7 @@ import fcntl
 import os
 import shutil
 import stat
+import struct
 import sys
 import threading
 import time
@@ -127,7 +128,58 @@ def check_path(db_path: str | os.PathLike, *, write: bool = False) -> Path:
         raise DatabaseError(s, f"cannot read: {e.strerror or e}") from None
     if len(head) < 12 or head[8:12] != _DUCKDB_MAGIC:
         raise DatabaseError(s, f"not a DuckDB database ({_describe(head)})")
+    if st.st_size < _HEADERS:
+        raise DatabaseError(s, f"truncated DuckDB database ({st.st_size} bytes, less than its {_HEADERS}-byte "
+                            "headers); restore it from a copy, or re-create it with `xrt db ingest`")
     return db
+
+
+# DuckDB's file: a 4 KiB main header, two 4 KiB database headers (the one with the higher iteration
+# is current: checksum, iteration, meta block, free list, block count, block size, ...), then the
+# blocks, block k at 12 KiB + k x block size. DuckDB trims free blocks off the end, so the header's
+# block count is no bound on the size; the blocks the tables use are.
+_HEADERS = 3 * 4096
+_DB_HEADER = struct.Struct("<8Q")
+_verified: dict[tuple, None] = {}  # files (inode, device, size, mtime) whose blocks were all there
+
+
+def _block_size(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_HEADERS)
+    except OSError:
+        return None
+    if len(raw) < _HEADERS:
+        return None
+    size = max((_DB_HEADER.unpack_from(raw, off) for off in (4096, 8192)), key=lambda h: h[1])[5]
+    return size if 4096 <= size <= 1 << 30 and size & (size - 1) == 0 else None
+
+
+def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike) -> None:
+    """:class:`DatabaseError` if a table of the database open on ``con`` (the file ``path``) uses a
+    block beyond the file's end: a file cut short (an interrupted copy, a full disk). DuckDB opens
+    such a file and fails only when a query reaches the missing block; this says so at once."""
+    ident = _identity(os.fspath(path))
+    if ident is not None and ident in _verified:
+        return
+    block = _block_size(os.fspath(path))
+    if block is None or ident is None:
+        return  # a layout this check does not know: leave it to DuckDB
+    tables = con.execute("SELECT schema_name, table_name FROM duckdb_tables() "
+                         "WHERE database_name = current_database()").fetchall()
+    if tables:
+        parts = []
+        for sch, t in tables:
+            name = '"' + sch.replace('"', '""') + '"."' + t.replace('"', '""') + '"'
+            parts.append("SELECT max(block_id) AS b FROM pragma_storage_info('" + name.replace("'", "''") +
+                         "') WHERE persistent")
+        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
+        size = ident[2]
+        if top is not None and size < _HEADERS + (top + 1) * block:
+            raise DatabaseError(db_path, f"truncated DuckDB database ({size} bytes; its tables need "
+                                f"{_HEADERS + (top + 1) * block}); restore it from a copy, or re-create it "
+                                "with `xrt db ingest`")
+    _verified[ident] = None
 
 
 def _check_version(db_path: str | os.PathLike, con: Any, *, write: bool) -> int:
@@ -277,6 +329,8 @@ def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) ->
         try:
             con.execute("BEGIN")
             _check_version(db, con, write=True)
+            if not fresh:
+                check_blocks(db, con, tmp)  # the copy is the live file, byte for byte
             schema.migrate(con)
             out = fn(con)
             if os.environ.get(SLEEP_ENV):
@@ -377,6 +431,7 @@ def read(db_path: str | os.PathLike, *, retries: int = 20, empty_ok: bool = Fals
     try:
         try:
             _check_version(db, con, write=empty_ok)
+            check_blocks(db, con, path)
         except BaseException:
             con.close()
             raise

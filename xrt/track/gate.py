@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xrt.db import result_names, store
+from xrt.db import git, result_names, store
 from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
@@ -67,8 +66,13 @@ CARRIED = Outcome("carried", "carried forward at head (sources unchanged since t
 # before gave 3.9 us), so the two sides are not comparable; measure base again with this suite.
 VERSION_CHANGED = Outcome("version-changed", "benchmark version changed between base and head (measured "
                           "another way: not comparable; measure base again with this suite)", True)
+# Two result files for one commit on one machine: asv ran two environments, or a file was copied
+# (``X (1).json``). Their samples are never pooled into one series (one slower environment would hide
+# in the other's samples); the series is not judged, and the files are named.
+SEVERAL_RUNS = Outcome("several-runs", "several result files for one commit on one machine (another environment, "
+                       "or a copy): their samples are not pooled, so it is not judged", True)
 OUTCOMES = (COMPARED, HISTORY, CARRIED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
-            SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED)
+            SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED, SEVERAL_RUNS)
 
 
 @dataclass
@@ -158,11 +162,10 @@ def parse_threshold(text: str) -> float:
 def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> str:
     """A full hash: ``git rev-parse`` in REPO when given, else a unique prefix in the database."""
     if repo is not None:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
+        full = git.rev_commit(repo, rev)
+        if full is None:
             raise ValueError(f"{rev!r} is not a commit of {repo}")
-        return out.stdout.strip()
+        return full
     from xrt.track.regressions import resolve_in_db
 
     return resolve_in_db(db, rev)
@@ -185,16 +188,17 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
         return out
     commits = sorted({c for c, _ in wanted})
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
-           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver} FROM results r "
+           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, ru.file, ru.env_name FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
-    for commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version in con.execute(
+    for commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, file, env in con.execute(
             sql, commits).fetchall():
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
             if series is not None:
                 d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                                    "cycles": [], "versions": set()})
+                                                    "cycles": [], "versions": set(), "files": {}})
+                d["files"][file] = env
                 _pool(d, status, value, samples, cycles, clock, version)
     return out
 
@@ -276,6 +280,18 @@ def _errors(con: Any, commit: str) -> list[str]:
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 
+def several_runs(b: dict | None, h: dict | None) -> str | None:
+    """Where base or head has rows of more than one result file for the series: the files (and their
+    environments) in words, else None (:data:`SEVERAL_RUNS`)."""
+    said = []
+    for side, d in (("base", b), ("head", h)):
+        files = (d or {}).get("files") or {}
+        if len(files) > 1:
+            said.append(f"{len(files)} at {side}: " + ", ".join(f"{f} [{e}]" for f, e in sorted(files.items(),
+                                                                                            key=str)))
+    return "; ".join(said) or None
+
+
 def outcome(b: dict | None, h: dict | None) -> Outcome | None:
     """The outcome decided by the statuses alone; ``None``: both sides ran, look at the samples."""
     bs, hs = (b or {}).get("status", set()), (h or {}).get("status", set())
@@ -339,11 +355,18 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         b, h = b_rows.get(key), h_rows.get(key)
         label = f"{m} {bn} [{pk or '-'}]"
         out = outcome(b, h)
+        several = several_runs(b, h)
+        if several:
+            out = SEVERAL_RUNS
+            v.problems.append(f"{label}: result files of one commit ({several}): not pooled, not judged; keep "
+                              "one file per commit (asv --environment), or remove the copy")
         carried = (h or {}).get("carried_from")
         if carried:
-            if out is not None and out.blocks:
+            if out is not None and out.blocks and out is not SEVERAL_RUNS:
                 out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
-        if out is None and carried == base:
+        if out is SEVERAL_RUNS:
+            pass
+        elif out is None and carried == base:
             out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
         elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
             out = VERSION_CHANGED

@@ -126,6 +126,10 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
 
 def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
                history: list[tuple], machine_changed: bool, n_hist: int) -> None:
+    several = gate.several_runs(b, h)
+    if several:
+        j.reason = f"result files of one commit ({several}): {gate.SEVERAL_RUNS.text}"
+        return
     outcome = gate.outcome(b, h)
     if outcome is not None:
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
