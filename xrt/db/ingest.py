@@ -172,8 +172,8 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     """
     from xrt.db import tuning
 
-    root = find_root(results_dir)
     db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
+    root = find_root(results_dir)
     # The writers' lock is held from before the database is read until the last write: what is new
     # is decided against what is committed, and no other writer commits in between (two ingests at
     # once give what one ingest of both gives).
