@@ -283,3 +283,28 @@ def test_ingest_killed_at_random_points_leaves_old_or_new_and_the_next_completes
         assert _state(db, {**PRIMARY, **DERIVED}) == full, seed
         assert not list(d.glob(".x.duckdb.tmp-*"))
     assert outcomes["old"] and outcomes["new"], outcomes  # the kills landed before and after the commit
+
+
+def test_the_next_ingest_judges_what_an_interrupted_one_left(tmp_path, capsys):
+    """The results committed, the judgement never ran (a kill between them; --no-judge alike): the
+    next ingest has nothing new to write and still judges every series' newest commit."""
+    from xrt.cli import main as xrt_main
+    from xrt.track import newest
+
+    root = tmp_path / "results"
+    _write_files(root, "m0", range(3))
+    db = tmp_path / "x.duckdb"
+    assert xrt_main(_ingest_argv(root, db)) == 0
+    judged = _state(db, DERIVED)["newest_judgements"]
+    _write_files(root, "m0", range(4))
+    assert xrt_main(_ingest_argv(root, db) + ["--no-judge"]) == 0  # stands for a kill before the judgement
+    assert _state(db, DERIVED)["newest_judgements"] == judged
+    capsys.readouterr()
+    assert xrt_main(_ingest_argv(root, db)) == 0
+    err = capsys.readouterr().err
+    assert "(nothing to write)" in err and "newest commits judged" in err
+    with store.read(db) as con:
+        assert con.execute('SELECT DISTINCT "commit" FROM newest_judgements').fetchall() == [(asvgen.sha(3),)]
+    assert not newest.pending(db)
+    assert xrt_main(_ingest_argv(root, db)) == 0  # judged: not judged again
+    assert "newest commits judged" not in capsys.readouterr().err

@@ -52,18 +52,26 @@ def _tree(p: Path) -> dict[str, bytes]:
     return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
 
 
-@pytest.mark.parametrize("target", ["results", "proj", "notes"])
-def test_export_refuses_a_folder_it_did_not_write(target, project, capsys):
+@pytest.mark.parametrize("target", ["results", "proj", "notes", "asv-results", "export-and-notes"])
+def test_export_refuses_a_folder_it_did_not_write(target, project, tmp_path, capsys):
     res, db = project
-    out = {"results": res, "proj": res.parent, "notes": res.parent / "notes"}[target]
+    out = {"results": res, "proj": res.parent}.get(target, res.parent / "other")
     if target == "notes":
         out.mkdir()
         (out / "NOTES.md").write_text("mine\n")
+    if target == "asv-results":  # a folder named like an export's results/ that holds asv's JSON
+        asvgen.make_results(out / "results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
+    if target == "export-and-notes":  # an earlier export someone added a file to
+        assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 0
+        (out / "NOTES.md").write_text("mine\n")
+        capsys.readouterr()
     before = _tree(res.parent)
     assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 2
     line = _one_line(capsys)
     assert str(out) in line
-    assert ("holds the database" in line) if target != "notes" else ("not an earlier export (NOTES.md)" in line)
+    want = {"results": "holds the database", "proj": "holds the database", "asv-results": "not an earlier export "
+            "(results)"}.get(target, "not an earlier export (NOTES.md)")
+    assert want in line, line
     assert _tree(res.parent) == before  # nothing deleted, nothing written
     assert [p.name for p in res.parent.iterdir() if p.name.startswith(".")] == []
 

@@ -16,20 +16,33 @@ SINGLE = ("machines", "commits", "benchmarks", "ingest_files", "ingest_errors", 
           "regressions", "tuning_results")
 
 
-# Written last into every export: a folder holding it (or only the names below) is a previous
-# export, which a new export replaces whole. Any other non-empty folder is refused.
+# Written last into every export (its schema and row counts). The export replaces its folder whole,
+# so a folder it may replace holds nothing but what an export writes (:func:`ours`).
 MARKER = "xrt-export.json"
 MARKER_SCHEMA = "xrt-parquet-export/1"
 
 
-def ours(name: str) -> bool:
-    """Whether a top-level name in an export folder is one the export writes."""
-    return name == MARKER or name in PARTITIONED or (name.endswith(".parquet") and name[:-8] in SINGLE)
+def ours(folder: Path, name: str) -> bool:
+    """Whether ``folder/name`` is something an export writes: the marker, ``<table>.parquet``, or
+    ``results/`` / ``runs/`` holding only ``machine=M/`` folders of ``.parquet`` files."""
+    p = folder / name
+    if p.is_symlink():
+        return False
+    if name == MARKER or (name.endswith(".parquet") and name[:-8] in SINGLE):
+        return p.is_file()
+    if name not in PARTITIONED or not p.is_dir():
+        return False
+    for part in p.iterdir():
+        if not (part.name.startswith("machine=") and part.is_dir() and not part.is_symlink()):
+            return False
+        if not all(f.suffix == ".parquet" and f.is_file() and not f.is_symlink() for f in part.iterdir()):
+            return False
+    return True
 
 
 def check_target(db_path: str | os.PathLike, out: Path) -> None:
     """Refuse (ValueError, one line) a target the export would damage: one that holds the database,
-    a file, or a non-empty folder that is not a previous export (the export replaces the folder whole)."""
+    a file, or a folder with anything an export does not write (the export replaces the folder whole)."""
     db = Path(os.path.realpath(db_path))
     where = Path(os.path.realpath(out))
     if where == db or where in db.parents:
@@ -39,12 +52,9 @@ def check_target(db_path: str | os.PathLike, out: Path) -> None:
     if not out.is_dir():
         return
     try:
-        names = sorted(os.listdir(out))
+        other = [n for n in sorted(os.listdir(out)) if not ours(out, n)]
     except OSError as e:
         raise ValueError(f"--parquet {out}: cannot list the folder: {e.strerror or e}") from None
-    if MARKER in names:
-        return
-    other = [n for n in names if not ours(n)]
     if other:
         more = f" and {len(other) - 3} more" if len(other) > 3 else ""
         raise ValueError(f"--parquet {out}: not empty and not an earlier export ({', '.join(other[:3])}{more}); "
