@@ -204,33 +204,57 @@ def test_rev_that_is_an_option_is_refused(tmp_path, capsys):
 
 # ---------------------------------------------------------------- two result files for one commit
 
-def test_two_files_for_one_commit_are_named_and_not_pooled_by_the_gate(tmp_path, capsys):
-    """Eight commits of history, then a head with two files on m1: env A as before, env B 1.6x slower.
-    Pooled, the slow samples hid in the fast ones (the gate passed "within noise"); now ingest names
-    both files and the gate (and the newest-commit judgement) says it cannot judge those series."""
+SHA = [f"{i + 1:x}" * 40 for i in range(9)]  # asv names files by hash[:8]: all different
+
+
+def _history(root: Path, envs: tuple[str, ...], head_scale: dict[str, float]) -> None:
+    """Eight commits of m1 in each environment, then a head (SHA[8]) scaled per environment."""
+    for i in range(9):
+        for env in envs:
+            scale = head_scale.get(env, 1.0) if i == 8 else 1.0 + 0.002 * (i % 3)
+            asvgen.write_json(root / "m1" / f"{SHA[i][:8]}-{env}.json", asvgen.v2_file(
+                SHA[i], env_name=env, date_ms=1_700_000_000_000 + i * 1000, results=asvgen.v2_results(scale)))
+
+
+def _gate(db: Path, capsys) -> tuple[int, str]:
+    code = xrt_main(["gate", "--db", str(db), "--base", SHA[7], "--head", SHA[8], "--no-history"])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_environments_are_judged_apart_never_pooled(tmp_path, capsys):
+    """Two asv environments at every commit; at head only py-b got 8 % slower. Pooled, its samples
+    hid in py-a's and the gate passed ("within noise"); judged per environment, py-b is the regression."""
     root = asvgen.make_results(tmp_path / "results", {})
-    sha = [f"{i + 1:x}" * 40 for i in range(9)]  # asv names files by hash[:8]: all different
-    for i in range(8):
-        asvgen.write_json(root / "m1" / f"{sha[i][:8]}-a.json", asvgen.v2_file(
-            sha[i], env_name="a", date_ms=1_700_000_000_000 + i * 1000,
-            results=asvgen.v2_results(1.0 + 0.002 * (i % 3))))
-    head = sha[8]
-    asvgen.write_json(root / "m1" / f"{head[:8]}-a.json", asvgen.v2_file(
-        head, env_name="a", date_ms=1_700_000_008_000, results=asvgen.v2_results(1.0)))
-    asvgen.write_json(root / "m1" / f"{head[:8]}-a (1).json", asvgen.v2_file(
-        head, env_name="b", date_ms=1_700_000_008_000, results=asvgen.v2_results(1.6)))
+    _history(root, ("py-a", "py-b"), {"py-b": 1.08})
+    db = tmp_path / "x.duckdb"
+    assert xrt_main(["db", "ingest", str(root), "--db", str(db)]) == 0
+    assert "several-runs" not in capsys.readouterr().err  # asv's environment matrix is no conflict
+    code, text = _gate(db, capsys)
+    assert code == 1, text
+    slow = [ln for ln in text.splitlines() if ln.startswith("REGRESSION suite.time_plain")]
+    assert slow and all("environment py-b" in ln for ln in slow), text
+    assert "environment py-a" not in text.split("xrt gate:")[0].split("cannot judge")[0], text
+    got = _q(db, "SELECT verdict, reason FROM newest_judgements WHERE benchmark = 'suite.time_plain'")
+    assert len(got) == 1 and got[0][0] == "regression" and got[0][1].startswith("environment py-b"), got
+
+
+def test_a_copied_result_file_is_named_and_not_pooled(tmp_path, capsys):
+    """A head with a copy ``X (1).json`` (same environment) where only the copy got slower: ingest
+    names both files, the gate and the newest-commit judgement do not judge those series."""
+    root = asvgen.make_results(tmp_path / "results", {})
+    _history(root, ("py-a",), {})
+    asvgen.write_json(root / "m1" / f"{SHA[8][:8]}-py-a (1).json", asvgen.v2_file(
+        SHA[8], env_name="py-a", date_ms=1_700_000_008_000, results=asvgen.v2_results(1.6)))
     db = tmp_path / "x.duckdb"
     assert xrt_main(["db", "ingest", str(root), "--db", str(db)]) == 0
     err = capsys.readouterr().err
-    named = [ln for ln in err.splitlines() if "2 result files for machine m1" in ln]
-    assert named and all(f"m1/{head[:8]}-a.json [a]" in ln and f"m1/{head[:8]}-a (1).json [b]" in ln
-                         for ln in named), err
-    code = xrt_main(["gate", "--db", str(db), "--base", sha[7], "--head", head, "--no-history"])
-    out = capsys.readouterr()
-    text = out.out + out.err
-    assert code == 2, text
-    assert "not pooled, not judged" in text and "suite.time_plain" in text
-    assert "several-runs" in text and "PASS" not in text, text
+    pair = f"m1/{SHA[8][:8]}-py-a (1).json, m1/{SHA[8][:8]}-py-a.json"
+    named = [ln for ln in err.splitlines() if "several" in ln or "2 result files" in ln]
+    assert len(named) == 2 and all(pair in ln and "environment py-a" in ln for ln in named), err
+    code, text = _gate(db, capsys)
+    assert code == 2 and "several-runs" in text and "not pooled, not judged" in text, text
+    assert "pass" not in text.split("xrt gate:")[-1].split(":")[0], text
     verdicts = _q(db, "SELECT DISTINCT verdict, reason LIKE '%not pooled%' FROM newest_judgements "
                       "WHERE benchmark = 'suite.time_plain'")
     assert verdicts == [("not judged", True)]

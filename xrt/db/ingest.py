@@ -483,23 +483,24 @@ def _say_outcomes(st: _Ingest) -> None:
 
 
 def _say_several_runs(st: _Ingest) -> None:
-    """Two result files for one machine and commit (a second environment, a copy ``X (1).json``):
-    named at ingest against each new one. Both are kept; the gate and the newest-commit judgement
-    do not judge those series (their samples are not pooled: :data:`xrt.track.gate.SEVERAL_RUNS`)."""
+    """Two result files for one machine, commit and environment (a copy ``X (1).json``): named at
+    ingest against each new one. Both are kept; the gate and the newest-commit judgement do not pool
+    them (:data:`xrt.track.gate.SEVERAL_RUNS`). Files of different environments are asv's usual
+    matrix: they are judged per environment, nothing to say."""
     new = {o.file: (o.run["machine"], o.run["commit_hash"], o.run["env_name"]) for o in st.outcomes if o.run}
-    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    by_key: dict[tuple, list[str]] = {}
     for f, m, c, env in st.prev_runs:
         if f not in new:
-            by_key.setdefault((m, c), {})[f] = env
-    for f, (m, c, env) in new.items():
-        by_key.setdefault((m, c), {})[f] = env
-    for (m, c), files in by_key.items():
+            by_key.setdefault((m, c, env), []).append(f)
+    for f, key in new.items():
+        by_key.setdefault(key, []).append(f)
+    for (m, c, env), files in by_key.items():
         if len(files) < 2:
             continue
-        listed = ", ".join(f"{f} [{e}]" for f, e in sorted(files.items()))
+        listed = ", ".join(sorted(files))
         for f in sorted(set(files) & set(new)):
-            st.err(f, "several-runs", f"{len(files)} result files for machine {m} at commit {c[:10]}: {listed} "
-                   "(rows kept; the gate does not pool them: their series are not judged)")
+            st.err(f, "several-runs", f"{len(files)} result files for machine {m}, commit {c[:10]}, environment "
+                   f"{env}: {listed} (rows kept; not pooled: the gate does not judge their series)")
 
 
 def _changed(st: _Ingest) -> bool:

@@ -66,11 +66,12 @@ CARRIED = Outcome("carried", "carried forward at head (sources unchanged since t
 # before gave 3.9 us), so the two sides are not comparable; measure base again with this suite.
 VERSION_CHANGED = Outcome("version-changed", "benchmark version changed between base and head (measured "
                           "another way: not comparable; measure base again with this suite)", True)
-# Two result files for one commit on one machine: asv ran two environments, or a file was copied
-# (``X (1).json``). Their samples are never pooled into one series (one slower environment would hide
-# in the other's samples); the series is not judged, and the files are named.
-SEVERAL_RUNS = Outcome("several-runs", "several result files for one commit on one machine (another environment, "
-                       "or a copy): their samples are not pooled, so it is not judged", True)
+# Two result files for one commit, one machine and one environment (a copied ``X (1).json``): their
+# samples are never pooled into one series (a slower copy would hide in the other's samples); the
+# series is not judged, and the files are named. (Files of different environments are judged per
+# environment: :func:`per_env`.)
+SEVERAL_RUNS = Outcome("several-runs", "several result files for one commit in one environment on one machine "
+                       "(a copy?): their samples are not pooled, so it is not judged", True)
 OUTCOMES = (COMPARED, HISTORY, CARRIED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
             SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED, SEVERAL_RUNS)
 
@@ -196,10 +197,37 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
             if series is not None:
-                d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                                    "cycles": [], "versions": set(), "files": {}})
+                d = series.setdefault((m, bn, pk), _entry(params, unit))
                 d["files"][file] = env
                 _pool(d, status, value, samples, cycles, clock, version)
+                e = d["by_env"].setdefault(env, _entry(params, unit))  # each environment apart as well
+                e["files"][file] = env
+                _pool(e, status, value, samples, cycles, clock, version)
+    return out
+
+
+def _entry(params: Any, unit: Any) -> dict:
+    return {"params": params, "unit": unit, "status": set(), "samples": [], "cycles": [], "versions": set(),
+            "files": {}, "by_env": {}}
+
+
+def per_env(b: dict | None, h: dict | None) -> list[tuple[str | None, dict | None, dict | None]]:
+    """What to judge of one series: ``[(None, b, h)]`` where base and head ran it in one environment
+    (the same), else one ``(environment, base's rows there, head's rows there)`` per environment
+    either side ran: asv keeps one file per environment, and their samples are never pooled (one
+    slower environment would hide in the others' samples)."""
+    envs_b, envs_h = set((b or {}).get("by_env") or ()), set((h or {}).get("by_env") or ())
+    if len(envs_b | envs_h) <= 1:
+        return [(None, b, h)]
+    out = []
+    for env in sorted(envs_b | envs_h, key=str):
+        sides = []
+        for d in (b, h):
+            sub = ((d or {}).get("by_env") or {}).get(env)
+            if sub is not None and d.get("carried_from"):
+                sub = {**sub, "carried_from": d["carried_from"]}
+            sides.append(sub)
+        out.append((env, *sides))
     return out
 
 
@@ -219,28 +247,31 @@ def _pool(d: dict, status: Any, value: Any, samples: Any, cycles: Any, clock: An
 
 
 def history_values(con: Any, base: str, machine: str | None,
-                    window: int = noisemod.WINDOW) -> dict[tuple, list[tuple]]:
+                    window: int = noisemod.WINDOW, by_env: bool = False) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
     noise model learns from. Read from the machine's last :data:`~xrt.track.load.LOOKBACK` measured
-    commits (a series measured in fewer of them has fewer points)."""
+    commits (a series measured in fewer of them has fewer points). ``by_env``: each environment
+    apart, keyed (machine, benchmark, param_key, environment) (:func:`per_env`)."""
     order, where_order = order_expr(con)
+    env = ", r.env_name" if by_env else ""
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
     recent = recent_commits_sql(con, machine=bool(machine), upto=True, lookback=max(LOOKBACK, window))
-    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
+    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi{env.replace('r.', '')} FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median(r.value) AS v, "
-           f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi, "
-           f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
+           f"         median(list_min(r.samples)) AS lo, median(list_max(r.samples)) AS hi{env}, "
+           f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key{env} "
+           f"ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
            f"  WHERE {USABLE} AND {where_order} AND {order} <= ?"
            f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
-           f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
+           f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}{env}) WHERE k <= ? ORDER BY ord")
     args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]
     out: dict[tuple, list[tuple]] = {}
-    for m, bn, pk, _, v, lo, hi in con.execute(sql, args).fetchall():
-        out.setdefault((m, bn, pk), []).append((v, lo, hi))
+    for m, bn, pk, _, v, lo, hi, *e in con.execute(sql, args).fetchall():
+        out.setdefault((m, bn, pk, *e), []).append((v, lo, hi))
     return out
 
 
@@ -310,7 +341,6 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
           min_samples: int = 5, machine: str | None = None, history: bool = True) -> Verdict:
     """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all)."""
     cfg = Settings(threshold, alpha, min_samples)
-    need = cfg.samples_needed
     v = Verdict(base=base, head=head, counts={o.name: 0 for o in OUTCOMES})
     where = f" on {machine}" if machine else ""
     if base == head:
@@ -325,6 +355,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
             v.problems += _errors(con, c)
         envs = v.envs = envmod.environments(con, machine, commits=[base, head])
         hist = history_values(con, base, machine)
+        if any(len(per_env(b_rows.get(k), h_rows.get(k))) > 1 for k in set(b_rows) | set(h_rows)):
+            hist.update(history_values(con, base, machine, by_env=True))  # keys with the environment
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -352,57 +384,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         m, bn, pk = key
         if m not in b_machines or m not in h_machines:
             continue  # the whole machine is missing on one side: one problem line above
-        b, h = b_rows.get(key), h_rows.get(key)
-        label = f"{m} {bn} [{pk or '-'}]"
-        out = outcome(b, h)
-        several = several_runs(b, h)
-        if several:
-            out = SEVERAL_RUNS
-            v.problems.append(f"{label}: result files of one commit ({several}): not pooled, not judged; keep "
-                              "one file per commit (asv --environment), or remove the copy")
-        carried = (h or {}).get("carried_from")
-        if carried:
-            if out is not None and out.blocks and out is not SEVERAL_RUNS:
-                out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
-        if out is SEVERAL_RUNS:
-            pass
-        elif out is None and carried == base:
-            out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
-        elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
-            out = VERSION_CHANGED
-            v.problems.append(f"{label}: {out.text} ({', '.join(sorted(b['versions']))[:24]} at base, "
-                              f"{', '.join(sorted(h['versions']))[:24]} at head)")
-        elif out is None:
-            xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
-            bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
-                   if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
-            if bad:
-                out = INVALID
-                v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
-            elif len(xs) < need or len(ys) < need:
-                model = noisemod.from_values([t[0] for t in hist.get(key, [])])
-                if model is not None:
-                    out = HISTORY
-                    against_history(v, eff, key, b, ys, model, m in changed)
-                else:
-                    out = TOO_FEW
-                    why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
-                                            if need > cfg.min_samples else "")
-                    v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
-                                      f"and too little history to judge it otherwise (fewer than "
-                                      f"{noisemod.MIN_HISTORY} commits)")
-            else:
-                out = COMPARED
-                compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         *noisemod.steadier(hist.get(key, []), higher_is_better(b["unit"])))
-            if carried and out in (COMPARED, HISTORY):
-                v.carried_compared += 1
-                out = CARRIED
-        elif out.blocks:
-            v.problems.append(f"{label}: {out.text}")
-        if out is CARRIED:
-            v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
-        v.counts[out.name] += 1
+        for env, b, h in per_env(b_rows.get(key), h_rows.get(key)):
+            _judge_series(v, cfg, eff, key, env, b, h, base, hist, changed)
     v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name] + v.carried_compared
     for o in (NEW_AT_HEAD, SKIPPED_BOTH):
         if v.counts[o.name]:
@@ -418,6 +401,68 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         v.history = _history(db, base, head, machine)
     v.code = REGRESSION if v.regressions else (CANNOT_JUDGE if v.problems else PASS)
     return v
+
+
+def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | None, b: dict | None,
+                  h: dict | None, base: str, hist: dict[tuple, list[tuple]], changed: set) -> None:
+    """One series (in one environment where ``env`` is given: :func:`per_env`) into ``v``."""
+    m, bn, pk = key
+    need = cfg.samples_needed
+    label = f"{m} {bn} [{pk or '-'}]" + (f" (environment {env})" if env is not None else "")
+    hkey = key if env is None else (*key, env)
+    marks = [len(x) for x in (v.regressions, v.within_noise, v.clock, v.changed_machine)]
+    out = outcome(b, h)
+    several = several_runs(b, h)
+    if several:
+        out = SEVERAL_RUNS
+        v.problems.append(f"{label}: result files of one commit ({several}): not pooled, not judged; keep "
+                          "one file per commit and environment (remove the copy)")
+    carried = (h or {}).get("carried_from")
+    if carried:
+        if out is not None and out.blocks and out is not SEVERAL_RUNS:
+            out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
+    if out is SEVERAL_RUNS:
+        pass
+    elif out is None and carried == base:
+        out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
+    elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
+        out = VERSION_CHANGED
+        v.problems.append(f"{label}: {out.text} ({', '.join(sorted(b['versions']))[:24]} at base, "
+                          f"{', '.join(sorted(h['versions']))[:24]} at head)")
+    elif out is None:
+        xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+        bad = [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
+               if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
+        if bad:
+            out = INVALID
+            v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
+        elif len(xs) < need or len(ys) < need:
+            model = noisemod.from_values([t[0] for t in hist.get(hkey, [])])
+            if model is not None:
+                out = HISTORY
+                against_history(v, eff, key, b, ys, model, m in changed)
+            else:
+                out = TOO_FEW
+                why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
+                                        if need > cfg.min_samples else "")
+                v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
+                                  f"and too little history to judge it otherwise (fewer than "
+                                  f"{noisemod.MIN_HISTORY} commits)")
+        else:
+            out = COMPARED
+            compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
+                     *noisemod.steadier(hist.get(hkey, []), higher_is_better(b["unit"])))
+        if carried and out in (COMPARED, HISTORY):
+            v.carried_compared += 1
+            out = CARRIED
+    elif out.blocks:
+        v.problems.append(f"{label}: {out.text}")
+    if out is CARRIED:
+        v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
+    v.counts[out.name] += 1
+    for lst, n in zip((v.regressions, v.within_noise, v.clock, v.changed_machine), marks):
+        for item in lst[n:]:
+            item["env"] = env  # which environment slowed down, where they are judged apart
 
 
 def against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,
@@ -484,19 +529,24 @@ def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -
             if r.kind == "regression" and lo < order.get(r.commit, -1) <= hi]
 
 
+def _on(r: dict) -> str:
+    """Where a listed series ran: its machine, and its environment where environments are judged apart."""
+    return f"machine {r['machine']}" + (f", environment {r['env']}" if r.get("env") else "")
+
+
 def report(v: Verdict) -> str:
     """stdout: one line per slow benchmark (``benchmark params ratio``), then the verdict."""
     lines = []
     for a, items in alerts_of(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
         lines.append(f"alert: {a.headline()}")
         lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-                  f"(machine {r['machine']}, {evidence(r)})" for r in items]
+                  f"({_on(r)}, {evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {r['ratio']:.3f}, "
-              f"cycles {r['cycles_ratio']:.3f} (machine {r['machine']})" for r in v.clock]
+              f"cycles {r['cycles_ratio']:.3f} ({_on(r)})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
-              f"{r['ratio']:.3f} (machine {r['machine']})" for r in v.changed_machine]
+              f"{r['ratio']:.3f} ({_on(r)})" for r in v.changed_machine]
     lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {r['ratio']:.3f} "
-              f"(machine {r['machine']}, {r['judged']})" for r in v.within_noise]
+              f"({_on(r)}, {r['judged']})" for r in v.within_noise]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]

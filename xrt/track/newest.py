@@ -95,7 +95,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
     eff = float(np.log1p(cfg.threshold))
     out: list[Judgement] = []
     with store.read(db) as con:
-        hist_memo: dict[tuple[str, str], dict] = {}
+        hist_memo: dict[tuple, dict] = {}
         env_memo: dict[tuple[str, str, str], list[str] | None] = {}
         heads = _heads(con, machine)
         # every (commit, machine) judged, read at once
@@ -119,9 +119,29 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
             if (m, base, head) not in env_memo:
                 envs = envmod.environments(con, m, commits=[base, head])
                 env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
-            _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []), bool(env_memo[m, base, head]),
-                       int(n_hist))
+            units = gate.per_env(b, h)
+            if len(units) == 1:
+                _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []),
+                           bool(env_memo[m, base, head]), int(n_hist))
+                continue
+            # asv environments are judged apart (their samples never pooled); the worst one is stored
+            if (base, m, "env") not in hist_memo:
+                hist_memo[base, m, "env"] = gate.history_values(con, base, m, by_env=True)
+            subs = []
+            for env, be, he in units:
+                sj = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
+                _judge_one(sj, cfg, eff, be, he, hist_memo[base, m, "env"].get((m, bn, pk, env), []),
+                           bool(env_memo[m, base, head]), int(n_hist))
+                subs.append((env, sj))
+            env, worst = min(subs, key=lambda es: (_SEVERITY.index(es[1].verdict), -(es[1].ratio or 0)))
+            for k in ("verdict", "ratio", "z", "p_value", "before", "after", "n_before", "n_after", "cycles_ratio"):
+                setattr(j, k, getattr(worst, k))
+            j.reason = f"environment {env} (the worst of {len(subs)} judged apart): {worst.reason}"
     return out
+
+
+# which environment's judgement a series gets when its environments are judged apart: the worst
+_SEVERITY = [REGRESSION, MACHINE_CHANGED, CLOCK, WITHIN_NOISE, FAILED, NOT_JUDGED, OK]
 
 
 def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
