@@ -155,15 +155,19 @@ def _block_size(path: str) -> int | None:
     return size if 4096 <= size <= 1 << 30 and size & (size - 1) == 0 else None
 
 
-def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike) -> None:
+def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike, ident: tuple | None = None) -> None:
     """:class:`DatabaseError` if a table of the database open on ``con`` (the file ``path``) uses a
     block beyond the file's end: a file cut short (an interrupted copy, a full disk). DuckDB opens
-    such a file and fails only when a query reaches the missing block; this says so at once."""
-    ident = _identity(os.fspath(path))
-    if ident is not None and ident in _verified:
+    such a file and fails only when a query reaches the missing block; this says so at once.
+
+    ``ident``: the file's identity (:func:`_identity`) taken before ``con`` opened it. Where the
+    path names another file by the end of the check (a writer swapped it in), nothing is concluded:
+    the blocks and the size measured may belong to two files."""
+    ident = ident or _identity(os.fspath(path))
+    if ident is None or ident in _verified:
         return
     block = _block_size(os.fspath(path))
-    if block is None or ident is None:
+    if block is None:
         return  # a layout this check does not know: leave it to DuckDB
     tables = con.execute("SELECT schema_name, table_name FROM duckdb_tables() "
                          "WHERE database_name = current_database()").fetchall()
@@ -175,6 +179,8 @@ def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike) 
                          "') WHERE persistent")
         top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
         size = ident[2]
+        if _identity(os.fspath(path)) != ident:
+            return  # replaced while we looked: the next open checks the new file
         if top is not None and size < _HEADERS + (top + 1) * block:
             raise DatabaseError(db_path, f"truncated DuckDB database ({size} bytes; its tables need "
                                 f"{_HEADERS + (top + 1) * block}); restore it from a copy, or re-create it "
@@ -431,7 +437,7 @@ def read(db_path: str | os.PathLike, *, retries: int = 20, empty_ok: bool = Fals
     try:
         try:
             _check_version(db, con, write=empty_ok)
-            check_blocks(db, con, path)
+            check_blocks(db, con, path, before)
         except BaseException:
             con.close()
             raise
