@@ -83,6 +83,12 @@ def _make(kind: str, d: Path) -> tuple[str, str]:
         con.execute("CREATE TABLE t (i INTEGER)")
         con.close()
         return str(p), "not an xrt database"
+    if kind == "truncated":  # a real xrt database cut short (a copy interrupted, a full disk)
+        root = asvgen.make_results(d / "tr-results", {"m1/00000001-env.json": asvgen.v2_file(asvgen.sha(1))})
+        ingest(root, p, echo=lambda s: None)
+        with open(p, "r+b") as f:
+            f.truncate(p.stat().st_size // 2)
+        return str(p), "truncated DuckDB database"
     if kind == "fifo":
         os.mkfifo(p)
         return str(p), "FIFO"
@@ -95,9 +101,9 @@ def _make(kind: str, d: Path) -> tuple[str, str]:
 
 
 KINDS = ["directory", "empty-path", "dev-null", "zero-bytes", "random-bytes", "text", "sqlite", "empty-duckdb",
-         "newer-schema", "foreign-duckdb", "fifo", "symlink-loop"]
+         "newer-schema", "foreign-duckdb", "truncated", "fifo", "symlink-loop"]
 READ_COMMANDS = ["db query", "db stats", "db export", "regressions", "regressions show", "regressions ack", "gate",
-                 "bisect"]
+                 "report", "bisect"]
 
 
 def _argv(cmd: str, db: str, tmp: Path, repo) -> list[str]:
@@ -111,6 +117,7 @@ def _argv(cmd: str, db: str, tmp: Path, repo) -> list[str]:
         "regressions show": ["regressions", "show", "abc", "--db", db],
         "regressions ack": ["regressions", "ack", "abc", "--db", db],
         "gate": ["gate", "--db", db, "--base", good, "--head", bad],
+        "report": ["report", "--db", db, "--base", good, "--head", bad, "--out", str(tmp / "report.md")],
         "bisect": ["bisect", "suite.time_plain", good, bad, "--db", db, "--repo", str(r)],
     }[cmd]
 
@@ -134,7 +141,7 @@ def test_bad_db_is_one_line_and_exit_2(kind, cmd, tmp_path, capsys, repo, monkey
     db, why = _make(kind, tmp_path)
     if cmd == "regressions ack" and kind == "empty-duckdb":
         pytest.skip("a writer: the empty file is fine for it; xrt regressions says 'no stored regressions yet'")
-    before = Path(db).read_bytes() if kind in ("text", "sqlite", "random-bytes", "zero-bytes") else None
+    before = Path(db).read_bytes() if kind in ("text", "sqlite", "random-bytes", "zero-bytes", "truncated") else None
     assert xrt_main(_argv(cmd, db, tmp_path, repo)) == 2
     line = _one_line(capsys, db)
     assert why in line, line

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import operator
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -377,6 +378,60 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
+# What one result file may expand to, so that a hostile or broken file is refused by name instead
+# of taking the machine's memory: rows (benchmark x parameter combinations), the characters of the
+# parameter strings copied into them, and the length of the identifiers copied into every row.
+MAX_ROWS_PER_FILE = 100_000
+MAX_PARAM_CHARS_PER_FILE = 20_000_000
+MAX_NAME_CHARS = 256  # machine, env_name, python, a benchmark's name, one parameter's repr
+_HEX_HASH = re.compile(r"[0-9a-fA-F]{1,64}")
+
+
+def _too_long(what: str, v: Any) -> BadFile | None:
+    if isinstance(v, str) and len(v) > MAX_NAME_CHARS:
+        return BadFile("too-big", f"{what} is {len(v):,} characters long (at most {MAX_NAME_CHARS})")
+    return None
+
+
+def check_bounds(d: dict, cols: list, rows: dict) -> None:
+    """:class:`BadFile` (kind ``too-big`` or ``unknown-format``) for a file beyond the limits above,
+    checked before anything is expanded."""
+    h = d["commit_hash"]
+    if not _HEX_HASH.fullmatch(h):
+        shown = h if len(h) <= 80 else h[:40] + f"... ({len(h):,} characters)"
+        raise BadFile("unknown-format", f"'commit_hash' {shown!r} is not a hexadecimal hash of at most 64 digits")
+    rparams = d.get("params") if isinstance(d.get("params"), dict) else {}
+    for what, v in (("'env_name'", d.get("env_name")), ("'python'", d.get("python")),
+                    ("'params.machine'", rparams.get("machine"))):
+        if (e := _too_long(what, v)) is not None:
+            raise e
+    at = cols.index("params") if "params" in cols else None
+    n_rows = n_chars = 0
+    for name, row in rows.items():
+        if (e := _too_long("a benchmark name", name)) is not None:
+            raise e
+        params = row[at] if at is not None and isinstance(row, list) and len(row) > at else None
+        combos, width = 1, 0
+        if isinstance(params, list):
+            for axis in params:
+                if not isinstance(axis, list):
+                    break  # malformed: the row reader names it
+                combos *= len(axis)
+                longest = max((len(str(v)) for v in axis), default=0)
+                if longest > MAX_NAME_CHARS:
+                    raise BadFile("too-big", f"benchmark {name!r}: a parameter value is {longest:,} characters long "
+                                  f"(at most {MAX_NAME_CHARS})")
+                width += longest
+        n_rows += combos
+        n_chars += combos * width
+        if n_rows > MAX_ROWS_PER_FILE:
+            raise BadFile("too-big", f"expands to more than {MAX_ROWS_PER_FILE:,} rows (benchmark {name!r} alone: "
+                          f"{combos:,} parameter combinations); split the parameters over several benchmarks")
+        if n_chars > MAX_PARAM_CHARS_PER_FILE:
+            raise BadFile("too-big", f"its parameter strings expand to more than {MAX_PARAM_CHARS_PER_FILE:,} "
+                          "characters")
+
+
 def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | None,
                  sidecar: dict[str, Any] | None = None, machine_facts: list[Any] | None = None,
                  into: dict[str, list] | None = None, rows_only: bool = False) -> ParsedRun:
@@ -406,6 +461,7 @@ def parse_result(data: bytes, machine_dir: str, known: dict[str, Benchmark] | No
         raise BadFile("unknown-format", f"unknown asv result schema version {schema!r} (know 1 and 2)")
     if not isinstance(d["commit_hash"], str) or not d["commit_hash"]:
         raise BadFile("unknown-format", "'commit_hash' is not a string")
+    check_bounds(d, cols, rows)
 
     if known is not None and not isinstance(known, Benchmarks):
         known = Benchmarks(known)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import os
+import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -27,6 +29,21 @@ def _git():
     return git
 
 
+def rev_commit(repo_dir: str | os.PathLike, rev: str) -> str | None:
+    """The full hash of the commit ``rev`` names in ``repo_dir``, None where it names none.
+
+    The one rule every command that takes a revision follows (``xrt db ingest --rev``, ``xrt gate
+    --base/--head``): a revision that starts with ``-`` is refused (ValueError), since git would read
+    it as an option (``--output=FILE`` truncates FILE); the rest goes through ``git rev-parse
+    --verify REV^{commit}``, which accepts exactly one revision.
+    """
+    if rev.startswith("-"):
+        raise ValueError(f"{rev!r} is not a revision (it starts with '-', git would read it as an option)")
+    out = subprocess.run(["git", "-C", os.fspath(repo_dir), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def from_repo(repo_dir: str, wanted: set[str], rev: str = "HEAD") -> tuple[list[Commit], set[str]]:
     """Facts for the ``wanted`` commits (full or abbreviated hashes) and which of them are unknown.
 
@@ -39,7 +56,13 @@ def from_repo(repo_dir: str, wanted: set[str], rev: str = "HEAD") -> tuple[list[
     except (git.exc.NoSuchPathError, git.exc.InvalidGitRepositoryError):
         raise ValueError(f"--repo {repo_dir}: not a git repository") from None
     try:
-        chain = repo.git.rev_list("--first-parent", "--reverse", rev).split()
+        head = rev_commit(repo_dir, rev)
+    except ValueError as e:
+        raise ValueError(f"--rev {e}") from None
+    if head is None:
+        raise ValueError(f"--repo {repo_dir}: --rev {rev!r} names no commit")
+    try:
+        chain = repo.git.rev_list("--first-parent", "--reverse", head).split()
     except git.exc.GitCommandError as e:
         raise ValueError(f"--repo {repo_dir}: cannot list commits of {rev}: {e.stderr.strip()}") from None
     fp_index = {h: i for i, h in enumerate(chain)}

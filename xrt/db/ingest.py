@@ -47,6 +47,8 @@ class Report:
 
 def find_root(results_dir: str | Path) -> Path:
     """The asv results directory: RESULTS_DIR itself, or RESULTS_DIR/results (a checkout's top)."""
+    if not os.fspath(results_dir):  # Path("") is ".": an empty argument must not ingest the current folder
+        raise ValueError('RESULTS_DIR "": empty path; give the asv results folder')
     p = Path(results_dir)
     if not p.is_dir():
         raise FileNotFoundError(f"{p}: no such results directory")
@@ -70,6 +72,25 @@ def _what(e: os.DirEntry) -> tuple[str | None, str | None]:
     return None, f"not a regular file ({store.kind_of(mode)})"
 
 
+def shown(name: str) -> str:
+    """A file name as it can be printed on one line and stored: bytes that are not UTF-8 as ``\\xNN``,
+    control characters (a newline, a tab) escaped."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def bad_name(name: str) -> str | None:
+    """Why a file or folder name cannot be ingested (None if it can): the database stores names as
+    UTF-8 text, and a name with a newline would split every line that names it."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not valid UTF-8; rename it"
+    if not name.isprintable():
+        return "name has a control character (a newline, a tab...); rename it"
+    return None
+
+
 def scan(root: Path) -> dict[str, list]:
     """Relative paths by kind: benchmarks, machine, results, and sidecars (``X.xrt`` / ``X.xrt.json``).
 
@@ -90,7 +111,10 @@ def scan(root: Path) -> dict[str, list]:
                 else:
                     out["problems"].append((e.name, "unreadable", why or "a directory, not a file"))
             elif what == "dir":
-                dirs.append(e.name)
+                if bad_name(e.name):
+                    out["problems"].append((shown(e.name) + "/", "unreadable", bad_name(e.name)))
+                else:
+                    dirs.append(e.name)
             elif what is None and why is not None:  # perhaps a machine folder: say why it is skipped
                 out["problems"].append((e.name + "/", "unreadable", why))
     for d in sorted(dirs):
@@ -103,6 +127,9 @@ def scan(root: Path) -> dict[str, list]:
         for name, what, why in entries:
             rel = f"{d}/{name}"
             is_sidecar = name.endswith(asv_files.SIDECAR_SUFFIXES)
+            if bad_name(name) and (name.endswith(".json") or is_sidecar or result_names.is_result_file(name)):
+                out["problems"].append((f"{d}/{shown(name)}", "unreadable", bad_name(name)))
+                continue
             if what != "file":
                 if why is not None and (name == "machine.json" or is_sidecar or result_names.is_result_file(name)):
                     out["problems"].append((rel, "unreadable", why))
@@ -119,19 +146,21 @@ def scan(root: Path) -> dict[str, list]:
     return out
 
 
-def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set]]:
-    """ingest_files (file: (content hash, status, run_id)) and the ingest_errors of each file."""
+def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], list[tuple]]:
+    """ingest_files (file: (content hash, status, run_id)), the ingest_errors of each file, and the
+    runs (file, machine, commit, environment)."""
     if not db.exists():
-        return {}, {}
+        return {}, {}, []
     with store.read(db, empty_ok=True) as con:
         if schema.current_version(con) == 0:
-            return {}, {}
+            return {}, {}, []
         files = {f: (h, s, r) for f, h, s, r in con.execute(
             "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
         errs: dict[str, set] = {}
         for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
             errs.setdefault(f, set()).add((k, r))
-    return files, errs
+        runs = con.execute("SELECT file, machine, commit_hash, env_name FROM runs").fetchall()
+    return files, errs, runs
 
 
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
@@ -143,16 +172,22 @@ def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None
     """
     from xrt.db import tuning
 
-    rep = _ingest(results_dir, db_path, repo, jobs=jobs, echo=echo, rev=rev)
-    t0 = time.perf_counter()
-    say = echo or (lambda s: print(s, file=sys.stderr))
-    if sync_carried(find_root(results_dir), db_path, say, rep):
-        rep.wrote = True
-    where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
-    if where is not None:
-        loaded, unchanged, rows, wrote = tuning.sync(where, db_path, say)
-        rep.journals = (loaded, unchanged, rows)
-        rep.wrote = rep.wrote or wrote
+    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
+    root = find_root(results_dir)
+    # The writers' lock is held from before the database is read until the last write: what is new
+    # is decided against what is committed, and no other writer commits in between (two ingests at
+    # once give what one ingest of both gives).
+    with store.writing(db):
+        rep = _ingest(root, db, repo, jobs=jobs, echo=echo, rev=rev)
+        t0 = time.perf_counter()
+        say = echo or (lambda s: print(s, file=sys.stderr))
+        if sync_carried(root, db, say, rep):
+            rep.wrote = True
+        where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
+        if where is not None:
+            loaded, unchanged, rows, wrote = tuning.sync(where, db, say)
+            rep.journals = (loaded, unchanged, rows)
+            rep.wrote = rep.wrote or wrote
     rep.seconds += time.perf_counter() - t0
     return rep
 
@@ -251,6 +286,7 @@ class _Ingest:
     # the database before: ingest_files (file: (content hash, status, run_id)) and ingest_errors by file
     prev: dict[str, tuple[str, str, int | None]] = field(default_factory=dict)
     prev_errs: dict[str, set] = field(default_factory=dict)
+    prev_runs: list[tuple] = field(default_factory=list)  # (file, machine, commit, environment)
     # the scan: relative paths by kind (scan()), content hashes, the bytes of the metadata files and of
     # the changed result files (with their sidecar's and hash), the files named and left out
     found: dict[str, list] = field(default_factory=dict)
@@ -289,10 +325,9 @@ class _Ingest:
                 for f, k, r in self.rep.errors if f in touched]
 
 
-def _ingest(results_dir: str | Path, db_path: str | Path, repo: str | None, *, jobs: int | None,
+def _ingest(root: Path, db: Path, repo: str | None, *, jobs: int | None,
             echo: Callable[[str], None] | None, rev: str) -> Report:
-    db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
-    st = _Ingest(root=find_root(results_dir), db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
+    st = _Ingest(root=root, db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
     _scan(st)
     _parse(st, jobs)
     if repo is not None:
@@ -312,7 +347,7 @@ def _scan(st: _Ingest) -> None:
     """List the files, read and hash them; keep the bytes of the changed ones (a refused file is always retried)."""
     rep, root = st.rep, st.root
     st.found = found = scan(root)
-    st.prev, st.prev_errs = _previous(st.db)
+    st.prev, st.prev_errs, st.prev_runs = _previous(st.db)
     rep.files_total = sum(len(v) for k, v in found.items() if k not in ("sidecars", "problems"))
     sidecars = set(found["sidecars"])
     # files that could not be scanned or read, and copies of ingested files: named, skipped
@@ -368,14 +403,22 @@ def _parse(st: _Ingest, jobs: int | None) -> None:
             st.err("benchmarks.json", e.kind, f"{e}; benchmarks not checked")
     elif st.todo and "benchmarks.json" not in st.skipped:  # (an unreadable one is named as such already)
         st.rep.notices.append(f"no benchmarks.json in {st.root}: types and units unknown, benchmarks not checked")
-    for rel in st.found["machine"]:
+    claimed: dict[str, str] = {}  # machine name: the machine.json that says it
+    # the file in the folder of that name first: it wins over a copy elsewhere
+    for rel in sorted(st.found["machine"], key=lambda r: _machine_json_order(r, st.meta_bytes[r])):
         try:
             m = asv_files.parse_machine(st.meta_bytes[rel])
         except asv_files.BadFile as e:
             st.err(rel, e.kind, str(e))
             continue
+        st.machine_facts[rel.split("/")[0]] = asv_files.facts_from(m)  # the folder's facts, used or not
+        name = str(m.get("machine") or rel.split("/")[0])
+        if name in claimed:
+            st.err(rel, "duplicate-machine", f"says machine {name!r}, as {claimed[name]} does; not used (one "
+                   "machine.json per machine: rename the machine in one of them)")
+            continue
+        claimed[name] = rel
         st.machines[rel] = m
-        st.machine_facts[rel.split("/")[0]] = asv_files.facts_from(m)
     last = [time.perf_counter()]
 
     def progress(done: int, total: int) -> None:
@@ -393,6 +436,14 @@ def _parse(st: _Ingest, jobs: int | None) -> None:
 
             st.tables.append(table.set_column(table.schema.get_field_index("file_idx"), "file_idx",
                                               pa.array(table["file_idx"].to_numpy() + base, pa.int32())))
+
+
+def _machine_json_order(rel: str, data: bytes) -> tuple[int, str]:
+    try:
+        says = json.loads(data).get("machine")
+    except (ValueError, AttributeError):
+        says = None
+    return (0 if says == rel.split("/")[0] else 1, rel)
 
 
 def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
@@ -436,6 +487,36 @@ def _say_outcomes(st: _Ingest) -> None:
         rep.notices.append(f"{n} of {files} result file{'s' if files != 1 else ''} not in benchmarks.json (removed "
                            f"from the suite): their rows kept as history, unit unknown: {_short(sorted(removed))}")
         st.echo(f"xrt db ingest: {rep.notices[-1]}")
+    _say_several_runs(st)
+
+
+def _say_several_runs(st: _Ingest) -> None:
+    """Two result files for one machine, commit and environment (a copy ``X (1).json``): named at
+    ingest against each new one. Both are kept; the gate and the newest-commit judgement do not pool
+    them (:data:`xrt.track.gate.SEVERAL_RUNS`). Files of different environments are asv's usual
+    matrix: they are judged per environment, nothing to say. Nor are the rounds of a paired
+    measurement (``-round<k>`` files, :data:`xrt.db.result_names.ROUND_RE`): several runs by design."""
+    import re
+
+    def key(f: str, m: str, c: str, env: str) -> tuple:
+        rnd = re.search(result_names.ROUND_RE, f)
+        return (m, c, env, rnd[1] if rnd else None)
+
+    new = {o.file: key(o.file, o.run["machine"], o.run["commit_hash"], o.run["env_name"])
+           for o in st.outcomes if o.run}
+    by_key: dict[tuple, list[str]] = {}
+    for f, m, c, env in st.prev_runs:
+        if f not in new:
+            by_key.setdefault(key(f, m, c, env), []).append(f)
+    for f, k in new.items():
+        by_key.setdefault(k, []).append(f)
+    for (m, c, env, _), files in by_key.items():
+        if len(files) < 2:
+            continue
+        listed = ", ".join(sorted(files))
+        for f in sorted(set(files) & set(new)):
+            st.err(f, "several-runs", f"{len(files)} result files for machine {m}, commit {c[:10]}, environment "
+                   f"{env}: {listed} (rows kept; not pooled: the gate does not judge their series)")
 
 
 def _changed(st: _Ingest) -> bool:
@@ -535,8 +616,8 @@ def _write(con, st: _Ingest, values, repo: str | None) -> None:
     _commits(con, st.git_commits)
     rep = st.rep
     con.execute("INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-        ingest_id, now, time.perf_counter() - st.t0, str(st.root), repo, rep.ingested, rep.unchanged,
-        len(rep.errors), rep.values_ok, rep.failures, rep.skips])
+        ingest_id, now, time.perf_counter() - st.t0, shown(str(st.root)), repo and shown(repo), rep.ingested,
+        rep.unchanged, len(rep.errors), rep.values_ok, rep.failures, rep.skips])
 
 
 _ERROR_COLUMNS = ("file", "kind", "reason", "ingest_id", "recorded_at", "commit_hash")

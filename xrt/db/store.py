@@ -34,7 +34,9 @@ import fcntl
 import os
 import shutil
 import stat
+import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -126,7 +128,64 @@ def check_path(db_path: str | os.PathLike, *, write: bool = False) -> Path:
         raise DatabaseError(s, f"cannot read: {e.strerror or e}") from None
     if len(head) < 12 or head[8:12] != _DUCKDB_MAGIC:
         raise DatabaseError(s, f"not a DuckDB database ({_describe(head)})")
+    if st.st_size < _HEADERS:
+        raise DatabaseError(s, f"truncated DuckDB database ({st.st_size} bytes, less than its {_HEADERS}-byte "
+                            "headers); restore it from a copy, or re-create it with `xrt db ingest`")
     return db
+
+
+# DuckDB's file: a 4 KiB main header, two 4 KiB database headers (the one with the higher iteration
+# is current: checksum, iteration, meta block, free list, block count, block size, ...), then the
+# blocks, block k at 12 KiB + k x block size. DuckDB trims free blocks off the end, so the header's
+# block count is no bound on the size; the blocks the tables use are.
+_HEADERS = 3 * 4096
+_DB_HEADER = struct.Struct("<8Q")
+_verified: dict[tuple, None] = {}  # files (inode, device, size, mtime) whose blocks were all there
+
+
+def _block_size(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_HEADERS)
+    except OSError:
+        return None
+    if len(raw) < _HEADERS:
+        return None
+    size = max((_DB_HEADER.unpack_from(raw, off) for off in (4096, 8192)), key=lambda h: h[1])[5]
+    return size if 4096 <= size <= 1 << 30 and size & (size - 1) == 0 else None
+
+
+def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike, ident: tuple | None = None) -> None:
+    """:class:`DatabaseError` if a table of the database open on ``con`` (the file ``path``) uses a
+    block beyond the file's end: a file cut short (an interrupted copy, a full disk). DuckDB opens
+    such a file and fails only when a query reaches the missing block; this says so at once.
+
+    ``ident``: the file's identity (:func:`_identity`) taken before ``con`` opened it. Where the
+    path names another file by the end of the check (a writer swapped it in), nothing is concluded:
+    the blocks and the size measured may belong to two files."""
+    ident = ident or _identity(os.fspath(path))
+    if ident is None or ident in _verified:
+        return
+    block = _block_size(os.fspath(path))
+    if block is None:
+        return  # a layout this check does not know: leave it to DuckDB
+    tables = con.execute("SELECT schema_name, table_name FROM duckdb_tables() "
+                         "WHERE database_name = current_database()").fetchall()
+    if tables:
+        parts = []
+        for sch, t in tables:
+            name = '"' + sch.replace('"', '""') + '"."' + t.replace('"', '""') + '"'
+            parts.append("SELECT max(block_id) AS b FROM pragma_storage_info('" + name.replace("'", "''") +
+                         "') WHERE persistent")
+        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
+        size = ident[2]
+        if _identity(os.fspath(path)) != ident:
+            return  # replaced while we looked: the next open checks the new file
+        if top is not None and size < _HEADERS + (top + 1) * block:
+            raise DatabaseError(db_path, f"truncated DuckDB database ({size} bytes; its tables need "
+                                f"{_HEADERS + (top + 1) * block}); restore it from a copy, or re-create it "
+                                "with `xrt db ingest`")
+    _verified[ident] = None
 
 
 def _check_version(db_path: str | os.PathLike, con: Any, *, write: bool) -> int:
@@ -191,6 +250,40 @@ def lock(db_path: str | os.PathLike, timeout: float | None = None) -> Iterator[N
         os.close(fd)  # releases the lock
 
 
+_held = threading.local()  # the databases whose writers' lock this thread holds through :func:`writing`
+
+
+def _lock_key(db_path: str | os.PathLike) -> str:
+    return os.path.realpath(os.fspath(db_path))
+
+
+def _holding(db_path: str | os.PathLike) -> bool:
+    return _lock_key(db_path) in getattr(_held, "dbs", set())
+
+
+@contextlib.contextmanager
+def writing(db_path: str | os.PathLike, timeout: float | None = None) -> Iterator[None]:
+    """Hold the writers' lock for a whole read-decide-write sequence (an ingest and its judgement).
+
+    Every :func:`write` of this thread to the same database inside the block runs under this lock
+    instead of taking it again, so no other writer commits between what was read and what is written.
+    Nested use in one thread is fine; another thread or process waits.
+    """
+    if _holding(db_path):
+        yield
+        return
+    key = _lock_key(db_path)
+    with lock(db_path, timeout):
+        dbs = getattr(_held, "dbs", None)
+        if dbs is None:
+            dbs = _held.dbs = set()
+        dbs.add(key)
+        try:
+            yield
+        finally:
+            dbs.discard(key)
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -220,7 +313,7 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
     except OSError as e:
         raise DatabaseError(db, f"cannot create {db.parent}: {e.strerror or e}") from None
     try:
-        with lock(db, lock_timeout):
+        with writing(db, lock_timeout):
             check_path(db, write=True)  # again: it may have changed while we waited for the lock
             return _write_locked(duckdb, db, fn, fresh)
     except DatabaseError:
@@ -242,6 +335,8 @@ def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) ->
         try:
             con.execute("BEGIN")
             _check_version(db, con, write=True)
+            if not fresh:
+                check_blocks(db, con, tmp)  # the copy is the live file, byte for byte
             schema.migrate(con)
             out = fn(con)
             if os.environ.get(SLEEP_ENV):
@@ -342,6 +437,7 @@ def read(db_path: str | os.PathLike, *, retries: int = 20, empty_ok: bool = Fals
     try:
         try:
             _check_version(db, con, write=empty_ok)
+            check_blocks(db, con, path, before)
         except BaseException:
             con.close()
             raise

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xrt.db import result_names, store
+from xrt.db import git, result_names, store
 from xrt.track import env as envmod
 from xrt.track import noise as noisemod
 from xrt.track import stats
@@ -68,8 +67,14 @@ CARRIED = Outcome("carried", "carried forward at head (sources unchanged since t
 # before gave 3.9 us), so the two sides are not comparable; measure base again with this suite.
 VERSION_CHANGED = Outcome("version-changed", "benchmark version changed between base and head (measured "
                           "another way: not comparable; measure base again with this suite)", True)
+# Two result files for one commit, one machine and one environment (a copied ``X (1).json``): their
+# samples are never pooled into one series (a slower copy would hide in the other's samples); the
+# series is not judged, and the files are named. (Files of different environments are judged per
+# environment: :func:`per_env`.)
+SEVERAL_RUNS = Outcome("several-runs", "several result files for one commit in one environment on one machine "
+                       "(a copy?): their samples are not pooled, so it is not judged", True)
 OUTCOMES = (COMPARED, HISTORY, CARRIED, NEW_AT_HEAD, SKIPPED_BOTH, FAILED_AT_BASE, FAILED_AT_HEAD, MISSING_AT_HEAD,
-            SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED)
+            SKIPPED_AT_HEAD, INVALID, TOO_FEW, VERSION_CHANGED, SEVERAL_RUNS)
 
 
 @dataclass
@@ -179,9 +184,8 @@ def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> 
 
 
 def _rev_parse(repo: str | os.PathLike, rev: str) -> str | None:
-    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                         capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 else None
+    """The commit ``rev`` names in ``repo`` (a rev that reads as an option is refused: None)."""
+    return git.rev_commit(repo, rev)
 
 
 def _rows(con: Any, commit: str, machine: str | None) -> dict[tuple, dict]:
@@ -203,19 +207,48 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
     commits = sorted({c for c, _ in wanted})
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
            f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, "
-           f"coalesce(try_cast(regexp_extract(ru.file, '{result_names.ROUND_RE}', 1) AS INTEGER), 0), r.run_id "
-           "FROM results r "
+           f"coalesce(try_cast(regexp_extract(ru.file, '{result_names.ROUND_RE}', 1) AS INTEGER), 0), r.run_id, "
+           "ru.file, ru.env_name FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
     for (commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, refs, rnd,
-         run_id) in con.execute(sql, commits).fetchall():
+         run_id, file, env) in con.execute(sql, commits).fetchall():
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
             if series is not None:
-                d = series.setdefault((m, bn, pk), {"params": params, "unit": unit, "status": set(), "samples": [],
-                                                    "cycles": [], "versions": set(), "paired": [], "refs": [],
-                                                    "runs": []})
+                d = series.setdefault((m, bn, pk), _entry(params, unit))
+                d["files"][file] = env
                 _pool(d, status, value, samples, cycles, clock, version, refs, (rnd, run_id or 0))
+                e = d["by_env"].setdefault(env, _entry(params, unit))  # each environment apart as well
+                e["files"][file] = env
+                _pool(e, status, value, samples, cycles, clock, version, refs, (rnd, run_id or 0))
+    return out
+
+
+def _entry(params: Any, unit: Any) -> dict:
+    return {"params": params, "unit": unit, "status": set(), "samples": [], "cycles": [], "versions": set(),
+            "paired": [], "refs": [], "runs": [], "files": {}, "by_env": {}}
+
+
+
+def per_env(b: dict | None, h: dict | None) -> list[tuple[str | None, dict | None, dict | None]]:
+    """What to judge of one series: ``[(None, b, h)]`` where base and head ran it in one environment
+    (the same), else one ``(environment, base's rows there, head's rows there)`` per environment
+    either side ran: asv keeps one file per environment, and their samples are never pooled (one
+    slower environment would hide in the others' samples)."""
+    envs_b, envs_h = set((b or {}).get("by_env") or ()), set((h or {}).get("by_env") or ())
+    if len(envs_b | envs_h) <= 1:
+        return [(None, b, h)]
+    out = []
+    for env in sorted(envs_b | envs_h, key=str):
+        sides = []
+        for d in (b, h):
+            sub = ((d or {}).get("by_env") or {}).get(env)
+            if sub is not None and d.get("carried_from"):
+                sub = {**sub, "carried_from": d["carried_from"]}
+            sides.append(sub)
+        out.append((env, *sides))
+    return out
     return out
 
 
@@ -253,13 +286,17 @@ _PAIRED = ("list_transform(range(1, len(r.samples) + 1), lambda i: r.samples[i] 
 
 
 def history_values(con: Any, base: str, machine: str | None,
-                    window: int = noisemod.WINDOW, paired: bool = False) -> dict[tuple, list[tuple]]:
+                    window: int = noisemod.WINDOW, paired: bool = False,
+                    by_env: bool = False) -> dict[tuple, list[tuple]]:
     """Per series, the per-commit (value, smallest sample, largest sample) (medians over runs) of the
     last ``window`` commits up to and including ``base`` in history order, oldest first: what the
     noise model learns from. Read from the machine's last :data:`~xrt.track.load.LOOKBACK` measured
     commits (a series measured in fewer of them has fewer points). ``paired``: of the rows with the
-    reference call beside their samples, in sample / reference (what the gate judges them on)."""
+    reference call beside their samples, in sample / reference (what the gate judges them on).
+    ``by_env``: each environment apart, keyed (machine, benchmark, param_key, environment)
+    (:func:`per_env`)."""
     order, where_order = order_expr(con)
+    env = ", r.env_name" if by_env else ""
     row = con.execute(f"SELECT {order} FROM commits c WHERE c.hash = ? AND {where_order}", [base]).fetchone()
     if row is None or row[0] is None:
         return {}
@@ -268,18 +305,19 @@ def history_values(con: Any, base: str, machine: str | None,
         return {}
     val, smp = (f"list_median({_PAIRED})", _PAIRED) if paired else ("r.value", "r.samples")
     only = " AND len(r.ref_samples) = len(r.samples)" if paired else ""
-    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi FROM ("
+    sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi{env.replace('r.', '')} FROM ("
            f"  SELECT r.machine, r.benchmark, r.param_key, {order} AS ord, median({val}) AS v, "
-           f"         median(list_min({smp})) AS lo, median(list_max({smp})) AS hi, "
-           f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key ORDER BY {order} DESC) AS k"
+           f"         median(list_min({smp})) AS lo, median(list_max({smp})) AS hi{env}, "
+           f"         row_number() OVER (PARTITION BY r.machine, r.benchmark, r.param_key{env} "
+           f"ORDER BY {order} DESC) AS k"
            f"  FROM results r JOIN commits c ON c.hash = r.commit_hash JOIN {recent} w ON w.machine = r.machine"
            f"  WHERE {USABLE}{only} AND {where_order} AND {order} <= ?"
            f"    AND {order} >= w.lo" + (" AND r.machine = ?" if machine else "") +
-           f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}) WHERE k <= ? ORDER BY ord")
+           f"  GROUP BY r.machine, r.benchmark, r.param_key, {order}{env}) WHERE k <= ? ORDER BY ord")
     args = [row[0]] + ([machine] if machine else []) + [row[0]] + ([machine] if machine else []) + [window]
     out: dict[tuple, list[tuple]] = {}
-    for m, bn, pk, _, v, lo, hi in con.execute(sql, args).fetchall():
-        out.setdefault((m, bn, pk), []).append((v, lo, hi))
+    for m, bn, pk, _, v, lo, hi, *e in con.execute(sql, args).fetchall():
+        out.setdefault((m, bn, pk, *e), []).append((v, lo, hi))
     return out
 
 
@@ -341,6 +379,22 @@ def outcome(b: dict | None, h: dict | None) -> Outcome | None:
     return NEW_AT_HEAD if "ok" in hs else SKIPPED_BOTH
 
 
+def several_runs(b: dict | None, h: dict | None) -> str | None:
+    """Where base or head has rows of more than one result file for the series: the files (and their
+    environments) in words, else None (:data:`SEVERAL_RUNS`). The rounds of a paired measurement
+    (``-round<k>`` files, one a round) are several runs by design."""
+    import re
+
+    said = []
+    for side, d in (("base", b), ("head", h)):
+        files = (d or {}).get("files") or {}
+        rounds = [m[1] if (m := re.search(result_names.ROUND_RE, f or "")) else None for f in files]
+        if len(files) > 1 and len(set(rounds)) < len(rounds):
+            said.append(f"{len(files)} at {side}: " + ", ".join(f"{f} [{e}]" for f, e in sorted(files.items(),
+                                                                                            key=str)))
+    return "; ".join(said) or None
+
+
 def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.05, alpha: float = 0.002,
           min_samples: int = 5, machine: str | None = None, history: bool = True,
           noise_db: str | os.PathLike | None = None) -> Verdict:
@@ -349,7 +403,6 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
     ``noise_db``: where each series' run-to-run noise is learnt from (its history up to ``base``),
     when not ``db`` itself (a paired measurement's database holds only its own runs)."""
     cfg = Settings(threshold, alpha, min_samples)
-    need = cfg.samples_needed
     v = Verdict(base=base, head=head, counts={o.name: 0 for o in OUTCOMES})
     where = f" on {machine}" if machine else ""
     if base == head:
@@ -363,14 +416,14 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         for c in (base, head):
             v.problems += _errors(con, c)
         envs = v.envs = envmod.environments(con, machine, commits=[base, head])
+        several_envs = any(len(per_env(b_rows.get(k), h_rows.get(k))) > 1 for k in set(b_rows) | set(h_rows))
         if noise_db is None:
-            hist, hist_paired = history_values(con, base, machine), history_values(con, base, machine, paired=True)
+            hist = _histories(con, base, machine, several_envs)
     if noise_db is not None:
-        hist, hist_paired = {}, {}
+        hist = {}
         if Path(noise_db).is_file():
             with store.read(noise_db) as con:
-                hist = history_values(con, base, machine)
-                hist_paired = history_values(con, base, machine, paired=True)
+                hist = _histories(con, base, machine, several_envs)
     if not b_rows:
         v.problems.append(f"base {base[:10]} has no results{where} (never measured)")
     if not h_rows:
@@ -403,59 +456,8 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         m, bn, pk = key
         if m not in b_machines or m not in h_machines:
             continue  # the whole machine is missing on one side: one problem line above
-        b, h = b_rows.get(key), h_rows.get(key)
-        label = f"{m} {bn} [{pk or '-'}]"
-        out = outcome(b, h)
-        carried = (h or {}).get("carried_from")
-        if carried:
-            if out is not None and out.blocks:
-                out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
-        if out is None and carried == base:
-            out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
-        elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
-            out = VERSION_CHANGED
-            v.problems.append(f"{label}: {out.text} ({', '.join(sorted(b['versions']))[:24]} at base, "
-                              f"{', '.join(sorted(h['versions']))[:24]} at head)")
-        elif out is None:
-            xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
-            same = identical(xs, ys)
-            bad = [] if same else [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
-                                   if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
-            if same:
-                out = COMPARED  # equal is equal: nothing moved, whatever the sample count
-            elif bad:
-                out = INVALID
-                v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
-            elif len(xs) < need or len(ys) < need:
-                model = noisemod.from_values([t[0] for t in hist.get(key, [])])
-                if model is not None:
-                    out = HISTORY
-                    against_history(v, eff, key, b, ys, model, m in changed)
-                else:
-                    out = TOO_FEW
-                    why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
-                                            if need > cfg.min_samples else "")
-                    v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
-                                      f"and too little history to judge it otherwise (fewer than "
-                                      f"{noisemod.MIN_HISTORY} commits)")
-            elif b["paired"] and h["paired"] and min(len(b["paired"]), len(h["paired"])) >= need:
-                out = COMPARED  # host series with their reference call: judged op / reference
-                compare(v, cfg, eff, key, b, h, np.asarray(b["paired"], float), np.asarray(h["paired"], float),
-                        m in changed, *noisemod.steadier(hist_paired.get(key, []), higher_is_better(b["unit"])),
-                        paired=True)
-            else:
-                out = COMPARED
-                compare(v, cfg, eff, key, b, h, xs, ys, m in changed,
-                         *noisemod.steadier(hist.get(key, []), higher_is_better(b["unit"])),
-                         drift=v.drift.get(m, (None,))[0] if _host_series(bn) else None)
-            if carried and out in (COMPARED, HISTORY):
-                v.carried_compared += 1
-                out = CARRIED
-        elif out.blocks:
-            v.problems.append(f"{label}: {out.text}")
-        if out is CARRIED:
-            v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
-        v.counts[out.name] += 1
+        for env, b, h in per_env(b_rows.get(key), h_rows.get(key)):
+            _judge_series(v, cfg, eff, key, env, b, h, base, hist, changed)
     v.compared = v.counts[COMPARED.name] + v.counts[HISTORY.name] + v.carried_compared
     for o in (NEW_AT_HEAD, SKIPPED_BOTH):
         if v.counts[o.name]:
@@ -471,6 +473,88 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         v.history = _history(db, base, head, machine)
     v.code = REGRESSION if v.regressions else (CANNOT_JUDGE if v.problems else PASS)
     return v
+
+
+def _histories(con: Any, base: str, machine: str | None, several_envs: bool) -> dict[str, dict]:
+    """What the noise models learn from, up to ``base``: the series' values (``"value"``) and, for the
+    host series, their values against the reference call (``"paired"``); keyed with the environment
+    too where a series ran in several (:func:`per_env`)."""
+    out = {"value": history_values(con, base, machine), "paired": history_values(con, base, machine, paired=True)}
+    if several_envs:
+        out["value"].update(history_values(con, base, machine, by_env=True))
+        out["paired"].update(history_values(con, base, machine, paired=True, by_env=True))
+    return out
+
+
+def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | None, b: dict | None,
+                  h: dict | None, base: str, hist: dict[str, dict], changed: set) -> None:
+    """One series (in one environment where ``env`` is given: :func:`per_env`) into ``v``."""
+    m, bn, pk = key
+    need = cfg.samples_needed
+    label = f"{m} {bn} [{pk or '-'}]" + (f" (environment {env})" if env is not None else "")
+    hkey = key if env is None else (*key, env)
+    values, paired = hist.get("value", {}), hist.get("paired", {})
+    marks = [len(x) for x in (v.regressions, v.within_noise, v.clock, v.changed_machine, v.with_machine)]
+    out = outcome(b, h)
+    several = several_runs(b, h)
+    if several:
+        out = SEVERAL_RUNS
+        v.problems.append(f"{label}: result files of one commit ({several}): not pooled, not judged; keep "
+                          "one file per commit and environment (remove the copy)")
+    carried = (h or {}).get("carried_from")
+    if carried:
+        if out is not None and out.blocks and out is not SEVERAL_RUNS:
+            out = Outcome(out.name, f"{out.text} (carried forward from {carried[:10]})", True)
+    if out is SEVERAL_RUNS:
+        pass
+    elif out is None and carried == base:
+        out = CARRIED  # measured at base itself, sources unchanged since: nothing to compare
+    elif out is None and b["versions"] and h["versions"] and not b["versions"] & h["versions"]:
+        out = VERSION_CHANGED
+        v.problems.append(f"{label}: {out.text} ({', '.join(sorted(b['versions']))[:24]} at base, "
+                          f"{', '.join(sorted(h['versions']))[:24]} at head)")
+    elif out is None:
+        xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+        same = identical(xs, ys)
+        bad = [] if same else [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
+                               if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
+        hib = higher_is_better(b["unit"])
+        if same:
+            out = COMPARED  # equal is equal: nothing moved, whatever the sample count
+        elif bad:
+            out = INVALID
+            v.problems.append(f"{label}: invalid samples (negative, zero or not finite: {', '.join(bad)})")
+        elif len(xs) < need or len(ys) < need:
+            model = noisemod.from_values([t[0] for t in values.get(hkey, [])])
+            if model is not None:
+                out = HISTORY
+                against_history(v, eff, key, b, ys, model, m in changed)
+            else:
+                out = TOO_FEW
+                why = f"need {need}" + (f": p <= {cfg.alpha:g} is out of reach with fewer"
+                                        if need > cfg.min_samples else "")
+                v.problems.append(f"{label}: too few samples ({len(xs)} at base, {len(ys)} at head; {why}) "
+                                  f"and too little history to judge it otherwise (fewer than "
+                                  f"{noisemod.MIN_HISTORY} commits)")
+        elif b["paired"] and h["paired"] and min(len(b["paired"]), len(h["paired"])) >= need:
+            out = COMPARED  # host series with their reference call: judged op / reference
+            compare(v, cfg, eff, key, b, h, np.asarray(b["paired"], float), np.asarray(h["paired"], float),
+                    m in changed, *noisemod.steadier(paired.get(hkey, []), hib), paired=True)
+        else:
+            out = COMPARED
+            compare(v, cfg, eff, key, b, h, xs, ys, m in changed, *noisemod.steadier(values.get(hkey, []), hib),
+                    drift=v.drift.get(m, (None,))[0] if _host_series(bn) else None)
+        if carried and out in (COMPARED, HISTORY):
+            v.carried_compared += 1
+            out = CARRIED
+    elif out.blocks:
+        v.problems.append(f"{label}: {out.text}")
+    if out is CARRIED:
+        v.carried_from[carried] = v.carried_from.get(carried, 0) + 1
+    v.counts[out.name] += 1
+    for lst, n in zip((v.regressions, v.within_noise, v.clock, v.changed_machine, v.with_machine), marks):
+        for item in lst[n:]:
+            item["env"] = env  # which environment slowed down, where they are judged apart
 
 
 def against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,
@@ -607,16 +691,16 @@ def report(v: Verdict) -> str:
     for a, items in alerts_of(v, v.regressions):  # one heading per (machine, commit), as `xrt regressions`
         lines.append(f"alert: {a.headline()}")
         lines += [f"REGRESSION {r['benchmark']} [{r['param_key'] or '-'}] {fmt_ratio(r['ratio'])} "
-                  f"(machine {r['machine']}, {evidence(r)})" for r in items]
+                  f"({_on(r)}, {evidence(r)})" for r in items]
     lines += [f"clock change (not failing): {r['benchmark']} [{r['param_key'] or '-'}] time {fmt_ratio(r['ratio'])}, "
-              f"cycles {fmt_ratio(r['cycles_ratio'])} (machine {r['machine']})" for r in v.clock]
+              f"cycles {fmt_ratio(r['cycles_ratio'])} ({_on(r)})" for r in v.clock]
     lines += [f"slower on a changed machine (not judged as a regression): {r['benchmark']} [{r['param_key'] or '-'}] "
-              f"{fmt_ratio(r['ratio'])} (machine {r['machine']})" for r in v.changed_machine]
+              f"{fmt_ratio(r['ratio'])} ({_on(r)})" for r in v.changed_machine]
     lines += [f"within noise (not failing): {r['benchmark']} [{r['param_key'] or '-'}] {fmt_ratio(r['ratio'])} "
-              f"(machine {r['machine']}, {r['judged']})" for r in v.within_noise]
+              f"({_on(r)}, {r['judged']})" for r in v.within_noise]
     lines += [f"moved with the machine (not failing): {r['benchmark']} [{r['param_key'] or '-'}] "
               f"{fmt_ratio(r.get('abs_ratio', r['ratio']))} in µs, {fmt_ratio(r['ratio'])} against the reference "
-              f"call (machine {r['machine']})" for r in v.with_machine]
+              f"call ({_on(r)})" for r in v.with_machine]
     lines += [f"cannot judge: {p}" for p in v.problems]
     lines += [f"not judged (does not block): {n}" for n in v.notes]
     word = {PASS: "pass", REGRESSION: "REGRESSION", CANNOT_JUDGE: "CANNOT JUDGE"}[v.code]
@@ -624,6 +708,11 @@ def report(v: Verdict) -> str:
                  + (f" ({v.counts.get(HISTORY.name, 0)} against history)" if v.counts.get(HISTORY.name) else "") + ", "
                  f"{len(v.regressions)} regression(s), {len(v.problems)} problem(s) (exit {v.code})")
     return "\n".join(lines)
+
+
+def _on(r: dict) -> str:
+    """Where a listed series ran: its machine, and its environment where environments are judged apart."""
+    return f"machine {r['machine']}" + (f", environment {r['env']}" if r.get("env") else "")
 
 
 def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:

@@ -95,7 +95,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
     eff = float(np.log1p(cfg.threshold))
     out: list[Judgement] = []
     with store.read(db) as con:
-        hist_memo: dict[tuple[str, str], dict] = {}
+        hist_memo: dict[tuple, dict] = {}
         env_memo: dict[tuple[str, str, str], list[str] | None] = {}
         heads = _heads(con, machine)
         # every (commit, machine) judged, read at once
@@ -119,13 +119,37 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
             if (m, base, head) not in env_memo:
                 envs = envmod.environments(con, m, commits=[base, head])
                 env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
-            _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []), bool(env_memo[m, base, head]),
-                       int(n_hist))
+            units = gate.per_env(b, h)
+            if len(units) == 1:
+                _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []),
+                           bool(env_memo[m, base, head]), int(n_hist))
+                continue
+            # asv environments are judged apart (their samples never pooled); the worst one is stored
+            if (base, m, "env") not in hist_memo:
+                hist_memo[base, m, "env"] = gate.history_values(con, base, m, by_env=True)
+            subs = []
+            for env, be, he in units:
+                sj = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
+                _judge_one(sj, cfg, eff, be, he, hist_memo[base, m, "env"].get((m, bn, pk, env), []),
+                           bool(env_memo[m, base, head]), int(n_hist))
+                subs.append((env, sj))
+            env, worst = min(subs, key=lambda es: (_SEVERITY.index(es[1].verdict), -(es[1].ratio or 0)))
+            for k in ("verdict", "ratio", "z", "p_value", "before", "after", "n_before", "n_after", "cycles_ratio"):
+                setattr(j, k, getattr(worst, k))
+            j.reason = f"environment {env} (the worst of {len(subs)} judged apart): {worst.reason}"
     return out
+
+
+# which environment's judgement a series gets when its environments are judged apart: the worst
+_SEVERITY = [REGRESSION, MACHINE_CHANGED, CLOCK, WITHIN_NOISE, FAILED, NOT_JUDGED, OK]
 
 
 def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
                history: list[tuple], machine_changed: bool, n_hist: int) -> None:
+    several = gate.several_runs(b, h)
+    if several:
+        j.reason = f"result files of one commit ({several}): {gate.SEVERAL_RUNS.text}"
+        return
     outcome = gate.outcome(b, h)
     if outcome is not None:
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
@@ -265,6 +289,19 @@ def settle(con: Any, scope_machine: str | None = None, min_points: int | None = 
     for rid in ids:
         con.execute("DELETE FROM regressions WHERE id = ?", [rid])
     return len(ids)
+
+
+def pending(db: str | os.PathLike) -> bool:
+    """Whether ``newest_judgements`` lacks the newest commit of some series (or holds a series that
+    is gone): an ingest was stopped after its results were committed and before they were judged,
+    or ran with ``--no-judge``. The next ingest then judges even if it has nothing new to write."""
+    with store.read(db) as con:
+        if "newest_judgements" not in {t for (t,) in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
+            return True  # an older file: the judging write migrates it
+        heads = {(m, b, pk, h) for m, b, pk, h, _, _ in _heads(con, None)}
+        have = set(con.execute('SELECT machine, benchmark, param_key, "commit" FROM newest_judgements').fetchall())
+    return heads != have
 
 
 def after_ingest(db: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, int] | None:
