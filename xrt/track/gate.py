@@ -237,8 +237,9 @@ def per_env(b: dict | None, h: dict | None) -> list[tuple[str | None, dict | Non
     either side ran: asv keeps one file per environment, and their samples are never pooled (one
     slower environment would hide in the others' samples)."""
     envs_b, envs_h = set((b or {}).get("by_env") or ()), set((h or {}).get("by_env") or ())
-    if len(envs_b | envs_h) <= 1:
-        return [(None, b, h)]
+    if len(envs_b) <= 1 and len(envs_h) <= 1:  # one a side: the same, or one that changed (an upgrade's
+        return [(None, b, h)]                   # new name), which the environment-change class takes
+
     out = []
     for env in sorted(envs_b | envs_h, key=str):
         sides = []
