@@ -151,3 +151,14 @@ def test_paired_order_alternates():
     assert order(["a", "b"], 3) == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
     with pytest.raises(ValueError, match="--rounds 0"):
         order(["a", "b"], 0)
+
+
+def test_paired_rounds_a_head_within_bases_own_spread_does_not_fail(world, capsys):
+    """Base's two processes read 4.0 and 4.6 µs (a series that flips between levels): a head at 4.6 and
+    4.9 is slower in every round, but not beyond what base itself does from process to process."""
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6, 4.6e-6], [4.6e-6, 4.9e-6], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    assert "within base's own run-to-run spread" in out

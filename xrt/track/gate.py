@@ -615,6 +615,21 @@ def round_ratios(b: dict, h: dict, paired: bool) -> list[float] | None:
     return [y / x for x, y in pairs]
 
 
+def run_gap(b: dict, h: dict, paired: bool, sign: int) -> float | None:
+    """The log gap between head's best run and base's worst run (positive: every head run is worse
+    than every base run), where base has several runs; None otherwise. Base's runs of one commit
+    measure how far a whole process moves (Pinpoint's inter-task noise): a series that flips between
+    two levels from one process to the next (seen for a compiled CUDA C call: 1.65 or 1.9-2.1 times
+    its reference) moves that far in an A/A pair too, and is not a regression unless head's runs all
+    lie beyond base's."""
+    col = 2 if paired else 1
+    bs = [np.log(r[col]) * sign for r in b.get("runs") or [] if r[col]]
+    hs = [np.log(r[col]) * sign for r in h.get("runs") or [] if r[col]]
+    if len(bs) < 2 or not hs:
+        return None
+    return float(min(hs) - max(bs))
+
+
 def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict, xs: np.ndarray,
              ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
              stat: str = "median", paired: bool = False, drift: float | None = None) -> None:
@@ -645,9 +660,15 @@ def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict,
     if rounds is not None:
         sign = -1 if higher_is_better(b["unit"]) else 1
         item["rounds"] = rounds
+        apart = run_gap(b, h, paired, sign)
         if min(sign * np.log(r) for r in rounds) < eff / 2:
             item["judged"] = ("not slower in every round (head / base per round: "
                               + ", ".join(f"{r:.3f}" for r in rounds) + ")")
+            v.within_noise.append(item)
+            return
+        if apart is not None and apart < eff / 2:
+            item["judged"] = (f"within base's own run-to-run spread (head's best run is {np.expm1(apart):+.1%} from "
+                              "base's worst)")
             v.within_noise.append(item)
             return
     if drift is not None and worse <= np.log(drift) + eff:
