@@ -19,7 +19,6 @@ from xrt.db.store import DEFAULT_DB
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job on this machine's default device, end to end")
     p.add_argument("--no-serve", action="store_true", help="do not start the dashboard at the end")
-    p.add_argument("--commits", type=int, default=3, help="how many recent commits to benchmark [3]")
     p.add_argument("--repo", type=Path, default=Path("."), help="the xpuruntime checkout [.]")
     p.add_argument("--db", type=Path, default=None, help="database [REPO/results/xrt.duckdb]")
     p.add_argument("--port", type=int, default=8501, help="the dashboard's port [8501]")
@@ -84,60 +83,84 @@ def _xrt(*args: str, check: bool = True) -> int:
     return rc
 
 
-def _recent_commits(repo: Path, n: int) -> list[str]:
-    out = subprocess.run(["git", "-C", str(repo), "rev-list", "--first-parent", f"-{n}", "HEAD"], capture_output=True,
-                         text=True)
+# The demo's slowdown: about 50 µs of Python in front of every eager ``square`` call, planted in a
+# throwaway commit of a temporary clone (the user's checkout is never changed).
+PLANT_US = 50
+SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, x)\n'
+PLANT = (f"    _t0 = __import__('time').perf_counter()  # planted by xrt demo: ~{PLANT_US} us of Python a call\n"
+         f"    while __import__('time').perf_counter() - _t0 < {PLANT_US}e-6:\n        pass\n")
+DEMO_BENCH = r"^bench_(ops|host)\.(Square|VectorAdd)\."
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "-c", "user.name=xrt demo", "-c", "user.email=demo@localhost",
+                          *args], capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"{repo} is not a git checkout with commits: {out.stderr.strip()}")
-    return list(reversed(out.stdout.split()))
+        raise RuntimeError(f"git {' '.join(args)} in {repo}: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def stage_clone(repo: Path, work: Path) -> tuple[Path, list[str]]:
+    """A temporary clone of ``repo`` at its HEAD with two commits on top: a comment only (an A/A
+    pair with HEAD), then the planted slowdown. Returns the clone and [base, A/A head, planted]."""
+    import shutil
+
+    clone = work / "repo"
+    shutil.rmtree(clone, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    _git(clone, "checkout", "-q", "-B", "demo")
+    base = _git(clone, "rev-parse", "HEAD")
+    spaces = clone / "kernels" / "spaces.py"
+    spaces.write_text(spaces.read_text() + "\n# xrt demo: a comment, so this commit changes no code.\n")
+    _git(clone, "commit", "-qam", "demo: a comment only (the gate must pass)")
+    aa = _git(clone, "rev-parse", "HEAD")
+    op = clone / "xrt" / "pytorch" / "ops" / "square.py"
+    text = op.read_text()
+    if SQUARE_RETURN not in text:
+        raise RuntimeError(f"{op}: cannot plant the demo's slowdown (the line it goes before is gone)")
+    op.write_text(text.replace(SQUARE_RETURN, PLANT + SQUARE_RETURN, 1))
+    _git(clone, "commit", "-qam", f"demo: square spends {PLANT_US} us in Python first (a planted slowdown)")
+    return clone, [base, aa, _git(clone, "rev-parse", "HEAD")]
 
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1" if not _has_gpu() else "0")
     repo = args.repo.resolve()
-    results = repo / "results" / "asv"
     db = (args.db or repo / DEFAULT_DB).resolve()
+    work = repo / "results" / "demo"  # ignored by git: the demo changes no tracked file
+    t0 = time.time()
     dev = stage_device()
     stage_square(dev)
-    commits = _recent_commits(repo, args.commits)
-    _say(f"benchmarking the last {len(commits)} commits on {dev.torch_device} (already measured ones are skipped)")
-    # A commit whose suites cannot be measured here (too old) is reported, not fatal.
-    _xrt("bench", "run", "--repo", str(repo), "--commits", ",".join(commits), "--skip-existing",
-         *(["--quick"] if dev.kind == "cpu" else []), check=False)
-    _xrt("db", "ingest", str(results), "--db", str(db), "--repo", str(repo))
-    _xrt("db", "stats", "--db", str(db))
-    _xrt("regressions", "--db", str(db), "--format", "table", check=False)
-    from xrt.bench.machine import machine_name
+    clone, (base, aa, planted) = stage_clone(repo, work)
+    _say(f"in a temporary clone ({clone}): {base[:10]} (this checkout's HEAD), {aa[:10]} (a comment only), "
+         f"{planted[:10]} (square gets {PLANT_US} us slower a call)")
+    _say(f"measuring the three on {dev.torch_device}, in two interleaved rounds (one xrt bench run each, "
+         f"A B C then C B A); {DEMO_BENCH}")
+    from xrt.orchestrate import paired
 
-    machine = machine_name(dev)
-    measured = _measured_commits(db, commits, machine)
-    if len(measured) >= 2:
-        # This machine only: results/asv also holds other machines' runs (the committed GPU results).
-        rc = _xrt("gate", "--db", str(db), "--repo", str(repo), "--base", measured[-2], "--head", measured[-1],
-                  "--machine", machine, check=False)
-        _say({0: "gate: no regression", 1: "gate: REGRESSION (see above)", 2: "gate: cannot judge (see above)"}
-             .get(rc, f"gate exited {rc}"))
-        if dev.kind == "cpu" and rc == 1:
-            # Measured on this 2-core VM: the same code, benchmarked by consecutive asv processes,
-            # moved by up to 2x at these microsecond sizes. The GPU results hold within 1 %.
-            _say("note: on the CPU this verdict only shows the pipeline working: the quick profile's "
-                 "microsecond-sized CPU timings move by up to 2x between processes with nothing changed")
-    else:
-        _say("gate: needs two measured commits on this machine; skipped")
+    p = paired.measure(clone, base, [aa, planted], work / "measured", rounds=2, bench=DEMO_BENCH,
+                       device=None if dev.kind != "cpu" else "cpu", quick=dev.kind == "cpu",
+                       log=lambda m: _say(m) if m.startswith(("[paired", "[1/1]")) else None)
+    if (repo / "results" / "asv").is_dir():  # the committed GPU results, for the dashboard's other pages
+        _xrt("db", "ingest", str(repo / "results" / "asv"), "--db", str(db), "--repo", str(repo))
+    _xrt("db", "ingest", str(p.merged), "--db", str(db), "--repo", str(clone))
+    _say("the gate on the A/A pair (a comment only): it must pass")
+    rc_aa = _xrt("gate", "--db", str(p.db), "--repo", str(clone), "--base", base, "--head", aa,
+                 "--noise-db", str(db), "--no-history", check=False)
+    _say("the gate on the planted slowdown: it must fail, naming square's series")
+    rc_plant = _xrt("gate", "--db", str(p.db), "--repo", str(clone), "--base", aa, "--head", planted,
+                    "--noise-db", str(db), "--no-history", check=False)
+    _xrt("regressions", "--db", str(db), "--since", planted, "--format", "table", check=False)
+    ok = rc_aa == 0 and rc_plant == 1
+    _say(("the tracker was right: the A/A pair passed and the planted slowdown failed the gate"
+          if ok else f"unexpected: A/A gate exit {rc_aa} (want 0), planted gate exit {rc_plant} (want 1)")
+         + f"; {time.time() - t0:.0f} s so far")
+    _say("open the dashboard's front page for the planted step, and `xrt regressions show ID` for its checklist")
     if args.no_serve:
         _say("done.")
-        return 0
+        return 0 if ok else 1
     _say(f"serving the dashboard on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
     return _xrt("dashboard", "--db", str(db), "--port", str(args.port), check=False)
-
-
-def _measured_commits(db: Path, commits: list[str], machine: str) -> list[str]:
-    from xrt.db import query
-
-    sql = "SELECT DISTINCT commit_hash FROM runs WHERE machine = ?"
-    _, rows = query.query(db, sql, [machine])
-    have = {r[0] for r in rows}
-    return [c for c in commits if c in have]
 
 
 def _has_gpu() -> bool:
@@ -149,4 +172,4 @@ def _has_gpu() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace(no_serve=True, commits=3, repo=Path("."), db=None, port=8501)))
+    sys.exit(run(argparse.Namespace(no_serve=True, repo=Path("."), db=None, port=8501)))
