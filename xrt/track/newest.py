@@ -179,6 +179,11 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
             return
         gate.against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
         how = f"against its history ({model.describe()})"
+    elif b.get("paired") and h.get("paired") and min(len(b["paired"]), len(h["paired"])) >= need:
+        # host series with their reference call beside each sample: judged op / reference, as the gate does
+        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, np.asarray(b["paired"], float),
+                     np.asarray(h["paired"], float), machine_changed, paired=True)
+        how = "on samples against the reference call (op / reference)"
     else:
         model, stat = noisemod.steadier(history, higher_is_better(b["unit"]))
         gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
