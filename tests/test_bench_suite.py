@@ -468,6 +468,7 @@ def test_compiled_series_times_the_op_from_a_compiled_function(monkeypatch, tmp_
 
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
     monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    monkeypatch.setattr(suite, "_REFERENCES", {})  # the reference call compiles anew in this test
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
@@ -481,14 +482,17 @@ def test_compiled_series_times_the_op_from_a_compiled_function(monkeypatch, tmp_
             assert "cannot run here" in e["skip"], e
             continue
         assert suite.HOST_MIN_SAMPLES <= len(e["samples"]) <= suite.HOST_SAMPLES and min(e["samples"]) > 0, (k, e)
-    # every combination compiled one graph of its own (never a recompile of another's function)
+    # every combination compiled one graph of its own (never a recompile of another's function), and
+    # the reference call its one graph a process (suite.reference_call)
     assert {k[4] for k in ran} == {"torch", "triton"}
-    assert counters["stats"]["unique_graphs"] == len(ran)
+    assert counters["stats"]["unique_graphs"] == len(ran) + 1
     with pytest.raises(NotImplementedError, match="the compiled series is measured at the default config only"):
         suite.CompiledCase("square", "4096", "float32", "triton", "BLOCK=256,num_warps=4")
     rec = json.loads((tmp_path / "bench_compiled.Square.time_compiled-4096-float32-torch-default.json").read_text())
     assert rec["benchmark"] == "bench_compiled.Square.time_compiled" and rec["series"] == "compiled"
     assert rec["cycles"] == [None] * len(rec["samples_s"])  # host time: no cycles from the GPU's clock
+    # each sample has the reference call's sample beside it, taken in turn with it
+    assert len(rec["ref_samples_s"]) == len(rec["samples_s"]) and min(rec["ref_samples_s"]) > 0
     # replayed to asv like the host series, on the host clock
     cls = suite.make_compiled_suite("square", "Square", "bench_compiled")
     p = ("4096", "float32", "torch", "default")
