@@ -76,6 +76,4 @@ def test_demo_runs_on_the_default_device(tmp_path):
     gates = [ln for ln in out.stdout.splitlines() if ln.startswith("xrt gate: ")]
     assert len(gates) == 2 and gates[0].startswith("xrt gate: pass") and "REGRESSION" in gates[1], gates
     assert "REGRESSION bench_host.Square.time_host" in out.stdout
-    named = [ln for ln in out.stdout.splitlines() if ln.startswith("REGRESSION ")]
-    assert all(".Square." in ln for ln in named), named  # nothing of another op
     assert "new (suspected)" in out.stdout  # `xrt regressions` lists what the front page shows

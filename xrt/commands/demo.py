@@ -89,9 +89,11 @@ PLANT_US = 50
 SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, x)\n'
 PLANT = (f"    _t0 = __import__('time').perf_counter()  # planted by xrt demo: ~{PLANT_US} us of Python a call\n"
          f"    while __import__('time').perf_counter() - _t0 < {PLANT_US}e-6:\n        pass\n")
-# What the demo measures: square (planted) and vector_add (not). On the CPU the host series alone: there
-# the device series is the same call's CPU time again, which moves ~10 % from process to process.
-DEMO_BENCH = {"cpu": r"^bench_host\.(Square|VectorAdd)\.", "gpu": r"^bench_(ops|host)\.(Square|VectorAdd)\."}
+# What the demo measures: square, where the slowdown is planted. On the CPU its host series alone: there
+# the device series is the same call's CPU time again, which moves ~10 % from process to process, and
+# another op's host series read up to 1.08x in a CPU A/A pair (scripts/gate_protocol.py, on a GPU host,
+# checks that a planted op names nothing of another op).
+DEMO_BENCH = {"cpu": r"^bench_host\.Square\.", "gpu": r"^bench_(ops|host)\.Square\."}
 ROUNDS = 3  # A B C, C B A, A B C: base has three runs, so one slow process cannot fail the A/A pair
 
 
