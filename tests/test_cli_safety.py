@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from markdown_checks import outside_code  # noqa: E402
+
 from xrt.cli import main  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.track import explain, gate, regressions, synth  # noqa: E402
@@ -182,20 +184,6 @@ EVIL = {"machine": "gpu <script>alert(1)</script>", "benchmark": "ops.X![img](ht
         "param_key": "'1' | <img src=x onerror=alert(1)>, '[l](http://evil/l)'"}
 
 
-def outside_code(md: str) -> str:
-    """The Markdown without its code spans (CommonMark: a run of N backticks opens a span that the next
-    run of exactly N closes)."""
-    runs = [(m.start(), m.end()) for m in re.finditer(r"`+", md)]
-    out, pos, j = [], 0, 0
-    while j < len(runs):
-        s, e = runs[j]
-        close = next((k for k in range(j + 1, len(runs)) if runs[k][1] - runs[k][0] == e - s), None)
-        if close is None:
-            j += 1
-            continue
-        out.append(md[pos:s])
-        pos, j = runs[close][1], close + 1
-    return "".join(out) + md[pos:]
 
 
 def assert_inert(md: str) -> None:

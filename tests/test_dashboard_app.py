@@ -24,6 +24,7 @@ pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
 from dashboard_checks import APP, CHROMIUM, launch_chromium, open_app, steps_table  # noqa: E402
+from markdown_checks import outside_code  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
 
@@ -784,20 +785,6 @@ EVIL_MACHINES = {"gpu-a ![m](http://evil/m.png)": "NVIDIA <img src=http://evil/g
 EVIL_MESSAGE = "commit {i}: ![c](http://evil/c.png) see www.evil.example `x` **bold**"
 
 
-def outside_code(md: str) -> str:
-    """A Markdown string without its code spans (CommonMark: a run of N backticks opens a span that
-    the next run of exactly N closes; a run with no partner is literal)."""
-    runs = [(m.start(), m.end()) for m in re.finditer(r"`+", md)]
-    out, pos, j = [], 0, 0
-    while j < len(runs):
-        s, e = runs[j]
-        close = next((k for k in range(j + 1, len(runs)) if runs[k][1] - runs[k][0] == e - s), None)
-        if close is None:
-            j += 1
-            continue
-        out.append(md[pos:s])
-        pos, j = runs[close][1], close + 1
-    return "".join(out) + md[pos:]
 
 
 def markdown_strings(at: AppTest) -> list[str]:
