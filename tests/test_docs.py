@@ -134,3 +134,11 @@ def test_readme_links_to_every_docs_page_and_each_link_resolves():
 def test_code_spans_follow_commonmark():
     assert code_spans("a `b` c `` d ` e `` f ` g") == ["b", "d ` e"]
     assert code_spans("``no xrt tables (run `xrt db ingest`)``") == ["no xrt tables (run `xrt db ingest`)"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_gpu_run_step_a_page_names_exists(page):
+    script = (ROOT / "scripts" / "gpu_run.sh").read_text()
+    steps = {s for label in re.findall(r"^\s*([\w|]+)\)", script, re.M) for s in label.split("|")}
+    named = set(re.findall(r"gpu_run\.sh (\w+)", "\n".join(_code(page.read_text()))))
+    assert named - steps == set(), f"{_name(page)} names steps scripts/gpu_run.sh does not have"
