@@ -401,6 +401,27 @@ def test_a_parallel_asv_process_that_dies_at_its_start_runs_again_alone(tmp_path
     assert [entry["machines"][m]["status"] for m in ("node-a-cpu", "node-b-cpu")] == ["ok", "ok"], text
 
 
+def test_progress_lines_are_logged_once_and_only_when_whole(tmp_path):
+    """The runner follows each asv process's progress file while it runs: a line is logged once, and
+    not before its end is written; a target with no file yet is passed over."""
+    from xrt.bench import runner
+
+    cpus = [DeviceInfo(kind="cpu", index=0, name="cpu", host=h) for h in ("node-a", "node-b")]
+    tgts = [runner.Target(d, runner.pin_env(d)) for d in cpus]
+    lines: list[str] = []
+    job = runner._Job(tmp_path, tmp_path, tgts, ["square"], tmp_path, "quick", None, None, False, lines.append, 3)
+    one = runner._CommitRun(job, 2, "a" * 40, tmp_path / "wt", 0.0)
+    one.procs = [(t, None, None, None, None) for t in tgts]
+    progress = runner._progress_file(tmp_path, "a" * 40, tgts[0].machine)
+    progress.write_text("Square 1/4\nSquare 2/")
+    one.tick()
+    assert lines == [f"  [2/3] aaaaaaaaaa {tgts[0].machine}: Square 1/4"]
+    progress.write_text("Square 1/4\nSquare 2/4\n")
+    one.tick()
+    one.tick()
+    assert lines[1:] == [f"  [2/3] aaaaaaaaaa {tgts[0].machine}: Square 2/4"]
+
+
 def test_cpu_rounds_interleave_the_combinations_over_the_span(monkeypatch, interpreter):
     """With rounds, every combination is measured once a round, in turn, each round starting no
     earlier than its share of the span, with its inputs built anew; the samples are the rounds'

@@ -54,6 +54,41 @@ def test_candidates_default_first_unique_and_seeded():
         search.candidates("square.triton", budget=0)
 
 
+def test_a_worker_takes_its_own_queue_first_then_steals_and_stops_once_closed():
+    """The queue a tuner's worker thread reads: its own configs first, then one it may steal (a timing
+    worker, from the build queue); a config put before closing is still taken; then None."""
+    import queue
+    import threading
+
+    from xrt.tune.tuner import next_config
+
+    own, steal, closed = queue.Queue(), queue.Queue(), threading.Event()
+    own.put({"BLOCK": 1})
+    steal.put({"BLOCK": 2})
+    assert next_config(own, closed, steal) == {"BLOCK": 1}
+    assert next_config(own, closed, steal) == {"BLOCK": 2}
+    threading.Timer(0.2, own.put, args=({"BLOCK": 3},)).start()  # an open queue waits for more
+    assert next_config(own, closed) == {"BLOCK": 3}
+    own.put({"BLOCK": 4})
+    closed.set()
+    assert next_config(own, closed, steal) == {"BLOCK": 4}
+    assert next_config(own, closed, steal) is None
+
+
+def test_round_sizes_follow_the_strategy_and_the_clock():
+    """Exhaustive and random search take all that is left in one round; the model a batch of --jobs (at
+    least one per timing slot) so that it learns between rounds; a time budget makes rounds small
+    enough that the clock is looked at."""
+    from xrt.tune.tuner import batch_size
+
+    assert batch_size("exhaustive", 4, 1, None, 37) == 37
+    assert batch_size("random", 4, 1, None, 0) == 1
+    assert batch_size("model", 4, 1, None, 37) == 4
+    assert batch_size("model", 4, 8, 30.0, 37) == 8
+    assert batch_size("exhaustive", 4, 1, 30.0, 37) == 16
+    assert batch_size("random", 8, 1, 30.0, 37) == 32
+
+
 def test_journal_survives_a_torn_line(tmp_path):
     j = Journal(tmp_path / "j.jsonl")
     j.add({"key": "a=1", "status": "timed", "median_s": 1.0})

@@ -291,6 +291,8 @@ def _progress_file(work: Path, commit: str, machine: str) -> Path:
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
         skip_existing: bool = False, changed_only: bool = False, log=print) -> dict[str, Any]:
+    """Measure each of ``commits`` on each target (:class:`_CommitRun`): the summary of what each machine
+    did per commit."""
     repo, results = repo.resolve(), results.resolve()
     wanted = sources.units_matching(bench)
     if not wanted:
@@ -301,6 +303,8 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
     profile = "quick" if quick or tgts[0].dev.kind == "cpu" else "full"
     summary: dict[str, Any] = {"commits": [], "machines": [t.machine for t in tgts], "profile": profile}
     work = Path(tempfile.mkdtemp(prefix="xrt-bench-"))
+    job = _Job(repo, results, tgts, wanted, work, profile, bench, lock_clocks, changed_only, log,
+                          len(commits))
     try:
         for i, commit in enumerate(commits, 1):
             t0 = time.time()
@@ -314,108 +318,156 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
             except worktrees.GitError as e:
                 raise BenchError(str(e)) from None
             try:
-                if not (wt / "asv.conf.json").is_file() or not (wt / "benchmarks" / "bench_ops.py").is_file():
-                    log(f"[{i}/{len(commits)}] {commit[:10]}: no asv suites in this commit; skipped")
-                    summary["commits"].append({"commit": commit, "status": "no suites"})
-                    continue
-                procs = []
-                launches: dict[str, tuple[list[str], dict[str, str]]] = {}  # machine -> (asv command, env)
-                entry: dict[str, Any] = {"commit": commit, "machines": {}}
-                for t in tgts:
-                    units = list(wanted)
-                    if changed_only:
-                        units, carried, note = plan_changed(repo, results, t.machine, commit, wanted)
-                        log(f"[{i}/{len(commits)}] {commit[:10]} on {t.machine}: {note}")
-                        if carried:
-                            write_carried(results, t.machine, commit, carried)
-                            entry["machines"][t.machine] = {"status": "carried forward", "files": [],
-                                                            "carried": carried, "measured": units}
-                        if not units:
-                            continue
-                    side = work / f"side-{commit[:12]}-{t.machine}"
-                    # asv drops PYTHONPATH for benchmark processes and uses ASV_PYTHONPATH instead.
-                    path = os.pathsep.join([str(wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                                        if p])
-                    env = {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
-                           suite_env.SIDECAR_DIR: str(side),
-                           suite_env.PROGRESS_FILE: str(_progress_file(work, commit, t.machine)),
-                           suite_env.PROFILE: profile,
-                           # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
-                           suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
-                           suite_env.SERIES: ",".join(sources.series_matching(bench, units)) or "device",
-                           "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
-                    config, out = _asv_config(wt, t)
-                    narrowed = bench if units == sources.units() else sources.bench_regex(units, bench)
-                    cmd = _asv_cmd(commit, t, narrowed, config)
-                    if lock_clocks:
-                        cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
-                               *(["--uuid", t.dev.uuid] if t.dev.uuid else []), "--mode", lock_clocks, "--"] + cmd
-                    logf = open(work / f"asv-{commit[:12]}-{t.machine}.log", "w")
-                    launches[t.machine] = (cmd, env)
-                    procs.append((t, side, out, logf, subprocess.Popen(cmd, cwd=wt, env=env, stdout=logf,
-                                                                       stderr=subprocess.STDOUT)))
-                if len(procs) > 1:
-                    log(f"[{i}/{len(commits)}] {commit[:10]}: {len(procs)} asv processes in parallel, one per GPU")
-                seen: dict[str, int] = {}
-
-                def tick(procs=procs, seen=seen, i=i, commit=commit) -> None:
-                    for t, *_ in procs:
-                        path = _progress_file(work, commit, t.machine)
-                        try:
-                            text = path.read_text()
-                            lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
-                        except OSError:
-                            continue
-                        for line in lines[seen.get(t.machine, 0):]:
-                            log(f"  [{i}/{len(commits)}] {commit[:10]} {t.machine}: {line}")
-                        seen[t.machine] = len(lines)
-
-                def finish(t, side, out, log_name, rc, took, entry=entry, wt=wt, commit=commit) -> None:
-                    facts = xmachine.sidecar(t.dev, profile=profile, lock_clocks=lock_clocks)
-                    log_text = Path(log_name).read_text()
-                    try:
-                        files = _collect(wt, out, results, t, commit, side, facts)
-                    except BenchError as e:
-                        entry["machines"][t.machine] = {"status": f"refused: {e}", "files": []}
-                        log(f"  {t.machine}: {e}")
-                        return
-                    # asv exits 2 when a benchmark failed; the failures are recorded in its results.
-                    status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
-                    prior = entry["machines"].get(t.machine, {})
-                    entry["machines"][t.machine] = {**prior, "status": status, "files": [str(f) for f in files],
-                                                    "seconds": took}
-                    if not files:
-                        tail = "\n".join(log_text.splitlines()[-15:])
-                        log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")
-
-                again = []
-                for t, side, out, logf, _proc, rc, took in _finished(procs, t0, tick):
-                    tick()
-                    logf.close()
-                    wrote = [f for f in out.glob("*/*.json") if result_names.is_result_file(f.name)]
-                    if rc == 1 and len(procs) > 1 and took < EARLY_EXIT_S and not wrote:
-                        # One of several asv processes in this worktree stopped at its start with nothing
-                        # measured (seen once on a CI runner; cause not found): said, with its log, and run
-                        # again alone once the others are done; it never counts as a pass in between.
-                        tail = "\n".join(Path(logf.name).read_text().splitlines()[-15:])
-                        log(f"  {t.machine}: asv exited 1 after {took:.1f} s with nothing measured, beside "
-                            f"{len(procs) - 1} other asv process(es) in the same worktree; its log:\n{tail}\n"
-                            f"  {t.machine}: it runs again alone when the others are done")
-                        again.append((t, side, out, logf.name))
-                        continue
-                    finish(t, side, out, logf.name, rc, took)
-                for t, side, out, log_name in again:
-                    cmd, env = launches[t.machine]
-                    with open(log_name, "w") as f:
-                        rc = subprocess.run(cmd, cwd=wt, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-                    finish(t, side, out, log_name, rc, round(time.time() - t0, 1))
-                entry["seconds"] = round(time.time() - t0, 1)
-                summary["commits"].append(entry)
-                states = ", ".join(f"{m}: {v['status']}" for m, v in entry["machines"].items())
-                log(f"[{i}/{len(commits)}] {commit[:10]} in {entry['seconds']} s: {states}")
+                summary["commits"].append(_CommitRun(job, i, commit, wt, t0).measure())
             finally:
                 worktrees.remove(repo, wt)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
     return summary
+
+
+@dataclass
+class _Job:
+    """What every commit of one :func:`run` shares."""
+
+    repo: Path
+    results: Path
+    tgts: list[Target]
+    wanted: list[str]
+    work: Path  # the temporary folder: worktrees, asv logs, progress files, sidecars
+    profile: str
+    bench: str | None
+    lock_clocks: str | None
+    changed_only: bool
+    log: Any
+    n_commits: int
+
+
+class _CommitRun:
+    """One commit checked out in ``wt``, measured on every target, as its phases (:meth:`measure`):
+    launch one asv process per target, follow their progress, collect each as it ends, and run again
+    alone one that stopped at its start beside the others."""
+
+    def __init__(self, job: _Job, i: int, commit: str, wt: Path, t0: float) -> None:
+        self.job, self.commit, self.wt, self.t0 = job, commit, wt, t0
+        self.tag = f"[{i}/{job.n_commits}] {commit[:10]}"
+        self.entry: dict[str, Any] = {"commit": commit, "machines": {}}
+        self.procs: list[tuple] = []
+        self.launches: dict[str, tuple[list[str], dict[str, str]]] = {}  # machine -> (asv command, env)
+        self.seen: dict[str, int] = {}  # machine -> progress lines already logged
+
+    def measure(self) -> dict[str, Any]:
+        """The commit's entry of the summary."""
+        log = self.job.log
+        if not (self.wt / "asv.conf.json").is_file() or not (self.wt / "benchmarks" / "bench_ops.py").is_file():
+            log(f"{self.tag}: no asv suites in this commit; skipped")
+            return {"commit": self.commit, "status": "no suites"}
+        for t in self.job.tgts:
+            self.launch(t)
+        if len(self.procs) > 1:
+            log(f"{self.tag}: {len(self.procs)} asv processes in parallel, one per GPU")
+        for t, side, out, log_name in self.wait():
+            cmd, env = self.launches[t.machine]
+            with open(log_name, "w") as f:
+                rc = subprocess.run(cmd, cwd=self.wt, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+            self.finish(t, side, out, log_name, rc, round(time.time() - self.t0, 1))
+        self.entry["seconds"] = round(time.time() - self.t0, 1)
+        states = ", ".join(f"{m}: {v['status']}" for m, v in self.entry["machines"].items())
+        log(f"{self.tag} in {self.entry['seconds']} s: {states}")
+        return self.entry
+
+    def launch(self, t: Target) -> None:
+        """Start the asv process of target ``t``; with ``--changed-only``, only for the units that changed
+        (none: nothing starts), the others carried forward."""
+        job, commit = self.job, self.commit
+        units = list(job.wanted)
+        if job.changed_only:
+            units, carried, note = plan_changed(job.repo, job.results, t.machine, commit, job.wanted)
+            job.log(f"{self.tag} on {t.machine}: {note}")
+            if carried:
+                write_carried(job.results, t.machine, commit, carried)
+                self.entry["machines"][t.machine] = {"status": "carried forward", "files": [], "carried": carried,
+                                                     "measured": units}
+            if not units:
+                return
+        side = job.work / f"side-{commit[:12]}-{t.machine}"
+        env = self._env(t, units, side)
+        config, out = _asv_config(self.wt, t)
+        narrowed = job.bench if units == sources.units() else sources.bench_regex(units, job.bench)
+        cmd = _asv_cmd(commit, t, narrowed, config)
+        if job.lock_clocks:
+            cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
+                   *(["--uuid", t.dev.uuid] if t.dev.uuid else []), "--mode", job.lock_clocks, "--"] + cmd
+        logf = open(job.work / f"asv-{commit[:12]}-{t.machine}.log", "w")
+        self.launches[t.machine] = (cmd, env)
+        self.procs.append((t, side, out, logf, subprocess.Popen(cmd, cwd=self.wt, env=env, stdout=logf,
+                                                                stderr=subprocess.STDOUT)))
+
+    def _env(self, t: Target, units: list[str], side: Path) -> dict[str, str]:
+        """The asv process's environment: this commit's xrt first on the path, the target's pinning, and
+        what the suites read (:mod:`xrt.bench.suite_env`)."""
+        job = self.job
+        # asv drops PYTHONPATH for benchmark processes and uses ASV_PYTHONPATH instead.
+        path = os.pathsep.join([str(self.wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        return {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
+                suite_env.SIDECAR_DIR: str(side),
+                suite_env.PROGRESS_FILE: str(_progress_file(job.work, self.commit, t.machine)),
+                suite_env.PROFILE: job.profile,
+                # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
+                suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
+                suite_env.SERIES: ",".join(sources.series_matching(job.bench, units)) or "device",
+                "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
+
+    def tick(self) -> None:
+        """Log the whole progress lines the suites wrote since the last tick."""
+        for t, *_ in self.procs:
+            path = _progress_file(self.job.work, self.commit, t.machine)
+            try:
+                text = path.read_text()
+                lines = text[:text.rfind("\n") + 1].splitlines()  # whole lines only
+            except OSError:
+                continue
+            for line in lines[self.seen.get(t.machine, 0):]:
+                self.job.log(f"  {self.tag} {t.machine}: {line}")
+            self.seen[t.machine] = len(lines)
+
+    def wait(self) -> list[tuple[Target, Path, Path, str]]:
+        """Collect each process as it ends; those to run again alone: (target, sidecars, out, log name)."""
+        again = []
+        for t, side, out, logf, _proc, rc, took in _finished(self.procs, self.t0, self.tick):
+            self.tick()
+            logf.close()
+            wrote = [f for f in out.glob("*/*.json") if result_names.is_result_file(f.name)]
+            if rc == 1 and len(self.procs) > 1 and took < EARLY_EXIT_S and not wrote:
+                # One of several asv processes in this worktree stopped at its start with nothing
+                # measured (seen once on a CI runner; cause not found): said, with its log, and run
+                # again alone once the others are done; it never counts as a pass in between.
+                tail = "\n".join(Path(logf.name).read_text().splitlines()[-15:])
+                self.job.log(f"  {t.machine}: asv exited 1 after {took:.1f} s with nothing measured, beside "
+                             f"{len(self.procs) - 1} other asv process(es) in the same worktree; its log:\n{tail}\n"
+                             f"  {t.machine}: it runs again alone when the others are done")
+                again.append((t, side, out, logf.name))
+                continue
+            self.finish(t, side, out, logf.name, rc, took)
+        return again
+
+    def finish(self, t: Target, side: Path, out: Path, log_name: str, rc: int, took: float) -> None:
+        """Copy one target's results with their sidecars (:func:`_collect`) and record its status."""
+        job = self.job
+        facts = xmachine.sidecar(t.dev, profile=job.profile, lock_clocks=job.lock_clocks)
+        log_text = Path(log_name).read_text()
+        machines = self.entry["machines"]
+        try:
+            files = _collect(self.wt, out, job.results, t, self.commit, side, facts)
+        except BenchError as e:
+            machines[t.machine] = {"status": f"refused: {e}", "files": []}
+            job.log(f"  {t.machine}: {e}")
+            return
+        # asv exits 2 when a benchmark failed; the failures are recorded in its results.
+        status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
+        prior = machines.get(t.machine, {})
+        machines[t.machine] = {**prior, "status": status, "files": [str(f) for f in files], "seconds": took}
+        if not files:
+            tail = "\n".join(log_text.splitlines()[-15:])
+            job.log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")

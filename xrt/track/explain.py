@@ -365,117 +365,176 @@ THROUGHPUT = (("duration_ns", "duration (ns)"), ("sm_pct", "SM throughput %"), (
               ("memory_pct", "memory throughput %"), ("occupancy_pct", "achieved occupancy %"))
 
 
+class _Changes:
+    """The rows of :func:`compare` as its steps find them; :meth:`ranked` orders them."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, group: str, what: str, kernel: str, b: Any, h: Any, change: str = "", weight: float = 0.0) -> None:
+        self.rows.append({"group": group, "what": what, "kernel": kernel, "base": _fmt(b), "head": _fmt(h),
+                          "change": change, "_w": weight})
+
+    def ranked(self) -> list[dict[str, Any]]:
+        """By group (:data:`GROUPS`' order), then the larger weight first; in the order found otherwise."""
+        order = {g: i for i, g in enumerate(GROUPS)}
+        self.rows.sort(key=lambda r: (order[r["group"]], -r["_w"]))
+        for r in self.rows:
+            del r["_w"]
+        return self.rows
+
+
+@dataclass
+class _Side:
+    """One side's collection and its kernel list (:func:`_kernel_lists`), and NCU's launches by name."""
+
+    data: dict
+    names: list[str]
+    facts: dict[str, dict]
+    source: str
+    ncu: dict[str, dict]
+
+    @classmethod
+    def of(cls, data: dict) -> _Side:
+        return cls(data, *_kernel_lists(data), _ncu_by_name(data))
+
+
 def compare(base: dict, head: dict) -> list[dict[str, Any]]:
     """The ranked list of what changed between the two sides' collections
     (:func:`xrt.orchestrate.explain_collect.collect_side`): dicts with ``group`` (one of :data:`GROUPS`, in
     that order), ``what``, ``kernel``, ``base``, ``head``, ``change``; within a group, the larger relative
-    change first."""
-    rows: list[dict[str, Any]] = []
+    change first.
 
-    def add(group: str, what: str, kernel: str, b: Any, h: Any, change: str = "", weight: float = 0.0) -> None:
-        rows.append({"group": group, "what": what, "kernel": kernel, "base": _fmt(b), "head": _fmt(h),
-                     "change": change, "_w": weight})
+    The steps, in order: the kernel lists, then per pair of kernels (:func:`_pairs`) the launch
+    configuration, registers, throughput and NCU's findings; the compiled code; the settings."""
+    out = _Changes()
+    b, h = _Side.of(base), _Side.of(head)
+    if b.source and h.source:
+        _kernel_list_changes(out, b, h)
+    for bk, hk in _pairs(b.names, h.names):
+        _kernel_changes(out, b, h, bk, hk)
+    _compiled_changes(out, b, h)
+    _settings_changes(out, base.get("settings") or {}, head.get("settings") or {})
+    return out.ranked()
 
-    bn, bf, bsrc = _kernel_lists(base)
-    hn, hf, hsrc = _kernel_lists(head)
-    if bsrc and hsrc:
-        rb, rh = [n for n in bn if n not in hf], [n for n in hn if n not in bf]
-        for x, y in zip(rb, rh):  # in launch order: the head's kernel in the base's place
-            add("kernel list", "kernel replaced", f"{_short(x, 40)} → {_short(y, 40)}", _short(x),
-                _short(y), "replaced", 3)
-        hnc0, bnc0 = _ncu_by_name(head), _ncu_by_name(base)
-        for n in rh[len(rb):]:
-            add("kernel list", "new kernel", _short(n), "-", _launches(hf[n], _ncu_for(n, hnc0)), "added", 4)
-        for n in rb[len(rh):]:
-            add("kernel list", "kernel gone", _short(n), _launches(bf[n], _ncu_for(n, bnc0)), "-", "removed", 2)
-        for n in bn:
-            if n in hf and bf[n].get("count") != hf[n].get("count"):
-                add("kernel list", "launches per call", _short(n), bf[n].get("count"), hf[n].get("count"),
+
+def _kernel_list_changes(out: _Changes, b: _Side, h: _Side) -> None:
+    """Kernels replaced, added and gone; launches per call, per kernel and in all."""
+    bf, hf = b.facts, h.facts
+    rb, rh = [n for n in b.names if n not in hf], [n for n in h.names if n not in bf]
+    for x, y in zip(rb, rh):  # in launch order: the head's kernel in the base's place
+        out.add("kernel list", "kernel replaced", f"{_short(x, 40)} → {_short(y, 40)}", _short(x), _short(y),
+                "replaced", 3)
+    for n in rh[len(rb):]:
+        out.add("kernel list", "new kernel", _short(n), "-", _launches(hf[n], _ncu_for(n, h.ncu)), "added", 4)
+    for n in rb[len(rh):]:
+        out.add("kernel list", "kernel gone", _short(n), _launches(bf[n], _ncu_for(n, b.ncu)), "-", "removed", 2)
+    for n in b.names:
+        if n in hf and bf[n].get("count") != hf[n].get("count"):
+            out.add("kernel list", "launches per call", _short(n), bf[n].get("count"), hf[n].get("count"),
                     _rel(bf[n].get("count"), hf[n].get("count")), 1)
-        tb, th = sum(k.get("count", 1) for k in bf.values()), sum(k.get("count", 1) for k in hf.values())
-        if tb != th:
-            add("kernel list", "GPU launches per call (all kernels)", "", tb, th, _rel(tb, th), 0.5)
-    pairs = _pairs(bn, hn)
-    bnc, hnc = _ncu_by_name(base), _ncu_by_name(head)
-    for b, h in pairs:
-        label = _short(b) if b == h else f"{_short(b, 40)} → {_short(h, 40)}"
-        kb, kh = _ncu_for(b, bnc), _ncu_for(h, hnc)
-        # launch configuration: NCU's, else the profiler's
-        if kb and kh:
-            for what, x, y in (("grid", kb["grid"], kh["grid"]), ("block", kb["block"], kh["block"])):
-                if x != y:
-                    add("launch configuration", what, label, x, y)
-            for key, what in (("waves_per_sm", "waves per SM"),
-                              ("smem_per_block_bytes", "shared memory per block (B)")):
-                x, y = kb["metrics"].get(key), kh["metrics"].get(key)
-                if x != y:
-                    add("launch configuration", what, label, x, y, _rel(x, y))
-        elif b in bf and h in hf:
-            for key in ("grid", "block", "shared_bytes"):
-                x, y = bf[b].get(key), hf[h].get(key)
-                if x != y:
-                    add("launch configuration", key, label, x, y)
-        # registers per thread: NCU's, else the profiler's
-        x = (kb or {}).get("metrics", {}).get("registers", bf.get(b, {}).get("registers"))
-        y = (kh or {}).get("metrics", {}).get("registers", hf.get(h, {}).get("registers"))
-        if x != y and (x is not None or y is not None):
-            add("registers/spills", "registers per thread", label, x, y, _rel(x, y), abs(_ratio(x, y)))
-        if kb and kh:
-            for key, what in THROUGHPUT:
-                x, y = kb["metrics"].get(key), kh["metrics"].get(key)
-                if key == "memory_pct" and (x, y) == (kb["metrics"].get("dram_pct"), kh["metrics"].get("dram_pct")):
-                    continue  # the same numbers as DRAM's (a DRAM-bound kernel): said once
-                if x is not None and y is not None and x != y:  # the duration first, then by size
-                    add("throughput", what, label, x, y, _rel(x, y), abs(_ratio(x, y)) + (10 if key == "duration_ns"
-                                                                                         else 0))
-            rb = {r["rule"] for r in kb["rules"]}
-            for r in kh["rules"]:
-                if r["rule"] not in rb:
-                    add("ncu findings", f"new finding: {r['rule']} ({r['type'] or 'rule'})", label, "-",
-                        _short(r["text"], 200), f"est. speedup {r['speedup']:.3g} %" if r.get("speedup") else "")
-        elif b in bf and h in hf and bf[b].get("total_us") and hf[h].get("total_us"):
-            x, y = bf[b]["total_us"] / max(bf[b]["count"], 1), hf[h]["total_us"] / max(hf[h]["count"], 1)
-            add("throughput", "profiler time per launch (us)", label, x, y, _rel(x, y), abs(_ratio(x, y)))
-    # compiled code: the case's functions (those that ran, else those its config selects), paired as
-    # the kernels are; else every function of the dump, by name
-    cb, ch = base.get("compiled") or {}, head.get("compiled") or {}
-    fb, fh = _case_functions(base, bn), _case_functions(head, hn)
-    cpairs, note = code_pairs(base, head)
+    tb, th = sum(k.get("count", 1) for k in bf.values()), sum(k.get("count", 1) for k in hf.values())
+    if tb != th:
+        out.add("kernel list", "GPU launches per call (all kernels)", "", tb, th, _rel(tb, th), 0.5)
+
+
+def _kernel_changes(out: _Changes, b: _Side, h: _Side, bk: str, hk: str) -> None:
+    """One pair of kernels: launch configuration and registers (NCU's, else the profiler's), then
+    throughput and NCU's findings (or the profiler's time per launch)."""
+    label = _short(bk) if bk == hk else f"{_short(bk, 40)} → {_short(hk, 40)}"
+    nb, nh = _ncu_for(bk, b.ncu), _ncu_for(hk, h.ncu)
+    profiled = bk in b.facts and hk in h.facts
+    if nb and nh:
+        _ncu_launch_changes(out, label, nb, nh)
+    elif profiled:
+        for key in ("grid", "block", "shared_bytes"):
+            x, y = b.facts[bk].get(key), h.facts[hk].get(key)
+            if x != y:
+                out.add("launch configuration", key, label, x, y)
+    x = (nb or {}).get("metrics", {}).get("registers", b.facts.get(bk, {}).get("registers"))
+    y = (nh or {}).get("metrics", {}).get("registers", h.facts.get(hk, {}).get("registers"))
+    if x != y and (x is not None or y is not None):
+        out.add("registers/spills", "registers per thread", label, x, y, _rel(x, y), abs(_ratio(x, y)))
+    if nb and nh:
+        _ncu_throughput_changes(out, label, nb, nh)
+    elif profiled and b.facts[bk].get("total_us") and h.facts[hk].get("total_us"):
+        fb, fh = b.facts[bk], h.facts[hk]
+        x, y = fb["total_us"] / max(fb["count"], 1), fh["total_us"] / max(fh["count"], 1)
+        out.add("throughput", "profiler time per launch (us)", label, x, y, _rel(x, y), abs(_ratio(x, y)))
+
+
+def _ncu_launch_changes(out: _Changes, label: str, kb: dict, kh: dict) -> None:
+    """Grid, block, waves per SM and shared memory per block, as NCU saw the two launches."""
+    for what, x, y in (("grid", kb["grid"], kh["grid"]), ("block", kb["block"], kh["block"])):
+        if x != y:
+            out.add("launch configuration", what, label, x, y)
+    for key, what in (("waves_per_sm", "waves per SM"), ("smem_per_block_bytes", "shared memory per block (B)")):
+        x, y = kb["metrics"].get(key), kh["metrics"].get(key)
+        if x != y:
+            out.add("launch configuration", what, label, x, y, _rel(x, y))
+
+
+def _ncu_throughput_changes(out: _Changes, label: str, kb: dict, kh: dict) -> None:
+    """NCU's throughput metrics (:data:`THROUGHPUT`; the duration first, then by size) and the rule
+    findings that only the head has."""
+    for key, what in THROUGHPUT:
+        x, y = kb["metrics"].get(key), kh["metrics"].get(key)
+        if key == "memory_pct" and (x, y) == (kb["metrics"].get("dram_pct"), kh["metrics"].get("dram_pct")):
+            continue  # the same numbers as DRAM's (a DRAM-bound kernel): said once
+        if x is not None and y is not None and x != y:
+            out.add("throughput", what, label, x, y, _rel(x, y), abs(_ratio(x, y)) + (10 if key == "duration_ns"
+                                                                                     else 0))
+    rb = {r["rule"] for r in kb["rules"]}
+    for r in kh["rules"]:
+        if r["rule"] not in rb:
+            out.add("ncu findings", f"new finding: {r['rule']} ({r['type'] or 'rule'})", label, "-",
+                    _short(r["text"], 200), f"est. speedup {r['speedup']:.3g} %" if r.get("speedup") else "")
+
+
+_CODE_FACTS = (("registers", "registers (ptxas)", "registers/spills"),
+               ("local", "local memory / spills (B)", "registers/spills"),
+               ("stack", "stack (B)", "registers/spills"),
+               ("shared", "static shared memory (B)", "launch configuration"),
+               ("sass_instructions", "SASS instructions", "compiled code"),
+               ("ptx_instructions", "PTX instructions", "compiled code"))
+
+
+def _compiled_changes(out: _Changes, b: _Side, h: _Side) -> None:
+    """The compiled code: the case's functions (those that ran, else those its config selects), paired
+    as the kernels are; else every function of the dump, by name (:func:`code_pairs`)."""
+    cb, ch = b.data.get("compiled") or {}, h.data.get("compiled") or {}
+    fb, fh = _case_functions(b.data, b.names), _case_functions(h.data, h.names)
+    cpairs, note = code_pairs(b.data, h.data)
     if fb and fh and fb[1] == fh[1] == "selected by the config" and fb[0] != fh[0]:
-        add("kernel list", "kernel the config selects (not observed: no kernel list)",
-            " → ".join([", ".join(fb[0]), ", ".join(fh[0])]), ", ".join(fb[0]), ", ".join(fh[0]), "replaced", 3)
+        out.add("kernel list", "kernel the config selects (not observed: no kernel list)",
+                " → ".join([", ".join(fb[0]), ", ".join(fh[0])]), ", ".join(fb[0]), ", ".join(fh[0]), "replaced", 3)
     for xn, yn in cpairs:
         x, y = cb.get(xn), ch.get(yn)
         label = (xn if xn == yn else f"{xn} → {yn}") + note
         if x is None or y is None:
-            add("compiled code", "function only on one side", label, "present" if x else "-", "present" if y else "-")
+            out.add("compiled code", "function only on one side", label, "present" if x else "-",
+                    "present" if y else "-")
             continue
-        for key, what, group in (("registers", "registers (ptxas)", "registers/spills"),
-                                 ("local", "local memory / spills (B)", "registers/spills"),
-                                 ("stack", "stack (B)", "registers/spills"),
-                                 ("shared", "static shared memory (B)", "launch configuration"),
-                                 ("sass_instructions", "SASS instructions", "compiled code"),
-                                 ("ptx_instructions", "PTX instructions", "compiled code")):
+        for key, what, group in _CODE_FACTS:
             if x.get(key) != y.get(key):
-                add(group, what, label, x.get(key), y.get(key), _rel(x.get(key), y.get(key)),
-                    abs(_ratio(x.get(key), y.get(key))) * 0.5)
+                out.add(group, what, label, x.get(key), y.get(key), _rel(x.get(key), y.get(key)),
+                        abs(_ratio(x.get(key), y.get(key))) * 0.5)
         mx, my = x.get("memory_ops") or {}, y.get("memory_ops") or {}
         if mx != my and (mx or my):
-            add("compiled code", "memory instructions (SASS)", label, _ops_text(mx), _ops_text(my), weight=5)
-    sb, sh = base.get("settings") or {}, head.get("settings") or {}
+            out.add("compiled code", "memory instructions (SASS)", label, _ops_text(mx), _ops_text(my), weight=5)
+
+
+def _settings_changes(out: _Changes, sb: dict, sh: dict) -> None:
+    """Provider, tuning space, config and its source, torch and Triton versions, and the knobs in the
+    environment."""
     for key, what in (("provider_resolved", "provider"), ("space", "tuning space"), ("config", "config"),
                       ("config_source", "config from"), ("torch", "torch"), ("triton", "triton")):
         if sb.get(key) != sh.get(key):
-            add("settings", what, "", sb.get(key), sh.get(key), weight=1 if key == "config" else 0)
+            out.add("settings", what, "", sb.get(key), sh.get(key), weight=1 if key == "config" else 0)
     eb, eh = sb.get("env") or {}, sh.get("env") or {}
     for k in sorted(set(eb) | set(eh)):
         if eb.get(k) != eh.get(k):
-            add("settings", f"env {k}", "", eb.get(k), eh.get(k))
-    order = {g: i for i, g in enumerate(GROUPS)}
-    rows.sort(key=lambda r: (order[r["group"]], -r["_w"]))
-    for r in rows:
-        del r["_w"]
-    return rows
+            out.add("settings", f"env {k}", "", eb.get(k), eh.get(k))
 
 
 def code_pairs(base: dict, head: dict) -> tuple[list[tuple[str, str]], str]:

@@ -434,306 +434,420 @@ def tune(problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: i
          seed: int = 0, log=print, strategy: str = "exhaustive", budget_seconds: float | None = None,
          prune: bool = True, address: str | None = None, pipeline: bool | None = None,
          timeline: Timeline | None = None, early: EarlyWorkers | None = None) -> Outcome:
-    from xrt.bench.machine import machine_name
-    from xrt.kernels import spaces
+    """Search ``problem``'s tuning space on this machine and write its top ``top_k`` (:class:`Tuner`)."""
+    return Tuner(problem, budget=budget, top_k=top_k, jobs=jobs, gpus=gpus, timeout=timeout, out_dir=out_dir,
+                 retry_failed=retry_failed, seed=seed, log=log, strategy=strategy, budget_seconds=budget_seconds,
+                 prune=prune, address=address, pipeline=pipeline, timeline=timeline, early=early).run()
 
-    tl = Timeline() if timeline is None else timeline
 
-    space = problem.space
-    if budget is not None and budget < 1:
-        raise TuneError(f"--budget-evals {budget}: give at least 1 config to try")
-    if budget_seconds is not None and not budget_seconds > 0:
-        raise TuneError(f"--budget-seconds {budget_seconds}: must be positive")
-    if strategy not in search.STRATEGIES:
-        raise TuneError(f"--strategy {strategy!r}: choose one of {', '.join(search.STRATEGIES)}")
-    tgts = targets(gpus)
-    tl.mark("devices found")
-    dev0 = tgts[0][0]
-    dproblem = device_problem(problem, dev0)
-    models = sorted({d.name for d, _ in tgts})
-    if len(models) > 1:  # one ranking from several GPUs is only fair between identical ones
-        raise TuneError(f"--gpus {gpus}: the GPUs differ ({', '.join(models)}); tune on one model at a time")
-    machine = machine_name(dev0)
-    shash = spaces.space_hash(space)
-    journal_path = out_dir / "journal" / machine / f"{problem.name}.jsonl"
-    journal = Journal(journal_path)
-    check_journal(journal, shash)
-    try:
-        cands, dropped = search.pruned(space, dproblem if prune else None)
-        strat = search.make(strategy, cands, seed)
-    except ValueError as e:
-        raise TuneError(str(e)) from e
-    tl.mark("space built")
-    # the journal is the search's record: what it holds is told to the strategy, never measured again
-    done_keys = journal.done(retry_failed)
-    last = journal.last()
-    for k in done_keys:
-        if k in strat.by_key:
-            r = last[k]
-            strat.observe(r["config"], r.get("median_s") if r["status"] == "timed" else None)
-    n_known = len(strat.results)
-    total = len(cands) if budget is None else min(budget, len(cands))
-    result = Outcome(problem, machine, skipped=n_known, journal=journal_path, torn=journal.torn, timeline=tl)
-    result.space_hash, result.space_size, result.dropped = shash, len(cands), dict(dropped)
-    log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {machine}: "
-        f"space {space} ({shash}): {len(search.grid(space))} configs, {len(cands)} after pruning; "
-        f"strategy {strategy}, seed {seed}: {total} to evaluate, {n_known} already in the journal")
-    lock = threading.Lock()
-    base_env = {**os.environ}
-    if dev0.kind == "cpu":
-        base_env.setdefault("TRITON_INTERPRET", "1")
-    workers: dict[tuple[str, int], Any] = {}
-    cluster = None
-    if address:
-        from xrt.tune.distributed import Cluster
+class Tuner:
+    """One search, as its phases in order (:meth:`run`): check the arguments, find the devices, build
+    the space, load what the journal already holds, connect the workers, search (rounds of compile,
+    then time), choose the best and write them."""
 
+    def __init__(self, problem: Problem, *, budget: int | None = None, top_k: int = 3, jobs: int = 4,
+                 gpus: str | None = None, timeout: float = 120.0, out_dir: Path = Path("results/tuned"),
+                 retry_failed: bool = False, seed: int = 0, log=print, strategy: str = "exhaustive",
+                 budget_seconds: float | None = None, prune: bool = True, address: str | None = None,
+                 pipeline: bool | None = None, timeline: Timeline | None = None,
+                 early: EarlyWorkers | None = None) -> None:
+        self.problem, self.budget, self.top_k, self.jobs, self.gpus = problem, budget, top_k, jobs, gpus
+        self.timeout, self.out_dir, self.retry_failed, self.seed, self.log = timeout, out_dir, retry_failed, seed, log
+        self.strategy, self.budget_seconds, self.prune = strategy, budget_seconds, prune
+        self.address, self.pipeline, self.early = address, pipeline, early
+        self.tl = Timeline() if timeline is None else timeline
+        self.lock = threading.Lock()
+        self.workers: dict[tuple[str, int], Any] = {}
+        self.cluster: Any = None
+        self.prog: Progress | None = None
+        self.starting: list[threading.Thread] = []
+        self.retried: set[tuple[str, str]] = set()  # (phase, config) that crashed once and went back in the queue
+
+    def run(self) -> Outcome:
+        self.space = self.problem.space
+        self.check_arguments()
+        self.find_devices()
+        self.build_space()
+        self.load_journal()
+        self.connect()
+        self.search()
+        return self.choose_and_write()
+
+    # ------------------------------------------------------------------------------ before the search
+
+    def check_arguments(self) -> None:
+        if self.budget is not None and self.budget < 1:
+            raise TuneError(f"--budget-evals {self.budget}: give at least 1 config to try")
+        if self.budget_seconds is not None and not self.budget_seconds > 0:
+            raise TuneError(f"--budget-seconds {self.budget_seconds}: must be positive")
+        if self.strategy not in search.STRATEGIES:
+            raise TuneError(f"--strategy {self.strategy!r}: choose one of {', '.join(search.STRATEGIES)}")
+
+    def find_devices(self) -> None:
+        """The timing devices (:func:`targets`), which must be one GPU model, and the machine's name."""
+        from xrt.bench.machine import machine_name
+
+        self.tgts = targets(self.gpus)
+        self.tl.mark("devices found")
+        self.dev0 = self.tgts[0][0]
+        self.dproblem = device_problem(self.problem, self.dev0)
+        models = sorted({d.name for d, _ in self.tgts})
+        if len(models) > 1:  # one ranking from several GPUs is only fair between identical ones
+            raise TuneError(f"--gpus {self.gpus}: the GPUs differ ({', '.join(models)}); tune on one model at a time")
+        self.machine = machine_name(self.dev0)
+
+    def build_space(self) -> None:
+        """The journal (refused when written for another space), the pruned candidates and the strategy."""
+        from xrt.kernels import spaces
+
+        self.shash = spaces.space_hash(self.space)
+        self.journal_path = self.out_dir / "journal" / self.machine / f"{self.problem.name}.jsonl"
+        self.journal = Journal(self.journal_path)
+        check_journal(self.journal, self.shash)
         try:
-            cluster = Cluster(address)
-        except RuntimeError as e:
-            raise TuneError(str(e)) from None
-        log(f"Ray cluster {address}: {jobs} compile actor(s), {max(1, cluster.gpus)} timing actor(s) "
-            f"({cluster.gpus} GPU(s))")
-    n_eval = [len(journal.records)]
-    finished = [n_known]  # evaluations of this search that are final (the progress bar's count)
-    best = [min((v for v in strat.results.values() if v), default=None)]
-    prog: Progress | None = None
+            self.cands, dropped = search.pruned(self.space, self.dproblem if self.prune else None)
+            self.strat = search.make(self.strategy, self.cands, self.seed)
+        except ValueError as e:
+            raise TuneError(str(e)) from e
+        self.dropped = dict(dropped)
+        self.tl.mark("space built")
 
-    def record(rec: dict[str, Any], phase: str) -> None:
-        with lock:
-            rec.update(space_hash=shash, op=problem.op, provider=problem.provider, shape=problem.shape,
-                       dtype=problem.dtype, device=dev0.model_key, strategy=strategy, seed=seed,
-                       eval=n_eval[0], default=search.key(rec["config"]) == search.key(cands[0]))
-            n_eval[0] += 1
-            journal.add(rec)
+    def load_journal(self) -> None:
+        """The journal is the search's record: what it holds is told to the strategy, never measured again."""
+        done_keys = self.journal.done(self.retry_failed)
+        last = self.journal.last()
+        for k in done_keys:
+            if k in self.strat.by_key:
+                r = last[k]
+                self.strat.observe(r["config"], r.get("median_s") if r["status"] == "timed" else None)
+        self.n_known = len(self.strat.results)
+        self.total = len(self.cands) if self.budget is None else min(self.budget, len(self.cands))
+        problem = self.problem
+        self.result = Outcome(problem, self.machine, skipped=self.n_known, journal=self.journal_path,
+                              torn=self.journal.torn, timeline=self.tl)
+        self.result.space_hash, self.result.space_size, self.result.dropped = self.shash, len(self.cands), self.dropped
+        self.log(f"xrt tune: {problem.op}[{problem.provider}] {problem.dtype} {problem.shape} on {self.machine}: "
+                 f"space {self.space} ({self.shash}): {len(search.grid(self.space))} configs, {len(self.cands)} "
+                 f"after pruning; strategy {self.strategy}, seed {self.seed}: {self.total} to evaluate, "
+                 f"{self.n_known} already in the journal")
+
+    def connect(self) -> None:
+        """The workers' environment, the Ray cluster (``address``), whether building is pipelined, and
+        the timing slots."""
+        from xrt.bench.machine import machine_name
+
+        self.base_env = {**os.environ}
+        if self.dev0.kind == "cpu":
+            self.base_env.setdefault("TRITON_INTERPRET", "1")
+        if self.address:
+            from xrt.tune.distributed import Cluster
+
+            try:
+                self.cluster = Cluster(self.address)
+            except RuntimeError as e:
+                raise TuneError(str(e)) from None
+            self.log(f"Ray cluster {self.address}: {self.jobs} compile actor(s), {max(1, self.cluster.gpus)} "
+                     f"timing actor(s) ({self.cluster.gpus} GPU(s))")
+        self.n_eval = len(self.journal.records)
+        self.finished = self.n_known  # evaluations of this search that are final (the progress bar's count)
+        self.best = min((v for v in self.strat.results.values() if v), default=None)
+        self.pipelined = pipelined(self.cluster, self.dev0, self.problem, self.pipeline)
+        self.named = [(machine_name(d), env) for d, env in self.tgts]
+        if self.cluster is not None:  # Ray pins each timing actor to its GPU: no local pinning
+            self.named = [(f"ray-{i}", {}) for i in range(self.cluster.slots(self.jobs)[1])]
+
+    # ------------------------------------------------------------------------------------- the search
+
+    def record(self, rec: dict[str, Any], phase: str) -> None:
+        """Journal one final answer, log it and move the progress bar."""
+        p = self.problem
+        with self.lock:
+            rec.update(space_hash=self.shash, op=p.op, provider=p.provider, shape=p.shape, dtype=p.dtype,
+                       device=self.dev0.model_key, strategy=self.strategy, seed=self.seed, eval=self.n_eval,
+                       default=search.key(rec["config"]) == search.key(self.cands[0]))
+            self.n_eval += 1
+            self.journal.add(rec)
             tail = f"{rec['median_s'] * 1e6:.2f} us" if rec["status"] == "timed" else rec["status"]
             if rec.get("error"):
                 tail += f": {rec['error'][:160]}"
-            log(f"  {phase} {rec['key']}: {tail}")
-            if rec["status"] == "timed" and (best[0] is None or rec["median_s"] < best[0]):
-                best[0] = rec["median_s"]
-            finished[0] += 1
-            if prog is not None:
-                prog.update(finished[0], best[0])
+            self.log(f"  {phase} {rec['key']}: {tail}")
+            if rec["status"] == "timed" and (self.best is None or rec["median_s"] < self.best):
+                self.best = rec["median_s"]
+            self.finished += 1
+            if self.prog is not None:
+                self.prog.update(self.finished, self.best)
 
-    # Triton configs compile in processes that run nothing on the device ("build" workers), so the
-    # timing workers can measure while later configs still compile; other providers (and the
-    # interpreter, and Ray) compile by running, so every config compiles before any is timed.
-    # (pipeline=True forces it: the tests, on the CPU)
-    pipelined = cluster is None and (dev0.kind == "cuda" and problem.provider == "triton" if pipeline is None
-                                     else pipeline)
-
-    def worker(phase: str, slot: int, env: dict[str, str]) -> Any:
-        w = workers.get((phase, slot))
+    def worker(self, phase: str, slot: int, env: dict[str, str]) -> Any:
+        """The worker of ``phase``'s ``slot``, made on first use (a Ray actor on a cluster)."""
+        w = self.workers.get((phase, slot))
         if w is None:
-            mode = "build" if phase == "compile" and pipelined else phase
-            wlog = journal_path.parent / f"{problem.name}.{phase}{slot}.log"
-            w = Worker(problem, mode, {**base_env, **env}, wlog, start_timeout=max(timeout, 300.0), timeline=tl,
-                       name=f"{phase}{slot}" if phase == "time" else f"{mode} worker", many=phase != "time")
-            if cluster is not None:
+            mode = "build" if phase == "compile" and self.pipelined else phase
+            wlog = self.journal_path.parent / f"{self.problem.name}.{phase}{slot}.log"
+            w = Worker(self.problem, mode, {**self.base_env, **env}, wlog, start_timeout=max(self.timeout, 300.0),
+                       timeline=self.tl, name=f"{phase}{slot}" if phase == "time" else f"{mode} worker",
+                       many=phase != "time")
+            if self.cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
-                w = cluster.worker(w.cmd, w.env, str(wlog), max(timeout, 300.0), gpu=phase == "time")
-            workers[(phase, slot)] = w
+                w = self.cluster.worker(w.cmd, w.env, str(wlog), max(self.timeout, 300.0), gpu=phase == "time")
+            self.workers[(phase, slot)] = w
         return w
 
-    starting: list[threading.Thread] = []
-    retried: set[tuple[str, str]] = set()  # (phase, config) that crashed once and went back in the queue
-
-    def start_timing_workers(slots: list[tuple[str, dict[str, str]]]) -> None:
+    def start_timing_workers(self, slots: list[tuple[str, dict[str, str]]]) -> None:
         """Start each GPU's timing worker (imports, inputs, the reference) while the first configs compile,
         or adopt the one ``xrt tune`` started for that GPU before its own imports (``early``).
 
         A worker that fails to start here is started again, with its error, when it is first asked.
         """
-        def start(w: Worker, dev: Any) -> None:
-            try:
-                e = early.take(dev, w.env) if early is not None else None
-                if e is not None:
-                    w.adopt(e)
-                else:
-                    w._start()
-            except Exception:  # noqa: BLE001 - ask() starts it again and reports why
-                w.stop()
-
         for i, (_, env) in enumerate(slots):
-            t = threading.Thread(target=start, args=(worker("time", i, env), tgts[i][0]), daemon=True)
+            t = threading.Thread(target=self._start_timing_worker, args=(self.worker("time", i, env), self.tgts[i][0]),
+                                 daemon=True)
             t.start()
-            starting.append(t)
+            self.starting.append(t)
 
-    def start_phase(phase: str, q: queue.Queue, closed: threading.Event, slots: list[tuple[str, dict[str, str]]],
-                    answered, failures: list[BaseException], steal: queue.Queue | None = None
-                    ) -> list[threading.Thread]:
+    def _start_timing_worker(self, w: Worker, dev: Any) -> None:
+        try:
+            e = self.early.take(dev, w.env) if self.early is not None else None
+            if e is not None:
+                w.adopt(e)
+            else:
+                w._start()
+        except Exception:  # noqa: BLE001 - ask() starts it again and reports why
+            w.stop()
+
+    def start_phase(self, phase: str, q: queue.Queue, closed: threading.Event,
+                    slots: list[tuple[str, dict[str, str]]], answered, failures: list[BaseException],
+                    steal: queue.Queue | None = None) -> list[threading.Thread]:
         """One thread per slot asks its worker for the configs of ``q`` until ``closed`` is set and
         ``q`` is empty; each answer goes to ``answered``. With ``steal``, a worker with nothing in ``q``
         takes a config from ``steal`` instead (a timing worker, from the build queue: it compiles and
         checks it itself rather than wait for the build pool)."""
-        def next_config() -> dict[str, Any] | None:
-            while True:
-                for src in (q, steal):
-                    if src is not None:
-                        try:
-                            return src.get_nowait()
-                        except queue.Empty:
-                            pass
-                try:
-                    return q.get(timeout=0.05)
-                except queue.Empty:
-                    if closed.is_set():  # everything was put before closing: empty now means done
-                        try:
-                            return q.get_nowait()
-                        except queue.Empty:
-                            return None
-
-        def loop(slot: int, where: str, env: dict[str, str]) -> None:
-            w = worker(phase, slot, env)
-            try:
-                if phase == "compile" and pipelined and w.proc is None:
-                    # started before it takes a config: meanwhile an idle timing worker may take them all
-                    try:
-                        w._start()
-                    except WorkerGone:
-                        w.stop()  # ask() starts it again and records why, against its config
-                while (cfg := next_config()) is not None:
-                    try:
-                        ans = w.ask(cfg, timeout)
-                    except WorkerGone as e:
-                        ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
-                    if ans["status"] == "crash" and (phase, search.key(cfg)) not in retried:
-                        # A device fault can end every process on that GPU, not only the one that
-                        # made it (seen on the H100): a config is a crash when it crashes twice.
-                        with lock:
-                            retried.add((phase, search.key(cfg)))
-                        log(f"  {phase} {search.key(cfg)}: crash ({ans.get('error', '')[:120]}); "
-                            "trying it once more in a fresh worker")
-                        q.put(cfg)
-                        continue
-                    # machine: whose search this is; ran_on: the device that ran this config
-                    ans.update(key=search.key(cfg), phase=phase, machine=machine, ran_on=ans.pop("actor", where),
-                               at=time.time())
-                    answered(ans)
-            except BaseException as e:  # noqa: BLE001 - surfaced by run_round, after the other threads stop
-                failures.append(e)
-                w.stop()
-
-        threads = [threading.Thread(target=loop, args=(i, where, env), daemon=True)
+        threads = [threading.Thread(target=self._ask_all, args=(phase, i, where, env, q, closed, answered, failures,
+                                                                steal), daemon=True)
                    for i, (where, env) in enumerate(slots)]
         for t in threads:
             t.start()
         return threads
 
-    def run_round(cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]], last_round: bool
+    def _ask_all(self, phase: str, slot: int, where: str, env: dict[str, str], q: queue.Queue,
+                 closed: threading.Event, answered, failures: list[BaseException], steal: queue.Queue | None) -> None:
+        """One slot's thread of :meth:`start_phase`."""
+        w = self.worker(phase, slot, env)
+        try:
+            if phase == "compile" and self.pipelined and w.proc is None:
+                # started before it takes a config: meanwhile an idle timing worker may take them all
+                try:
+                    w._start()
+                except WorkerGone:
+                    w.stop()  # ask() starts it again and records why, against its config
+            while (cfg := next_config(q, closed, steal)) is not None:
+                ans = self._ask(w, phase, cfg)
+                if ans is None:
+                    q.put(cfg)
+                    continue
+                # machine: whose search this is; ran_on: the device that ran this config
+                ans.update(key=search.key(cfg), phase=phase, machine=self.machine, ran_on=ans.pop("actor", where),
+                           at=time.time())
+                answered(ans)
+        except BaseException as e:  # noqa: BLE001 - surfaced by run_round, after the other threads stop
+            failures.append(e)
+            w.stop()
+
+    def _ask(self, w: Any, phase: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
+        """``w``'s answer for ``cfg``; None for a first crash, which the caller puts back in the queue."""
+        try:
+            ans = w.ask(cfg, self.timeout)
+        except WorkerGone as e:
+            ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
+        if ans["status"] == "crash" and (phase, search.key(cfg)) not in self.retried:
+            # A device fault can end every process on that GPU, not only the one that
+            # made it (seen on the H100): a config is a crash when it crashes twice.
+            with self.lock:
+                self.retried.add((phase, search.key(cfg)))
+            self.log(f"  {phase} {search.key(cfg)}: crash ({ans.get('error', '')[:120]}); "
+                     "trying it once more in a fresh worker")
+            return None
+        return ans
+
+    def run_round(self, cfgs: list[dict[str, Any]], slots: list[tuple[str, dict[str, str]]], last_round: bool
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Compile ``cfgs`` on ``slots`` and time those that compiled on every GPU: (compile answers,
-        timing answers). Pipelined, a config is timed as soon as it compiled, an idle timing worker
-        takes the next config to build itself, and after the last round's builds the build workers
-        stop while the timing goes on."""
-        cq: queue.Queue = queue.Queue()
+        """Compile ``cfgs`` on ``slots`` and time those that compiled on every GPU (:class:`_Round`)."""
+        return _Round(self, cfgs).run(slots, last_round)
+
+    def search(self) -> None:
+        """Rounds of proposals from the strategy until the space, the budget or the clock is spent."""
+        # exhaustive and random know their order: one batch as wide as the compile pool's work allows;
+        # the model proposes a batch of --jobs at a time and learns from each before the next
+        # (with --budget-seconds, rounds of a few compile-pool widths, so that the clock is looked at)
+        batch = batch_size(self.strategy, self.jobs, len(self.named), self.budget_seconds, self.total - self.n_known)
+        self.prog = Progress(self.total, self.log, self.budget_seconds)
+        t0 = time.monotonic()
+        if self.cluster is None and self.total > self.n_known:
+            self.start_timing_workers(self.named)
+        strat, total = self.strat, self.total
+        try:
+            while len(strat.results) < total:
+                if self.budget_seconds is not None and time.monotonic() - t0 >= self.budget_seconds:
+                    self.log(f"xrt tune: --budget-seconds {self.budget_seconds:g} spent; stopping")
+                    break
+                cfgs = strat.propose(min(batch, total - len(strat.results)))
+                if not cfgs:
+                    break
+                self.result.tried += len(cfgs)
+                slots = [self.named[i % len(self.named)] for i in range(max(1, min(self.jobs, len(cfgs))))]
+                compiled, timed = self.run_round(cfgs, slots, last_round=len(strat.results) + len(cfgs) >= total)
+                observe(strat, compiled, timed)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop every worker and the cluster, whatever ended the search."""
+        self.tl.mark("search done")
+        for t in self.starting:
+            t.join()
+        stop_all(list(self.workers.values()))
+        if self.cluster is not None:
+            self.cluster.close()
+        self.tl.mark("workers stopped")
+
+    # ------------------------------------------------------------------------------- after the search
+
+    def choose_and_write(self) -> Outcome:
+        """Count the outcomes of this space's configs, keep the fastest ``top_k`` and merge them into the
+        top-K file."""
+        result = self.result
+        last = self.journal.last()
+        keys = set(self.strat.by_key)
+        for k, rec in last.items():
+            if k in keys:
+                result.counts[rec["status"]] = result.counts.get(rec["status"], 0) + 1
+        timed = sorted((r for k, r in last.items() if r["status"] == "timed" and k in keys),
+                       key=lambda r: r["median_s"])
+        result.best = timed[:self.top_k]
+        result.default = last.get(search.key(self.cands[0]))
+        if result.best:
+            result.out_file = write_top(self.out_dir, self.problem, self.dev0, result.best, result.default)
+            self.tl.mark("results written")
+        return result
+
+
+class _Round:
+    """One round of :meth:`Tuner.run_round`: compile ``cfgs``, then time those that compiled. Pipelined,
+    a config is timed as soon as it compiled, an idle timing worker takes the next config to build
+    itself, and after the last round's builds the build workers stop while the timing goes on."""
+
+    def __init__(self, tuner: Tuner, cfgs: list[dict[str, Any]]) -> None:
+        self.tuner = tuner
+        self.cq: queue.Queue = queue.Queue()
         for c in cfgs:
-            cq.put(c)
-        tq: queue.Queue = queue.Queue()
-        c_closed, t_closed = threading.Event(), threading.Event()
-        c_closed.set()
-        compiled: list[dict[str, Any]] = []
-        timed: list[dict[str, Any]] = []
-        failures: list[BaseException] = []
+            self.cq.put(c)
+        self.tq: queue.Queue = queue.Queue()
+        self.c_closed, self.t_closed = threading.Event(), threading.Event()
+        self.c_closed.set()
+        self.compiled: list[dict[str, Any]] = []
+        self.timed: list[dict[str, Any]] = []
+        self.failures: list[BaseException] = []
 
-        def on_compiled(ans: dict[str, Any]) -> None:
-            with lock:
-                compiled.append(ans)
-            tl.span(f"config {ans['status']}")
-            if ans["status"] != "compiled":
-                record(ans, "compile")
-            elif pipelined:
-                tq.put(ans["config"])
+    def on_compiled(self, ans: dict[str, Any]) -> None:
+        tuner = self.tuner
+        with tuner.lock:
+            self.compiled.append(ans)
+        tuner.tl.span(f"config {ans['status']}")
+        if ans["status"] != "compiled":
+            tuner.record(ans, "compile")
+        elif tuner.pipelined:
+            self.tq.put(ans["config"])
 
-        def on_timed(ans: dict[str, Any]) -> None:
-            with lock:
-                timed.append(ans)
-            tl.span("config timed" if ans["status"] == "timed" else f"config {ans['status']} in timing")
-            record(ans, "time")
+    def on_timed(self, ans: dict[str, Any]) -> None:
+        with self.tuner.lock:
+            self.timed.append(ans)
+        self.tuner.tl.span("config timed" if ans["status"] == "timed" else f"config {ans['status']} in timing")
+        self.tuner.record(ans, "time")
 
-        def start_timing() -> list[threading.Thread]:
-            for t in starting:  # timing workers started while the first configs compiled
-                t.join()
-            starting.clear()
-            return start_phase("time", tq, t_closed, named, on_timed, failures, steal=cq if pipelined else None)
+    def start_timing(self) -> list[threading.Thread]:
+        tuner = self.tuner
+        for t in tuner.starting:  # timing workers started while the first configs compiled
+            t.join()
+        tuner.starting.clear()
+        return tuner.start_phase("time", self.tq, self.t_closed, tuner.named, self.on_timed, self.failures,
+                                 steal=self.cq if tuner.pipelined else None)
 
+    def run(self, slots: list[tuple[str, dict[str, str]]], last_round: bool
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(compile answers, timing answers)."""
+        tuner = self.tuner
         t_threads: list[threading.Thread] = []
         try:
-            c_threads = start_phase("compile", cq, c_closed, slots, on_compiled, failures)
-            if pipelined:
-                t_threads = start_timing()
+            c_threads = tuner.start_phase("compile", self.cq, self.c_closed, slots, self.on_compiled, self.failures)
+            if tuner.pipelined:
+                t_threads = self.start_timing()
             for t in c_threads:
                 t.join()
-            if pipelined and last_round:  # no build is left: their processes are not needed
-                stop_all([workers.pop(k) for k in [k for k in workers if k[0] == "compile"]])
-                tl.mark("build workers stopped")
-            if not pipelined and not failures:
-                for a in compiled:
+            if tuner.pipelined and last_round:  # no build is left: their processes are not needed
+                stop_all([tuner.workers.pop(k) for k in [k for k in tuner.workers if k[0] == "compile"]])
+                tuner.tl.mark("build workers stopped")
+            if not tuner.pipelined and not self.failures:
+                for a in self.compiled:
                     if a["status"] == "compiled":
-                        tq.put(a["config"])
-                if not tq.empty():
-                    t_threads = start_timing()
+                        self.tq.put(a["config"])
+                if not self.tq.empty():
+                    t_threads = self.start_timing()
         finally:
-            t_closed.set()
+            self.t_closed.set()
             for t in t_threads:
                 t.join()
-        if failures:
-            raise failures[0]
-        return compiled, timed
+        if self.failures:
+            raise self.failures[0]
+        return self.compiled, self.timed
 
-    named = [(machine_name(d), env) for d, env in tgts]
-    if cluster is not None:  # Ray pins each timing actor to its GPU: no local pinning
-        named = [(f"ray-{i}", {}) for i in range(cluster.slots(jobs)[1])]
-    # exhaustive and random know their order: one batch as wide as the compile pool's work allows;
-    # the model proposes a batch of --jobs at a time and learns from each before the next
-    # (with --budget-seconds, rounds of a few compile-pool widths, so that the clock is looked at)
+
+def pipelined(cluster: Any, dev: Any, problem: Problem, pipeline: bool | None) -> bool:
+    """Whether building and timing overlap. Triton configs compile in processes that run nothing on the
+    device ("build" workers), so the timing workers can measure while later configs still compile; other
+    providers (and the interpreter, and Ray) compile by running, so every config compiles before any is
+    timed. (pipeline=True forces it: the tests, on the CPU)"""
+    return cluster is None and (dev.kind == "cuda" and problem.provider == "triton" if pipeline is None
+                                else pipeline)
+
+
+def batch_size(strategy: str, jobs: int, n_timing: int, budget_seconds: float | None, left: int) -> int:
+    """Configs per round: exhaustive and random know their order, so one batch as wide as the work left
+    (``left``); the model proposes ``jobs`` at a time (at least one per timing slot) and learns from each
+    batch before the next; with a time budget, rounds of a few compile-pool widths, so that the clock is
+    looked at."""
     if strategy == "model":
-        batch = max(jobs, len(named))
-    elif budget_seconds is not None:
-        batch = max(16, 4 * jobs)
-    else:
-        batch = max(1, total - n_known)
-    prog = Progress(total, log, budget_seconds)
-    t0 = time.monotonic()
-    if cluster is None and total > n_known:
-        start_timing_workers(named)
-    try:
-        while len(strat.results) < total:
-            if budget_seconds is not None and time.monotonic() - t0 >= budget_seconds:
-                log(f"xrt tune: --budget-seconds {budget_seconds:g} spent; stopping")
-                break
-            cfgs = strat.propose(min(batch, total - len(strat.results)))
-            if not cfgs:
-                break
-            result.tried += len(cfgs)
-            slots = [named[i % len(named)] for i in range(max(1, min(jobs, len(cfgs))))]
-            compiled, timed = run_round(cfgs, slots, last_round=len(strat.results) + len(cfgs) >= total)
-            for a in compiled:
-                if a["status"] != "compiled":
-                    strat.observe(a["config"], None)
-            for a in timed:
-                strat.observe(a["config"], a.get("median_s") if a["status"] == "timed" else None)
-    finally:
-        tl.mark("search done")
-        for t in starting:
-            t.join()
-        stop_all(list(workers.values()))
-        if cluster is not None:
-            cluster.close()
-        tl.mark("workers stopped")
+        return max(jobs, n_timing)
+    if budget_seconds is not None:
+        return max(16, 4 * jobs)
+    return max(1, left)
 
-    last = journal.last()
-    keys = set(strat.by_key)
-    for k, rec in last.items():
-        if k in keys:
-            result.counts[rec["status"]] = result.counts.get(rec["status"], 0) + 1
-    timed = sorted((r for k, r in last.items() if r["status"] == "timed" and k in keys), key=lambda r: r["median_s"])
-    result.best = timed[:top_k]
-    result.default = last.get(search.key(cands[0]))
-    if result.best:
-        result.out_file = write_top(out_dir, problem, dev0, result.best, result.default)
-        tl.mark("results written")
-    return result
+
+def next_config(q: queue.Queue, closed: threading.Event, steal: queue.Queue | None = None) -> dict[str, Any] | None:
+    """The next config for a worker: from ``q``, else from ``steal``; None once ``closed`` is set and
+    ``q`` is empty (everything was put before closing)."""
+    while True:
+        for src in (q, steal):
+            if src is not None:
+                try:
+                    return src.get_nowait()
+                except queue.Empty:
+                    pass
+        try:
+            return q.get(timeout=0.05)
+        except queue.Empty:
+            if closed.is_set():  # everything was put before closing: empty now means done
+                try:
+                    return q.get_nowait()
+                except queue.Empty:
+                    return None
+
+
+def observe(strat: Any, compiled: list[dict[str, Any]], timed: list[dict[str, Any]]) -> None:
+    """Tell the strategy a round's outcomes: a config that did not compile, or failed in timing, has no time."""
+    for a in compiled:
+        if a["status"] != "compiled":
+            strat.observe(a["config"], None)
+    for a in timed:
+        strat.observe(a["config"], a.get("median_s") if a["status"] == "timed" else None)
 
 
 def write_top(out_dir: Path, problem: Problem, dev: Any, best: list[dict[str, Any]],
