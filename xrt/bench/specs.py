@@ -97,9 +97,10 @@ def _spec(op: str, make_inputs: Callable, call: Callable, bytes_moved: Callable[
 
 def _kernel_spec(op: str, make_inputs: Callable, bytes_moved: Callable[[Shape, int], int],
                  flops: Callable[[Shape], int], call: Callable | None = None,
-                 check: Callable[[tuple, str], None] | None = None) -> BenchSpec:
+                 check: Callable[[tuple, str], None] | None = None,
+                 public: Callable[[tuple, str], Any] | None = None) -> BenchSpec:
     """square, the memory-bound kernels and GEMM: the call through :func:`_call_kernel` unless given."""
-    return _spec(op, make_inputs, call or _call_kernel(op, defs.get(op).file, op), bytes_moved, flops, check)
+    return _spec(op, make_inputs, call or _call_kernel(op, defs.get(op).file, op, public), bytes_moved, flops, check)
 
 
 def _call_square(args: tuple, provider: str, config: dict | None):
@@ -128,17 +129,17 @@ register(_kernel_spec(
 
 # -- the memory-bound kernels: vector_add, window_sum, softmax, layernorm (fwd and bwd) ----------
 
-def _call_kernel(op: str, module: str, fn: str):
-    """``call`` of a spec: the public op without a config; the launcher with one (suites, tuner)."""
+def _call_kernel(op: str, module: str, fn: str, public: Callable[[tuple, str], Any] | None = None):
+    """``call`` of a spec: the public op without a config (``xp.ops.<op>`` unless ``public`` is given);
+    the launcher with one (suites, tuner)."""
     def call(args: tuple, provider: str, config: dict | None):
         import importlib
 
         if config is None or provider == "torch":
             if config is not None:
                 raise ValueError(f"{op} provider 'torch' has no tuning configs")
-            public = {"layernorm": _layernorm_public, "layernorm_bwd": _layernorm_bwd_public}
-            if op in public:
-                return public[op](args, provider)
+            if public is not None:
+                return public(args, provider)
             import xrt.pytorch as xp
 
             return getattr(xp.ops, op)(*args, provider=provider)
@@ -203,12 +204,14 @@ register(_kernel_spec(
     # read x, write y (weight, bias and the [M] statistics are negligible and not counted)
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,
     flops=lambda shape: 8 * numel(shape),
+    public=_layernorm_public,
 ))
 register(_kernel_spec(
     "layernorm_bwd",
     make_inputs=_ln_bwd_inputs,
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read dy and x, write dx
     flops=lambda shape: 12 * numel(shape),
+    public=_layernorm_bwd_public,
 ))
 
 
