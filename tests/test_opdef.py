@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 from xrt.kernels import defs, spaces
@@ -36,6 +37,8 @@ def test_definitions_name_existing_spaces_and_files():
         for p in d.timed:
             if p != "torch":
                 assert (ROOT / "kernels" / p / f"{d.file}.py").is_file(), (d.name, p)
+        # xrt kernels dump --provider cuda compiles kernels/cuda/<file>.cu
+        assert ("cuda" in d.providers) == (ROOT / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
         if d.shapes:
             assert set(d.shapes) == {"quick", "small", "large"} and d.dtypes, d.name
 
@@ -99,6 +102,15 @@ def test_dump_signatures_match_the_triton_kernels():
             checked += 1
         assert [s[1] for s in _triton_specs(d.name, "bfloat16")] == [k.fn for k in d.dump]
     assert checked >= 5
+
+
+def test_dump_cuda_names_the_definitions_source(tmp_path):
+    """An op without CUDA C says so, naming the sources (no nvcc needed to get there)."""
+    from xrt.cli import CLIError
+    from xrt.commands.kernels import dump_cuda
+
+    with pytest.raises(CLIError, match="op 'attention' has no CUDA C source; sources: .*layernorm.cu"):
+        dump_cuda("attention", tmp_path, "sm_90")
 
 
 # -- no list of op names outside the definitions -------------------------------------------------
