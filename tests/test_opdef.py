@@ -181,3 +181,31 @@ def test_one_new_definition_reaches_every_list():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[0] == "('auto', 'torch', 'triton', 'cuda', 'xpu') True False True"
+
+
+def test_flat_ops_bucket_tuned_configs_by_numel(monkeypatch):
+    """``flat=True`` in a definition: the providers look tuned configs up by ``(numel,)``, as the
+    kernels see a flat tensor; a row op by its shape."""
+    import torch
+
+    import xrt.pytorch  # noqa: F401  (registers the providers)
+    from xrt.bench import specs
+    from xrt.pytorch.ops import dispatch, kernel_providers
+
+    class Looked(Exception):
+        pass
+
+    seen = {}
+
+    def config(op, space, x, shape=None):
+        seen[op] = shape
+        raise Looked  # the lookup is what is checked, not the launch
+
+    monkeypatch.setattr(kernel_providers, "config", config)
+    flat = [d.name for d in defs.OPS.values() if d.flat]
+    for name in [*flat, "softmax"]:
+        args = specs.get(name).make_inputs((8, 512), torch.float32, "cpu")
+        with pytest.raises(Looked):
+            dispatch.get(name, "triton").fn(*args)
+    assert flat and {n: seen[n] for n in flat} == {n: (4096,) for n in flat}
+    assert seen["softmax"] is None  # x.shape
