@@ -2,6 +2,8 @@
 
 One op, one file per provider: ``reference/<op>.py`` (torch), ``triton/<op>.py``,
 ``cuda/<op>.cu`` with its launcher ``cuda/<op>.py``. Tuning spaces: :mod:`xrt.kernels.spaces`.
+Each op's definition (providers, spaces, bench shapes, dump entry points): ``defs/<op>.py``
+(:mod:`xrt.kernels.defs`), which the layers above list their ops from.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def check_settings(op: str, provider: str, config: dict | None, device: Any, dty
 
 
 def check_tiles(spec: Any, provider: str, config: dict | None, shape: tuple, sm_count: int | None) -> Check:
-    from xrt.kernels import spaces
+    from xrt.kernels import defs, spaces
 
     key = spec.spaces.get(provider)
     if key is None:
@@ -88,7 +88,7 @@ def check_tiles(spec: Any, provider: str, config: dict | None, shape: tuple, sm_
     problems, notes = [], []
     for name in tile_names:
         tile = int(cfg[name])
-        extent = n if len(shape) == 1 or spec.op in ("square", "vector_add") else last
+        extent = n if len(shape) == 1 or defs.get(spec.op).flat else last
         programs = -(-extent // tile) * (1 if extent == n else n // max(last, 1))
         notes.append(f"{name}={tile} over {extent} elements -> {programs} programs/blocks")
         if tile > extent:

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from xrt.bench import specs, timer
+from xrt.kernels import defs
 
-OPS = ["square", "vector_add", "window_sum", "softmax", "layernorm", "layernorm_bwd"]
+OPS = [d.name for d in defs.OPS.values() if d.gpucheck]  # the memory-bound ops (kernels/defs: gpucheck=True)
 QUICK = {"max_time": 0.15}  # the config sweep: shorter per config than the default table
 HOST_SAMPLES = 20
 

@@ -11,8 +11,8 @@ A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops``, ``bench_hos
 
 * not measured (:data:`NOT_MEASURED`: docs, tests, the dashboard, the database and tracker code,
   scripts, stored results except the tuner's): it changes no unit;
-* one unit's own (:func:`own_files`: its kernels, launchers, reference, op file, tuned configs):
-  it changes that unit;
+* one unit's own (:func:`own_files`: its kernels, launchers, reference, definition, op file,
+  tuned configs): it changes that unit;
 * anything else (the timer, the suites, the specs, the launch helpers, the runtime, the build,
   a file this module does not know): it changes *every* unit. Unknown means re-measure: a unit
   is only ever carried when every changed file is known not to touch it.
@@ -34,7 +34,7 @@ NOT_MEASURED = (
 
 _OP_FILES = (
     "kernels/triton/{f}.py", "kernels/cuda/{f}.cu", "kernels/cuda/{f}.py", "kernels/reference/{f}.py",
-    "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
+    "kernels/defs/{f}.py", "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
 )
 _ALLOCATOR_FILES = ("xrt/pytorch/allocator.py", "benchmarks/bench_allocator.py")
 ALLOCATOR_BENCHMARKS = ("bench_allocator.AllocatorFragmentation.track_peak_allocated",

@@ -1,7 +1,9 @@
 """What to benchmark for each op: shape sets, dtypes, providers, inputs, bytes and FLOPs.
 
-One :class:`BenchSpec` per op, read by the asv suites (``benchmarks/``), ``xrt diag`` and the
-tuner. Importing this module imports torch lazily (inside the callables), never at import.
+One :class:`BenchSpec` per benchmarked op, read by the asv suites (``benchmarks/``), ``xrt diag`` and
+the tuner. The shape sets, dtypes, providers, tuning spaces and file stem come from the op's
+definition (``kernels/defs``); this module adds what timing needs: the inputs, the call, the bytes
+moved and the FLOPs. Importing it imports torch lazily (inside the callables), never at import.
 Inputs are random (never zeros): zeros hide wrong loads and make some kernels take fast paths.
 """
 
@@ -11,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Shape = tuple[int, ...]
+from xrt.kernels import defs
+from xrt.kernels.opdef import Shape
 
 
 @dataclass(frozen=True)
@@ -80,23 +83,24 @@ def _randn(shape: Shape, dtype: Any, device: str):
     return torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
 
 
-def _spaces(op: str, providers: Sequence[str]) -> dict[str, str]:
-    """Each non-torch provider's tuning space: ``<op>.<provider>`` (torch has none)."""
-    return {p: f"{op}.{p}" for p in providers if p != "torch"}
+def _spec(op: str, make_inputs: Callable, call: Callable, bytes_moved: Callable[[Shape, int], int],
+          flops: Callable[[Shape], int], check: Callable[[tuple, str], None] | None = None,
+          not_compiled: str = "") -> BenchSpec:
+    """The spec of ``op``: its definition's shape sets, dtypes, timed providers, spaces and file
+    stem (``kernels/defs``), with the callables of timing."""
+    d = defs.get(op)
+    return BenchSpec(op=op, module=d.module, shapes={k: list(v) for k, v in d.shapes.items()},
+                     dtypes=list(d.dtypes), providers=list(d.timed), make_inputs=make_inputs, call=call,
+                     bytes_moved=bytes_moved, flops=flops, spaces=d.space_keys, check=check,
+                     not_compiled=not_compiled)
 
 
-_KERNEL_PROVIDERS = ["torch", "triton", "cuda"]
-_VECTOR_SHAPES = {"quick": [(4096,)], "small": [(1 << 12,), (1 << 16,)], "large": [(1 << 24,), (1 << 28,)]}
-
-
-def _kernel_spec(op: str, shapes: dict[str, list[Shape]], dtypes: list[str], make_inputs: Callable,
-                 bytes_moved: Callable[[Shape, int], int], flops: Callable[[Shape], int], module: str = "",
-                 call: Callable | None = None, check: Callable[[tuple, str], None] | None = None) -> BenchSpec:
-    """square, the memory-bound kernels and GEMM: providers torch, triton and cuda, each kernel
-    provider's space named after the op, the call through :func:`_call_kernel` unless given."""
-    return BenchSpec(op=op, module=module, shapes=shapes, dtypes=dtypes, providers=list(_KERNEL_PROVIDERS),
-                     make_inputs=make_inputs, call=call or _call_kernel(op, module or op, op),
-                     bytes_moved=bytes_moved, flops=flops, spaces=_spaces(op, _KERNEL_PROVIDERS), check=check)
+def _kernel_spec(op: str, make_inputs: Callable, bytes_moved: Callable[[Shape, int], int],
+                 flops: Callable[[Shape], int], call: Callable | None = None,
+                 check: Callable[[tuple, str], None] | None = None,
+                 public: Callable[[tuple, str], Any] | None = None) -> BenchSpec:
+    """square, the memory-bound kernels and GEMM: the call through :func:`_call_kernel` unless given."""
+    return _spec(op, make_inputs, call or _call_kernel(op, defs.get(op).file, op, public), bytes_moved, flops, check)
 
 
 def _call_square(args: tuple, provider: str, config: dict | None):
@@ -115,7 +119,7 @@ def _call_square(args: tuple, provider: str, config: dict | None):
 
 
 register(_kernel_spec(
-    "square", _VECTOR_SHAPES, ["float32", "bfloat16"],
+    "square",
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,  # read x, write y
     flops=lambda shape: numel(shape),
@@ -125,17 +129,17 @@ register(_kernel_spec(
 
 # -- the memory-bound kernels: vector_add, window_sum, softmax, layernorm (fwd and bwd) ----------
 
-def _call_kernel(op: str, module: str, fn: str):
-    """``call`` of a spec: the public op without a config; the launcher with one (suites, tuner)."""
+def _call_kernel(op: str, module: str, fn: str, public: Callable[[tuple, str], Any] | None = None):
+    """``call`` of a spec: the public op without a config (``xp.ops.<op>`` unless ``public`` is given);
+    the launcher with one (suites, tuner)."""
     def call(args: tuple, provider: str, config: dict | None):
         import importlib
 
         if config is None or provider == "torch":
             if config is not None:
                 raise ValueError(f"{op} provider 'torch' has no tuning configs")
-            public = {"layernorm": _layernorm_public, "layernorm_bwd": _layernorm_bwd_public}
-            if op in public:
-                return public[op](args, provider)
+            if public is not None:
+                return public(args, provider)
             import xrt.pytorch as xp
 
             return getattr(xp.ops, op)(*args, provider=provider)
@@ -175,43 +179,39 @@ def _ln_bwd_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
     return (_randn(shape, dtype, device), x, _randn((shape[-1],), dtype, device), mean, rstd)
 
 
-# softmax, layernorm and layernorm_bwd: rows [M, N]
-_ROWS = {"quick": [(4, 1023)], "small": [(1, 4096), (32, 4096)],
-         "large": [(16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768)]}
-
 register(_kernel_spec(
-    "vector_add", _VECTOR_SHAPES, ["float32", "bfloat16"],
+    "vector_add",
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device), _randn(shape, dtype, device)),
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read a and b, write y
     flops=lambda shape: numel(shape),
 ))
 register(_kernel_spec(
-    "window_sum", {"quick": [(4, 1023)], "small": [(1, 4096), (16, 4096)], "large": [(16384, 8192), (1, 1 << 28)]},
-    ["float32", "bfloat16"],
+    "window_sum",
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
     # read x once, write y [..., n - 2]
     bytes_moved=lambda shape, esize: (numel(shape) + numel(shape[:-1]) * (shape[-1] - 2)) * esize,
     flops=lambda shape: 2 * numel(shape[:-1]) * (shape[-1] - 2),
 ))
 register(_kernel_spec(
-    "softmax", _ROWS, ["bfloat16", "float32"],
+    "softmax",
     make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,  # read x, write y
     flops=lambda shape: 5 * numel(shape),
 ))
 register(_kernel_spec(
-    "layernorm", _ROWS, ["bfloat16", "float16", "float32"],
+    "layernorm",
     make_inputs=_ln_inputs,
     # read x, write y (weight, bias and the [M] statistics are negligible and not counted)
     bytes_moved=lambda shape, esize: 2 * numel(shape) * esize,
     flops=lambda shape: 8 * numel(shape),
+    public=_layernorm_public,
 ))
 register(_kernel_spec(
-    "layernorm_bwd", _ROWS, ["bfloat16", "float16", "float32"],
+    "layernorm_bwd",
     make_inputs=_ln_bwd_inputs,
     bytes_moved=lambda shape, esize: 3 * numel(shape) * esize,  # read dy and x, write dx
     flops=lambda shape: 12 * numel(shape),
-    module="layernorm",
+    public=_layernorm_bwd_public,
 ))
 
 
@@ -241,16 +241,13 @@ def _gemm_flops(shape: Shape) -> int:
     return 2 * numel(lead) * m * n * k
 
 
-def _gemm_spec(op: str, shapes: dict[str, list[Shape]]) -> BenchSpec:
-    """matmul and bmm: the same dtypes, providers, inputs, counts and check; their own shapes and spaces."""
-    return _kernel_spec(op, shapes, ["bfloat16", "float32"], _gemm_inputs, _gemm_bytes, _gemm_flops, module="matmul",
-                        check=_gemm_check(op))
+def _gemm_spec(op: str) -> BenchSpec:
+    """matmul and bmm: the same inputs, counts and check."""
+    return _kernel_spec(op, _gemm_inputs, _gemm_bytes, _gemm_flops, check=_gemm_check(op))
 
 
-register(_gemm_spec("matmul", {"quick": [(16, 8, 32)], "small": [(16, 4096, 4096), (1024, 1024, 1024)],
-                               "large": [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096)]}))
-register(_gemm_spec("bmm", {"quick": [(2, 16, 8, 32)], "small": [(8, 256, 256, 256)],
-                            "large": [(64, 512, 512, 512), (8, 2048, 2048, 2048)]}))
+register(_gemm_spec("matmul"))
+register(_gemm_spec("bmm"))
 
 
 # -- attention, forward and backward ------------------------------------------------------------
@@ -345,27 +342,18 @@ def _call_attention_bwd(args: tuple, provider: str, config: dict | None):
     return attention_bwd(do, q, k, v, o, lse, causal, scale, config)
 
 
-# quick: one tiny case for the CPU profile (the Triton rows run in the interpreter, fp16 only).
-_ATTN_SHAPES = {"quick": [(1, 1, 16, 64, 0)],
-                "small": [(1, 16, 512, 64, 0), (1, 16, 512, 128, 1)],
-                "large": [(4, 16, 4096, 128, 0), (4, 16, 4096, 128, 1), (4, 16, 4096, 64, 0),
-                          (4, 16, 16384, 128, 1)]}
-
-
 def _attn_spec(op: str, make_inputs: Callable, call: Callable, tensors: int, flops: Callable[[Shape], int],
-               module: str = "", not_compiled: str = "") -> BenchSpec:
+               not_compiled: str = "") -> BenchSpec:
     """attention and attention_bwd: ``tensors`` [B, H, S, D] read or written, providers torch (SDPA) and triton."""
-    providers = ["torch", "triton"]
-    return BenchSpec(op=op, module=module, shapes=_ATTN_SHAPES, dtypes=["bfloat16", "float16"], providers=providers,
-                     make_inputs=make_inputs, call=call,
-                     bytes_moved=lambda shape, esize: tensors * shape[0] * shape[1] * shape[2] * shape[3] * esize,
-                     flops=flops, spaces=_spaces(op, providers), check=_attn_check(op), not_compiled=not_compiled)
+    return _spec(op, make_inputs, call,
+                 lambda shape, esize: tensors * shape[0] * shape[1] * shape[2] * shape[3] * esize,
+                 flops, _attn_check(op), not_compiled)
 
 
 register(_attn_spec("attention", _attn_inputs, _call_attention, 4, _attn_flops))  # read q, k, v; write o
 # read do, q, k, v, o; write dq, dk, dv
 register(_attn_spec("attention_bwd", _attn_bwd_inputs, _call_attention_bwd, 8,
-                    lambda shape: _attn_flops(shape, backward=True), module="attention",
+                    lambda shape: _attn_flops(shape, backward=True),
                     not_compiled="its call is the backward alone, through torch.autograd.grad on a stored graph"))
 
 
@@ -424,22 +412,7 @@ def _conv_flops(shape: Shape) -> int:
     return 2 * n * ho * wo * k * 9 * c
 
 
-CONV_SHAPES = {"quick": [(1, 8, 6, 6, 8, 1)],
-               "small": [(1, 64, 56, 56, 64, 1), (8, 128, 28, 28, 128, 2)],
-               "large": [(64, 64, 56, 56, 64, 1), (64, 256, 14, 14, 256, 1), (64, 64, 56, 56, 128, 2),
-                         (64, 128, 28, 28, 256, 2), (64, 256, 14, 14, 512, 2)]}
-
-register(BenchSpec(
-    op="conv_bn_relu",
-    shapes=CONV_SHAPES,
-    dtypes=["float16", "float32"],
-    providers=["torch", "triton"],
-    make_inputs=_conv_inputs,
-    call=_call_conv,
-    bytes_moved=_conv_bytes,
-    flops=_conv_flops,
-    spaces={"triton": "conv_bn_relu_s1.triton"},
-))
+register(_spec("conv_bn_relu", _conv_inputs, _call_conv, _conv_bytes, _conv_flops))
 
 
 # -- the CNN macro-benchmarks: a small ResNet-style CNN (xrt.pytorch.modules), CIFAR-10-shaped ------
@@ -482,17 +455,12 @@ def _cnn_flops(shape: Shape, train: bool) -> int:
     return cnn_conv_flops(shape[0], shape[1]) * (3 if train else 1)
 
 
-for _name, _train in (("cnn_infer", False), ("cnn_train", True)):
-    register(BenchSpec(
-        op=_name,
-        module="conv_bn_relu",
-        shapes={"quick": [(2, 8)], "small": [(32, 32)], "large": [(256, 64)]},
-        dtypes=["float16"],
-        providers=["torch", "triton"],
-        make_inputs=_cnn_inputs,
-        call=_cnn_call(_train),
-        bytes_moved=lambda shape, esize: 0,  # a model: FLOPs only (the convolutions')
-        flops=lambda shape, _train=_train: _cnn_flops(shape, _train),
-        check=_cnn_check(_name),
-        not_compiled="a model's step, not one op's call (compiling the model is a different measurement)",
-    ))
+def _cnn_spec(op: str, train: bool) -> BenchSpec:
+    return _spec(op, _cnn_inputs, _cnn_call(train),
+                 lambda shape, esize: 0,  # a model: FLOPs only (the convolutions')
+                 lambda shape: _cnn_flops(shape, train), _cnn_check(op),
+                 "a model's step, not one op's call (compiling the model is a different measurement)")
+
+
+register(_cnn_spec("cnn_infer", train=False))
+register(_cnn_spec("cnn_train", train=True))

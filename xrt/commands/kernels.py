@@ -101,9 +101,9 @@ def _sass(cubin: Path, out: Path) -> str:
 
 
 def dump_cuda(op: str, out: Path, arch: str) -> list[str]:
-    from xrt.kernels import cuda_source, cuda_sources
+    from xrt.kernels import cuda_source, cuda_sources, defs
 
-    name = "layernorm.cu" if op.startswith("layernorm") else "matmul.cu" if op == "bmm" else f"{op}.cu"
+    name = f"{defs.OPS[op].file if op in defs.OPS else op}.cu"  # its definition names its files
     if name not in cuda_sources():
         raise CLIError(f"op {op!r} has no CUDA C source; sources: {', '.join(cuda_sources())}")
     nvcc = find_tool("nvcc")
@@ -123,51 +123,15 @@ def dump_cuda(op: str, out: Path, arch: str) -> list[str]:
     return written
 
 
-# One representative launch per op: (kernel module, jit function, its signature and constants).
 def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
-    t = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}[dtype]
-    f = "*fp32"
-    row = {"ROWS": 1, "BLOCK": 4096}
-    gemm_args = {"a_ptr": t, "b_ptr": t, "c_ptr": t, **{n: "i32" for n in (
-        "M", "N", "K", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb",
-        "stride_cm", "stride_cn")}}
-    # The default tile (kernels/spaces.py) of the tiled kernel; the TMA kernel takes host-built
-    # descriptors, which a signature string cannot describe.
-    gemm = [("matmul", "_matmul_kernel", gemm_args,
-             {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64 if dtype != "float32" else 16, "GROUP_M": 8,
-              "PRECISION": "ieee" if dtype == "float32" else "tf32"})]
-    # The fused conv's three kernels at a 128-pixel tile, 64 + 64 channel steps, 16-byte vectors.
-    i32 = "i32"
-    prec = {"PRECISION": "ieee" if dtype == "float32" else "tf32"}
-    conv = [("conv_bn_relu", "_conv3x3_direct_kernel",
-             {"x_ptr": t, "w_ptr": t, "b_ptr": f, "y_ptr": t,
-              **{n: i32 for n in ("H", "W", "CV", "K", "Ho", "Wo", "tiles_h", "tiles_w")}},
-             {"STRIDE": 1, "PAD": 1, "TH": 8, "TW": 16, "BLOCK_N": 64, "BLOCK_K": 64, "VEC": 8, "HAS_BIAS": True,
-              "RELU": True, **prec}),
-            ("conv_bn_relu", "_im2row_kernel", {"x_ptr": t, "a_ptr": t, **{n: i32 for n in ("M", "H", "W", "CV", "Ho",
-                                                                                           "Wo")}},
-             {"STRIDE": 2, "PAD": 1, "BLOCK_M": 64, "BLOCK_C": 64, "VEC": 8}),
-            ("conv_bn_relu", "_gemm_bias_relu_kernel", {"a_ptr": t, "w_ptr": t, "b_ptr": f, "y_ptr": t, "M": i32,
-                                                         "K": i32, "Kk": i32},
-             {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "HAS_BIAS": True, "RELU": True, **prec})]
-    return {
-        "square": [("square", "_square_kernel", {"x_ptr": t, "y_ptr": t, "n": "i64"}, {"BLOCK_SIZE": 1024})],
-        "vector_add": [("vector_add", "_vector_add_kernel", {"a_ptr": t, "b_ptr": t, "y_ptr": t, "n": "i64"},
-                        {"BLOCK_SIZE": 1024})],
-        "window_sum": [("window_sum", "_window_sum_kernel", {"x_ptr": t, "y_ptr": t, "n": "i32"},
-                        {"BLOCK_SIZE": 2048})],
-        "softmax": [("softmax", "_softmax_kernel", {"x_ptr": t, "y_ptr": t, "M": "i32", "N": "i32"}, row)],
-        "layernorm": [("layernorm", "_layernorm_fwd_kernel",
-                       {"x_ptr": t, "w_ptr": t, "b_ptr": t, "y_ptr": t, "mean_ptr": f, "rstd_ptr": f,
-                        "M": "i32", "N": "i32", "eps": "fp32"}, row)],
-        "layernorm_bwd": [("layernorm", "_layernorm_bwd_kernel",
-                           {"dy_ptr": t, "x_ptr": t, "w_ptr": t, "mean_ptr": f, "rstd_ptr": f, "dx_ptr": t,
-                            "dw_part_ptr": f, "db_part_ptr": f, "M": "i32", "N": "i32",
-                            "rows_per_program": "i32"}, {"BLOCK": 4096})],
-        "matmul": gemm,
-        "bmm": gemm,
-        "conv_bn_relu": conv,
-    }.get(op, [])
+    """What ``dump OP`` compiles, from the op's definition (kernels/defs): (kernel module, jit function,
+    its signature for ``dtype``, its constexprs); none for an op without a definition or a dump."""
+    from xrt.kernels import defs
+
+    d = defs.OPS.get(op)
+    if d is None:
+        return []
+    return [(d.file, k.fn, k.types(dtype), k.constants(dtype)) for k in d.dump]
 
 
 def dump_triton(op: str, out: Path, dtype: str, arch: str) -> list[str]:

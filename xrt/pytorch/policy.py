@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from xrt.kernels import rawenv
+from xrt.kernels import defs, opdef, rawenv
 
 AUTO = "auto"
-PROVIDERS = ("torch", "triton", "cuda", "xpu")
+PROVIDERS = opdef.PROVIDERS  # every provider name; each op's own are in its definition (kernels/defs)
 
 
 @dataclass(frozen=True)
@@ -164,14 +164,12 @@ register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn
             "fused_attention's provider", _save_attention, _restore_attention)
 register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark",
             _save_conv, _restore_conv)
-# Provider ops; their implementations register providers in xrt.pytorch.ops.
-register_op("square", PROVIDERS)
-register_op("vector_add", PROVIDERS)
-register_op("window_sum", PROVIDERS)
-register_op("layernorm", PROVIDERS)
-register_op("softmax", PROVIDERS)
-# conv3x3 + BatchNorm + ReLU (xp.ops.conv_bn_relu): torch's unfused ops or xrt's fused kernels (no CUDA C).
-register_op("conv_bn_relu", ("torch", "triton", "xpu"))
+# Provider ops: each op defined with a policy entry of its own (kernels/defs), its providers the
+# choices; their implementations register the providers in xrt.pytorch.ops.
+for _def in defs.OPS.values():
+    if not _def.policy:
+        register_op(_def.name, _def.providers, doc=_def.doc)
+del _def
 
 
 def _tuned_keys() -> set[str]:

@@ -16,8 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("tune", help="search a kernel's tuning space; the best configs feed the policy and suites",
                        description="xrt tune OP --shape S ...: search; xrt tune space OP [--shape S]: the space, "
                                    "pruned")
-    t.add_argument("op", help="an op with a benchmark spec: square, vector_add, window_sum, softmax, layernorm, "
-                              "layernorm_bwd, matmul, bmm, attention ...; or `space`, then the op")
+    t.add_argument("op", help=f"an op with a tuning space: {', '.join(tunable_ops())}; or `space`, then the op")
     t.add_argument("space_op", nargs="?", metavar="OP", help="(after `space`) the op whose space to print")
     t.add_argument("--provider", default="triton", help="triton or cuda [triton]")
     t.add_argument("--shape", help="the problem, e.g. 16384x8192 (GEMM: MxNxK)")
@@ -41,6 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("-v", "--verbose", action="store_true",
                    help="print the timeline: when each step happened, in seconds since the process started")
     t.set_defaults(func=run, exit_at_once=True)  # xrt.cli: no interpreter teardown after the search
+
+
+def tunable_ops() -> list[str]:
+    """The ops with a tuning space (their definitions, kernels/defs), in definition order."""
+    from xrt.kernels import defs
+
+    return [d.name for d in defs.OPS.values() if d.space_keys]
 
 
 def run_space(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 kernel_providers.register("attention")
-kernel_providers.register("attention_bwd", module="attention")
+kernel_providers.register("attention_bwd")
 
 _SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH",
                   "cudnn": "CUDNN_ATTENTION"}

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from xrt.kernels import defs
 from xrt.pytorch import policy
 
 _INFO: dict[Any, Any] = {}
@@ -57,6 +58,10 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     return hit
 
 
+def _numel(x: torch.Tensor) -> tuple[int]:
+    return (x.numel(),)
+
+
 def register(op: str, module: str | None = None, fn: str | None = None,
                      shape: Callable[[torch.Tensor], Sequence[int]] | None = None,
                      shape_args: Callable[..., Sequence[int]] | None = None) -> None:
@@ -66,12 +71,17 @@ def register(op: str, module: str | None = None, fn: str | None = None,
     ``xrt.kernels.triton.<module>.<fn>(*args, config)``, ``cuda`` calls
     ``xrt.kernels.cuda.<module>.<fn>(*args, config)``, with the tuned config of the
     ``<op>.triton`` / ``<op>.cuda`` space for the first argument (bucketed by ``shape(x)``).
-    ``module`` and ``fn`` default to ``op``. ``shape_args`` buckets by all the arguments instead
-    (``matmul``: ``(M, N, K)`` from ``a`` and ``b``).
+    ``module`` defaults to the file stem of the op's definition (``kernels/defs``: ``layernorm_bwd``
+    lives in ``layernorm``), ``fn`` to ``op``. ``shape`` defaults to ``(numel,)`` for an op defined
+    ``flat``, else ``x.shape``; ``shape_args`` buckets by all the arguments instead (``matmul``:
+    ``(M, N, K)`` from ``a`` and ``b``).
     """
     from xrt.pytorch.ops import dispatch
 
-    module, fn = module or op, fn or op
+    d = defs.OPS.get(op)
+    module, fn = module or (d.file if d else op), fn or op
+    if shape is None and shape_args is None and d is not None and d.flat:
+        shape = _numel
 
     found: dict[str, Callable[..., Any]] = {}
 

@@ -20,7 +20,7 @@ from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers, native
 
 kernel_providers.register("layernorm")
-kernel_providers.register("layernorm_bwd", module="layernorm")
+kernel_providers.register("layernorm_bwd")
 
 
 @torch.library.custom_op("xrt::layernorm", mutates_args=())

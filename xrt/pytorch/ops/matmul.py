@@ -24,8 +24,7 @@ from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 kernel_providers.register("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
-kernel_providers.register("bmm", module="matmul",
-                                  shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
+kernel_providers.register("bmm", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
 
 
 

@@ -1,0 +1,35 @@
+"""Every op's definition (:class:`xrt.kernels.opdef.OpDef`), one file per op: ``kernels/defs/<op>.py``
+holds a ``DEFS`` tuple (a fused op's backward sits beside its forward).
+
+Adding an op: its kernel files, its file here, and its name in :data:`MODULES` (the order in which
+reports such as gpucheck's list the ops). Everything else that lists ops reads :data:`OPS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from xrt.kernels.opdef import OpDef
+
+MODULES = ("square", "vector_add", "window_sum", "softmax", "layernorm", "matmul", "attention", "conv_bn_relu")
+
+
+def _collect() -> dict[str, OpDef]:
+    out: dict[str, OpDef] = {}
+    for module in MODULES:
+        for d in importlib.import_module(f"{__name__}.{module}").DEFS:
+            if d.name in out:
+                raise RuntimeError(f"op {d.name!r} is defined twice (kernels/defs/{module}.py)")
+            out[d.name] = d
+    return out
+
+
+OPS: dict[str, OpDef] = _collect()  # name -> definition, in the order of MODULES
+
+
+def get(name: str) -> OpDef:
+    """The definition of op ``name``; a ValueError naming the known ops otherwise."""
+    d = OPS.get(name)
+    if d is None:
+        raise ValueError(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+    return d

@@ -1,0 +1,211 @@
+"""One definition per op (kernels/defs): every layer that lists ops derives its list from it, and no
+module outside the definitions (and the op's own files) holds a list of op names."""
+
+import ast
+import contextlib
+import importlib
+import inspect
+import io
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from xrt.kernels import defs, spaces
+from xrt.kernels.opdef import POINTER
+
+
+def test_every_definition_file_is_collected():
+    """A file in kernels/defs that MODULES does not name would define ops nothing sees."""
+    files = {p.stem for p in (ROOT / "kernels" / "defs").glob("*.py") if p.stem != "__init__"}
+    assert files == set(defs.MODULES)
+
+
+def test_definitions_name_existing_spaces_and_files():
+    for d in defs.OPS.values():
+        assert set(d.providers) <= {"torch", "triton", "cuda", "xpu"}, d.name
+        assert d.providers[0] == "torch", d.name  # the reference first: the suites' baseline
+        for key in d.space_keys.values():
+            assert key in spaces.SPACES, f"{d.name}: no tuning space {key!r} in kernels/spaces.py"
+        if d.model:
+            continue
+        assert (ROOT / "kernels" / "reference" / f"{d.file}.py").is_file(), d.name
+        assert (ROOT / "xrt" / "pytorch" / "ops" / f"{d.file}.py").is_file(), d.name
+        for p in d.timed:
+            if p != "torch":
+                assert (ROOT / "kernels" / p / f"{d.file}.py").is_file(), (d.name, p)
+        # xrt kernels dump --provider cuda compiles kernels/cuda/<file>.cu
+        assert ("cuda" in d.providers) == (ROOT / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
+        if d.shapes:
+            assert set(d.shapes) == {"quick", "small", "large"} and d.dtypes, d.name
+
+
+def test_the_policy_offers_every_op():
+    from xrt.pytorch import policy
+
+    known = policy.known_ops()
+    for d in defs.OPS.values():
+        assert d.policy_op in known, d.name
+        if not d.policy:
+            assert known[d.name] == ("auto", *d.providers), d.name
+
+
+def test_xrt_kernels_lists_every_op_with_its_providers():
+    from xrt.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["kernels", "list"]) == 0
+    listed: dict[str, set[str]] = {}
+    for line in out.getvalue().splitlines()[1:]:
+        op, provider = line.split()[:2]
+        listed.setdefault(op, set()).add(provider)
+    for d in defs.OPS.values():
+        if not d.model:
+            assert set(d.providers) <= listed.get(d.name, set()), d.name
+
+
+def test_bench_specs_gpucheck_and_tuner_derive_from_the_definitions():
+    from xrt.bench import gpucheck, specs
+    from xrt.tune.cli import tunable_ops
+
+    assert set(specs.SPECS) == {d.name for d in defs.OPS.values() if d.shapes}
+    for name, spec in specs.SPECS.items():
+        d = defs.get(name)
+        assert spec.shapes == {k: list(v) for k, v in d.shapes.items()}
+        assert (spec.dtypes, spec.providers, spec.spaces) == (list(d.dtypes), list(d.timed), d.space_keys)
+    assert gpucheck.OPS == [d.name for d in defs.OPS.values() if d.gpucheck]
+    assert tunable_ops() == [d.name for d in defs.OPS.values() if d.space_keys]
+
+
+def test_dump_signatures_match_the_triton_kernels():
+    """``xrt kernels dump`` compiles each declared kernel with its declared signature: the runtime
+    arguments in the kernel's order, and a value for each constexpr without a default."""
+    from xrt.commands.kernels import _triton_specs
+
+    checked = 0
+    for d in defs.OPS.values():
+        for k in d.dump:
+            fn = getattr(importlib.import_module(f"xrt.kernels.triton.{d.file}"), k.fn)
+            params = inspect.signature(fn.fn).parameters.values()
+            const = {p.name: p.default is inspect.Parameter.empty for p in params if "constexpr" in str(p.annotation)}
+            runtime = [p.name for p in params if p.name not in const]
+            assert list(k.signature) == runtime, (d.name, k.fn)
+            assert set(k.constexprs) | set(k.fp32) <= set(const), (d.name, k.fn)
+            assert {n for n, required in const.items() if required} <= set(k.constexprs), (d.name, k.fn)
+            for dtype, ptr in POINTER.items():
+                types = k.types(dtype)
+                assert ptr in types.values() and "*T" not in types.values()
+            checked += 1
+        assert [s[1] for s in _triton_specs(d.name, "bfloat16")] == [k.fn for k in d.dump]
+    assert checked >= 5
+
+
+def test_dump_cuda_names_the_definitions_source(tmp_path):
+    """An op without CUDA C says so, naming the sources (no nvcc needed to get there)."""
+    from xrt.cli import CLIError
+    from xrt.commands.kernels import dump_cuda
+
+    with pytest.raises(CLIError, match="op 'attention' has no CUDA C source; sources: .*layernorm.cu"):
+        dump_cuda("attention", tmp_path, "sm_90")
+
+
+# -- no list of op names outside the definitions -------------------------------------------------
+
+def own_files(name: str) -> set[Path]:
+    """The files of the op whose file stem is ``name``: its kernels, launchers, reference and op module."""
+    return {ROOT / "kernels" / kind / f"{name}.py" for kind in ("reference", "triton", "cuda")} | {
+        ROOT / "xrt" / "pytorch" / "ops" / f"{name}.py"}
+
+
+def op_name_lists(path: Path, names: set[str]) -> list[str]:
+    """Each literal list, tuple, set or dict (its keys) in ``path`` that holds two op names or more
+    as strings, as 'file:line: names'. ``__all__`` (the public functions) is not a list of ops."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        items = (node.keys if isinstance(node, ast.Dict) else node.elts
+                 if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else [])
+        found = sorted({i.value for i in items if isinstance(i, ast.Constant) and i.value in names})
+        if len(found) >= 2:
+            out.append(f"{path.name}:{node.lineno}: {', '.join(found)}")
+    return out
+
+
+def test_no_module_outside_the_definitions_lists_op_names():
+    """A new op is its kernel files and its definition: a module that keeps its own list of ops
+    (gpucheck's OPS, xrt kernels' dump table, the policy's op list once did) would miss it."""
+    names = set(defs.OPS)
+    allowed = {p for d in defs.OPS.values() for p in own_files(d.file)}
+    paths = [p for d in ("xrt", "kernels") for p in (ROOT / d).rglob("*.py")
+             if "defs" not in p.relative_to(ROOT).parts and p.resolve() not in allowed and p not in allowed]
+    offenders = [hit for p in sorted(paths) for hit in op_name_lists(p, names)]
+    assert offenders == []
+
+
+def test_the_rule_catches_a_list_of_op_names(tmp_path):
+    """The check itself: gpucheck's old literal list is reported; one name, or ``__all__``, is not."""
+    f = tmp_path / "fake.py"
+    f.write_text('OPS = ["square", "vector_add", "softmax"]\nONE = ("square", 3)\n'
+                 '__all__ = ["square", "softmax"]\nT = {"layernorm": 1, "matmul": 2}\n')
+    assert op_name_lists(f, set(defs.OPS)) == ["fake.py:1: softmax, square, vector_add", "fake.py:4: layernorm, matmul"]
+
+
+def test_one_new_definition_reaches_every_list():
+    """A definition added to the registry (as a new kernels/defs file would add it) shows in the
+    policy, gpucheck's ops and the tuner's help, with no other change."""
+    code = textwrap.dedent("""
+        from xrt.kernels import defs
+        from xrt.kernels.opdef import OpDef
+        defs.OPS["toy"] = OpDef("toy", "a new op", gpucheck=True, spaces={"triton": "square.triton"})
+        import io, contextlib
+        from xrt.bench import gpucheck
+        from xrt.cli import build_parser
+        from xrt.pytorch import policy
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                build_parser().parse_args(["tune", "--help"])
+            except SystemExit:
+                pass
+        print(policy.known_ops()["toy"], "toy" in gpucheck.OPS, "conv_bn_relu; or" in " ".join(out.getvalue().split()),
+              "conv_bn_relu, toy;" in " ".join(out.getvalue().split()))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "('auto', 'torch', 'triton', 'cuda', 'xpu') True False True"
+
+
+def test_flat_ops_bucket_tuned_configs_by_numel(monkeypatch):
+    """``flat=True`` in a definition: the providers look tuned configs up by ``(numel,)``, as the
+    kernels see a flat tensor; a row op by its shape."""
+    import torch
+
+    import xrt.pytorch  # noqa: F401  (registers the providers)
+    from xrt.bench import specs
+    from xrt.pytorch.ops import dispatch, kernel_providers
+
+    class Looked(Exception):
+        pass
+
+    seen = {}
+
+    def config(op, space, x, shape=None):
+        seen[op] = shape
+        raise Looked  # the lookup is what is checked, not the launch
+
+    monkeypatch.setattr(kernel_providers, "config", config)
+    flat = [d.name for d in defs.OPS.values() if d.flat]
+    for name in [*flat, "softmax"]:
+        args = specs.get(name).make_inputs((8, 512), torch.float32, "cpu")
+        with pytest.raises(Looked):
+            dispatch.get(name, "triton").fn(*args)
+    assert flat and {n: seen[n] for n in flat} == {n: (4096,) for n in flat}
+    assert seen["softmax"] is None  # x.shape
