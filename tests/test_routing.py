@@ -132,6 +132,9 @@ def _fallback_cases():
     return {
         "softmax over dim 0": lambda: F.softmax(x, dim=0),
         "softmax to another dtype": lambda: x.softmax(-1, dtype=torch.float64),
+        "torch.softmax, dtype given by position": lambda: torch.softmax(x, -1, torch.float64),
+        "Tensor.softmax, dtype given by position": lambda: x.softmax(1, torch.float64),
+        "F.softmax to another dtype": lambda: F.softmax(x, -1, 3, torch.float64),
         "linear in float64": lambda: F.linear(x.double(), w.double()),
         "linear, mixed dtypes raise torch's own error": lambda: _raises(lambda: F.linear(x, w.double())),
         "layer_norm in bfloat16 (interpreter)": lambda: F.layer_norm(x.bfloat16(), (8,)),
@@ -172,6 +175,34 @@ def test_calls_xrt_cannot_take_go_to_torch(interpreter, case):
         got, seen = _xrt_events(fn)
     assert seen == set(), f"{case}: {seen}"
     assert torch.equal(got, theirs)
+
+
+def _routed_cases():
+    x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
+    a3, b3 = torch.randn(2, 4, 8), torch.randn(2, 8, 3)
+    return {
+        "F.softmax, positive last dim": (lambda: F.softmax(x, 1), "softmax"),
+        "torch.softmax": (lambda: torch.softmax(x, -1), "softmax"),
+        "Tensor.softmax, dim= and its own dtype": (lambda: x.softmax(dim=1, dtype=torch.float32), "softmax"),
+        "torch.layer_norm, list shape, no weight": (lambda: torch.layer_norm(x, [8]), "layernorm"),
+        "F.layer_norm over two dims": (lambda: F.layer_norm(a3, (4, 8), torch.randn(4, 8), None, 1e-3), "layernorm"),
+        "F.linear, 1-D input": (lambda: F.linear(x[0], w, b), "matmul"),
+        "torch.mm": (lambda: torch.mm(x, w.t()), "matmul"),
+        "Tensor.bmm": (lambda: a3.bmm(b3), "bmm"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_routed_cases()))
+def test_each_spelling_is_routed(interpreter, case):
+    fn, op = _routed_cases()[case]
+    torch.manual_seed(2)
+    theirs = fn()
+    torch.manual_seed(2)
+    with xp.kernel_policy(**ALL_TRITON):
+        got, seen = _xrt_events(fn)
+    assert seen == {f"xrt::{op}[triton]"}
+    assert got.shape == theirs.shape and got.dtype == theirs.dtype
+    torch.testing.assert_close(got, theirs, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("a_shape, b_shape, op", [((5, 8), (8, 3), "matmul"), ((2, 5, 8), (8, 3), "matmul"),

@@ -180,7 +180,16 @@ def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
     return _softmax_args(func, args, kwargs, *args, **kwargs)
 
 
-def _softmax_args(func, args, kwargs, input, dim=None, _stacklevel=3, dtype=None):
+def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return _f_softmax_args(func, args, kwargs, *args, **kwargs)
+
+
+def _f_softmax_args(func, args, kwargs, input, dim=None, _stacklevel=3, dtype=None):
+    # F.softmax's third parameter is _stacklevel; torch.softmax's and Tensor.softmax's is dtype
+    return _softmax_args(func, args, kwargs, input, dim, dtype)
+
+
+def _softmax_args(func, args, kwargs, input, dim=None, dtype=None):
     if type(input) not in _PLAIN:
         return func(*args, **kwargs)
     p = provider("softmax", input)
@@ -220,7 +229,7 @@ HANDLERS: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
     torch.mm: _matmul, torch.Tensor.mm: _matmul,
     torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
     F.layer_norm: _layer_norm, torch.layer_norm: _layer_norm,
-    F.softmax: _softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
+    F.softmax: _f_softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
     F.scaled_dot_product_attention: _sdpa,
 }
 
@@ -304,6 +313,9 @@ def routed() -> Iterator[None]:
     A policy puts the mode on the stack of the thread that sets it or enters the scope; a worker
     thread that runs the model under the global policy set elsewhere enters this block.
     """
+    if active():  # one routing mode on a stack is enough
+        yield
+        return
     mode = RoutingMode()
     torch._C._push_on_torch_function_stack(mode)
     _tls.explicit += 1
