@@ -137,6 +137,7 @@ def _fallback_cases():
         "F.softmax to another dtype": lambda: F.softmax(x, -1, 3, torch.float64),
         "linear in float64": lambda: F.linear(x.double(), w.double()),
         "linear, mixed dtypes raise torch's own error": lambda: _raises(lambda: F.linear(x, w.double())),
+        "linear without a weight: torch's TypeError": lambda: _raises(lambda: F.linear(x), TypeError),
         "layer_norm in bfloat16 (interpreter)": lambda: F.layer_norm(x.bfloat16(), (8,)),
         "layer_norm, weight of another dtype: torch's error": lambda: _raises(
             lambda: F.layer_norm(x, (8,), torch.ones(8).double())),
@@ -147,6 +148,7 @@ def _fallback_cases():
         "a tensor subclass": lambda: F.linear(x.as_subclass(Tagged), w),
         "torch.autocast": lambda: _autocast(lambda: F.linear(x, w)),
         "vmap": lambda: torch.func.vmap(lambda r: F.linear(r, w))(x),
+        "forward-mode AD": lambda: _forward_ad(lambda t: F.linear(t, w), x),
         "sdpa with a mask": lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=mask),
         "sdpa with dropout": lambda: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5) * 0,
         "sdpa in float32": lambda: F.scaled_dot_product_attention(q.float(), q.float(), q.float()),
@@ -154,10 +156,18 @@ def _fallback_cases():
     }
 
 
-def _raises(fn):
-    with pytest.raises(RuntimeError):
+def _raises(fn, error=RuntimeError):
+    with pytest.raises(error) as e:
         fn()
+    assert "xrt" not in str(e.value) and "Triton" not in str(e.value), f"not torch's error: {e.value}"
     return torch.zeros(1)
+
+
+def _forward_ad(fn, x):
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        return fwad.unpack_dual(fn(fwad.make_dual(x, torch.ones_like(x)))).tangent
 
 
 def _autocast(fn):

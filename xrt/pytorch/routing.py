@@ -110,13 +110,40 @@ def _usable(x: Any, *others: Any) -> bool:
 
 # -- the handlers: (func, args, kwargs) -> torch's result or the xrt op's ---------------------------
 
+def _bind(signature: Callable[..., tuple], args: tuple, kwargs: dict) -> tuple | None:
+    """The call's arguments by ``signature``'s parameters, or ``None`` when they do not fit it
+    (then torch's function gets them, and raises its own error)."""
+    try:
+        return signature(*args, **kwargs)
+    except TypeError:
+        return None
+
+
+def _linear_sig(input, weight, bias=None):
+    return input, weight, bias
+
+
+def _layer_norm_sig(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return input, normalized_shape, weight, bias, eps
+
+
+def _f_softmax_sig(input, dim=None, _stacklevel=3, dtype=None):
+    return input, dim, dtype  # F.softmax's third parameter is _stacklevel
+
+
+def _softmax_sig(input, dim=None, dtype=None):
+    return input, dim, dtype  # torch.softmax's and Tensor.softmax's third parameter is dtype
+
+
+def _sdpa_sig(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
 def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _linear_args(func, args, kwargs, *args, **kwargs)
-
-
-def _linear_args(func, args, kwargs, input, weight, bias=None):
-    if type(input) not in _PLAIN:
+    bound = _bind(_linear_sig, args, kwargs)
+    if bound is None or type(bound[0]) not in _PLAIN:
         return func(*args, **kwargs)
+    input, weight, bias = bound
     p = provider("matmul", input)
     if (p == TORCH or not _usable(input, weight, bias) or weight.dim() != 2 or input.dim() < 1
             or input.shape[-1] != weight.shape[1] or (bias is not None and tuple(bias.shape) != (weight.shape[0],))
@@ -130,11 +157,9 @@ def _linear_args(func, args, kwargs, input, weight, bias=None):
 
 
 def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
-    if kwargs or len(args) != 2:  # out=, or a call torch will reject with its own message
+    if kwargs or len(args) != 2 or type(args[0]) not in _PLAIN:  # out=, or a call torch rejects itself
         return func(*args, **kwargs)
     a, b = args
-    if type(a) not in _PLAIN:
-        return func(*args, **kwargs)
     p = provider("matmul", a)
     if p == TORCH or not _usable(a, b) or not _eager_safe(a):
         return func(*args, **kwargs)
@@ -154,13 +179,10 @@ def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _layer_norm_args(func, args, kwargs, *args, **kwargs)
-
-
-def _layer_norm_args(func, args, kwargs, input, normalized_shape, weight=None, bias=None, eps=1e-5,
-                     cudnn_enable=True):
-    if type(input) not in _PLAIN:
+    bound = _bind(_layer_norm_sig, args, kwargs)
+    if bound is None or type(bound[0]) not in _PLAIN:
         return func(*args, **kwargs)
+    input, normalized_shape, weight, bias, eps = bound
     p = provider("layernorm", input)
     if p == TORCH or not _usable(input, weight, bias) or not _eager_safe(input):
         return func(*args, **kwargs)
@@ -176,22 +198,10 @@ def _layer_norm_args(func, args, kwargs, input, normalized_shape, weight=None, b
     return ops.fused_layernorm(input, ns, weight, bias, eps, provider=p)
 
 
-def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _softmax_args(func, args, kwargs, *args, **kwargs)
-
-
-def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _f_softmax_args(func, args, kwargs, *args, **kwargs)
-
-
-def _f_softmax_args(func, args, kwargs, input, dim=None, _stacklevel=3, dtype=None):
-    # F.softmax's third parameter is _stacklevel; torch.softmax's and Tensor.softmax's is dtype
-    return _softmax_args(func, args, kwargs, input, dim, dtype)
-
-
-def _softmax_args(func, args, kwargs, input, dim=None, dtype=None):
-    if type(input) not in _PLAIN:
+def _softmax_call(func: Callable, args: tuple, kwargs: dict, bound: tuple | None) -> Any:
+    if bound is None or type(bound[0]) not in _PLAIN:
         return func(*args, **kwargs)
+    input, dim, dtype = bound
     p = provider("softmax", input)
     if (p == TORCH or not _usable(input) or type(dim) is not int or input.dim() == 0
             or dim not in (-1, input.dim() - 1) or (dtype is not None and dtype != input.dtype)
@@ -200,14 +210,19 @@ def _softmax_args(func, args, kwargs, input, dim=None, dtype=None):
     return ops.softmax(input, provider=p)
 
 
+def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return _softmax_call(func, args, kwargs, _bind(_softmax_sig, args, kwargs))
+
+
+def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return _softmax_call(func, args, kwargs, _bind(_f_softmax_sig, args, kwargs))
+
+
 def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _sdpa_args(func, args, kwargs, *args, **kwargs)
-
-
-def _sdpa_args(func, args, kwargs, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-               enable_gqa=False):
-    if type(query) not in _PLAIN:
+    bound = _bind(_sdpa_sig, args, kwargs)
+    if bound is None or type(bound[0]) not in _PLAIN:
         return func(*args, **kwargs)
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = bound
     p = provider("attention", query)
     if p == TORCH or not _plain(key, value, attn_mask) or not _eager_safe(query):
         return func(*args, **kwargs)
