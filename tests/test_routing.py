@@ -330,3 +330,79 @@ def test_direct_op_calls_keep_their_provider_and_route_under_a_routing_policy(in
         _, seen = _xrt_events(lambda: (xp.ops.softmax(x, provider="torch"), xp.ops.matmul(a, b, provider="torch"),
                                        xp.ops.fused_layernorm(x, 8, provider="torch")))
     assert seen == {"xrt::softmax[torch]", "xrt::layernorm[torch]"}
+
+
+def _inplace_cases():
+    x, w, b = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
+    q = torch.randn(1, 2, 5, 64).half()
+    return {
+        "linear 3-D, no bias": ((x, w), lambda t, u: F.linear(t, u)),
+        "linear 2-D, bias": ((x[0], w, b), lambda t, u, c: F.linear(t, u, c)),
+        "matmul [..., M, K] @ [K, N]": ((x, w), lambda t, u: t @ u.t()),
+        "matmul, batched": ((x,), lambda t: t[None] @ t[None].transpose(-1, -2)),
+        "layer_norm, no weight": ((x,), lambda t: F.layer_norm(t, (8,))),
+        "layer_norm, weight and bias": ((x, torch.randn(8), torch.randn(8)),
+                                        lambda t, u, c: F.layer_norm(t, (8,), u, c)),
+        "softmax (saves its output)": ((x,), lambda t: t.softmax(-1)),
+        "sdpa (saves its output)": ((q,), lambda t: F.scaled_dot_product_attention(t, t, t)),
+    }
+
+
+def _inplace_step(inputs, fn):
+    """``fn``'s output doubled in place (as ``nn.ReLU(inplace=True)`` would touch it), then
+    backward: the gradients, or the type of the error autograd raised."""
+    ts = [t.clone().requires_grad_() for t in inputs]
+    y = fn(*ts)
+    try:
+        y.mul_(2)
+        y.float().sum().backward()
+    except RuntimeError as e:
+        return "error: modified by an inplace operation" if "inplace operation" in str(e) else str(e)
+    return [t.grad for t in ts]
+
+
+@pytest.mark.parametrize("case", list(_inplace_cases()))
+def test_in_place_on_a_routed_output_behaves_as_on_torchs(interpreter, case):
+    inputs, fn = _inplace_cases()[case]
+    theirs = _inplace_step(inputs, fn)
+    with xp.kernel_policy(attention="triton", **ALL_TRITON):
+        got, seen = _xrt_events(lambda: _inplace_step(inputs, fn))
+    assert seen, f"{case}: not routed"
+    if isinstance(theirs, str):
+        assert got == theirs
+    else:
+        assert not isinstance(got, str), got
+        for g, t in zip(got, theirs):
+            torch.testing.assert_close(g, t, rtol=1e-3, atol=1e-3)
+
+
+def test_fsdp2_wrapped_model_is_routed(interpreter):
+    """FSDP2 (``fully_shard``, one CPU rank over gloo): its parameters are DTensors between steps
+    and plain tensors while a module computes, so the calls are routed and its hooks still run."""
+    import warnings
+
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available in this torch build")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        plain, sharded = Block(), Block()
+        sharded.load_state_dict(plain.state_dict())
+        mesh = init_device_mesh("cpu", (1,))
+        fully_shard(sharded.fc, mesh=mesh)
+        fully_shard(sharded, mesh=mesh)
+        x, dy = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+        theirs = _train_step(plain, x, dy)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*returned a view tensor.*")  # FSDP2's warning
+            with xp.kernel_policy(**ALL_TRITON):
+                got, seen = _xrt_events(lambda: _train_step(sharded, x, dy))
+        assert {"xrt::matmul[triton]", "xrt::layernorm[triton]", "xrt::softmax[triton]"} <= seen
+        for g, t in zip(got, theirs):
+            torch.testing.assert_close(g.full_tensor() if hasattr(g, "full_tensor") else g, t, rtol=1e-4, atol=1e-5)
+    finally:
+        dist.destroy_process_group()

@@ -110,6 +110,17 @@ def _usable(x: Any, *others: Any) -> bool:
 
 # -- the handlers: (func, args, kwargs) -> torch's result or the xrt op's ---------------------------
 
+_unsafe_view = torch.ops.aten._unsafe_view.default
+
+
+def _fresh(y: torch.Tensor, shape: Any) -> torch.Tensor:
+    """An xrt op's output ``y``, shaped ``shape``, that autograd does not take for a view (as
+    ``aten::matmul`` returns its folded result): ``y`` may be a view made inside the op's autograd
+    Function, which an in-place op after it (``nn.ReLU(inplace=True)``) would fail on, and FSDP2
+    warns on module outputs that are views. Only for outputs that no backward saves (GEMM,
+    layernorm): an in-place op on them cannot corrupt a saved tensor."""
+    return _unsafe_view(y, shape)
+
 def _bind(signature: Callable[..., tuple], args: tuple, kwargs: dict) -> tuple | None:
     """The call's arguments by ``signature``'s parameters, or ``None`` when they do not fit it
     (then torch's function gets them, and raises its own error)."""
@@ -153,7 +164,7 @@ def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
     y = ops.matmul(input.reshape(-1, k), weight.t(), provider=p)
     if bias is not None:
         y = y + bias
-    return y.view(*input.shape[:-1], n)
+    return _fresh(y, (*input.shape[:-1], n))
 
 
 def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -170,11 +181,11 @@ def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
     if b.dim() == 2:  # [..., M, K] @ [K, N]: one GEMM over all rows
         k = a.shape[-1]
         y = ops.matmul(a.reshape(-1, k), b, provider=p)
-        return y.view(*a.shape[:-1], b.shape[-1])
+        return _fresh(y, (*a.shape[:-1], b.shape[-1]))
     if a.dim() == b.dim() and a.shape[:-2] == b.shape[:-2]:  # equal batch dims: one batched GEMM
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         y = ops.bmm(a.reshape(-1, m, k), b.reshape(-1, k, n), provider=p)
-        return y.view(*a.shape[:-2], m, n)
+        return _fresh(y, (*a.shape[:-2], m, n))
     return func(*args, **kwargs)  # broadcast batch dims, matrix-vector: torch
 
 
@@ -195,7 +206,8 @@ def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
 
         if math.prod(ns) > MAX_N:
             return func(*args, **kwargs)
-    return ops.fused_layernorm(input, ns, weight, bias, eps, provider=p)
+    y = ops.fused_layernorm(input, ns, weight, bias, eps, provider=p)
+    return y if y._base is None else _fresh(y, y.shape)
 
 
 def _softmax_call(func: Callable, args: tuple, kwargs: dict, bound: tuple | None) -> Any:
