@@ -150,13 +150,25 @@ def _sdpa_sig(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
 
+def _first(args: tuple, kwargs: dict, name: str) -> Any:
+    """The call's first argument (``self`` of a method): what the policy is asked about."""
+    return args[0] if args else kwargs.get(name)
+
+
+def _ask(op: str, x: Any) -> str:
+    """:func:`provider` for a plain tensor ``x``; ``"torch"`` for anything else."""
+    return provider(op, x) if type(x) in _PLAIN else TORCH
+
+
+# Each handler asks the policy first, so a call that stays torch's costs the lookup and no more.
+
 def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
-    bound = _bind(_linear_sig, args, kwargs)
-    if bound is None or type(bound[0]) not in _PLAIN:
+    p = _ask("matmul", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(_linear_sig, args, kwargs)
+    if bound is None:
         return func(*args, **kwargs)
     input, weight, bias = bound
-    p = provider("matmul", input)
-    if (p == TORCH or not _usable(input, weight, bias) or weight.dim() != 2 or input.dim() < 1
+    if (not _usable(input, weight, bias) or weight.dim() != 2 or input.dim() < 1
             or input.shape[-1] != weight.shape[1] or (bias is not None and tuple(bias.shape) != (weight.shape[0],))
             or not _eager_safe(input)):
         return func(*args, **kwargs)
@@ -168,11 +180,11 @@ def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
-    if kwargs or len(args) != 2 or type(args[0]) not in _PLAIN:  # out=, or a call torch rejects itself
+    p = _ask("matmul", _first(args, kwargs, "input"))
+    if p == TORCH or kwargs or len(args) != 2:  # out=, or a call torch rejects itself
         return func(*args, **kwargs)
     a, b = args
-    p = provider("matmul", a)
-    if p == TORCH or not _usable(a, b) or not _eager_safe(a):
+    if not _usable(a, b) or not _eager_safe(a):
         return func(*args, **kwargs)
     if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2] or b.numel() == 0:
         return func(*args, **kwargs)
@@ -190,12 +202,12 @@ def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
-    bound = _bind(_layer_norm_sig, args, kwargs)
-    if bound is None or type(bound[0]) not in _PLAIN:
+    p = _ask("layernorm", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(_layer_norm_sig, args, kwargs)
+    if bound is None:
         return func(*args, **kwargs)
     input, normalized_shape, weight, bias, eps = bound
-    p = provider("layernorm", input)
-    if p == TORCH or not _usable(input, weight, bias) or not _eager_safe(input):
+    if not _usable(input, weight, bias) or not _eager_safe(input):
         return func(*args, **kwargs)
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if (not ns or input.dim() < len(ns) or tuple(input.shape[input.dim() - len(ns):]) != ns
@@ -210,33 +222,33 @@ def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
     return y if y._base is None else _fresh(y, y.shape)
 
 
-def _softmax_call(func: Callable, args: tuple, kwargs: dict, bound: tuple | None) -> Any:
-    if bound is None or type(bound[0]) not in _PLAIN:
+def _softmax_call(func: Callable, args: tuple, kwargs: dict, signature: Callable[..., tuple]) -> Any:
+    p = _ask("softmax", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(signature, args, kwargs)
+    if bound is None:
         return func(*args, **kwargs)
     input, dim, dtype = bound
-    p = provider("softmax", input)
-    if (p == TORCH or not _usable(input) or type(dim) is not int or input.dim() == 0
-            or dim not in (-1, input.dim() - 1) or (dtype is not None and dtype != input.dtype)
-            or not _eager_safe(input)):
+    if (not _usable(input) or type(dim) is not int or input.dim() == 0 or dim not in (-1, input.dim() - 1)
+            or (dtype is not None and dtype != input.dtype) or not _eager_safe(input)):
         return func(*args, **kwargs)
     return ops.softmax(input, provider=p)
 
 
 def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _softmax_call(func, args, kwargs, _bind(_softmax_sig, args, kwargs))
+    return _softmax_call(func, args, kwargs, _softmax_sig)
 
 
 def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _softmax_call(func, args, kwargs, _bind(_f_softmax_sig, args, kwargs))
+    return _softmax_call(func, args, kwargs, _f_softmax_sig)
 
 
 def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
-    bound = _bind(_sdpa_sig, args, kwargs)
-    if bound is None or type(bound[0]) not in _PLAIN:
+    p = _ask("attention", _first(args, kwargs, "query"))
+    bound = None if p == TORCH else _bind(_sdpa_sig, args, kwargs)
+    if bound is None:
         return func(*args, **kwargs)
     query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = bound
-    p = provider("attention", query)
-    if p == TORCH or not _plain(key, value, attn_mask) or not _eager_safe(query):
+    if not _plain(key, value, attn_mask) or not _eager_safe(query):
         return func(*args, **kwargs)
     if (query.numel() == 0 or query.device != key.device or query.device != value.device
             or attention_unsupported(query, key, value, attn_mask, dropout_p, enable_gqa, scale) is not None):
