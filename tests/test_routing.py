@@ -406,3 +406,44 @@ def test_fsdp2_wrapped_model_is_routed(interpreter):
             torch.testing.assert_close(g.full_tensor() if hasattr(g, "full_tensor") else g, t, rtol=1e-4, atol=1e-5)
     finally:
         dist.destroy_process_group()
+
+
+class AttentionBlock(nn.Module):
+    """A pre-norm self-attention block with head dim 64, the shape xrt's attention kernel takes."""
+
+    def __init__(self, d: int = 128, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        return x + self.proj(h).softmax(-1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_cuda_block_routed_within_twice_torchs_error(compiled):
+    torch.manual_seed(0)
+    model = AttentionBlock().cuda().half()
+    model64 = AttentionBlock().cuda().double()
+    model64.load_state_dict(model.state_dict())
+    x, dy = torch.randn(2, 67, 128, device="cuda"), torch.randn(2, 67, 128, device="cuda")
+    theirs = _train_step(model, x.half(), dy.half())
+    ref = _train_step(model64, x.double(), dy.double())
+    run = torch.compile(model, fullgraph=True) if compiled else model
+    with xp.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton"):
+        got, seen = _xrt_events(lambda: _train_step(run, x.half(), dy.half()))
+    if not compiled:
+        assert {"xrt::matmul[triton]", "xrt::layernorm[triton]", "xrt::softmax[triton]",
+                "xrt::attention[triton]"} <= seen
+    names = ["out", "dx"] + [n for n, _ in model.named_parameters()]
+    for name, g, t, r in zip(names, got, theirs, ref):
+        err = (g.double() - r).abs().max().item()
+        err_torch = (t.double() - r).abs().max().item()
+        floor = 1e-3 * r.abs().max().item()
+        assert err <= 2 * err_torch + floor, f"{name}: error {err:.3g} > 2 x torch's {err_torch:.3g} + {floor:.3g}"
