@@ -106,9 +106,9 @@ def route(*tensors: torch.Tensor | None) -> int:
     or ``OP`` (through the custom op).
 
     Direct only in plain eager PyTorch: not while torch.compile traces, not under a torch-function
-    or dispatch mode (FakeTensorMode, ``with torch.device(...)``, functionalization), not inside a
-    functorch transform (vmap, grad), not under forward-mode AD (``dual_level``), and only for plain
-    tensors and parameters.
+    mode other than xrt's routing mode (``with torch.device(...)``) or a dispatch mode
+    (FakeTensorMode, functionalization), not inside a functorch transform (vmap, grad), not under
+    forward-mode AD (``dual_level``), and only for plain tensors and parameters.
     """
     if (_is_compiling() or (_function_modes() and foreign_modes()) or _dispatch_modes() or _functorch()
             or _forward_ad._current_level >= 0):
