@@ -26,6 +26,7 @@ from xrt.pytorch.policy import (
     set_kernel_policy,
 )
 from xrt.pytorch.profiler import profile
+from xrt.pytorch.routing import routed
 
 __all__ = [
     "KernelPolicy",
@@ -38,6 +39,7 @@ __all__ = [
     "capture_graph",
     "CUDAGraphWrapper",
     "profile",
+    "routed",
     "set_allocator",
     "reset_allocator",
     "allocator_settings",

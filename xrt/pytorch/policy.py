@@ -457,6 +457,16 @@ _APPLIED: dict[str, str] = {}  # switch op -> the choice xrt last applied
 _SAVED: dict[str, Any] = {}  # switch op -> PyTorch's setting before xrt took it over
 
 
+# Called on the changing thread after each policy change (set, clear, scope enter and exit):
+# xrt.pytorch.routing puts its torch-function mode on that thread's stack or takes it off.
+ON_CHANGE: list[Callable[[], None]] = []
+
+
+def _notify() -> None:
+    for fn in ON_CHANGE:
+        fn()
+
+
 def _changed(rollback: Callable[[], None], everywhere: bool = True) -> None:
     """After a change of policy state: drop the cached merged policy (every thread's, or only this
     thread's for a change of its own scopes) and sync the switches; on failure, undo the change
@@ -473,6 +483,7 @@ def _changed(rollback: Callable[[], None], everywhere: bool = True) -> None:
         _tls.merged = None
         _sync_switches()
         raise
+    _notify()
 
 
 def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> KernelPolicy | None:
@@ -535,6 +546,7 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
                     break
             _tls.merged = None
             _sync_switches()
+        _notify()
 
 
 def _layers() -> list[KernelPolicy]:

@@ -194,7 +194,7 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if chosen != "triton":
         backend = _SDPA_BACKENDS.get(chosen) if provider is not None else None
         with dispatch.op_range("attention", chosen):
-            return _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
+            return dispatch.unrouted(_sdpa, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     causal = bool(is_causal)
     with dispatch.op_range("attention", "triton"):

@@ -108,7 +108,7 @@ _OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
 def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
     name = choose_provider(op, a, provider)
     if name == "torch":
-        return _TORCH[op](a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
+        return dispatch.unrouted(_TORCH[op], a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
     custom, eager = _OPS[op]
     route = dispatch.route(a, b)
     fn = dispatch.get(op, name).fn

@@ -1,0 +1,368 @@
+"""Routing unmodified models: torch's own calls sent to xrt's kernels by the kernel policy.
+
+While a policy names one of xrt's providers for a routed op, a ``TorchFunctionMode`` sits on the
+thread's torch-function stack and sends these calls to ``xp.ops``:
+
+=================================================  ==============  =========================
+torch call                                         policy op       xrt op
+=================================================  ==============  =========================
+``F.linear`` (``nn.Linear``)                       ``matmul``      ``matmul`` (+ bias)
+``torch.matmul``, ``Tensor.matmul``, ``a @ b``,    ``matmul``      ``matmul`` or ``bmm``
+``torch.mm``, ``torch.bmm`` (and the methods)
+``F.layer_norm``, ``torch.layer_norm``             ``layernorm``   ``fused_layernorm``
+(``nn.LayerNorm``)
+``F.scaled_dot_product_attention``                 ``attention``   ``fused_attention``
+``F.softmax``, ``torch.softmax``,                  ``softmax``     ``softmax``
+``Tensor.softmax``
+=================================================  ==============  =========================
+
+Why a torch-function mode (and not aten registration or patching): it is per thread and scoped,
+like ``kernel_policy``; it sees every Python spelling of a call (``F.linear``, ``a @ b``, a method)
+without replacing anything in torch; it runs above autograd, so the xrt op's own backward runs;
+Dynamo traces it, so ``torch.compile`` puts the xrt custom ops in its graph. Registering kernels
+for ``aten::linear`` would be process-wide, below autograd (torch's formula, not xrt's backward)
+and bypassed by Inductor's decompositions; patching ``F.linear`` (Liger-Kernel's way) is
+process-wide, and misses callers that bound the function before the patch.
+
+Every call that the xrt op cannot take exactly as torch would goes to torch's own function with
+its arguments untouched: a policy choice of torch's, a provider that cannot run the tensor here,
+another dtype, a tensor subclass (DTensor), ``out=``, masks or dropout, autocast, functorch
+transforms, forward-mode AD. ``docs/runtime.md`` ("Routing unmodified models") lists the limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from xrt.pytorch import ops, policy
+from xrt.pytorch.ops import dispatch
+from xrt.pytorch.ops.attention import unsupported as attention_unsupported
+
+F = torch.nn.functional
+TORCH = "torch"
+
+# The choices of each routed policy op that send a call to one of xrt's providers; every other
+# choice of the op (torch's own: "torch", "default", "cublasLt", an SDPA backend) leaves it to torch.
+XRT_CHOICES: dict[str, tuple[str, ...]] = {
+    "matmul": ("triton", "cuda"),
+    "layernorm": ("triton", "cuda", "xpu"),
+    "softmax": ("triton", "cuda", "xpu"),
+    "attention": ("triton",),
+}
+# The dtypes xrt's GEMM, layernorm and softmax kernels take (attention checks its own).
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_forward_ad = importlib.import_module("torch.autograd.forward_ad")
+
+
+def auto_provider(op: str, x: torch.Tensor) -> str:
+    """What ``auto`` routes ``op`` on ``x`` to: ``"torch"`` until xrt's own measurements show one
+    of its providers faster for this (op, GPU, dtype, shape bucket); a measured table plugs in
+    here. Never slower than torch by construction: torch is what runs until then."""
+    return TORCH
+
+
+def provider(op: str, x: torch.Tensor) -> str:
+    """The provider a routed call of policy op ``op`` on ``x`` goes to: ``"torch"`` (torch's own
+    function, untouched) or one of xrt's that can run ``x`` here. The one place routing asks the
+    policy: the merged choice (scopes, global, ``XRT_KERNEL_POLICY``), ``auto`` through
+    :func:`auto_provider`."""
+    choice = policy.resolve(op)
+    if choice == policy.AUTO:
+        choice = auto_provider(op, x)
+    if choice not in XRT_CHOICES[op]:
+        return TORCH
+    if dispatch.get(op, choice).missing(x) is not None:
+        return TORCH
+    return choice
+
+
+def _plain(*tensors: Any) -> bool:
+    """Plain tensors (or parameters) or ``None``: no subclass (DTensor, FakeTensor wrappers...)."""
+    return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
+def _eager_safe(x: torch.Tensor) -> bool:
+    """Does this call's context leave xrt's ops free to run? Not under autocast (its casts are the
+    dispatcher's, below this mode), a functorch transform or forward-mode AD (no rules for them)."""
+    if torch.is_autocast_enabled(x.device.type):
+        return False
+    # Dynamo handles transforms itself, and would put these checks into its graph.
+    return torch.compiler.is_compiling() or not (_functorch() or _forward_ad._current_level >= 0)
+
+
+def _usable(x: Any, *others: Any) -> bool:
+    """A non-empty plain tensor of a routed dtype, with ``others`` (tensors or ``None``) of its
+    dtype and device."""
+    if type(x) not in _PLAIN or x.dtype not in DTYPES or x.numel() == 0 or not _plain(*others):
+        return False
+    return all(t is None or (t.dtype == x.dtype and t.device == x.device) for t in others)
+
+
+# -- the handlers: (func, args, kwargs) -> torch's result or the xrt op's ---------------------------
+
+_unsafe_view = torch.ops.aten._unsafe_view.default
+
+
+def _fresh(y: torch.Tensor, shape: Any) -> torch.Tensor:
+    """An xrt op's output ``y``, shaped ``shape``, that autograd does not take for a view (as
+    ``aten::matmul`` returns its folded result): ``y`` may be a view made inside the op's autograd
+    Function, which an in-place op after it (``nn.ReLU(inplace=True)``) would fail on, and FSDP2
+    warns on module outputs that are views. Only for outputs that no backward saves (GEMM,
+    layernorm): an in-place op on them cannot corrupt a saved tensor."""
+    return _unsafe_view(y, shape)
+
+def _bind(signature: Callable[..., tuple], args: tuple, kwargs: dict) -> tuple | None:
+    """The call's arguments by ``signature``'s parameters, or ``None`` when they do not fit it
+    (then torch's function gets them, and raises its own error)."""
+    try:
+        return signature(*args, **kwargs)
+    except TypeError:
+        return None
+
+
+def _linear_sig(input, weight, bias=None):
+    return input, weight, bias
+
+
+def _layer_norm_sig(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return input, normalized_shape, weight, bias, eps
+
+
+def _f_softmax_sig(input, dim=None, _stacklevel=3, dtype=None):
+    return input, dim, dtype  # F.softmax's third parameter is _stacklevel
+
+
+def _softmax_sig(input, dim=None, dtype=None):
+    return input, dim, dtype  # torch.softmax's and Tensor.softmax's third parameter is dtype
+
+
+def _sdpa_sig(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
+def _first(args: tuple, kwargs: dict, name: str) -> Any:
+    """The call's first argument (``self`` of a method): what the policy is asked about."""
+    return args[0] if args else kwargs.get(name)
+
+
+def _ask(op: str, x: Any) -> str:
+    """:func:`provider` for a plain tensor ``x``; ``"torch"`` for anything else."""
+    return provider(op, x) if type(x) in _PLAIN else TORCH
+
+
+# Each handler asks the policy first, so a call that stays torch's costs the lookup and no more.
+
+def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
+    p = _ask("matmul", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(_linear_sig, args, kwargs)
+    if bound is None:
+        return func(*args, **kwargs)
+    input, weight, bias = bound
+    if (not _usable(input, weight, bias) or weight.dim() != 2 or input.dim() < 1
+            or input.shape[-1] != weight.shape[1] or (bias is not None and tuple(bias.shape) != (weight.shape[0],))
+            or not _eager_safe(input)):
+        return func(*args, **kwargs)
+    k, n = weight.shape[1], weight.shape[0]
+    y = ops.matmul(input.reshape(-1, k), weight.t(), provider=p)
+    if bias is not None:
+        y = y + bias
+    return _fresh(y, (*input.shape[:-1], n))
+
+
+def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
+    p = _ask("matmul", _first(args, kwargs, "input"))
+    if p == TORCH or kwargs or len(args) != 2:  # out=, or a call torch rejects itself
+        return func(*args, **kwargs)
+    a, b = args
+    if not _usable(a, b) or not _eager_safe(a):
+        return func(*args, **kwargs)
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2] or b.numel() == 0:
+        return func(*args, **kwargs)
+    if func in _MM and (a.dim(), b.dim()) != (2, 2) or func in _BMM and (a.dim(), b.dim()) != (3, 3):
+        return func(*args, **kwargs)  # torch.mm / bmm take exactly that rank: torch's error
+    if b.dim() == 2:  # [..., M, K] @ [K, N]: one GEMM over all rows
+        k = a.shape[-1]
+        y = ops.matmul(a.reshape(-1, k), b, provider=p)
+        return _fresh(y, (*a.shape[:-1], b.shape[-1]))
+    if a.dim() == b.dim() and a.shape[:-2] == b.shape[:-2]:  # equal batch dims: one batched GEMM
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        y = ops.bmm(a.reshape(-1, m, k), b.reshape(-1, k, n), provider=p)
+        return _fresh(y, (*a.shape[:-2], m, n))
+    return func(*args, **kwargs)  # broadcast batch dims, matrix-vector: torch
+
+
+def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
+    p = _ask("layernorm", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(_layer_norm_sig, args, kwargs)
+    if bound is None:
+        return func(*args, **kwargs)
+    input, normalized_shape, weight, bias, eps = bound
+    if not _usable(input, weight, bias) or not _eager_safe(input):
+        return func(*args, **kwargs)
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if (not ns or input.dim() < len(ns) or tuple(input.shape[input.dim() - len(ns):]) != ns
+            or any(t is not None and tuple(t.shape) != ns for t in (weight, bias))):
+        return func(*args, **kwargs)
+    if p in ("triton", "xpu"):
+        from xrt.kernels.triton.layernorm import MAX_N
+
+        if math.prod(ns) > MAX_N:
+            return func(*args, **kwargs)
+    y = ops.fused_layernorm(input, ns, weight, bias, eps, provider=p)
+    return y if y._base is None else _fresh(y, y.shape)
+
+
+def _softmax_call(func: Callable, args: tuple, kwargs: dict, signature: Callable[..., tuple]) -> Any:
+    p = _ask("softmax", _first(args, kwargs, "input"))
+    bound = None if p == TORCH else _bind(signature, args, kwargs)
+    if bound is None:
+        return func(*args, **kwargs)
+    input, dim, dtype = bound
+    if (not _usable(input) or type(dim) is not int or input.dim() == 0 or dim not in (-1, input.dim() - 1)
+            or (dtype is not None and dtype != input.dtype) or not _eager_safe(input)):
+        return func(*args, **kwargs)
+    return ops.softmax(input, provider=p)
+
+
+def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return _softmax_call(func, args, kwargs, _softmax_sig)
+
+
+def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return _softmax_call(func, args, kwargs, _f_softmax_sig)
+
+
+def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
+    p = _ask("attention", _first(args, kwargs, "query"))
+    bound = None if p == TORCH else _bind(_sdpa_sig, args, kwargs)
+    if bound is None:
+        return func(*args, **kwargs)
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = bound
+    if not _plain(key, value, attn_mask) or not _eager_safe(query):
+        return func(*args, **kwargs)
+    if (query.numel() == 0 or query.device != key.device or query.device != value.device
+            or attention_unsupported(query, key, value, attn_mask, dropout_p, enable_gqa, scale) is not None):
+        return func(*args, **kwargs)
+    return ops.fused_attention(query, key, value, is_causal=bool(is_causal), scale=scale, provider=p)
+
+
+_MM = (torch.mm, torch.Tensor.mm)
+_BMM = (torch.bmm, torch.Tensor.bmm)
+
+# The routed torch functions. Python-level functions (F.layer_norm, F.softmax) are listed beside
+# the builtins they call: the mode sees the outer one in eager mode, and its fallback calls it
+# with the mode off.
+HANDLERS: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
+    F.linear: _linear,
+    torch.matmul: _matmul, torch.Tensor.matmul: _matmul,  # a @ b reaches the mode as Tensor.matmul
+    torch.mm: _matmul, torch.Tensor.mm: _matmul,
+    torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
+    F.layer_norm: _layer_norm, torch.layer_norm: _layer_norm,
+    F.softmax: _f_softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
+    F.scaled_dot_product_attention: _sdpa,
+}
+
+
+class RoutingMode(TorchFunctionMode):
+    """Sends the calls of :data:`HANDLERS` to xrt's ops where :func:`provider` says so; every
+    other torch call, and every call the xrt op cannot take, runs torch's function as given."""
+
+    xrt_routing = True  # dispatch.foreign_modes: this mode leaves xrt ops' direct route open
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        handler = HANDLERS.get(func)
+        # (Dynamo folds is_compiling() to True and never reads the thread-local counter)
+        if handler is None or (not torch.compiler.is_compiling() and dispatch.ROUTING.paused):
+            return func(*args, **kwargs)
+        return handler(func, args, kwargs)
+
+
+# -- when the mode is on the stack ----------------------------------------------------------------
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.mode: RoutingMode | None = None  # the mode the policy put on this thread's stack
+        self.explicit = 0  # open routed() blocks
+
+
+_tls = _ThreadState()
+
+
+def wanted() -> bool:
+    """Does the policy this thread set (its scopes, the global policy) name an xrt provider, or
+    ``auto``, for a routed op? ``XRT_KERNEL_POLICY`` alone does not install the mode."""
+    merged: dict[str, str] = {}
+    layers = list(policy._tls.scopes)  # innermost last
+    if policy._global_policy is not None:
+        layers.insert(0, policy._global_policy)
+    for layer in layers:
+        merged.update(layer.choices)
+    return any(merged.get(op) in XRT_CHOICES[op] + (policy.AUTO,) for op in XRT_CHOICES)
+
+
+def _remove(mode: TorchFunctionMode) -> None:
+    """Take ``mode`` off this thread's torch-function stack, wherever it is (a mode the user
+    entered after it, ``with torch.device(...)`` say, stays where it was)."""
+    above = []
+    while torch._C._len_torch_function_stack() > 0:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for m in reversed(above):
+        torch._C._push_on_torch_function_stack(m)
+
+
+def sync() -> None:
+    """Put the mode on this thread's stack, or take it off, as :func:`wanted` says (called by the
+    policy after each change made on this thread)."""
+    if torch.compiler.is_compiling():
+        return
+    want = wanted()
+    mode = _tls.mode
+    if want and mode is None:
+        _tls.mode = RoutingMode()
+        torch._C._push_on_torch_function_stack(_tls.mode)
+    elif not want and mode is not None:
+        _tls.mode = None
+        _remove(mode)
+
+
+def active() -> bool:
+    """Is a routing mode on this thread's torch-function stack?"""
+    return _tls.mode is not None or _tls.explicit > 0
+
+
+@contextlib.contextmanager
+def routed() -> Iterator[None]:
+    """Route this thread's torch calls by the policy in force, whichever thread set it.
+
+    A policy puts the mode on the stack of the thread that sets it or enters the scope; a worker
+    thread that runs the model under the global policy set elsewhere enters this block.
+    """
+    if active():  # one routing mode on a stack is enough
+        yield
+        return
+    mode = RoutingMode()
+    torch._C._push_on_torch_function_stack(mode)
+    _tls.explicit += 1
+    try:
+        yield
+    finally:
+        _tls.explicit -= 1
+        _remove(mode)
+
+
+policy.ON_CHANGE.append(sync)
