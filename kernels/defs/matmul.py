@@ -18,7 +18,7 @@ _GEMM = (TritonKernel(
     fp32={"BLOCK_K": 16, "PRECISION": "ieee"}),)
 
 DEFS = (
-    OpDef("matmul", "C = A @ B", policy=SWITCH, dtypes=_DTYPES, dump=_GEMM,
+    OpDef("matmul", "C = A @ B", policy=SWITCH, routed=True, dtypes=_DTYPES, dump=_GEMM,
           shapes={"quick": ((16, 8, 32),), "small": ((16, 4096, 4096), (1024, 1024, 1024)),
                   "large": ((4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096))}),
     OpDef("bmm", "C[b] = A[b] @ B[b]", module="matmul", policy="matmul", dtypes=_DTYPES, dump=_GEMM,

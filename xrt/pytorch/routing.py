@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from xrt.kernels import defs
 from xrt.pytorch import ops, policy
 from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops.attention import unsupported as attention_unsupported
@@ -49,14 +50,11 @@ from xrt.pytorch.ops.attention import unsupported as attention_unsupported
 F = torch.nn.functional
 TORCH = "torch"
 
-# The choices of each routed policy op that send a call to one of xrt's providers; every other
-# choice of the op (torch's own: "torch", "default", "cublasLt", an SDPA backend) leaves it to torch.
+# The choices of each routed policy op that send a call to one of xrt's providers (its definition's
+# providers but torch: kernels/defs); every other choice of the op (torch's own: "torch", "default",
+# "cublasLt", an SDPA backend) leaves it to torch.
 XRT_CHOICES: dict[str, tuple[str, ...]] = {
-    "matmul": ("triton", "cuda"),
-    "layernorm": ("triton", "cuda", "xpu"),
-    "softmax": ("triton", "cuda", "xpu"),
-    "attention": ("triton",),
-}
+    d.name: tuple(p for p in d.providers if p != TORCH) for d in defs.OPS.values() if d.routed}
 # The dtypes xrt's GEMM, layernorm and softmax kernels take (attention checks its own).
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
