@@ -162,3 +162,65 @@ def test_paired_rounds_a_head_within_bases_own_spread_does_not_fail(world, capsy
     code, out = gate(db, repo, c1, c2, capsys)
     assert code == 0, out
     assert "within base's own run-to-run spread" in out
+
+
+# -- one process a side: the like series' pooled noise ------------------------------------------
+
+SHAPES = ["'4096'", "'65536'", "'1048576'", "'16777216'"]
+
+
+def write_shapes(root, commit, ratios, rng):
+    """One run of ``commit``: the host series at each of :data:`SHAPES`, op / reference = ``ratios``."""
+    root.mkdir(parents=True, exist_ok=True)
+    grid = [SHAPES, ["'float32'"], ["'triton'"], ["'default'"]]
+    spec = {"name": HOST, "type": "time", "unit": "seconds", "params": grid,
+            "param_names": ["shape", "dtype", "provider", "config"], "version": "v1"}
+    (root / "benchmarks.json").write_text(json.dumps({HOST: spec, "version": 2}))
+    (root / MACHINE).mkdir(exist_ok=True)
+    (root / MACHINE / "machine.json").write_text(json.dumps({"machine": MACHINE, "os": "Linux", "arch": "x86_64",
+                                                             "cpu": "t", "num_cpu": "16", "ram": "1", "version": 1}))
+    refs = [lognormal(rng, 10e-6, cv=0.01) for _ in SHAPES]
+    ops = [[r * q * rng.lognormal(0, 0.01) for r in ref] for ref, q in zip(refs, ratios)]
+    rows = [synth._row(s) for s in ops]
+    row = [[r[0][0] for r in rows], grid, "v1", 1_700_000_000_000, 1.0,
+           *[[r[k][0] for r in rows] for k in range(5, 11)], [r[11][0] for r in rows]]
+    name = result_names.result_file_name(commit, "existing-py")
+    f = root / MACHINE / name
+    f.write_text(json.dumps({"commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000,
+                             "params": {"machine": MACHINE}, "python": "3.12", "requirements": {}, "env_vars": {},
+                             "result_columns": synth.COLUMNS, "results": {HOST: row}, "durations": {}, "version": 2}))
+    cases = [{"benchmark": HOST, "params": [s, "'float32'", "'triton'", "'default'"], "series": "host",
+              "samples_s": op, "cycles": [None] * len(op), sidecar_keys.CASE_REF_SAMPLES: ref}
+             for s, op, ref in zip(SHAPES, ops, refs)]
+    f.with_name(f.name[:-5] + sidecar_keys.SUFFIX).write_text(json.dumps(
+        {sidecar_keys.SCHEMA_KEY: sidecar_keys.SCHEMA, sidecar_keys.COMMIT: commit, sidecar_keys.RESULT_FILE: f.name,
+         sidecar_keys.CASES: cases}))
+
+
+@pytest.fixture
+def history(tmp_path):
+    """Five commits of history (the last is the base), one process each: the other shapes' op / reference
+    moves 15 % from process to process, the first shape's happened to hold still."""
+    repo, rng = tmp_path / "repo", np.random.default_rng(5)
+    commits = synth.git_history(repo, 6)
+    root = tmp_path / "results"
+    for c in commits[:5]:
+        write_shapes(root, c, [2.0 * rng.lognormal(0, 0.005)] + list(2.0 * rng.lognormal(0, 0.15, 3)), rng)
+    return repo, commits, root, tmp_path / "xrt.duckdb", rng
+
+
+def test_one_process_a_side_a_flip_within_like_series_noise_passes(history, capsys):
+    repo, commits, root, db, rng = history
+    write_shapes(root, commits[5], [2.7, 2.0, 2.0, 2.0], rng)  # 1.35x: how far a like series' process moves
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, commits[4], commits[5], capsys)
+    assert code == 0, out
+    assert "raised toward like series'" in out, out
+
+
+def test_one_process_a_side_a_large_slowdown_still_fails(history, capsys):
+    repo, commits, root, db, rng = history
+    write_shapes(root, commits[5], [6.0, 2.0, 2.0, 2.0], rng)  # 3x against the reference
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, commits[4], commits[5], capsys)
+    assert code == 1 and f"REGRESSION {HOST} ['4096'" in out, out

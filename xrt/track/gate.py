@@ -485,7 +485,30 @@ def _histories(con: Any, base: str, machine: str | None, several_envs: bool) -> 
     if several_envs:
         out["value"].update(history_values(con, base, machine, by_env=True))
         out["paired"].update(history_values(con, base, machine, paired=True, by_env=True))
+    out["pool"] = like_series_noise(out)
     return out
+
+
+def like(key: tuple) -> tuple:
+    """The like series of a host series: one machine's series of the same benchmark and parameters but
+    the first (the shape), e.g. ``bench_host.Square`` in bfloat16 from Triton, every size."""
+    m, bn, pk = key[:3]
+    return m, bn, (pk or "").split(", ", 1)[-1]
+
+
+def like_series_noise(hist: dict[str, dict]) -> dict[tuple, float]:
+    """The pooled σ of the host series' like series (:func:`like`), per history kind (``"value"``,
+    ``"paired"``) and the run's value it models (``"best"``, ``"median"``: :func:`noise.steadier`)."""
+    sigmas: dict[tuple, list[float]] = {}
+    for kind in ("value", "paired"):
+        for key, rows in hist.get(kind, {}).items():
+            if len(key) != 3 or not _host_series(key[1]):
+                continue
+            for stat, model in (("median", noisemod.from_values([t[0] for t in rows])),
+                                ("best", noisemod.from_values([noisemod.best(lo, hi, False) for _, lo, hi in rows]))):
+                if model is not None:
+                    sigmas.setdefault((kind, like(key), stat), []).append(model.sigma)
+    return {k: p for k, v in sigmas.items() if (p := noisemod.pooled(v)) is not None}
 
 
 def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | None, b: dict | None,
@@ -495,7 +518,7 @@ def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | 
     need = cfg.samples_needed
     label = f"{m} {bn} [{pk or '-'}]" + (f" (environment {env})" if env is not None else "")
     hkey = key if env is None else (*key, env)
-    values, paired = hist.get("value", {}), hist.get("paired", {})
+    values = hist.get("value", {})
     marks = [len(x) for x in (v.regressions, v.within_noise, v.clock, v.changed_machine, v.with_machine)]
     out = outcome(b, h)
     several = several_runs(b, h)
@@ -520,7 +543,6 @@ def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | 
         same = identical(xs, ys)
         bad = [] if same else [f"{n} at {side}" for a, side in ((xs, "base"), (ys, "head"))
                                if (n := int((~(np.isfinite(a) & (a > 0))).sum()))]
-        hib = higher_is_better(b["unit"])
         if same:
             out = COMPARED  # equal is equal: nothing moved, whatever the sample count
         elif bad:
@@ -541,10 +563,10 @@ def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | 
         elif b["paired"] and h["paired"] and min(len(b["paired"]), len(h["paired"])) >= need:
             out = COMPARED  # host series with their reference call: judged op / reference
             compare(v, cfg, eff, key, b, h, np.asarray(b["paired"], float), np.asarray(h["paired"], float),
-                    m in changed, *noisemod.steadier(paired.get(hkey, []), hib), paired=True)
+                    m in changed, *_noise(hist, "paired", hkey, b, h, True), paired=True)
         else:
             out = COMPARED
-            compare(v, cfg, eff, key, b, h, xs, ys, m in changed, *noisemod.steadier(values.get(hkey, []), hib),
+            compare(v, cfg, eff, key, b, h, xs, ys, m in changed, *_noise(hist, "value", hkey, b, h, False),
                     drift=v.drift.get(m, (None,))[0] if _host_series(bn) else None)
         if carried and out in (COMPARED, HISTORY):
             v.carried_compared += 1
@@ -557,6 +579,18 @@ def _judge_series(v: Verdict, cfg: Settings, eff: float, key: tuple, env: str | 
     for lst, n in zip((v.regressions, v.within_noise, v.clock, v.changed_machine, v.with_machine), marks):
         for item in lst[n:]:
             item["env"] = env  # which environment slowed down, where they are judged apart
+
+
+def _noise(hist: dict[str, dict], kind: str, hkey: tuple, b: dict, h: dict,
+           paired: bool) -> tuple[noisemod.Noise | None, str]:
+    """The run-to-run noise model of a series and the run's value it models (:func:`noise.steadier`).
+    A host series measured in one process a side has its σ raised toward its like series' pooled σ
+    (:func:`noise.floored`): its own few commits often miss how far a whole process moves. Several
+    runs a side are judged round by round instead (:func:`compare`)."""
+    model, stat = noisemod.steadier(hist.get(kind, {}).get(hkey, []), higher_is_better(b["unit"]))
+    if _host_series(hkey[1]) and round_ratios(b, h, paired) is None:
+        model = noisemod.floored(model, hist.get("pool", {}).get((kind, like(hkey), stat)))
+    return model, stat
 
 
 def against_history(v: Verdict, eff: float, key: tuple, b: dict, ys: np.ndarray, model: noisemod.Noise,

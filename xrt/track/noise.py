@@ -44,6 +44,7 @@ WINDOW = 20        # commits of history (the detector's window)
 MIN_HISTORY = 5    # fewer commits than this: no model (4 differences are too few to trust a σ)
 Z = 4.0            # the detector's commit-level bar (DetectConfig.z_commit)
 BEST_OVER_MEDIAN = 2.0  # the best sample's σ may be up to this times the median's and still be used
+PRIOR_WEIGHT = 4   # the like series' pooled σ counts as this many run-to-run differences (floored)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Noise:
     sigma: float  # standard deviation of one run's log value
     level: float  # median log value over the window
     n: int        # commits of history used
+    prior: float | None = None  # the like series' pooled σ it was raised toward (:func:`floored`)
 
     def z_pair(self, log_ratio: float) -> float:
         """The z of a log difference between two runs of this series."""
@@ -61,7 +63,10 @@ class Noise:
         return abs(log_value - self.level) / (self.sigma * math.sqrt(1.0 + math.pi / 2.0 / self.n))
 
     def describe(self) -> str:
-        return f"σ {math.expm1(self.sigma) * 100:.2g} % a run over {self.n} commits"
+        if self.n == 0:
+            return f"σ {math.expm1(self.sigma) * 100:.2g} % a run, pooled over like series"
+        raised = f", raised toward like series' {math.expm1(self.prior) * 100:.2g} %" if self.prior else ""
+        return f"σ {math.expm1(self.sigma) * 100:.2g} % a run over {self.n} commits{raised}"
 
 
 def best(fastest: float | None, slowest: float | None, higher_is_better: bool) -> float | None:
@@ -82,6 +87,27 @@ def steadier(history: list[tuple], higher_is_better: bool) -> tuple[Noise | None
     if top is not None and (med is None or top.sigma <= BEST_OVER_MEDIAN * med.sigma):
         return top, "best"
     return med, "median"
+
+
+def pooled(sigmas: list[float]) -> float | None:
+    """The pooled σ of like series (the root of their median variance), or None under 3 series."""
+    return float(np.sqrt(np.median(np.square(sigmas)))) if len(sigmas) >= 3 else None
+
+
+def floored(model: Noise | None, prior: float | None) -> Noise | None:
+    """``model`` with its σ raised toward ``prior``, the pooled σ of like series, never lowered: limma's
+    moderated variance (Smyth 2004), (d0·s0² + d·s²) / (d0 + d), d the series' own differences and d0
+    :data:`PRIOR_WEIGHT`. Five commits give σ from four differences, and for a host series that moves
+    as a whole process does, four are often too few to see its spread (an A/A pair of one process a
+    side on the H100 named 2 and 10 host series whose own σ came out small). Where there is no model
+    (too little history), the prior alone."""
+    if prior is None:
+        return model
+    if model is None:
+        return Noise(prior, 0.0, 0)
+    d = max(model.n - 1, 1)
+    mod = math.sqrt((PRIOR_WEIGHT * prior ** 2 + d * model.sigma ** 2) / (PRIOR_WEIGHT + d))
+    return model if mod <= model.sigma else Noise(mod, model.level, model.n, prior)
 
 
 def from_values(values: np.ndarray | list[float], window: int = WINDOW) -> Noise | None:
