@@ -99,7 +99,7 @@ def test_outside_the_policy_torch_runs_untouched():
         assert torch._C._len_torch_function_stack() == 0 and not routing.active()
 
 
-def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch):
+def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch, interpreter):
     x, w = torch.randn(4, 8), torch.randn(3, 8)
     calls = []
     real = routing.provider
