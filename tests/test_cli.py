@@ -77,3 +77,7 @@ def test_demo_runs_on_the_default_device(tmp_path):
     assert len(gates) == 2 and gates[0].startswith("xrt gate: pass") and "REGRESSION" in gates[1], gates
     assert "REGRESSION bench_host.Square.time_host" in out.stdout
     assert "new (suspected)" in out.stdout  # `xrt regressions` lists what the front page shows
+    # the worst step's --diag checklist, then explain naming the planted file (no GPU: no kernels to compare)
+    assert "[ok]   tuning config / policy / profile" in out.stdout and "nothing to change found" in out.stdout
+    src = out.stdout.split("Sources that change this series' measurements", 1)
+    assert len(src) == 2 and "xrt/pytorch/ops/square.py ` (+3" in src[1].split("\n\n")[1], out.stdout[-3000:]

@@ -473,3 +473,42 @@ def test_the_h100_recordings_name_both_causes():
     dram = by["DRAM throughput %"]
     assert float(dram["head"]) < float(dram["base"]) and float(by["duration (ns)"]["change"].rstrip(" %")) > 15
     assert '"version": "v1"' in by["config"]["head"]
+
+
+def test_explain_names_the_sources_that_changed_for_the_series(tmp_path):
+    """A host-time step (or one without a GPU) has no kernel to compare: explain names the files that
+    change this series' measurements, the op's own and the shared ones, not another op's."""
+    import subprocess
+
+    from xrt.orchestrate.explain_collect import changed_sources
+
+    repo = tmp_path / "r"
+    files = {"xrt/pytorch/ops/square.py": "a\n", "xrt/pytorch/ops/softmax.py": "a\n",
+             "xrt/pytorch/ops/dispatch.py": "a\n"}
+
+    def commit(msg):
+        for rel, text in files.items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", msg],
+                       check=True)
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    base = commit("base")
+    files.update({"xrt/pytorch/ops/square.py": "a\nb\nc\n", "xrt/pytorch/ops/softmax.py": "z\n",
+                  "xrt/pytorch/ops/dispatch.py": "a\nd\n"})
+    head = commit("head")
+    got = {f["path"]: (f["added"], f["removed"])
+           for f in changed_sources(repo, base, head, "bench_host.Square.time_host")}
+    assert got == {"xrt/pytorch/ops/square.py": ("2", "0"), "xrt/pytorch/ops/dispatch.py": ("1", "0")}
+    side = {"parts": {"settings": "ok"}, "settings": _settings("v2")}
+    payload = {"case": {"benchmark": "bench_host.Square.time_host"},
+               "param_key": "'4096', 'float32', 'torch', 'default'",
+               "base": base, "head": head, "host": "h", "ncu": {"clock_control": "none"},
+               "sides": {"base": side, "head": side}, "changes": [], "sources": []}
+    assert "No source that this series' measurements depend on changed" in explain.render_markdown(payload)
+    payload["sources"] = [{"path": "xrt/pytorch/ops/square.py", "added": "2", "removed": "0"}]
+    assert "- ` xrt/pytorch/ops/square.py ` (+2 −0)" in explain.render_markdown(payload)

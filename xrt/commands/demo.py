@@ -6,6 +6,7 @@ It grows with the pipeline: each stage runs when its layer is built, and says wh
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -157,16 +158,35 @@ def run(args: argparse.Namespace) -> int:
     rc_plant = _xrt("gate", "--db", str(p.db), "--repo", str(clone), "--base", aa, "--head", planted,
                     "--noise-db", str(db), "--no-history", check=False)
     _xrt("regressions", "--db", str(db), "--since", planted, "--format", "table", check=False)
-    ok = rc_aa == 0 and rc_plant == 1
+    rid = _first_regression(db, planted)
+    if rid:
+        _say("its checklist of likely causes (`xrt regressions show`), then what `xrt explain` finds"
+             + (" without a GPU: no kernel profile or compiled code of a torch call, but the sources that changed"
+                if dev.kind == "cpu" else ""))
+        _xrt("regressions", "show", rid, "--db", str(db), check=False)
+        _xrt("explain", rid, "--db", str(db), "--repo", str(clone), "--no-ncu", check=False)
+    ok = rc_aa == 0 and rc_plant == 1 and rid is not None
     _say(("the tracker was right: the A/A pair passed and the planted slowdown failed the gate"
           if ok else f"unexpected: A/A gate exit {rc_aa} (want 0), planted gate exit {rc_plant} (want 1)")
          + f"; {time.time() - t0:.0f} s so far")
-    _say("open the dashboard's front page for the planted step, and `xrt regressions show ID` for its checklist")
+    _say("on the dashboard: the front page lists the planted step as new (suspected); its Regression page "
+         "shows the series, the checklist and the explanation")
     if args.no_serve:
         _say("done.")
         return 0 if ok else 1
     _say(f"serving the dashboard on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
     return _xrt("dashboard", "--db", str(db), "--port", str(args.port), check=False)
+
+
+def _first_regression(db: Path, commit: str) -> str | None:
+    """The id of the worst regression ``xrt regressions`` lists at ``commit`` (None: none listed)."""
+    out = subprocess.run([sys.executable, "-m", "xrt.cli", "regressions", "--db", str(db), "--since", commit,
+                          "--format", "json", "--no-save"], capture_output=True, text=True)
+    try:
+        records = [r for alert in json.loads(out.stdout) for r in alert["records"] if r["commit"] == commit]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return max(records, key=lambda r: r["ratio"])["id"] if records else None
 
 
 def _has_gpu() -> bool:

@@ -183,7 +183,27 @@ def explain(repo: Path, base: str, head: str, case: Case, *, regression: dict | 
                "sides": sides}
     payload["sass_diffs"] = diffs
     payload["changes"] = compare(sides["base"], sides["head"]) + diff_rows(diffs)
+    payload["sources"] = changed_sources(repo, base, head, case.benchmark)
     return payload
+
+
+def changed_sources(repo: Path, base: str, head: str, benchmark: str) -> list[dict[str, Any]]:
+    """The files changed between ``base`` and ``head`` that change this benchmark's measurements (its
+    op's own files and the shared ones: :func:`xrt.bench.sources.affected`), with lines added and
+    removed. On a host-time step, or without a GPU, often the only evidence there is."""
+    from xrt.bench import sources
+
+    out = subprocess.run(["git", "-C", str(repo), "diff", "--numstat", "--no-renames", base, head],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return []
+    stat = {}
+    for line in out.stdout.splitlines():
+        added, removed, path = (line.split("\t", 2) + ["", "", ""])[:3]
+        stat[path] = (added, removed)
+    unit = sources.unit_of_benchmark(benchmark)
+    mine = sources.affected(sorted(stat)).get(unit, []) if unit else sorted(stat)
+    return [{"path": p, "added": stat[p][0], "removed": stat[p][1]} for p in mine]
 
 
 def _machine() -> str | None:

@@ -676,6 +676,12 @@ def render_markdown(payload: dict, heading: str = "###") -> str:
                   f"{_cell(r['base'])} | {_cell(r['head'])} | {_cell(r['change'])} |" for i, r in enumerate(rows, 1)]
     else:
         lines.append("Nothing that was collected differs between base and head.")
+    src = payload.get("sources")
+    if src:
+        lines += ["", "Sources that change this series' measurements, changed between base and head:", ""]
+        lines += [f"- {lit(f['path'], code=True)} (+{f['added']} −{f['removed']})" for f in src]
+    elif src is not None:
+        lines += ["", "No source that this series' measurements depend on changed between base and head."]
     sk = skipped(payload)
     if sk:
         lines += ["", "Not collected:", ""] + [f"- {lit(s, None)}" for s in sk]
