@@ -55,6 +55,14 @@ def test_bad_environment_is_a_one_line_error(monkeypatch):
                                       for d in json.loads(run("device", "--json").stdout)))
 
 
+def test_a_commands_own_error_is_one_line_under_python_m():
+    """`python -m xrt.cli` (how the demo and the workflows call it) runs cli.py as __main__: a command's
+    CLIError (the class of xrt.cli imported by name) must still be one line and exit 2."""
+    out = run("kernels", "dump", "nosuchop")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("xrt kernels: error: unknown op 'nosuchop'; known: ") and out.stderr.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_demo_runs_on_the_default_device(tmp_path):
     """The demo as users get it, in a clone (the README's order: `make demo`, then `make test`): the A/A

@@ -97,4 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m xrt.cli` runs this file as __main__: the commands raise xrt.cli's CLIError, a class
+    # of the module imported by name, so run that module's main (else a CLIError is a traceback).
+    from xrt import cli
+
+    sys.exit(cli.main())
