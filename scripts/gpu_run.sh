@@ -16,6 +16,8 @@
 #            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
 #            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
 # attnbwd  : the attention GPU tests, the defaults through the op at S 4096, 1024, 16384 (--defaults), the backward sweep (--bwd-sweep)
+# model    : the routing tests, then benchmarks/model_bench.py: an unmodified GPT-style model on torch and
+#            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-h100.json / .md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -126,6 +128,13 @@ for step in "$@"; do
       s=${PIPESTATUS[0]}
       python3 benchmarks/attention_bench.py --out "$OUT/attention-h100.json" --md "$OUT/attention-h100.md" \
         2>&1 | tee "$OUT/attn_bench.log" | tail -60
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      (exit "$s") ;;
+    model)
+      python3 -m pytest -q -p no:cacheprovider tests/test_routing.py 2>&1 | tee "$OUT/model_tests.log" | tail -5
+      s=${PIPESTATUS[0]}
+      python3 benchmarks/model_bench.py --out "$OUT/model-h100.json" --md "$OUT/model-h100.md" \
+        2>&1 | tee "$OUT/model_bench.log" | tail -20
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     suite)

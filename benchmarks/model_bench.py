@@ -1,0 +1,159 @@
+"""An unmodified GPT-style model on torch and on xrt's kernels through the policy, side by side in one run.
+
+    python benchmarks/model_bench.py --out model.json [--md model.md] [--quick]
+
+The model is plain PyTorch (``nn.Linear``, ``nn.LayerNorm``, ``F.scaled_dot_product_attention`` causal,
+GELU MLP, pre-norm residual blocks); nothing in it names xrt. Each variant runs the same model object:
+
+- ``torch``: no policy (torch's own kernels);
+- ``xrt``: ``xp.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton")``:
+  every routed call on xrt's kernels (xrt.pytorch.routing);
+- ``auto``: the same ops at ``auto``: the provider that measured fastest on this GPU (results/auto), torch
+  where nothing was measured.
+
+Times: ``triton.testing.do_bench`` of a train step (forward, backward, gradients set to None) and of an
+inference step (``no_grad`` forward), as a user would time them; the ratio to torch is of medians taken in
+this one process. Each variant's output is checked against torch's (largest difference relative to the
+largest magnitude), and the profiler names the xrt ops one routed step ran.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xrt.bench.sidebyside import parse_args, rel_err, save  # noqa: E402
+
+SHAPES = [  # (batch, sequence, model width, heads, blocks)
+    (8, 1024, 1024, 16, 4),
+    (4, 2048, 2048, 16, 4),
+]
+POLICIES: dict[str, dict[str, str] | None] = {
+    "torch": None,
+    "xrt": {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"},
+    "auto": {"matmul": "auto", "layernorm": "auto", "softmax": "auto", "attention": "auto"},
+}
+
+
+def gpt(d: int, heads: int, blocks: int) -> Any:
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+    return nn.Sequential(*[Block() for _ in range(blocks)])
+
+
+def scope(policy: dict[str, str] | None) -> Any:
+    import contextlib
+
+    import xrt as xp
+
+    return xp.kernel_policy(**policy) if policy else contextlib.nullcontext()
+
+
+def xrt_ops(model: Any, x: Any, policy: dict[str, str] | None) -> list[str]:
+    """The xrt ops one routed train step ran, as the profiler names them."""
+    import torch
+
+    with scope(policy), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model(x).float().pow(2).mean().backward()
+    model.zero_grad(set_to_none=True)
+    return sorted({e.key for e in prof.key_averages() if e.key.startswith("xrt::")})
+
+
+def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]:
+    import torch
+    from triton.testing import do_bench
+
+    torch.manual_seed(0)
+    model = gpt(d, h, n).cuda().to(torch.bfloat16)
+    x = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    with torch.no_grad():
+        ref = model(x)
+    rows = []
+    for name, policy in POLICIES.items():
+        row: dict[str, Any] = {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name}
+        try:
+            with scope(policy):
+                def train() -> None:
+                    model(x).float().pow(2).mean().backward()
+                    model.zero_grad(set_to_none=True)
+                    x.grad = None
+
+                def infer() -> None:
+                    with torch.no_grad():
+                        model(x)
+
+                with torch.no_grad():
+                    row["err"] = rel_err(model(x), ref)
+                rep = 50 if quick else 200
+                row["train_ms"] = do_bench(train, warmup=25, rep=rep)
+                row["infer_ms"] = do_bench(infer, warmup=25, rep=rep)
+            row["xrt_ops"] = xrt_ops(model, x, policy)
+        except Exception as e:  # a variant that fails is a row, not the end of the run
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    base = rows[0]
+    for r in rows:
+        for k in ("train", "infer"):
+            if r.get(f"{k}_ms") and base.get(f"{k}_ms"):
+                r[f"{k}_vs_torch"] = r[f"{k}_ms"] / base[f"{k}_ms"]
+    return rows
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
+           "", "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
+           "| xrt ops in a step |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['shape']} | {r['variant']} | error: {r['error']} | | | | | |")
+            continue
+        out.append(f"| {r['shape']} | {r['variant']} | {r['train_ms']:.2f} | {r.get('train_vs_torch', 1):.2f} | "
+                   f"{r['infer_ms']:.2f} | {r.get('infer_vs_torch', 1):.2f} | {r['err']:.1e} | "
+                   f"{', '.join(o.removeprefix('xrt::') for o in r['xrt_ops']) or '-'} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args("model_bench", __doc__, argv)
+    if args is None:
+        return 2
+    import subprocess
+
+    import torch
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.node(),
+            "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    rows = [r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick)]
+    save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
