@@ -291,3 +291,25 @@ def test_direct_ops_auto_takes_the_table(fake_gpu, interpreter):
     assert mm.choose_provider("matmul", a, "auto", cuda(1000, 3000, dtype=torch.bfloat16)) == "torch"
     q = cuda(1, 16, 512, 64, dtype=torch.float16)
     assert attention._auto_runs_triton(q) and not attention._auto_runs_triton(q, is_causal=True)
+
+
+def test_the_committed_tables_are_what_the_runtime_reads():
+    """results/auto: each file loads, names ops and providers of their definitions, and each bucket's
+    provider is the one its medians make (the margin over torch)."""
+    from conftest import ROOT
+
+    from xrt.bench.suite import parse_shape
+    from xrt.kernels import defs
+
+    files = sorted((ROOT / "results" / "auto").glob("*.json"))
+    assert files
+    for f in files:
+        doc = json.loads(f.read_text())
+        assert f.stem == autotable.model_key(doc["gpu"]) and autotable.load(f).gpu == doc["gpu"]
+        for op, by_dtype in doc["ops"].items():
+            for dtype, buckets in by_dtype.items():
+                assert dtype in defs.get(op).dtypes
+                for b, e in buckets.items():
+                    assert set(e["median_s"]) <= set(defs.get(op).timed) and "torch" in e["median_s"]
+                    assert e["provider"] == autotable.fastest(e["median_s"])
+                    assert {autotable.bucket(parse_shape(s)) for s in e["shapes"]} == {b}
