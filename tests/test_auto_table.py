@@ -235,6 +235,19 @@ def test_runtime_falls_back_to_torch_on_an_unknown_gpu(fake_gpu):
     assert auto.table(0) is None and auto.pick("softmax", cuda(64, 1000), (64, 1000)) == "torch"
 
 
+def test_runtime_warns_once_about_a_bad_table_and_runs_torch(fake_gpu, tmp_path):
+    from xrt.pytorch import auto
+
+    (tmp_path / f"{autotable.model_key(GPU)}.json").write_text("{not json")
+    with pytest.warns(RuntimeWarning, match=r"fake-gpu-x1.json: .*auto runs torch"):
+        assert auto.pick("softmax", cuda(64, 1000), (64, 1000)) == "torch"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert auto.pick("softmax", cuda(65, 1000), (65, 1000)) == "torch"  # said once
+
+
 def test_runtime_reads_the_table_once(fake_gpu, monkeypatch):
     from xrt.pytorch import auto
 

@@ -9,6 +9,7 @@ rule in :mod:`xrt.kernels.autotable`. The caller checks that the provider can ru
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -29,11 +30,15 @@ def gpu_name(index: int) -> str:
 
 def table(index: int) -> autotable.Table | None:
     """The table of CUDA device ``index``'s model, read on the first call; ``None`` when there is
-    none. A table that cannot be read is an error that names the file."""
+    none, or when it cannot be read (one warning names the file and why: ``auto`` is then torch)."""
     if index not in _tables:
         with _lock:
             if index not in _tables:
-                _tables[index] = autotable.find(gpu_name(index))
+                try:
+                    _tables[index] = autotable.find(gpu_name(index))
+                except ValueError as e:
+                    warnings.warn(f"xrt auto: {e}; auto runs torch on this GPU", RuntimeWarning, stacklevel=3)
+                    _tables[index] = None
     return _tables[index]
 
 

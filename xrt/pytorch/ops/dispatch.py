@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from xrt.pytorch import policy
+from xrt.kernels import autotable, defs
+from xrt.pytorch import auto, policy
 
 # What ``auto`` tries, per device type, in order (on CUDA only an op with its own order: the others
 # take the measured table's choice, see choose).
@@ -84,9 +85,6 @@ def choose(op: str, x: torch.Tensor, explicit: str | None = None,
     if name != policy.AUTO:
         return require(op, name, x)
     if x.device.type == "cuda" and order is None:
-        from xrt.kernels import autotable, defs
-        from xrt.pytorch import auto
-
         d = defs.OPS.get(op)
         p = _REGISTRY.get(op, {}).get(auto.pick(op, x, autotable.row_shape(x.shape, d is not None and d.flat)))
         return p if p is not None and p.missing(x) is None else get(op, "torch")
