@@ -104,9 +104,9 @@ def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch,
     calls = []
     real = routing.provider
 
-    def spy(op, t):
+    def spy(op, t, measured=None):
         calls.append(op)
-        return real(op, t)
+        return real(op, t, measured)
 
     monkeypatch.setattr(routing, "provider", spy)
     with xp.kernel_policy(softmax="triton", layernorm="auto"):  # matmul: nothing named, auto -> torch
@@ -114,7 +114,7 @@ def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch,
     assert seen == set() and calls == ["matmul", "layernorm"]
     assert torch.equal(y[0], F.linear(x, w)) and torch.equal(y[1], F.layer_norm(x, (8,)))
     # a measured auto plugs in at auto_provider: layernorm=auto then runs xrt's op
-    monkeypatch.setattr(routing, "auto_provider", lambda op, t: "torch" if op != "layernorm" else "triton")
+    monkeypatch.setattr(routing, "auto_provider", lambda op, t, shape=None: "torch" if op != "layernorm" else "triton")
     with xp.kernel_policy(layernorm="auto"):
         _, seen = _xrt_events(lambda: F.layer_norm(x, (8,)))
     assert seen == {"xrt::layernorm[triton]"}

@@ -23,6 +23,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     dp.add_argument("--arch", default=None, help="sm_90 etc.; default: this GPU's, else sm_90")
     dp.add_argument("--out", default="kernels-dump", help="directory for the files (default: kernels-dump)")
     dp.set_defaults(func=run_dump)
+    at = ksub.add_parser("auto-table", help="write auto's tables: per GPU model, the provider that measured fastest "
+                         "per (op, dtype, shape bucket)")
+    src = at.add_mutually_exclusive_group()
+    src.add_argument("--db", default=None, help="a results database (xrt db ingest) to read")
+    src.add_argument("--results", default="results/asv",
+                     help="an asv results directory, ingested into a temporary database (default: results/asv)")
+    at.add_argument("--out", default="results/auto", help="directory for <gpu-model>.json (default: results/auto)")
+    at.set_defaults(func=run_auto_table)
     p.set_defaults(func=run_list)
 
 
@@ -58,6 +66,33 @@ def run_spaces(args: argparse.Namespace) -> int:
         print(f"{key}: {n} configs; default {spaces.default(key)}")
         for name, values in space.items():
             print(f"    {name}: {values}")
+    return 0
+
+
+# -- xrt kernels auto-table ------------------------------------------------------------------------
+
+def run_auto_table(args: argparse.Namespace) -> int:
+    """Measure nothing: read the suites' results (a database, or a results directory ingested into a
+    temporary one) and write each GPU model's table of auto's choices (xrt.db.auto_table)."""
+    import tempfile
+
+    from xrt.db import auto_table, store
+
+    if args.db is not None:
+        tables = auto_table.tables(store.check_path(args.db))
+    else:
+        from xrt.db.ingest import ingest
+
+        if not Path(args.results).is_dir():
+            raise CLIError(f"--results {args.results}: not a directory")
+        with tempfile.TemporaryDirectory(prefix="xrt-auto-") as tmp:
+            db = Path(tmp, "results.duckdb")
+            ingest(args.results, db, echo=lambda _: None, tuned=None)
+            tables = auto_table.tables(db)
+    if not tables:
+        raise CLIError(f"{args.db or args.results}: no bench_ops time_op results with torch and another provider")
+    for path in auto_table.write(tables, args.out):
+        print(f"xrt kernels auto-table: {path}")
     return 0
 
 

@@ -16,7 +16,8 @@ Which choice wins, highest first:
 2. the innermost ``with kernel_policy(...)`` block;
 3. the global policy of :func:`set_kernel_policy`;
 4. the ``XRT_KERNEL_POLICY`` environment variable (``"square=triton,matmul=cublasLt"``);
-5. ``auto`` (the fastest provider available for the tensor's device).
+5. ``auto``: on a GPU the provider measured fastest there for the call's shape bucket, else torch
+   (:mod:`xrt.pytorch.auto`); on XPU ``xpu``; on the CPU torch.
 
 Tuned configs are keyed by (op, device, dtype, shape bucket), see :meth:`KernelPolicy.tuned_config`.
 """

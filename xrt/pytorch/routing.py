@@ -36,14 +36,14 @@ import contextlib
 import importlib
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from xrt.kernels import defs
-from xrt.pytorch import ops, policy
+from xrt.kernels import autotable, defs
+from xrt.pytorch import auto, ops, policy
 from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops.attention import unsupported as attention_unsupported
 
@@ -62,21 +62,31 @@ _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False
 _forward_ad = importlib.import_module("torch.autograd.forward_ad")
 
 
-def auto_provider(op: str, x: torch.Tensor) -> str:
-    """What ``auto`` routes ``op`` on ``x`` to: ``"torch"`` until xrt's own measurements show one
-    of its providers faster for this (op, GPU, dtype, shape bucket); a measured table plugs in
-    here. Never slower than torch by construction: torch is what runs until then."""
-    return TORCH
+def auto_provider(op: str, x: torch.Tensor, shape: Sequence[int] | None = None) -> str:
+    """What ``auto`` routes ``op`` on ``x`` to: the provider that measured fastest on this GPU for
+    ``op``'s (dtype, shape bucket), from the committed table (:mod:`xrt.pytorch.auto`), else torch
+    (the rule in :mod:`xrt.kernels.autotable`). ``op`` is the measured op (``bmm`` for a batched
+    ``matmul``) and ``shape`` its suite shape (kernels/defs); by default the rows of ``x``."""
+    if shape is None:
+        shape = autotable.row_shape(x.shape, defs.get(op).flat)
+    return auto.pick(op, x, shape)
 
 
-def provider(op: str, x: torch.Tensor) -> str:
+# A routed call's measured op and suite shape (what auto looks up), from the call's arguments; None
+# when they do not give one (then auto leaves the call to torch).
+Measured = tuple[str, Sequence[int]] | None
+
+
+def provider(op: str, x: torch.Tensor, measured: Callable[[], Measured] | None = None) -> str:
     """The provider a routed call of policy op ``op`` on ``x`` goes to: ``"torch"`` (torch's own
     function, untouched) or one of xrt's that can run ``x`` here. The one place routing asks the
     policy: the merged choice (scopes, global, ``XRT_KERNEL_POLICY``), ``auto`` through
-    :func:`auto_provider`."""
+    :func:`auto_provider` with what ``measured()`` gives (by default ``op`` on the rows of ``x``);
+    it is called only for ``auto``."""
     choice = policy.resolve(op)
     if choice == policy.AUTO:
-        choice = auto_provider(op, x)
+        which = measured() if measured is not None else (op, None)
+        choice = TORCH if which is None else auto_provider(which[0], x, which[1])
     if choice not in XRT_CHOICES[op]:
         return TORCH
     if dispatch.get(op, choice).missing(x) is not None:
@@ -153,15 +163,61 @@ def _first(args: tuple, kwargs: dict, name: str) -> Any:
     return args[0] if args else kwargs.get(name)
 
 
-def _ask(op: str, x: Any) -> str:
+def _ask(op: str, x: Any, measured: Callable[[], Measured] | None = None) -> str:
     """:func:`provider` for a plain tensor ``x``; ``"torch"`` for anything else."""
-    return provider(op, x) if type(x) in _PLAIN else TORCH
+    return provider(op, x, measured) if type(x) in _PLAIN else TORCH
+
+
+# -- what auto looks up for each routed call: the measured op and its suite shape (kernels/defs) ---
+
+def _dims(t: Any, n: int) -> bool:
+    return type(t) in _PLAIN and t.dim() >= n
+
+
+def _linear_measured(args: tuple, kwargs: dict) -> Measured:
+    bound = _bind(_linear_sig, args, kwargs)
+    if bound is None or not _dims(bound[0], 1) or not _dims(bound[1], 2) or bound[0].shape[-1] == 0:
+        return None
+    input, weight, _ = bound
+    return "matmul", (input.numel() // input.shape[-1], weight.shape[0], weight.shape[1])
+
+
+def _matmul_measured(args: tuple, kwargs: dict) -> Measured:
+    if kwargs or len(args) != 2 or not _dims(args[0], 2) or not _dims(args[1], 2):
+        return None
+    a, b = args
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.dim() == 2:
+        return "matmul", (a.numel() // k if k else 0, n, k)
+    if a.dim() == b.dim() and a.shape[:-2] == b.shape[:-2]:
+        return "bmm", (math.prod(a.shape[:-2]), m, n, k)
+    return None
+
+
+def _layer_norm_measured(args: tuple, kwargs: dict) -> Measured:
+    bound = _bind(_layer_norm_sig, args, kwargs)
+    if bound is None or type(bound[0]) not in _PLAIN:
+        return None
+    input, ns = bound[0], bound[1]
+    try:
+        n = int(ns) if isinstance(ns, int) else math.prod(int(d) for d in ns)
+    except (TypeError, ValueError):
+        return None  # torch's function raises its own error
+    return "layernorm", (input.numel() // n if n else 0, n)
+
+
+def _sdpa_measured(args: tuple, kwargs: dict) -> Measured:
+    bound = _bind(_sdpa_sig, args, kwargs)
+    if bound is None or not _dims(bound[0], 4) or bound[0].dim() != 4:
+        return None
+    q, is_causal = bound[0], bound[5]
+    return "attention", (*q.shape, int(bool(is_causal)))
 
 
 # Each handler asks the policy first, so a call that stays torch's costs the lookup and no more.
 
 def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("matmul", _first(args, kwargs, "input"))
+    p = _ask("matmul", _first(args, kwargs, "input"), lambda: _linear_measured(args, kwargs))
     bound = None if p == TORCH else _bind(_linear_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
@@ -178,7 +234,7 @@ def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("matmul", _first(args, kwargs, "input"))
+    p = _ask("matmul", _first(args, kwargs, "input"), lambda: _matmul_measured(args, kwargs))
     if p == TORCH or kwargs or len(args) != 2:  # out=, or a call torch rejects itself
         return func(*args, **kwargs)
     a, b = args
@@ -200,7 +256,7 @@ def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("layernorm", _first(args, kwargs, "input"))
+    p = _ask("layernorm", _first(args, kwargs, "input"), lambda: _layer_norm_measured(args, kwargs))
     bound = None if p == TORCH else _bind(_layer_norm_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
@@ -241,7 +297,7 @@ def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("attention", _first(args, kwargs, "query"))
+    p = _ask("attention", _first(args, kwargs, "query"), lambda: _sdpa_measured(args, kwargs))
     bound = None if p == TORCH else _bind(_sdpa_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from xrt.pytorch import policy
+from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
@@ -131,14 +131,15 @@ def _warn_once(why: str) -> None:
                       stacklevel=3)
 
 
-def _auto_runs_triton(q: torch.Tensor) -> bool:
-    """Does ``auto`` consider the Triton kernels for this device (CUDA only)?"""
-    return q.is_cuda
+def _auto_runs_triton(q: torch.Tensor, is_causal: bool = False) -> bool:
+    """Does ``auto`` take the Triton kernels for this call? On CUDA where they measured faster than
+    SDPA for its (B, H, S, D, causal) bucket (``xrt.pytorch.auto``); never off CUDA."""
+    return q.is_cuda and q.dim() == 4 and auto.pick("attention", q, (*q.shape, int(bool(is_causal)))) == "triton"
 
 
 def choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
            dropout_p: float = 0.0, enable_gqa: bool = False, provider: str | None = None,
-           scale: float | None = None) -> str:
+           scale: float | None = None, is_causal: bool = False) -> str:
     """``"triton"`` or the SDPA route (``"torch"`` or a backend name) for this call, as
     :func:`fused_attention` decides it (a fallback warns once; forced Triton raises)."""
     choice = policy.resolve("attention", provider)
@@ -150,8 +151,8 @@ def choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.T
         if why:
             raise ValueError(f"fused_attention: provider 'triton' cannot run this call: {why}")
         return "triton"
-    if not _auto_runs_triton(q):
-        return "torch"  # auto on the CPU: SDPA, as every op's auto there
+    if not _auto_runs_triton(q, is_causal):
+        return "torch"  # auto off CUDA, or where SDPA measured as fast: SDPA
     if why:
         _warn_once(why)
         return "torch"
@@ -190,7 +191,7 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     q = cast_for_hint(_checks.floating("query", "fused_attention", query))
     k = cast_for_hint(_checks.floating("key", "fused_attention", key))
     v = cast_for_hint(_checks.floating("value", "fused_attention", value))
-    chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider, scale)
+    chosen = choose(q, k, v, attn_mask, dropout_p, enable_gqa, provider, scale, is_causal)
     if chosen != "triton":
         backend = _SDPA_BACKENDS.get(chosen) if provider is not None else None
         with dispatch.op_range("attention", chosen):

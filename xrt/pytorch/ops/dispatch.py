@@ -1,8 +1,9 @@
 """Providers of xrt ops, the choice between them and how a call reaches the chosen one.
 
 Each provider has a ``missing(x)`` check that says why it cannot run this input (or ``None``);
-an explicitly chosen provider that cannot run fails with that reason, ``auto`` takes the first
-that can, in the device's preference order.
+an explicitly chosen provider that cannot run fails with that reason; ``auto`` takes, on a GPU, the
+provider that measured fastest there (``xrt.pytorch.auto``) and elsewhere the first that can run, in
+the device's preference order.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 
 import torch
 
-from xrt.pytorch import policy
+from xrt.kernels import autotable, defs
+from xrt.pytorch import auto, policy
 
-# What ``auto`` tries, per device type, in order.
+# What ``auto`` tries, per device type, in order (on CUDA only an op with its own order: the others
+# take the measured table's choice, see choose).
 AUTO_ORDER = {"cuda": ("triton", "cuda", "torch"), "xpu": ("xpu", "torch"), "cpu": ("torch",)}
 
 
@@ -74,11 +77,17 @@ def require(op: str, name: str, x: torch.Tensor) -> Provider:
 
 def choose(op: str, x: torch.Tensor, explicit: str | None = None,
            order: dict[str, tuple[str, ...]] | None = None) -> Provider:
-    """The provider that runs ``op`` on ``x`` under the policy in force; ``auto`` takes the first
-    of ``order[device type]`` (an op's own order, else :data:`AUTO_ORDER`) that can run ``x``."""
+    """The provider that runs ``op`` on ``x`` under the policy in force. ``auto`` on a GPU takes
+    the provider that measured fastest for ``op`` on the rows of ``x`` (``xrt.pytorch.auto``: the
+    GPU's table, else torch) where it can run ``x``, else torch; elsewhere, or for an op with its own
+    ``order``, the first of ``order[device type]`` (else :data:`AUTO_ORDER`) that can run ``x``."""
     name = policy.resolve(op, explicit)
     if name != policy.AUTO:
         return require(op, name, x)
+    if x.device.type == "cuda" and order is None:
+        d = defs.OPS.get(op)
+        p = _REGISTRY.get(op, {}).get(auto.pick(op, x, autotable.row_shape(x.shape, d is not None and d.flat)))
+        return p if p is not None and p.missing(x) is None else get(op, "torch")
     for cand in (order or AUTO_ORDER).get(x.device.type, ("torch",)):
         p = _REGISTRY.get(op, {}).get(cand)
         if p is not None and p.missing(x) is None:

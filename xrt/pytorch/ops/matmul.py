@@ -3,7 +3,8 @@
 The ``matmul`` policy governs both ops. ``default``, ``cublas`` and ``cublasLt`` set torch's
 preferred BLAS library and these ops call ``torch.mm`` / ``torch.bmm``; ``triton`` (fp16, bf16,
 fp32 without tf32) and ``cuda`` (fp32 SIMT) run xrt's kernels through the ``xrt::matmul`` /
-``xrt::bmm`` custom ops; ``auto`` takes the first of :data:`AUTO_ORDER` that can run the input.
+``xrt::bmm`` custom ops; ``auto`` takes the measured table's choice on CUDA (``xrt.pytorch.auto``: torch
+unless one of xrt's kernels measured faster for the shape's bucket), torch elsewhere.
 
 The ladder is the one of :mod:`.square`: kernels (``xrt.kernels.{reference,triton,cuda}.matmul``)
 -> providers registered here, tuned configs bucketed by ``(M, N, K)`` (``bmm``: ``(B, M, N, K)``)
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from xrt.kernels import checks
-from xrt.pytorch import policy
+from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
@@ -38,14 +39,15 @@ def _cuda_missing(x: torch.Tensor) -> str | None:
 for _op in ("matmul", "bmm"):  # the CUDA C provider says up front that it takes fp32 only
     dispatch.register(_op, "cuda", _cuda_missing)(dispatch.get(_op, "cuda").fn)
 
-# What ``matmul=auto`` runs, per device type: torch's GEMM (cuBLAS on CUDA) until measurements show
-# one of xrt's kernels ahead (docs/kernels.md, the GEMM family); then put it first here.
-AUTO_ORDER = {"cuda": ("torch",), "cpu": ("torch",)}
+# What ``matmul=auto`` runs off CUDA, per device type: torch's GEMM. On CUDA the measured table
+# (xrt.pytorch.auto) names it: torch's (cuBLAS) unless one of xrt's kernels measured ahead there.
+AUTO_ORDER = {"cpu": ("torch",)}
 _TORCH = {"matmul": torch.mm, "bmm": torch.bmm}
 
 
-def choose_provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
-    """The provider that runs ``op`` on ``a``: ``torch`` or one of xrt's (checked to run here)."""
+def choose_provider(op: str, a: torch.Tensor, explicit: str | None, b: torch.Tensor | None = None) -> str:
+    """The provider that runs ``op`` on ``a`` (times ``b``): ``torch`` or one of xrt's (checked to run
+    here). ``auto`` on CUDA: the measured table's choice for (M, N, K), bmm's (B, M, N, K)."""
     if explicit == "torch":
         return "torch"
     try:
@@ -55,6 +57,9 @@ def choose_provider(op: str, a: torch.Tensor, explicit: str | None) -> str:
     if choice in policy.MATMUL_BLAS:
         return "torch"
     if choice == policy.AUTO:
+        if a.is_cuda and b is not None:
+            name = auto.pick(op, a, (*a.shape[:-2], a.shape[-2], b.shape[-1], a.shape[-1]))
+            return name if name == "torch" or dispatch.get(op, name).missing(a) is None else "torch"
         for name in AUTO_ORDER.get(a.device.type, ("torch",)):
             if name == "torch" or dispatch.get(op, name).missing(a) is None:
                 return name
@@ -106,7 +111,7 @@ _OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
 
 
 def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
-    name = choose_provider(op, a, provider)
+    name = choose_provider(op, a, provider, b)
     if name == "torch":
         return dispatch.unrouted(_TORCH[op], a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
     custom, eager = _OPS[op]

@@ -1,0 +1,163 @@
+"""The ``auto`` table: which provider measured fastest, per (op, GPU, dtype, shape bucket).
+
+One file per GPU model, ``results/auto/<model key>.json`` (``nvidia-h100-80gb-hbm3.json``), written
+by ``xrt kernels auto-table`` from the suites' results (``bench_ops.<Op>.time_op``, each provider at
+its default config) and read by the runtime's ``auto`` (``xrt.pytorch.auto``). This module holds
+what both sides share: the shape bucket, the file's layout and the rule for a shape nobody measured.
+Stdlib only, so that the writer needs no torch and the runtime no database.
+
+The rule, in the order it is tried:
+
+1. the bucket was measured for this op and dtype: its fastest provider, torch included; another
+   provider must beat torch by :data:`MARGIN` (:func:`fastest`, which the writer applies);
+2. a memory-bound op (its definition's ``gpucheck``) takes the fastest provider of the nearest
+   measured bucket when every dim of that bucket is within :data:`NEAR` powers of two of this one
+   (their times scale alike with the bytes moved);
+3. anything else is torch's: an unmeasured GEMM or attention shape, an op or dtype the table does
+   not hold, a GPU that has no table. cuBLAS and SDPA are tuned for every shape; xrt's GEMM and
+   attention kernels only for the shapes the suites time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xrt.kernels import defs
+
+SCHEMA = "xrt-auto/1"
+TORCH = "torch"
+# A provider other than torch wins a bucket only when its median is at least this share below
+# torch's: a tie within the suites' noise stays torch's (never slower than torch).
+MARGIN = 0.02
+NEAR = 1  # rule 2: powers of two each dim of the nearest measured bucket may be away
+ENV = "XRT_AUTO_TABLES"  # a directory of tables that replaces the checkout's results/auto
+# The checkout's tables (kernels/ sits at the repository root; a wheel has no results/ and so no table).
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "results" / "auto"
+BUCKET_RULE = "each dim of the op's suite shape rounded up to a power of two; 0 and 1 kept (attention's causal flag)"
+
+# What the runtime and the writer call a decision: rule 1, 2 or 3 above.
+MEASURED, NEAREST, FALLBACK = "measured", "nearest", "fallback"
+
+
+def _up(d: int) -> int:
+    return d if d <= 1 else 1 << (d - 1).bit_length()
+
+
+def bucket(shape: Sequence[int]) -> str:
+    """The bucket of an op's suite shape (``kernels/defs``: (numel,) for flat ops, (M, N) for row
+    ops, (M, N, K) for matmul, (B, H, S, D, causal) for attention): ``(4097, 4096, 4096)`` ->
+    ``"8192x4096x4096"``."""
+    dims = [int(d) for d in shape]
+    if not dims or any(d < 0 for d in dims):
+        raise ValueError(f"shape {tuple(dims)} must have dims, none negative")
+    return "x".join(str(_up(d)) for d in dims)
+
+
+def row_shape(shape: Sequence[int], flat: bool) -> tuple[int, ...]:
+    """The suite shape of a tensor of ``shape`` for an op that sees it flat ((numel,)) or as rows of
+    its last dim ((numel / N, N)): what the direct ops and the routed row ops bucket by."""
+    n = math.prod(shape)
+    if flat or len(shape) == 0:
+        return (n,)
+    last = int(shape[-1])
+    return (n // last if last else 0, last)
+
+
+def model_key(gpu: str) -> str:
+    """The file stem of a GPU model's table: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``
+    (xrt.device's model key, which tuned configs are keyed by too)."""
+    from xrt.device import DeviceInfo
+
+    return DeviceInfo(kind="cuda", index=0, name=gpu).model_key
+
+
+def table_dir() -> Path:
+    """Where the tables are read from: ``$XRT_AUTO_TABLES``, else the checkout's ``results/auto``."""
+    env = os.environ.get(ENV)
+    return Path(env) if env else DEFAULT_DIR
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured bucket: the fastest provider and each provider's median seconds per call."""
+
+    provider: str
+    median_s: Mapping[str, float]
+    shapes: tuple[str, ...]
+    commit: str
+    date: str
+
+
+def fastest(median_s: Mapping[str, float]) -> str:
+    """The provider a bucket's medians make ``auto``'s: the fastest of those at least :data:`MARGIN`
+    faster than torch, else torch (torch when it was not measured: nothing to compare with)."""
+    base = median_s.get(TORCH)
+    if base is None:
+        return TORCH
+    better = {p: s for p, s in median_s.items() if p != TORCH and s <= base * (1 - MARGIN)}
+    return min(better, key=lambda p: (better[p], p)) if better else TORCH
+
+
+def _log2(d: int) -> float:
+    return math.log2(d) if d > 1 else -d  # 0 and 1 (flags) only match themselves
+
+
+def _distance(a: str, b: str) -> float:
+    """How many powers of two the farthest dim of bucket ``a`` is from ``b``'s; inf if they differ in
+    rank or in a dim of 0 or 1."""
+    da, db = [int(v) for v in a.split("x")], [int(v) for v in b.split("x")]
+    if len(da) != len(db) or any((x <= 1 or y <= 1) and x != y for x, y in zip(da, db)):
+        return math.inf
+    return max((abs(_log2(x) - _log2(y)) for x, y in zip(da, db)), default=0.0)
+
+
+class Table:
+    """One GPU model's table: ``pick(op, dtype, shape)`` applies the rule of this module's docstring."""
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        if doc.get("schema") != SCHEMA:
+            raise ValueError(f"schema {doc.get('schema')!r} is not {SCHEMA!r}")
+        self.gpu: str = str(doc.get("gpu", ""))
+        self.entries: dict[tuple[str, str], dict[str, Entry]] = {}
+        for op, by_dtype in dict(doc.get("ops", {})).items():
+            for dtype, by_bucket in dict(by_dtype).items():
+                self.entries[(op, dtype)] = {
+                    b: Entry(e["provider"], dict(e["median_s"]), tuple(e.get("shapes", ())),
+                             str(e.get("commit", "")), str(e.get("date", "")))
+                    for b, e in dict(by_bucket).items()}
+
+    def pick(self, op: str, dtype: str, shape: Sequence[int]) -> tuple[str, str]:
+        """(provider, why): why is :data:`MEASURED`, :data:`NEAREST` or :data:`FALLBACK`."""
+        measured = self.entries.get((op, dtype))
+        if not measured:
+            return TORCH, FALLBACK
+        b = bucket(shape)
+        hit = measured.get(b)
+        if hit is not None:
+            return hit.provider, MEASURED
+        d = defs.OPS.get(op)
+        if d is not None and d.gpucheck:
+            dist, near = min(((_distance(b, k), k) for k in measured), default=(math.inf, ""))
+            if dist <= NEAR:
+                return measured[near].provider, NEAREST
+        return TORCH, FALLBACK
+
+
+def load(path: str | os.PathLike) -> Table:
+    """The table in ``path``; a ValueError naming the file and what is wrong with it."""
+    try:
+        return Table(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"auto table {path}: {e}") from e
+
+
+def find(gpu: str, where: Path | None = None) -> Table | None:
+    """The table of GPU model ``gpu`` (``torch.cuda.get_device_name``), or ``None`` when there is none."""
+    path = (where or table_dir()) / f"{model_key(gpu)}.json"
+    return load(path) if path.is_file() else None

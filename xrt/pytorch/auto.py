@@ -1,0 +1,67 @@
+"""``auto``'s choice on a GPU: the provider the committed measurements found fastest.
+
+The table of this GPU model (``results/auto/<model>.json``, :mod:`xrt.kernels.autotable`) is read
+once per process and GPU; each answer is memoized per (op, GPU, dtype, suite shape). Where the table
+holds nothing for a call (another GPU, an unmeasured GEMM shape...), the answer is torch's: see the
+rule in :mod:`xrt.kernels.autotable`. The caller checks that the provider can run the input.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from xrt.kernels import autotable
+
+TORCH = autotable.TORCH
+
+_lock = threading.Lock()
+_tables: dict[int, autotable.Table | None] = {}  # CUDA device index -> its model's table
+_memo: dict[tuple, str] = {}
+
+
+def gpu_name(index: int) -> str:
+    """The model name torch gives CUDA device ``index`` (a seam for the tests)."""
+    return torch.cuda.get_device_name(index)
+
+
+def table(index: int) -> autotable.Table | None:
+    """The table of CUDA device ``index``'s model, read on the first call; ``None`` when there is
+    none, or when it cannot be read (one warning names the file and why: ``auto`` is then torch)."""
+    if index not in _tables:
+        with _lock:
+            if index not in _tables:
+                try:
+                    _tables[index] = autotable.find(gpu_name(index))
+                except ValueError as e:
+                    warnings.warn(f"xrt auto: {e}; auto runs torch on this GPU", RuntimeWarning, stacklevel=3)
+                    _tables[index] = None
+    return _tables[index]
+
+
+def clear() -> None:
+    """Forget the tables read and the answers given (after ``XRT_AUTO_TABLES`` changes, in tests)."""
+    with _lock:
+        _tables.clear()
+        _memo.clear()
+
+
+def pick(op: str, x: torch.Tensor, shape: Sequence[int]) -> str:
+    """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (kernels/defs):
+    the table's for this GPU where it has one, else torch. Off CUDA: torch."""
+    if x.device.type != "cuda":
+        return TORCH
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    key = (op, index, x.dtype, tuple(shape))
+    hit = _memo.get(key)
+    if hit is None:
+        t = table(index)
+        dtype = str(x.dtype).removeprefix("torch.")
+        hit = TORCH if t is None else t.pick(op, dtype, shape)[0]
+        if len(_memo) > 4096:
+            _memo.clear()
+        _memo[key] = hit
+    return hit
