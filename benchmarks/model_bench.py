@@ -6,7 +6,7 @@ The model is plain PyTorch (``nn.Linear``, ``nn.LayerNorm``, ``F.scaled_dot_prod
 GELU MLP, pre-norm residual blocks); nothing in it names xrt. Each variant runs the same model object:
 
 - ``torch``: no policy (torch's own kernels);
-- ``xrt``: ``xp.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton")``:
+- ``xrt``: ``xrt.pytorch.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton")``:
   every routed call on xrt's kernels (xrt.pytorch.routing);
 - ``auto``: the same ops at ``auto``: the provider that measured fastest on this GPU (results/auto), torch
   where nothing was measured.
@@ -67,7 +67,7 @@ def gpt(d: int, heads: int, blocks: int) -> Any:
 def scope(policy: dict[str, str] | None) -> Any:
     import contextlib
 
-    import xrt as xp
+    import xrt.pytorch as xp
 
     return xp.kernel_policy(**policy) if policy else contextlib.nullcontext()
 
