@@ -22,8 +22,6 @@ ALLOWED = {
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] == "kernels":
-        parts.insert(0, "xrt")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -63,14 +61,12 @@ def module_exists(module: str) -> bool:
     parts = module.split(".")
     if parts[0] != "xrt":
         return False
-    where = ROOT.joinpath("kernels", *parts[2:]) if parts[1:2] == ["kernels"] else ROOT.joinpath(*parts)
+    where = ROOT.joinpath(*parts)
     return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
 
 def sources() -> list[tuple[Path, str]]:
-    paths = [*(ROOT / "kernels").rglob("*.py"), *(p for p in (ROOT / "xrt").rglob("*.py")
-                                                  if not p.relative_to(ROOT / "xrt").parts[0] == "kernels")]
-    paths += (ROOT / "dashboard").rglob("*.py")
+    paths = [*(ROOT / "xrt").rglob("*.py"), *(ROOT / "dashboard").rglob("*.py")]
     return [(p, module_name(p)) for p in sorted(paths)]
 
 
@@ -147,10 +143,10 @@ def test_the_rule_catches_a_top_module_run_from_below(tmp_path):
 
 
 def test_kernels_are_imported_as_xrt_kernels_only():
-    """kernels/ is the package xrt.kernels (the link xrt/kernels): a bare ``import kernels`` would load
+    """The kernels are the package xrt.kernels: a bare ``import kernels`` (xrt/ on sys.path) would load
     a second copy of every kernel module."""
     offenders = []
-    for path in [p for d in ("xrt", "kernels", "benchmarks", "dashboard", "tests", "scripts")
+    for path in [p for d in ("xrt", "benchmarks", "dashboard", "tests", "scripts")
                  for p in (ROOT / d).rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
@@ -174,8 +170,8 @@ def test_the_rule_catches_an_import_from_above(tmp_path):
 
 def test_no_submodule_hides_a_package_function():
     """Importing a submodule sets it as an attribute of its package: a submodule named like a
-    function of the package's ``__init__`` replaces that function (``kernels/cuda/launch.py`` once
-    hid ``kernels.cuda.launch()``, and every CUDA C launch failed on the GPU only)."""
+    function of the package's ``__init__`` replaces that function (``xrt/kernels/cuda/launch.py`` once
+    hid ``xrt.kernels.cuda.launch()``, and every CUDA C launch failed on the GPU only)."""
     import importlib
     import pkgutil
 

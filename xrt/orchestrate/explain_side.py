@@ -98,11 +98,11 @@ def _settings(args) -> dict:
                 t = kernel_providers.config(args.op, space, x)
                 default = getattr(t, "is_default", dict(t) == spaces.default(space))
                 out["config"] = dict(t)
-                out["config_source"] = (f"default of {space} (kernels/spaces.py)" if default else
+                out["config_source"] = (f"default of {space} (xrt/kernels/spaces.py)" if default else
                                         "tuned policy (XRT_TUNED / XRT_KERNEL_POLICY)")
             except Exception as e:  # an older commit without this lookup: the space's default
                 out["config"] = spaces.default(space)
-                out["config_source"] = f"default of {space} (kernels/spaces.py; lookup failed: {type(e).__name__})"
+                out["config_source"] = f"default of {space} (xrt/kernels/spaces.py; lookup failed: {type(e).__name__})"
         else:
             out["config"], out["config_source"] = None, "the provider has no tuning space"
     except Exception as e:

@@ -51,7 +51,7 @@ F = torch.nn.functional
 TORCH = "torch"
 
 # The choices of each routed policy op that send a call to one of xrt's providers (its definition's
-# providers but torch: kernels/defs); every other choice of the op (torch's own: "torch", "default",
+# providers but torch: xrt/kernels/defs); every other choice of the op (torch's own: "torch", "default",
 # "cublasLt", an SDPA backend) leaves it to torch.
 XRT_CHOICES: dict[str, tuple[str, ...]] = {
     d.name: tuple(p for p in d.providers if p != TORCH) for d in defs.OPS.values() if d.routed}
