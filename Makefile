@@ -48,7 +48,7 @@ demo: $(STAMP)
 	$(XRT) demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check xrt kernels benchmarks dashboard tests scripts
+	$(VENV)/bin/ruff check xrt benchmarks dashboard tests scripts
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

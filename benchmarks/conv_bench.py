@@ -34,7 +34,7 @@ from xrt.bench.sidebyside import cells, config_label, fmt, parse_args, run_row, 
 # (N, C, H, W, K, stride, target ratio: xrt time / torch time at most)
 SHAPES = [(64, 64, 56, 56, 64, 1, 1.0), (64, 256, 14, 14, 256, 1, 1.0), (64, 128, 28, 28, 128, 1, 1.1),
           (64, 64, 56, 56, 128, 2, 1.1), (64, 128, 28, 28, 256, 2, 1.1), (64, 256, 14, 14, 512, 2, 1.1)]
-SWEEP = [  # beside the default (kernels/spaces.py), per path
+SWEEP = [  # beside the default (xrt/kernels/spaces.py), per path
     {"TILE": "8x16", "KO_STEP": 64, "CI_STEP": 64, "num_warps": 4, "num_stages": 3},
     {"TILE": "8x8", "KO_STEP": 64, "CI_STEP": 64, "num_warps": 4, "num_stages": 4},
     {"TILE": "16x8", "KO_STEP": 128, "CI_STEP": 64, "num_warps": 8, "num_stages": 3},

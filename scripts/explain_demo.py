@@ -8,7 +8,7 @@ In a throwaway clone of this checkout, on top of its HEAD (``base``):
 1. ``clone``: the Triton ``square`` launcher makes a defensive copy of its input (``.clone()``), an
    extra copy kernel per call;
 2. ``scalar``: the CUDA C ``square`` tuning default goes from the vectorized kernel (``v2``) to the
-   scalar one (``v1``) in kernels/spaces.py.
+   scalar one (``v1``) in xrt/kernels/spaces.py.
 
 For each planted commit: ``xrt bench run`` of ``bench_ops.Square.time_op`` only (full profile,
 ``--results`` of the demo's own), ``xrt db ingest`` (which judges each series' newest commit and
@@ -42,12 +42,12 @@ BENCH_RX = r"bench_ops\.Square\.time_op"  # asv --bench (re.search; anchors sele
 # the cases whose explanation is the acceptance: a large (bandwidth-bound, not CUDA-graph) shape
 PLANTS = [
     {"name": "clone", "case": "16777216,float32,triton,default",
-     "file": "kernels/triton/square.py", "old": "    x = x.contiguous()\n    y = torch.empty_like(x)\n",
+     "file": "xrt/kernels/triton/square.py", "old": "    x = x.contiguous()\n    y = torch.empty_like(x)\n",
      "new": ("    x = x.contiguous().clone()  # planted by explain_demo: a defensive copy\n"
              "    y = torch.empty_like(x)\n"),
      "message": "square (Triton): copy the input defensively before the launch"},
     {"name": "scalar", "case": "16777216,float32,cuda,default",
-     "file": "kernels/spaces.py", "old": '"square.cuda": {"block": 256, "version": "v2"}',
+     "file": "xrt/kernels/spaces.py", "old": '"square.cuda": {"block": 256, "version": "v2"}',
      "new": '"square.cuda": {"block": 256, "version": "v1"}',
      "message": "square (CUDA C): default to the scalar kernel v1"},
 ]

@@ -3,7 +3,7 @@ slowdown fail alone? (docs/regressions.md, "A/A and planted: the protocol").
 
 In a throwaway clone of this repository, at its HEAD (the base), it commits siblings of the base:
 
-- ``aa``: a comment added to ``kernels/spaces.py`` (every op's sources change, no code does);
+- ``aa``: a comment added to ``xrt/kernels/spaces.py`` (every op's sources change, no code does);
 - ``tuning``: a tuning default changed so that a few shapes get slower (on a GPU the Triton softmax's
   ``num_warps`` from ``auto`` to 4; on the CPU the Triton square's ``BLOCK_SIZE`` from 1024 to 256);
 - ``host``: about 10 µs of Python per call in ``xrt.pytorch.ops.square`` (eager calls only);
@@ -46,11 +46,11 @@ SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, 
 
 # head -> {device kind or "any": [(file, old text, new text)]}
 PLANTS = {
-    "aa": {"any": [("kernels/spaces.py", None, "\n# A comment: an unchanged commit for the gate's A/A check.\n")]},
+    "aa": {"any": [("xrt/kernels/spaces.py", None, "\n# A comment: an unchanged commit for the gate's A/A check.\n")]},
     "tuning": {
-        "cuda": [("kernels/spaces.py", '"softmax.triton": {"num_warps": "auto"}',
+        "cuda": [("xrt/kernels/spaces.py", '"softmax.triton": {"num_warps": "auto"}',
                   '"softmax.triton": {"num_warps": 4}')],
-        "cpu": [("kernels/spaces.py", '"square.triton": {"BLOCK_SIZE": 1024, "num_warps": 4}',
+        "cpu": [("xrt/kernels/spaces.py", '"square.triton": {"BLOCK_SIZE": 1024, "num_warps": 4}',
                  '"square.triton": {"BLOCK_SIZE": 256, "num_warps": 4}')],
     },
     "host": {"any": [("xrt/pytorch/ops/square.py", SQUARE_RETURN,

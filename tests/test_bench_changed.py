@@ -24,16 +24,24 @@ def test_units_are_the_specs_ops_and_the_allocator():
 
 @pytest.mark.parametrize("changed,want", [
     (["docs/timing.md", "tests/test_x.py", "xrt/track/gate.py", "xrt/orchestrate/bisect.py", "README.md"], set()),
+    (["xrt/kernels/triton/square.py"], {"square"}),
+    (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
+    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"}),  # one file, two ops (BenchSpec.module)
+    (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"}),
+    (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
+    (["xrt/kernels/defs/softmax.py"], {"softmax"}),
+    # a commit from before the kernels moved into the package: the same ops from the old paths
     (["kernels/triton/square.py"], {"square"}),
     (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
-    (["kernels/triton/matmul.py"], {"matmul", "bmm"}),  # one file, two ops (BenchSpec.module)
-    (["kernels/triton/attention.py"], {"attention", "attention_bwd"}),
-    (["xrt/pytorch/ops/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
+    (["kernels/defs/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
+    (["kernels/triton/launch.py"], set(OPS) | {"allocator"}),
+    # the move itself (git diff --no-renames: deleted at the old path, added at the new): the ops it moves
+    (["kernels/triton/square.py", "xrt/kernels/triton/square.py"], {"square"}),
     (["results/tuned/vector_add.json"], {"vector_add"}),
     (["xrt/pytorch/allocator.py"], {"allocator"}),
     (["xrt/bench/timer.py"], set(OPS) | {"allocator"}),  # the timer: every unit
     (["xrt/bench/specs.py"], set(OPS) | {"allocator"}),
-    (["kernels/triton/launch.py"], set(OPS) | {"allocator"}),  # shared launch code
+    (["xrt/kernels/triton/launch.py"], set(OPS) | {"allocator"}),  # shared launch code
     (["something/new.py"], set(OPS) | {"allocator"}),  # unknown: re-measure, never carry
 ])
 def test_affected(changed, want):
@@ -94,9 +102,9 @@ def test_plan_carries_unchanged_units_from_where_they_were_measured(tmp_path):
     repo, results = tmp_path / "repo", tmp_path / "results"
     repo.mkdir()
     _git(repo, "init", "-q")
-    a = _commit(repo, "kernels/triton/square.py", "a")
+    a = _commit(repo, "xrt/kernels/triton/square.py", "a")
     b = _commit(repo, "docs/x.md", "b")
-    c = _commit(repo, "kernels/cuda/square.cu", "c")
+    c = _commit(repo, "xrt/kernels/cuda/square.cu", "c")
     # nothing measured yet: every unit, and it says why
     measure, carried, note = runner.plan_changed(repo, results, "m1", b, sources.units())
     assert measure == sources.units() and carried == {} and "no earlier commit measured on m1" in note

@@ -37,6 +37,11 @@ def test_sidecar_has_the_gpu_and_software_facts():
     json.dumps(s)  # serialisable as is
 
 
+def test_sidecar_names_one_checkout_for_xrt_and_its_kernels():
+    """The runner's proof of what was measured: xrt and xrt.kernels load from this one checkout."""
+    assert suite._xrt_source() == str(ROOT)
+
+
 def test_sidecar_records_the_processor_and_the_kernel(monkeypatch):
     cpu = DeviceInfo(kind="cpu", index=0, name="cpu", host="ci")
     monkeypatch.setattr(machine, "_cpu_model", lambda: "AMD EPYC 9654 96-Core Processor")

@@ -22,8 +22,6 @@ ALLOWED = {
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] == "kernels":
-        parts.insert(0, "xrt")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -63,14 +61,12 @@ def module_exists(module: str) -> bool:
     parts = module.split(".")
     if parts[0] != "xrt":
         return False
-    where = ROOT.joinpath("kernels", *parts[2:]) if parts[1:2] == ["kernels"] else ROOT.joinpath(*parts)
+    where = ROOT.joinpath(*parts)
     return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
 
 def sources() -> list[tuple[Path, str]]:
-    paths = [*(ROOT / "kernels").rglob("*.py"), *(p for p in (ROOT / "xrt").rglob("*.py")
-                                                  if not p.relative_to(ROOT / "xrt").parts[0] == "kernels")]
-    paths += (ROOT / "dashboard").rglob("*.py")
+    paths = [*(ROOT / "xrt").rglob("*.py"), *(ROOT / "dashboard").rglob("*.py")]
     return [(p, module_name(p)) for p in sorted(paths)]
 
 
@@ -99,12 +95,41 @@ def test_each_layer_imports_only_the_ones_below_it():
 DRIVERS = {"xrt.bench.runner", "xrt.bench.worktrees", "xrt.db.ingest"}
 
 
+def in_track(name: str) -> bool:
+    """Whether ``name`` is a module of the xrt/track folder, its CLI included (which :func:`layer` puts
+    with the top, as every package's ``cli``)."""
+    return name == "xrt.track" or name.startswith("xrt.track.")
+
+
 def test_detection_reads_what_is_stored_and_drives_nothing():
     """xrt.track judges the database; running benchmarks, ingesting and checking out commits (xrt bisect,
-    xrt explain) is xrt.orchestrate's."""
-    offenders = [f"{path.name}: {imported}" for path, name in sources() if layer(name) == "track"
+    xrt explain, xrt gate --paired's measuring) is xrt.orchestrate's. Its CLI included."""
+    offenders = [f"{path.name}: {imported}" for path, name in sources() if in_track(name)
                  for imported in imports(path, name) if imported in DRIVERS]
     assert offenders == []
+
+
+def track_upward(modules: list[tuple[Path, str]]) -> list[str]:
+    """Each import of a module above xrt.track (xrt.orchestrate, the CLI, the commands) by a module of
+    the xrt/track folder, its CLI included."""
+    return [f"{path.name} [{name}] imports {imported} ({layer(imported)})" for path, name in modules
+            if in_track(name) for imported in imports(path, name)
+            if layer(imported) is not None and LAYERS.index(layer(imported)) > LAYERS.index("track")]
+
+
+def test_track_imports_nothing_above_it():
+    """The tracker's folder, its commands included, imports nothing from xrt.orchestrate or the CLI:
+    the commands that check out and measure commits are registered from xrt.orchestrate.cli."""
+    assert track_upward(sources()) == []
+
+
+def test_the_track_rule_catches_its_cli_importing_orchestration(tmp_path):
+    f = tmp_path / "cli.py"
+    f.write_text("from xrt.db.store import DEFAULT_DB\n\n\ndef run(args):\n    from xrt.orchestrate import bisect\n"
+                 "    from xrt.cli import CLIError\n    from xrt.track import gate\n")
+    assert track_upward([(f, "xrt.track.cli")]) == [
+        "cli.py [xrt.track.cli] imports xrt.orchestrate.bisect (top)", "cli.py [xrt.track.cli] imports xrt.cli (top)"]
+    assert track_upward([(f, "xrt.orchestrate.cli")]) == []
 
 
 def is_top_module(text: str) -> bool:
@@ -147,10 +172,10 @@ def test_the_rule_catches_a_top_module_run_from_below(tmp_path):
 
 
 def test_kernels_are_imported_as_xrt_kernels_only():
-    """kernels/ is the package xrt.kernels (the link xrt/kernels): a bare ``import kernels`` would load
+    """The kernels are the package xrt.kernels: a bare ``import kernels`` (xrt/ on sys.path) would load
     a second copy of every kernel module."""
     offenders = []
-    for path in [p for d in ("xrt", "kernels", "benchmarks", "dashboard", "tests", "scripts")
+    for path in [p for d in ("xrt", "benchmarks", "dashboard", "tests", "scripts")
                  for p in (ROOT / d).rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
@@ -174,8 +199,8 @@ def test_the_rule_catches_an_import_from_above(tmp_path):
 
 def test_no_submodule_hides_a_package_function():
     """Importing a submodule sets it as an attribute of its package: a submodule named like a
-    function of the package's ``__init__`` replaces that function (``kernels/cuda/launch.py`` once
-    hid ``kernels.cuda.launch()``, and every CUDA C launch failed on the GPU only)."""
+    function of the package's ``__init__`` replaces that function (``xrt/kernels/cuda/launch.py`` once
+    hid ``xrt.kernels.cuda.launch()``, and every CUDA C launch failed on the GPU only)."""
     import importlib
     import pkgutil
 
@@ -186,3 +211,64 @@ def test_no_submodule_hides_a_package_function():
         defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         subs = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
         assert not defined & subs, f"{pkg_name}: submodule(s) named like the package's own {sorted(defined & subs)}"
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of an xrt module of this tree (``a/b.py`` or ``a/b/__init__.py``), else None."""
+    where = ROOT.joinpath(*module.split("."))
+    return next((f for f in (where.with_suffix(".py"), where / "__init__.py") if f.is_file()), None)
+
+
+def bound_names(stmts: list[ast.stmt]) -> set[str]:
+    """The names a module's top level binds (definitions, assignments, imports; inside if, try and with
+    blocks too, not inside functions or classes)."""
+    out: set[str] = set()
+    for n in stmts:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+            continue
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            out |= {x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name)}
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            if isinstance(getattr(n, block, None), list):
+                out |= bound_names(getattr(n, block))
+    return out
+
+
+def missing_imports(path: Path, name: str) -> list[str]:
+    """Each xrt module or name that ``path`` imports and this tree does not have."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[0] == "xrt" and module_file(a.name) is None]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            if base.split(".")[0] != "xrt":
+                continue
+            where = module_file(base)
+            have = bound_names(ast.parse(where.read_text()).body) if where else set()
+            out += [f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}") is None
+                    and a.name != "*" and a.name not in have and "__getattr__" not in have]
+    return out
+
+
+def test_every_import_of_xrt_names_something_the_tree_has():
+    """An import of an xrt module or name this tree lacks (a fallback for an old name, kept for older
+    commits) is dead code here, or a bug hidden by its ``except ImportError``."""
+    assert [f"{p.relative_to(ROOT)}: {m}" for p, n in sources() for m in missing_imports(p, n)] == []
+
+
+def test_the_import_rule_catches_an_old_name(tmp_path):
+    f = tmp_path / "fake.py"
+    f.write_text("try:\n    from xrt.pytorch.ops import kernel_providers\nexcept ImportError:\n"
+                 "    from xrt.pytorch.ops import _tuned as kernel_providers\n"
+                 "from xrt.track.gate import judge, no_such_name\nimport xrt.no_such_module\n")
+    assert sorted(missing_imports(f, "xrt.orchestrate.fake")) == [
+        "xrt.no_such_module", "xrt.pytorch.ops._tuned", "xrt.track.gate.no_such_name"]

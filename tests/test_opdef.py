@@ -1,4 +1,4 @@
-"""One definition per op (kernels/defs): every layer that lists ops derives its list from it, and no
+"""One definition per op (xrt/kernels/defs): every layer that lists ops derives its list from it, and no
 module outside the definitions (and the op's own files) holds a list of op names."""
 
 import ast
@@ -19,8 +19,8 @@ from xrt.kernels.opdef import POINTER
 
 
 def test_every_definition_file_is_collected():
-    """A file in kernels/defs that MODULES does not name would define ops nothing sees."""
-    files = {p.stem for p in (ROOT / "kernels" / "defs").glob("*.py") if p.stem != "__init__"}
+    """A file in xrt/kernels/defs that MODULES does not name would define ops nothing sees."""
+    files = {p.stem for p in (ROOT / "xrt" / "kernels" / "defs").glob("*.py") if p.stem != "__init__"}
     assert files == set(defs.MODULES)
 
 
@@ -29,16 +29,16 @@ def test_definitions_name_existing_spaces_and_files():
         assert set(d.providers) <= {"torch", "triton", "cuda", "xpu"}, d.name
         assert d.providers[0] == "torch", d.name  # the reference first: the suites' baseline
         for key in d.space_keys.values():
-            assert key in spaces.SPACES, f"{d.name}: no tuning space {key!r} in kernels/spaces.py"
+            assert key in spaces.SPACES, f"{d.name}: no tuning space {key!r} in xrt/kernels/spaces.py"
         if d.model:
             continue
-        assert (ROOT / "kernels" / "reference" / f"{d.file}.py").is_file(), d.name
+        assert (ROOT / "xrt" / "kernels" / "reference" / f"{d.file}.py").is_file(), d.name
         assert (ROOT / "xrt" / "pytorch" / "ops" / f"{d.file}.py").is_file(), d.name
         for p in d.timed:
             if p != "torch":
-                assert (ROOT / "kernels" / p / f"{d.file}.py").is_file(), (d.name, p)
-        # xrt kernels dump --provider cuda compiles kernels/cuda/<file>.cu
-        assert ("cuda" in d.providers) == (ROOT / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
+                assert (ROOT / "xrt" / "kernels" / p / f"{d.file}.py").is_file(), (d.name, p)
+        # xrt kernels dump --provider cuda compiles xrt/kernels/cuda/<file>.cu
+        assert ("cuda" in d.providers) == (ROOT / "xrt" / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
         if d.shapes:
             assert set(d.shapes) == {"quick", "small", "large"} and d.dtypes, d.name
 
@@ -117,7 +117,7 @@ def test_dump_cuda_names_the_definitions_source(tmp_path):
 
 def own_files(name: str) -> set[Path]:
     """The files of the op whose file stem is ``name``: its kernels, launchers, reference and op module."""
-    return {ROOT / "kernels" / kind / f"{name}.py" for kind in ("reference", "triton", "cuda")} | {
+    return {ROOT / "xrt" / "kernels" / kind / f"{name}.py" for kind in ("reference", "triton", "cuda")} | {
         ROOT / "xrt" / "pytorch" / "ops" / f"{name}.py"}
 
 
@@ -144,7 +144,7 @@ def test_no_module_outside_the_definitions_lists_op_names():
     (gpucheck's OPS, xrt kernels' dump table, the policy's op list once did) would miss it."""
     names = set(defs.OPS)
     allowed = {p for d in defs.OPS.values() for p in own_files(d.file)}
-    paths = [p for d in ("xrt", "kernels") for p in (ROOT / d).rglob("*.py")
+    paths = [p for p in (ROOT / "xrt").rglob("*.py")
              if "defs" not in p.relative_to(ROOT).parts and p.resolve() not in allowed and p not in allowed]
     offenders = [hit for p in sorted(paths) for hit in op_name_lists(p, names)]
     assert offenders == []
@@ -159,7 +159,7 @@ def test_the_rule_catches_a_list_of_op_names(tmp_path):
 
 
 def test_one_new_definition_reaches_every_list():
-    """A definition added to the registry (as a new kernels/defs file would add it) shows in the
+    """A definition added to the registry (as a new xrt/kernels/defs file would add it) shows in the
     policy, gpucheck's ops and the tuner's help, with no other change."""
     code = textwrap.dedent("""
         from xrt.kernels import defs

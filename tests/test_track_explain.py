@@ -7,7 +7,7 @@ fp32 elements, in NCU's documented CSV layout (ID, Process ID, …, Section Name
 Metric Unit, Metric Value, then the rule columns); torch.profiler Chrome traces of one
 ``square[triton]`` call without and with a defensive ``.clone()``; and the real ``cuobjdump
 -res-usage``, SASS (the two f32 functions, the instructions' encodings dropped) and PTX of
-kernels/cuda/square.cu compiled by nvcc for sm_90.
+xrt/kernels/cuda/square.cu compiled by nvcc for sm_90.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_compiled_code_parsers_on_real_tool_output():
 
 def _settings(version: str) -> dict:
     return {"provider_resolved": "cuda", "space": "square.cuda", "config": {"block": 256, "version": version},
-            "config_source": "default of square.cuda (kernels/spaces.py)", "env": {"XRT_DEVICE": "cuda:0"},
+            "config_source": "default of square.cuda (xrt/kernels/spaces.py)", "env": {"XRT_DEVICE": "cuda:0"},
             "torch": "2.9.0", "triton": "3.5.0"}
 
 
@@ -301,7 +301,7 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], check=True)
     g = lambda *a: subprocess.run(["git", "-C", str(clone), *a], check=True, capture_output=True,  # noqa: E731
                                   text=True).stdout.strip()
-    spaces = clone / "kernels" / "spaces.py"
+    spaces = clone / "xrt" / "kernels" / "spaces.py"
     text = spaces.read_text()
     assert '"square.cuda": {"block": 256, "version": "v2"}' in text
     spaces.write_text(text.replace('"square.cuda": {"block": 256, "version": "v2"}',
@@ -346,7 +346,7 @@ def test_triton_side_compiles_for_sm90_without_a_gpu(tmp_path, monkeypatch):
     assert side["parts"]["compiled"] == "ok", side["parts"]
     k = side["compiled"]["_square_kernel"]
     assert k["registers"] > 0 and k["local"] == 0 and k["sass_instructions"] > 0 and k["ptx_instructions"] > 0
-    assert side["settings"]["config_source"] == "default of square.triton (kernels/spaces.py)"
+    assert side["settings"]["config_source"] == "default of square.triton (xrt/kernels/spaces.py)"
     assert not (tmp_path / "wt-base").exists()
 
 

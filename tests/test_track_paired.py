@@ -224,3 +224,39 @@ def test_one_process_a_side_a_large_slowdown_still_fails(history, capsys):
     ingest(root, db, repo=str(repo), echo=lambda s: None)
     code, out = gate(db, repo, commits[4], commits[5], capsys)
     assert code == 1 and f"REGRESSION {HOST} ['4096'" in out, out
+
+
+def test_gate_paired_measures_through_the_orchestration_layer(world, capsys, monkeypatch):
+    """`xrt gate` is the tracker's; what --paired measures first is xrt.orchestrate's, given to the gate's
+    parser when the xrt command registers the orchestration layer's commands."""
+    from xrt.bench.runner import BenchError
+    from xrt.orchestrate import paired
+
+    repo, commits, _, db, _ = world
+    seen = []
+
+    def measure(repo_, base, heads, out, **kw):
+        seen.append((base, heads))
+        raise BenchError("stopped before measuring")
+
+    monkeypatch.setattr(paired, "measure", measure)
+    code = main(["gate", "--paired", "--db", str(db), "--repo", str(repo), "--base", commits[0],
+                 "--head", commits[1]])
+    out = capsys.readouterr().out
+    assert code == 2 and seen == [(commits[0], [commits[1]])]
+    assert "cannot judge: paired measurement: stopped before measuring" in out, out
+
+
+def test_gate_paired_without_the_orchestration_layer_says_so(world, capsys):
+    """A parser with only the tracker's commands: --paired is one line naming what is missing, exit 2."""
+    import argparse
+
+    from xrt.track import cli as track_cli
+
+    repo, commits, _, db, _ = world
+    parser = argparse.ArgumentParser(prog="xrt")
+    track_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["gate", "--paired", "--db", str(db), "--repo", str(repo), "--base", commits[0],
+                              "--head", commits[1]])
+    assert args.func(args) == 2
+    assert "cannot judge: --paired: measuring needs xrt.orchestrate's commands" in capsys.readouterr().out

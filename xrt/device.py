@@ -38,7 +38,7 @@ class DeviceInfo:
     torch: str | None = None
     triton: str | None = None
     uuid: str | None = None  # "GPU-…": names the same GPU in torch and NVML, whatever CUDA_VISIBLE_DEVICES says
-    # Launch limits the tuner prunes its spaces against (kernels/spaces.py CONSTRAINTS); None off CUDA.
+    # Launch limits the tuner prunes its spaces against (xrt/kernels/spaces.py CONSTRAINTS); None off CUDA.
     max_threads_per_block: int | None = None
     max_shared_memory_per_block: int | None = None  # bytes a block may opt in to (H100: 227 KiB)
     registers_per_block: int | None = None  # 32-bit registers

@@ -3,7 +3,7 @@
 1. memory format and layout path: is x channels_last (NHWC), and which path (direct implicit GEMM
    or im2row + GEMM) runs for this stride;
 2. the knobs in force and where each came from: the ``XRT_FUSED_*`` environment knobs, a tuned or
-   given config, or the space's default (``kernels/spaces.py``);
+   given config, or the space's default (``xrt/kernels/spaces.py``);
 3. the tile against the shape: TH x TW against Ho x Wo (masked pixel lanes), KO_STEP against K
    (masked channel lanes), programs against SMs, and whether the channel loads vectorize;
 4. first-step compilation (``--warmup N``) is :func:`xrt.bench.diag.check_first_step`'s; after it,

@@ -10,11 +10,11 @@ tables read the same as the asv suites and ``xrt bench measure``: the "µs" colu
 large-shape call; small shapes without the flush, CUDA C included; the batch queued behind a
 ``torch.cuda._sleep`` so the host cost of a call never shows in the events); the "host µs" column
 is :func:`~xrt.bench.timer.measure_host`'s median host time per call (back-to-back calls, no
-device wait inside). Until this module moved here from ``kernels/`` it had a timer of its own (a
+device wait inside). Until this module moved here from the kernels it had a timer of its own (a
 256 MiB flush, a measured sleep), and its tables were not comparable with the suites'.
 TB/s = bytes_moved (``xrt.bench.specs``) / time; "% copy" against ``y.copy_(x)`` of 1 GiB fp16,
 measured in the same run. After the default-config table, the tuning configs of
-``kernels/spaces.py`` are swept on the large bf16 shapes (or ``--dtypes``' first) until the time
+``xrt/kernels/spaces.py`` are swept on the large bf16 shapes (or ``--dtypes``' first) until the time
 budget runs out, and the best config per (op, provider, shape) is reported, to pick defaults
 from; ``--sweep`` keeps the configs whose named parameters take the listed values. A failing
 provider writes its error into its row and the run goes on. Writes DIR/kernels.md and
@@ -33,7 +33,7 @@ from typing import Any
 from xrt.bench import specs, timer
 from xrt.kernels import defs
 
-OPS = [d.name for d in defs.OPS.values() if d.gpucheck]  # the memory-bound ops (kernels/defs: gpucheck=True)
+OPS = [d.name for d in defs.OPS.values() if d.gpucheck]  # the memory-bound ops (xrt/kernels/defs: gpucheck=True)
 QUICK = {"max_time": 0.15}  # the config sweep: shorter per config than the default table
 HOST_SAMPLES = 20
 

@@ -12,7 +12,7 @@ A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops``, ``bench_hos
 * not measured (:data:`NOT_MEASURED`: docs, tests, the dashboard, the database and tracker code,
   scripts, stored results except the tuner's): it changes no unit;
 * one unit's own (:func:`own_files`: its kernels, launchers, reference, definition, op file,
-  tuned configs): it changes that unit;
+  tuned configs; the kernels under :data:`KERNEL_DIRS`, in either layout): it changes that unit;
 * anything else (the timer, the suites, the specs, the launch helpers, the runtime, the build,
   a file this module does not know): it changes *every* unit. Unknown means re-measure: a unit
   is only ever carried when every changed file is known not to touch it.
@@ -32,9 +32,12 @@ NOT_MEASURED = (
     "Makefile", ".gitignore", "results/asv/*", "results/html/*", "results/gpu/*", "results/*.md",
 )
 
+# Where the kernels live: the package's own folder, and the top-level kernels/ of the commits before
+# they moved into it (``xrt bench run`` diffs old commits against each other too).
+KERNEL_DIRS = ("xrt/kernels", "kernels")
+_KERNEL_FILES = ("triton/{f}.py", "cuda/{f}.cu", "cuda/{f}.py", "reference/{f}.py", "defs/{f}.py")
 _OP_FILES = (
-    "kernels/triton/{f}.py", "kernels/cuda/{f}.cu", "kernels/cuda/{f}.py", "kernels/reference/{f}.py",
-    "kernels/defs/{f}.py", "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
+    *(f"{d}/{k}" for d in KERNEL_DIRS for k in _KERNEL_FILES), "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
 )
 _ALLOCATOR_FILES = ("xrt/pytorch/allocator.py", "benchmarks/bench_allocator.py")
 ALLOCATOR_BENCHMARKS = ("bench_allocator.AllocatorFragmentation.track_peak_allocated",

@@ -2,7 +2,7 @@
 
 One :class:`BenchSpec` per benchmarked op, read by the asv suites (``benchmarks/``), ``xrt diag`` and
 the tuner. The shape sets, dtypes, providers, tuning spaces and file stem come from the op's
-definition (``kernels/defs``); this module adds what timing needs: the inputs, the call, the bytes
+definition (``xrt/kernels/defs``); this module adds what timing needs: the inputs, the call, the bytes
 moved and the FLOPs. Importing it imports torch lazily (inside the callables), never at import.
 Inputs are random (never zeros): zeros hide wrong loads and make some kernels take fast paths.
 """
@@ -32,7 +32,7 @@ class BenchSpec:
     # The name of the op's kernel, launcher and op files when it is not ``op`` (layernorm_bwd lives
     # in layernorm's files): what ``xrt.bench.sources`` maps changed files by.
     module: str = ""
-    # provider -> tuning-space key in kernels/spaces.py (providers without one have no configs)
+    # provider -> tuning-space key in xrt/kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
     # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
     # apply (matmul and bmm: their policy op is the BLAS switch, whose choices are not providers)
@@ -87,7 +87,7 @@ def _spec(op: str, make_inputs: Callable, call: Callable, bytes_moved: Callable[
           flops: Callable[[Shape], int], check: Callable[[tuple, str], None] | None = None,
           not_compiled: str = "") -> BenchSpec:
     """The spec of ``op``: its definition's shape sets, dtypes, timed providers, spaces and file
-    stem (``kernels/defs``), with the callables of timing."""
+    stem (``xrt/kernels/defs``), with the callables of timing."""
     d = defs.get(op)
     return BenchSpec(op=op, module=d.module, shapes={k: list(v) for k, v in d.shapes.items()},
                      dtypes=list(d.dtypes), providers=list(d.timed), make_inputs=make_inputs, call=call,
@@ -254,7 +254,7 @@ register(_gemm_spec("bmm"))
 #
 # A shape is (B, H, S, D, causal): S_q = S_k = S, causal 0 or 1. Provider "torch" is PyTorch's
 # scaled_dot_product_attention with its own backend choice (what fused_attention falls back to);
-# "triton" is xrt's kernels. FLOPs as FlashAttention counts them (kernels/triton/attention.py flops).
+# "triton" is xrt's kernels. FLOPs as FlashAttention counts them (xrt/kernels/triton/attention.py flops).
 
 def _attn_flops(shape: Shape, backward: bool = False) -> int:
     b, h, s, d, causal = shape

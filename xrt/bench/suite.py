@@ -532,7 +532,8 @@ def _xrt_source() -> str:
     import xrt.kernels
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(xrt.__file__)))
-    kernels = os.path.dirname(os.path.dirname(os.path.abspath(xrt.kernels.__file__)))
+    # <checkout>/xrt/kernels/__init__.py: the checkout is three levels up
+    kernels = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(xrt.kernels.__file__))))
     return here if here == kernels else f"{here} (kernels from {kernels})"
 
 

@@ -116,7 +116,7 @@ def stage_clone(repo: Path, work: Path) -> tuple[Path, list[str]]:
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     _git(clone, "checkout", "-q", "-B", "demo")
     base = _git(clone, "rev-parse", "HEAD")
-    spaces = clone / "kernels" / "spaces.py"
+    spaces = clone / "xrt" / "kernels" / "spaces.py"
     spaces.write_text(spaces.read_text() + "\n# xrt demo: a comment, so this commit changes no code.\n")
     _git(clone, "commit", "-qam", "demo: a comment only (the gate must pass)")
     aa = _git(clone, "rev-parse", "HEAD")

@@ -159,7 +159,7 @@ def dump_cuda(op: str, out: Path, arch: str) -> list[str]:
 
 
 def _triton_specs(op: str, dtype: str) -> list[tuple[str, str, dict, dict]]:
-    """What ``dump OP`` compiles, from the op's definition (kernels/defs): (kernel module, jit function,
+    """What ``dump OP`` compiles, from the op's definition (xrt/kernels/defs): (kernel module, jit function,
     its signature for ``dtype``, its constexprs); none for an op without a definition or a dump."""
     from xrt.kernels import defs
 

@@ -2,6 +2,9 @@
 its side collected by :mod:`xrt.orchestrate.explain_side` in a subprocess that imports that commit's
 own xrt, Nsight Compute run on one call, and both sides compared and rendered by :mod:`xrt.track.explain`
 (what is collected, and why ``--clock-control none``, is said there).
+
+It lives here, apart from :mod:`xrt.track.explain`, because checking out and running commits is
+orchestration: the tracker's layer only reads and judges what is stored (tests/test_layering.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ Modes:
 * ``target``: warm up, then one call between cudaProfilerStart and cudaProfilerStop: what ``ncu
   --profile-from-start off`` profiles (one launch per kernel of the call).
 
-Every part writes ``parts.json``: {part: "ok" | why it was skipped}.
+Every part writes ``parts.json``: {part: "ok" | why it was skipped}. A separate file from
+:mod:`xrt.orchestrate.explain_collect` because it runs in the commit's checkout, not the explaining one.
 """
 
 from __future__ import annotations
@@ -87,22 +88,18 @@ def _settings(args) -> dict:
 
             try:  # what the op's launcher looks up for an input like the case's (xrt.pytorch.ops.kernel_providers)
                 from xrt.device import default_device
-
-                try:
-                    from xrt.pytorch.ops import kernel_providers
-                except ImportError:  # a commit from before kernel_providers had its name
-                    from xrt.pytorch.ops import _tuned as kernel_providers
+                from xrt.pytorch.ops import kernel_providers
 
                 x = torch.empty(suite.parse_shape(args.shape), dtype=getattr(torch, args.dtype),
                                 device=default_device().torch_device)
                 t = kernel_providers.config(args.op, space, x)
                 default = getattr(t, "is_default", dict(t) == spaces.default(space))
                 out["config"] = dict(t)
-                out["config_source"] = (f"default of {space} (kernels/spaces.py)" if default else
+                out["config_source"] = (f"default of {space} (xrt/kernels/spaces.py)" if default else
                                         "tuned policy (XRT_TUNED / XRT_KERNEL_POLICY)")
-            except Exception as e:  # an older commit without this lookup: the space's default
+            except Exception as e:  # a commit without this lookup (or its module): the space's default
                 out["config"] = spaces.default(space)
-                out["config_source"] = f"default of {space} (kernels/spaces.py; lookup failed: {type(e).__name__})"
+                out["config_source"] = f"default of {space} (xrt/kernels/spaces.py; lookup failed: {type(e).__name__})"
         else:
             out["config"], out["config_source"] = None, "the provider has no tuning space"
     except Exception as e:

@@ -50,7 +50,7 @@ def clear() -> None:
 
 
 def pick(op: str, x: torch.Tensor, shape: Sequence[int]) -> str:
-    """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (kernels/defs):
+    """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (xrt/kernels/defs):
     the table's for this GPU where it has one, else torch. Off CUDA: torch."""
     if x.device.type != "cuda":
         return TORCH

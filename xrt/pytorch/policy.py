@@ -41,7 +41,7 @@ import torch
 from xrt.kernels import defs, opdef, rawenv
 
 AUTO = "auto"
-PROVIDERS = opdef.PROVIDERS  # every provider name; each op's own are in its definition (kernels/defs)
+PROVIDERS = opdef.PROVIDERS  # every provider name; each op's own are in its definition (xrt/kernels/defs)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn
             "fused_attention's provider", _save_attention, _restore_attention)
 register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark",
             _save_conv, _restore_conv)
-# Provider ops: each op defined with a policy entry of its own (kernels/defs), its providers the
+# Provider ops: each op defined with a policy entry of its own (xrt/kernels/defs), its providers the
 # choices; their implementations register the providers in xrt.pytorch.ops.
 for _def in defs.OPS.values():
     if not _def.policy:

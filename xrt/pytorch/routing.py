@@ -51,7 +51,7 @@ F = torch.nn.functional
 TORCH = "torch"
 
 # The choices of each routed policy op that send a call to one of xrt's providers (its definition's
-# providers but torch: kernels/defs); every other choice of the op (torch's own: "torch", "default",
+# providers but torch: xrt/kernels/defs); every other choice of the op (torch's own: "torch", "default",
 # "cublasLt", an SDPA backend) leaves it to torch.
 XRT_CHOICES: dict[str, tuple[str, ...]] = {
     d.name: tuple(p for p in d.providers if p != TORCH) for d in defs.OPS.values() if d.routed}
@@ -66,7 +66,7 @@ def auto_provider(op: str, x: torch.Tensor, shape: Sequence[int] | None = None) 
     """What ``auto`` routes ``op`` on ``x`` to: the provider that measured fastest on this GPU for
     ``op``'s (dtype, shape bucket), from the committed table (:mod:`xrt.pytorch.auto`), else torch
     (the rule in :mod:`xrt.kernels.autotable`). ``op`` is the measured op (``bmm`` for a batched
-    ``matmul``) and ``shape`` its suite shape (kernels/defs); by default the rows of ``x``."""
+    ``matmul``) and ``shape`` its suite shape (xrt/kernels/defs); by default the rows of ``x``."""
     if shape is None:
         shape = autotable.row_shape(x.shape, defs.get(op).flat)
     return auto.pick(op, x, shape)
@@ -168,7 +168,7 @@ def _ask(op: str, x: Any, measured: Callable[[], Measured] | None = None) -> str
     return provider(op, x, measured) if type(x) in _PLAIN else TORCH
 
 
-# -- what auto looks up for each routed call: the measured op and its suite shape (kernels/defs) ---
+# -- what auto looks up for each routed call: the measured op and its suite shape (xrt/kernels/defs) ---
 
 def _dims(t: Any, n: int) -> bool:
     return type(t) in _PLAIN and t.dim() >= n

@@ -1,5 +1,9 @@
-"""``xrt regressions``, ``xrt gate``, ``xrt report``, ``xrt bisect``, ``xrt culprit`` and ``xrt explain``
-(the last three run :mod:`xrt.orchestrate`). Registration imports nothing heavy."""
+"""``xrt regressions``, ``xrt gate`` and ``xrt report``: commands that judge what the database holds.
+Registration imports nothing heavy.
+
+``xrt bisect``, ``xrt culprit``, ``xrt explain`` and the measuring of ``xrt gate --paired`` check out
+and measure commits: they are :mod:`xrt.orchestrate.cli`'s, above this layer, which imports nothing
+from there (tests/test_layering.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from xrt.db.store import DEFAULT_DB
 from xrt.track import labels
@@ -62,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pg.add_argument("--quick", action="store_true", help="the CI profile: tiny shapes (implied on the CPU)")
     pg.add_argument("--changed-only", action="store_true",
                     help="measure only the ops whose sources changed between base and head (xrt/bench/sources.py)")
-    g.set_defaults(func=run_gate)
+    # measure_paired: the measuring step of --paired, set by xrt.orchestrate.cli (the layer that measures)
+    g.set_defaults(func=run_gate, measure_paired=None)
 
     rp = sub.add_parser("report", help="a static HTML page comparing two commits (the gate's verdict and every series)",
                         description="Judge HEAD against BASE as `xrt gate` does and write one self-contained HTML "
@@ -71,54 +77,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _gate_args(rp)
     rp.add_argument("--out", type=Path, required=True, help="the HTML file to write")
     rp.set_defaults(func=run_report)
-
-    e = sub.add_parser("explain", help="why a benchmark case got slower: NCU, profiler, compiled code and settings, "
-                       "base vs head", description="Check out base and head in worktrees and collect, per side, Nsight "
-                       "Compute (GPU and ncu only), torch.profiler's kernel list (GPU only), the compiled code and the "
-                       "settings in force; rank what changed and store it with the regression (docs/regressions.md).")
-    e.add_argument("id", nargs="?", metavar="REGRESSION_ID", help="a stored regression (a unique prefix is enough)")
-    e.add_argument("--db", default=None, help=f"the results database [{DEFAULT_DB}]")
-    e.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are explained [.]")
-    e.add_argument("--base", metavar="REV", help="without REGRESSION_ID: the fast commit")
-    e.add_argument("--head", metavar="REV", help="without REGRESSION_ID: the slow commit")
-    e.add_argument("--bench", metavar="BENCHMARK", help="without REGRESSION_ID: e.g. bench_ops.Square.time_op")
-    e.add_argument("--params", help="without REGRESSION_ID: shape,dtype,provider,config, "
-                   "e.g. 4096,float32,cuda,default")
-    e.add_argument("--arch", default=None, help="compiled code for this target (sm_90) [the GPU's, else sm_90]")
-    e.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where it could run")
-    e.add_argument("--no-save", action="store_true", help="do not store the explanation in the database")
-    e.add_argument("--out", type=Path, help="also write explain.json, explain.md and each side's raw files here")
-    e.add_argument("--json", action="store_true", help="print the payload as JSON instead of Markdown")
-    e.set_defaults(func=run_explain)
-
-    b = sub.add_parser("bisect", help="measure commits between a good and a bad one until one is to blame")
-    b.add_argument("benchmark", metavar="BENCHMARK", help="asv benchmark name or regex")
-    b.add_argument("good", metavar="GOOD", help="a measured commit at the old (fast) level")
-    b.add_argument("bad", metavar="BAD", help="a measured later commit at the slow level (an improvement is refused)")
-    b.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
-    b.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are measured [.]")
-    b.add_argument("--machine", help="the machine whose series to bisect [the one that moved most]")
-    b.add_argument("--results", dest="results", type=Path, default=None,
-                   help="keep each step's asv results here, a folder a step [not kept]")
-    b.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="stop before a step would end past this many seconds, with the narrowed range [no limit]")
-    b.set_defaults(func=run_bisect)
-
-    c = sub.add_parser("culprit", help="after a failing gate over several commits: bisect each failing group, "
-                       "explain the worst", description="Judge HEAD against BASE as `xrt gate` does; for each group "
-                       "of series that moved together (one alert), bisect its worst series between BASE and HEAD, "
-                       "measuring each candidate beside BASE on the series' own machine, worst group first, within "
-                       "--budget; then run `xrt explain` on the worst series' culprit. The culprits and evidence "
-                       "are stored on the regressions and written to --summary. Exit 0 when it ran.")
-    c.add_argument("--db", default=DEFAULT_DB, help=f"the results database [{DEFAULT_DB}]")
-    c.add_argument("--repo", type=Path, default=Path("."), help="the git checkout whose commits are measured [.]")
-    c.add_argument("--base", required=True, metavar="REV", help="the gate's base (the good commit)")
-    c.add_argument("--head", required=True, metavar="REV", help="the gate's head")
-    c.add_argument("--budget", type=float, default=3600.0, metavar="SECONDS",
-                   help="time for every bisect and the explanation together; what it leaves is listed [3600]")
-    c.add_argument("--no-explain", action="store_true", help="do not run xrt explain on the culprit")
-    c.add_argument("--summary", type=Path, help="append markdown here (e.g. $GITHUB_STEP_SUMMARY)")
-    c.set_defaults(func=run_culprit)
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
@@ -145,7 +103,8 @@ def _common(p: argparse.ArgumentParser, default) -> None:
     p.add_argument("--db", default=default, help=f"the results database [{DEFAULT_DB}]")
 
 
-def _db(args: argparse.Namespace) -> str:
+def db_path(args: argparse.Namespace) -> str:
+    """The database a command's ``--db`` names, the default when it was not given."""
     db = getattr(args, "db", None)  # only an absent --db means the default: "" is a bad path, named as such
     return DEFAULT_DB if db is None else db
 
@@ -188,7 +147,7 @@ def run_regressions(args: argparse.Namespace) -> int:
     --benchmark change what this run sees, not what is stored."""
     from xrt.track import diag, regressions
 
-    db = _db(args)
+    db = db_path(args)
     cfg = _config(args)
     since = None
     if args.since:
@@ -218,7 +177,9 @@ def run_regressions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _find(db: str, rid: str):
+def find_regression(db: str, rid: str) -> tuple[Any, dict[str, Any]]:
+    """The stored regression whose id starts with ``rid``, as a Record and as its stored row; a prefix
+    that matches none or several is a ValueError naming it."""
     from xrt.track import regressions
 
     rows = [row for k, row in regressions.stored(db).items() if k.startswith(rid)]
@@ -232,7 +193,7 @@ def _find(db: str, rid: str):
 def run_ack(args: argparse.Namespace) -> int:
     from xrt.track import regressions
 
-    out = regressions.set_status(_db(args), args.id, args.new_status, args.note)
+    out = regressions.set_status(db_path(args), args.id, args.new_status, args.note)
     print(f"{out['id']}: {out['status']}" + (f" ({out['note']})" if out.get("note") else ""))
     return 0
 
@@ -241,8 +202,8 @@ def run_show(args: argparse.Namespace) -> int:
     from xrt.track import diag
     from xrt.track.units import fmt_ratio
 
-    db = _db(args)
-    rec, row = _find(db, args.id)
+    db = db_path(args)
+    rec, row = find_regression(db, args.id)
     checks = diag.checklist(db, rec)
     if args.json:
         print(json.dumps({**rec.as_json(), "diag": diag.as_json(checks)}, indent=1, default=str))
@@ -286,7 +247,7 @@ def run_gate(args: argparse.Namespace) -> int:
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         repo = args.repo if args.repo is not None or not args.paired else Path(".")
         base, head = gate.resolve(repo, args.base, args.db), gate.resolve(repo, args.head, args.db)
-        db = _measure_paired(args, repo, base, head) if args.paired else args.db
+        db = _paired(args)(args, repo, base, head) if args.paired else args.db
         if db is None:
             msg = "no op's sources changed between base and head (--changed-only): nothing to measure or judge"
             print(f"xrt gate: pass: {msg}")
@@ -320,37 +281,13 @@ def run_gate(args: argparse.Namespace) -> int:
     return v.code
 
 
-def _measure_paired(args: argparse.Namespace, repo: Path, base: str, head: str) -> Path | None:
-    """``xrt gate --paired``: measure base and head in interleaved rounds; the database of those runs
-    (None: ``--changed-only`` found no op whose sources changed). They go into ``--db`` too, for the
-    dashboard's trends."""
-    from xrt.bench import sources
-    from xrt.bench.runner import BenchError
-    from xrt.db.ingest import ingest
-    from xrt.orchestrate import paired
-
-    if base == head:
-        raise ValueError(f"base and head are the same commit ({head[:10]}): nothing to compare")
-    bench = args.bench
-    if args.changed_only:
-        import subprocess
-
-        diff = subprocess.run(["git", "-C", str(repo), "diff", "--name-only", "--no-renames", base, head],
-                              capture_output=True, text=True, check=True).stdout.split()
-        units = [u for u in sources.units_matching(bench) if u in sources.affected(diff)]
-        if not units:
-            return None
-        bench = sources.bench_regex(units, bench)
-        print(f"xrt gate: --changed-only: measuring {', '.join(units)}", file=sys.stderr)
-    out = args.results or repo / "results" / "paired" / f"{base[:12]}-{head[:12]}"
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        p = paired.measure(repo, base, [head], out, rounds=args.rounds, bench=bench, device=args.device,
-                           all_gpus=args.all_gpus, quick=args.quick, log=log)
-    except BenchError as e:
-        raise ValueError(f"paired measurement: {e}") from None
-    ingest(p.merged, args.db, repo=str(repo), echo=lambda s: None, tuned=None)
-    return p.db
+def _paired(args: argparse.Namespace):
+    """The measuring step of ``--paired``: (args, repo, base, head) -> the database of the rounds, or None
+    when ``--changed-only`` finds nothing to measure."""
+    measure = getattr(args, "measure_paired", None)
+    if measure is None:  # a parser built without the orchestration layer's commands
+        raise ValueError("--paired: measuring needs xrt.orchestrate's commands (run it as `xrt gate --paired`)")
+    return measure
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -396,91 +333,3 @@ def _explanations(db: str, v) -> list[str]:
         return explain.for_gate(db, v.head, v.regressions)
     except Exception:
         return []
-
-
-def run_bisect(args: argparse.Namespace) -> int:
-    from xrt.db import store
-    from xrt.orchestrate import bisect
-    from xrt.track import gate
-
-    store.check_path(args.db)  # a bad --db is one line and exit 2 (xrt.cli), before any git or bench work
-    good = gate.resolve(args.repo, args.good, args.db)
-    bad = gate.resolve(args.repo, args.bad, args.db)
-    if args.budget is not None and not args.budget > 0:
-        raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
-    res = bisect.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
-                        budget_s=args.budget, log=lambda s: print(s, flush=True))
-    for st in res.steps:  # the evidence, one line a measured commit
-        print(f"measured {st.commit} {st.value:.6g} vs good {st.good_value:.6g} ({st.ratio:.3f}x, p {st.p_value:.1e}) "
-              f"{'bad' if st.bad else 'good'}")
-    if res.culprit:
-        print(f"culprit {res.culprit} {bisect.subject(args.repo, res.culprit)}")
-    return 0 if res.culprit else 1
-
-
-def run_culprit(args: argparse.Namespace) -> int:
-    from xrt.db import store
-    from xrt.orchestrate import culprit
-    from xrt.track import gate
-
-    store.check_path(args.db)
-    if not args.budget > 0:
-        raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
-    base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-    out = culprit.find(args.db, args.repo, base, head, budget_s=args.budget, explain=not args.no_explain,
-                       log=lambda s: print(s, file=sys.stderr, flush=True))
-    print(culprit.report(out))
-    if args.summary:
-        with args.summary.open("a") as f:
-            f.write(culprit.summary_markdown(out))
-    return 0
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    """``xrt explain``: bad input (an unknown regression, a rev that names no commit, a case that is
-    not an op suite's) is one line naming it, exit 2 (xrt.cli); nothing is checked out before then."""
-    from xrt.bench import worktrees
-    from xrt.cli import CLIError
-    from xrt.orchestrate import explain_collect
-    from xrt.track import explain
-
-    adhoc = [n for n in ("base", "head", "bench", "params") if getattr(args, n)]
-    if args.id and adhoc:
-        raise CLIError(f"give REGRESSION_ID or --base/--head/--bench/--params, not both (got {args.id!r} and "
-                       f"--{', --'.join(adhoc)})")
-    if not args.id and len(adhoc) != 4:
-        missing = [f"--{n}" for n in ("base", "head", "bench", "params") if not getattr(args, n)]
-        raise CLIError("give a REGRESSION_ID, or all of --base, --head, --bench and --params "
-                       f"(missing {', '.join(missing)})")
-    repo = args.repo
-    if not (repo / ".git").exists() and not repo.joinpath("HEAD").is_file():
-        raise CLIError(f"--repo {str(repo)!r}: not a git checkout")
-    db = _db(args)
-    regression = None
-    if args.id:
-        from xrt.db import store
-
-        store.check_path(db)
-        _, regression = _find(db, args.id)
-        case = explain.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
-        base_rev, head_rev = regression["previous_commit"], regression["commit"]
-    else:
-        case = explain.make_case(args.bench, args.params)
-        base_rev, head_rev = args.base, args.head
-    base, head = worktrees.resolve(repo, base_rev), worktrees.resolve(repo, head_rev)
-    print(f"xrt explain: {case.benchmark} [{case.param_key}] base {base[:10]} head {head[:10]}", file=sys.stderr)
-    payload = explain_collect.explain(repo, base, head, case, regression=regression, use_ncu=not args.no_ncu,
-                                      arch=args.arch, keep=args.out,
-                                      log=lambda s: print(s, file=sys.stderr, flush=True))
-    md = explain.render_markdown(payload)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "explain.json").write_text(json.dumps(payload, indent=1, default=str))
-        (args.out / "explain.md").write_text(md)
-    saved = not args.no_save and (args.id is not None or args.db is not None or Path(db).is_file())
-    if saved:
-        explain.save(db, payload, md)
-    print(json.dumps(payload, indent=1, default=str) if args.json else md, end="" if args.json else "")
-    if saved:
-        print(f"stored in {db} (explanations)", file=sys.stderr)
-    return 0

@@ -3,9 +3,14 @@
 For the case (op, shape, dtype, provider, config) of a stored regression, or one named with
 ``--base/--head/--bench/--params``, each commit is checked out in a temporary worktree
 (:mod:`xrt.bench.worktrees`, as ``xrt bench run`` does) and, in a subprocess per side that imports
-that commit's own xrt (:mod:`xrt.orchestrate.explain_side`), four things are collected (the checking
-out, collecting and profiling are :mod:`xrt.orchestrate.explain_collect`'s; this module names the case, reads
-what was collected, compares, renders and stores it):
+that commit's own xrt (:mod:`xrt.orchestrate.explain_side`), four things are collected.
+
+explain is split in two only where the layers require it. This module is its part on data (the
+tracker's layer): it names the case, parses what was collected, compares, renders and stores it,
+and the gate and the dashboard read it. Checking out commits, running each side and profiling
+drive the layers below the tracker, so they are orchestration: :mod:`xrt.orchestrate.explain_collect`
+(with :mod:`xrt.orchestrate.explain_side`, the script a side runs), and the command is
+:mod:`xrt.orchestrate.cli`'s. What is collected:
 
 * **Nsight Compute** (GPU and ``ncu`` only): one profiled launch per kernel of one call after
   warm-up (``--profile-from-start off``; the target brackets that call with cudaProfilerStart and

@@ -2,7 +2,7 @@
 
 ``xrt tune OP --provider P --shape S --dtype D`` for one problem:
 
-1. :mod:`xrt.tune.search` picks the candidates from the space in ``kernels/spaces.py`` (the whole
+1. :mod:`xrt.tune.search` picks the candidates from the space in ``xrt/kernels/spaces.py`` (the whole
    grid, or the default plus a seeded random sample of ``--budget``);
 2. the compile pool (``--jobs`` worker processes at once) runs each candidate once: that compiles
    it (Triton's and pycuda's caches are on disk, so the timing phase finds it compiled) and checks

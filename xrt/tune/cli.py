@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def tunable_ops() -> list[str]:
-    """The ops with a tuning space (their definitions, kernels/defs), in definition order."""
+    """The ops with a tuning space (their definitions, xrt/kernels/defs), in definition order."""
     from xrt.kernels import defs
 
     return [d.name for d in defs.OPS.values() if d.space_keys]

@@ -1,7 +1,7 @@
 """Which configs of a tuning space to try: the pruned space, and the strategies that walk it.
 
 * :func:`pruned`: the space's configs for one problem on one device, minus those a rule of
-  ``kernels/spaces.py`` (``CONSTRAINTS``) drops, with the count of each reason;
+  ``xrt/kernels/spaces.py`` (``CONSTRAINTS``) drops, with the count of each reason;
 * :class:`Exhaustive`, :class:`RandomOrder`, :class:`ModelGuided`: ``propose`` the next configs,
   ``observe`` their outcome. ``model`` is Optuna's TPE sampler (seeded), told log(median) of every
   timed config and a failure for every config that crashed, hung or was wrong.

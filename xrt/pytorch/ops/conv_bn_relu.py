@@ -42,7 +42,7 @@ AUTO_TRAINING = {"cuda": ("torch",), "xpu": ("torch",), "cpu": ("torch",)}
 
 
 def _space(stride: int) -> str:
-    """The tuning space of ``stride`` (``kernels/spaces.py``): a tuned config keyed by it applies to
+    """The tuning space of ``stride`` (``xrt/kernels/spaces.py``): a tuned config keyed by it applies to
     that stride only, one keyed by the op to both."""
     return f"{OP}_s{stride}.triton"
 

@@ -71,7 +71,7 @@ def register(op: str, module: str | None = None, fn: str | None = None,
     ``xrt.kernels.triton.<module>.<fn>(*args, config)``, ``cuda`` calls
     ``xrt.kernels.cuda.<module>.<fn>(*args, config)``, with the tuned config of the
     ``<op>.triton`` / ``<op>.cuda`` space for the first argument (bucketed by ``shape(x)``).
-    ``module`` defaults to the file stem of the op's definition (``kernels/defs``: ``layernorm_bwd``
+    ``module`` defaults to the file stem of the op's definition (``xrt/kernels/defs``: ``layernorm_bwd``
     lives in ``layernorm``), ``fn`` to ``op``. ``shape`` defaults to ``(numel,)`` for an op defined
     ``flat``, else ``x.shape``; ``shape_args`` buckets by all the arguments instead (``matmul``:
     ``(M, N, K)`` from ``a`` and ``b``).

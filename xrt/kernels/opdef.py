@@ -1,6 +1,6 @@
 """What an op's definition holds: :class:`OpDef`, and :class:`TritonKernel` for ``xrt kernels dump``.
 
-Each op is defined once, in ``kernels/defs/<op>.py``; :mod:`xrt.kernels.defs` collects the
+Each op is defined once, in ``xrt/kernels/defs/<op>.py``; :mod:`xrt.kernels.defs` collects the
 definitions. The policy's op list, gpucheck's ops, ``xrt kernels``, the benchmark specs, the tuner's
 help and the changed-file map of ``xrt bench run --changed-only`` read them. Stdlib only, no
 imports at all: the CLI builds its parsers from these without torch.
@@ -35,7 +35,7 @@ POINTER = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}
 
 @dataclass(frozen=True)
 class TritonKernel:
-    """One ``@triton.jit`` kernel of the op's ``kernels/triton/<file>.py`` that ``xrt kernels dump``
+    """One ``@triton.jit`` kernel of the op's ``xrt/kernels/triton/<file>.py`` that ``xrt kernels dump``
     compiles: its name, each runtime argument's Triton type in order (``"*T"``: a pointer to the
     dtype asked for), one representative set of constexprs, and those that differ in float32."""
 
@@ -63,7 +63,7 @@ class OpDef:
 
     name: str
     doc: str  # one line: what it computes
-    # The stem of its files (kernels/{reference,triton,cuda}/<file>.*, xrt/pytorch/ops/<file>.py)
+    # The stem of its files (xrt/kernels/{reference,triton,cuda}/<file>.*, xrt/pytorch/ops/<file>.py)
     # when it is not ``name``: layernorm_bwd lives in layernorm's files. Each file defines a
     # function named ``name``: the reference, the Triton and the CUDA C launchers.
     module: str = ""
@@ -73,7 +73,7 @@ class OpDef:
     # SWITCH (its own entry is a PyTorch switch, xrt.pytorch.policy), or another op's name (the
     # backward follows the forward: layernorm_bwd follows layernorm).
     policy: str = ""
-    # provider -> tuning-space key of kernels/spaces.py; None: "<name>.<provider>" for each timed
+    # provider -> tuning-space key of xrt/kernels/spaces.py; None: "<name>.<provider>" for each timed
     # provider but torch.
     spaces: Mapping[str, str] | None = None
     # What the suites time (xrt.bench.specs adds the inputs, the call, bytes and FLOPs): named shape

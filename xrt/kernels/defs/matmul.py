@@ -7,7 +7,7 @@ as well as the choice of these kernels (xrt.pytorch.policy); it picks bmm's prov
 from xrt.kernels.opdef import SWITCH, OpDef, TritonKernel
 
 _DTYPES = ("bfloat16", "float32")
-# The default tile (kernels/spaces.py) of the tiled kernel; the TMA kernel takes host-built
+# The default tile (xrt/kernels/spaces.py) of the tiled kernel; the TMA kernel takes host-built
 # descriptors, which a signature string cannot describe.
 _GEMM = (TritonKernel(
     "_matmul_kernel",

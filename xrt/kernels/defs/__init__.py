@@ -1,4 +1,4 @@
-"""Every op's definition (:class:`xrt.kernels.opdef.OpDef`), one file per op: ``kernels/defs/<op>.py``
+"""Every op's definition (:class:`xrt.kernels.opdef.OpDef`), one file per op: ``xrt/kernels/defs/<op>.py``
 holds a ``DEFS`` tuple (a fused op's backward sits beside its forward).
 
 Adding an op: its kernel files, its file here, and its name in :data:`MODULES` (the order in which
@@ -19,7 +19,7 @@ def _collect() -> dict[str, OpDef]:
     for module in MODULES:
         for d in importlib.import_module(f"{__name__}.{module}").DEFS:
             if d.name in out:
-                raise RuntimeError(f"op {d.name!r} is defined twice (kernels/defs/{module}.py)")
+                raise RuntimeError(f"op {d.name!r} is defined twice (xrt/kernels/defs/{module}.py)")
             out[d.name] = d
     return out
 

@@ -20,7 +20,7 @@ CONV_TILES = ["4x8", "4x16", "8x8", "8x16", "16x8", "16x16", "4x32"]
 SPACES: dict[str, dict[str, list[Any]]] = {
     # Elementwise: how many elements one Triton program handles, and its warps.
     "square.triton": {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8]},
-    # CUDA C: threads per block, and which side-by-side version of kernels/cuda/square.cu.
+    # CUDA C: threads per block, and which side-by-side version of xrt/kernels/cuda/square.cu.
     "square.cuda": {"block": [128, 256, 512, 1024], "version": ["v1", "v2"]},
     # vector_add: the same two knobs as square, for the same reasons.
     "vector_add.triton": {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8]},
@@ -34,7 +34,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "softmax.triton": {"num_warps": ["auto", 4, 8, 16, 32]},
     "softmax.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
     # layernorm forward, Triton: also the rows one program holds ("auto": several for short
-    # rows, two for N = 16384; see kernels/triton/layernorm.py fwd_plan).
+    # rows, two for N = 16384; see xrt/kernels/triton/layernorm.py fwd_plan).
     "layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32], "rows": ["auto", 1, 2]},
     "layernorm.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["v1", "v2"]},
     # Backward: row groups = SMs x programs_per_sm ("auto": 2 for N <= 4096, else 1), each
@@ -46,7 +46,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                              "path": ["auto", "rows", "tiled"]},
     "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
                            "programs_per_sm": ["auto", 1, 2, 4]},
-    # GEMM, Triton (kernels/triton/matmul.py): the C tile one program computes, the K step, the
+    # GEMM, Triton (xrt/kernels/triton/matmul.py): the C tile one program computes, the K step, the
     # rows of tiles walked together (L2 reuse), warps, pipeline depth, and the kernel: "tiled" (a
     # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
     # row-major 16-byte-aligned operands, else "tiled"). fp32 tiles over the shared-memory budget
@@ -57,7 +57,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "bmm.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                    "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
                    "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
-    # GEMM, CUDA C fp32 SIMT (kernels/cuda/matmul.cu): the version (v1 naive, v2 register blocking,
+    # GEMM, CUDA C fp32 SIMT (xrt/kernels/cuda/matmul.cu): the version (v1 naive, v2 register blocking,
     # v3 shared-memory blocking, v4 warp tiling with double buffering), the block's C tile BM x BN,
     # its K step BK, and each thread's TM x TN outputs. v1 ignores the tiles; v2 takes BM, BN, TM,
     # TN; the launcher names the constraint a combination breaks.
@@ -83,7 +83,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                              "num_warps": [4, 8], "num_stages": [1, 2, 3, 4, 5],
                              "num_warps2": ["same", 4, 8], "num_stages2": ["same", 1, 2, 3, 4, 5],
                              "tma": [False, True], "causal_pairs": [False, True], "fuse_delta": [False, True]},
-    # Fused conv3x3 + BatchNorm + ReLU on NHWC (kernels/triton/conv_bn_relu.py), one space per
+    # Fused conv3x3 + BatchNorm + ReLU on NHWC (xrt/kernels/triton/conv_bn_relu.py), one space per
     # stride so that each has its own defaults and tuned configs (the policy's per-stride override).
     # "path": the direct implicit-GEMM kernel or im2row + GEMM ("auto": direct for stride 1, im2row
     # for stride 2); "TILE": the output tile TH x TW pixels of a program (TS; "auto" picks the
@@ -284,7 +284,7 @@ def _window_smem(c: dict[str, Any], p: Problem) -> str | None:
 
 
 def _gemm_smem(c: dict[str, Any], p: Problem) -> str | None:
-    # the launcher (kernels/triton/matmul.py fit) shrinks a config over the budget into a smaller
+    # the launcher (xrt/kernels/triton/matmul.py fit) shrinks a config over the budget into a smaller
     # one, so such a config would time another config of the space: dropped as a duplicate.
     c_tile = c["BLOCK_M"] * c["BLOCK_N"] * p.esize if c["kernel"] == "persistent_tma" else 0
     need = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * p.esize + c_tile
