@@ -1,7 +1,12 @@
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +43,19 @@ def extract_django(dest: Path, skip_machines: tuple[str, ...] = ()) -> Path:
         keep = [m for m in tf.getmembers() if not any(f"/{x}/" in f"/{m.name}" for x in skip_machines)]
         tf.extractall(dest, members=keep, filter="data")
     return dest
+
+
+@contextlib.contextmanager
+def checkout_build_lock() -> Iterator[None]:
+    """Held while pip builds from this checkout. setuptools writes ``build/`` and ``*.egg-info`` into the
+    source tree, so two builds at once (two pytest-xdist workers, ``make test``) would mix their files."""
+    name = f"xrt-tests-build-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]}.lock"
+    with open(Path(tempfile.gettempdir()) / name, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _has_cuda() -> bool:

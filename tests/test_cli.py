@@ -56,6 +56,7 @@ def test_bad_environment_is_a_one_line_error(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # judges an A/A pair and a planted slowdown: alone on the machine
 def test_demo_runs_on_the_default_device(tmp_path):
     """The demo as users get it, in a clone (the README's order: `make demo`, then `make test`): the A/A
     pair passes the gate, the planted slowdown fails it naming square's host series, the front page's
