@@ -28,6 +28,8 @@ from test_bench_suite import clone_repo
 
 pytest.importorskip("duckdb")
 pytest.importorskip("asv")
+# every test here judges bisect steps it measures: make test runs them alone, after the rest
+pytestmark = pytest.mark.serial
 
 PLANT_S = 0.3e-3  # the figure
 BENCH = r"^bench_host\.VectorAdd\."
