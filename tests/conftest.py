@@ -1,7 +1,12 @@
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +45,22 @@ def extract_django(dest: Path, skip_machines: tuple[str, ...] = ()) -> Path:
     return dest
 
 
+# one lock a checkout, beside every pytest process that runs its tests (xdist's workers, other runs)
+BUILD_LOCK = Path(tempfile.gettempdir()) / f"xrt-tests-build-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]}.lock"
+
+
+@contextlib.contextmanager
+def checkout_build_lock() -> Iterator[None]:
+    """Held while pip builds from this checkout. setuptools writes ``build/`` and ``*.egg-info`` into the
+    source tree, so two builds at once (two pytest-xdist workers, ``make test``) would mix their files."""
+    with open(BUILD_LOCK, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _has_cuda() -> bool:
     try:
         import torch
@@ -48,7 +69,24 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+SERIAL_TEXT = "mark.serial"  # what a file that marks a test serial spells (pytest_ignore_collect reads it)
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """``-m serial`` (make test's second phase) imports only the test files that mark a test serial:
+    collecting the whole suite to deselect all but a few of it costs a collection's seconds."""
+    if (config.getoption("markexpr") == "serial" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and SERIAL_TEXT not in collection_path.read_text()):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    # The second phase finds serial tests by their file's text: a test marked another way would run in neither phase.
+    for path in {item.path for item in items if item.get_closest_marker("serial")}:
+        if SERIAL_TEXT not in path.read_text():
+            raise pytest.UsageError(f"{path.name} marks a test serial without spelling `pytest.{SERIAL_TEXT}`: "
+                                    "make test's serial phase would not collect it")
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU host)")

@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, checkout_build_lock
 
 # The subprocesses run without the caller's PYTHONPATH (a checkout, when the tests run from one): with it,
 # the bare venv's pip and python would see this checkout instead of the wheel.
@@ -29,8 +29,9 @@ def bare_venv(tmp_path_factory):
     """A venv with only the xpuruntime wheel (built from this tree) and no torch."""
     tmp = tmp_path_factory.mktemp("bare")
     wheel_dir = tmp / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheel_dir), str(ROOT)], check=True, capture_output=True, env=_ENV)
+    with checkout_build_lock():
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(wheel_dir), str(ROOT)], check=True, capture_output=True, env=_ENV)
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
@@ -96,9 +97,10 @@ def test_editable_install_loads_the_checkouts_kernels(tmp_path):
     prefix = tmp_path / "prefix"
     # --ignore-installed: without it pip first uninstalls the xpuruntime of the environment running
     # the tests (.venv), and every later test that starts `xrt` or the dashboard in a subprocess fails
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--ignore-installed", "--prefix", str(prefix), "-e", str(ROOT)], check=True, capture_output=True,
-                   env=_ENV)
+    with checkout_build_lock():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--ignore-installed", "--prefix", str(prefix), "-e", str(ROOT)], check=True,
+                       capture_output=True, env=_ENV)
     site = next(prefix.glob("lib/python*/site-packages"))
     code = f"import site; site.addsitedir({str(site)!r}); " + _WHERE
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,

@@ -1,9 +1,9 @@
 """A red nightly names its culprit, end to end on the CPU.
 
-A clone of this repository gets four more commits c1..c4; one of them makes every ``vector_add``
-call busy-wait 0.3 ms first (in the clone only). ``xrt bench run`` measures c0 and c4 (the quick
-profile, the VectorAdd host series: what a nightly that measured only the ends would have),
-``xrt db ingest`` loads them, and then:
+A clone of this repository gets four more commits c1..c4 (a branch per test); one of them makes
+every ``vector_add`` call busy-wait 0.3 ms first (in the clone only). ``xrt bench run`` measures c0
+and c4 (the quick profile, the VectorAdd host series: what a nightly that measured only the ends
+would have; one run for every test's branch, c0 once), ``xrt db ingest`` loads them, and then:
 
 - ``xrt culprit`` (the nightly's step after a failing gate) names c2, with the evidence and ``xrt
   explain``'s rows, in its step summary and on the stored regression;
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ from test_bench_suite import clone_repo
 
 pytest.importorskip("duckdb")
 pytest.importorskip("asv")
+# every test here judges bisect steps it measures: make test runs them alone, after the rest
+pytestmark = pytest.mark.serial
 
 PLANT_S = 0.3e-3  # the issue's figure
 BENCH = r"^bench_host\.VectorAdd\."
@@ -53,39 +56,69 @@ def _xrt(*cmd: str, cwd: Path, env: dict, timeout: int = 600) -> subprocess.Comp
                           timeout=timeout)
 
 
-def history(tmp: Path, planted_at: int) -> tuple[Path, list[str], Path, dict]:
-    """c0..c4 in a clone, the plant at ``c{planted_at}``; c0 and c4 measured and ingested:
-    (clone, commits, database, env)."""
+def _git(repo: Path, *a: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *a], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _env(home: Path) -> dict:
+    return dict(os.environ, HOME=str(home), PYTHONPATH="", XRT_CPU_SPAN="0.3")  # asv keeps its machine file in ~
+
+
+PLANTED_AT = (1, 2, 4)  # the tests' histories: one branch each
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> tuple[Path, dict[int, list[str]], Path]:
+    """A clone with a branch ``plant-N`` per position N in PLANTED_AT: c1..c4 on top of c0 (its HEAD), the
+    plant at cN. c0 and each branch's c4 measured in one ``xrt bench run`` (c0 once, not once a history):
+    (clone, commits c0..c4 by plant position, asv results)."""
+    tmp = tmp_path_factory.mktemp("culprit")
     clone = clone_repo(ROOT, tmp / "repo")
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", *a], check=True,
-                              capture_output=True, text=True).stdout.strip()
-
-    commits = [git("rev-parse", "HEAD")]
+    c0 = _git(clone, "rev-parse", "HEAD")
     op = clone / "xrt" / "pytorch" / "ops" / "vector_add.py"
-    for i in range(1, 5):
-        if i == planted_at:
-            op.write_text(op.read_text() + PLANT)
-            git("commit", "-qam", f"c{i}: vector_add <checks> | {PLANT_S * 1e3:g} ms of *Python*")
-        else:
-            (clone / "NOTES.txt").write_text(f"c{i}\n")
-            git("add", "NOTES.txt")
-            git("commit", "-qm", f"c{i}: notes")
-        commits.append(git("rev-parse", "HEAD"))
-    env = dict(os.environ, HOME=str(tmp), PYTHONPATH="", XRT_CPU_SPAN="0.3")  # asv keeps its machine file in ~
-    results, db = tmp / "asv", tmp / "xrt.duckdb"
-    out = _xrt("bench", "run", "--repo", str(clone), "--commits", f"{commits[0]},{commits[4]}", "--quick",
-               "--results", str(results), "--bench", BENCH, cwd=clone, env=env)
+    plain = op.read_text()
+    commits = {}
+    for planted_at in PLANTED_AT:
+        _git(clone, "checkout", "-q", "-b", f"plant-{planted_at}", c0)
+        commits[planted_at] = [c0]
+        for i in range(1, 5):
+            if i == planted_at:
+                op.write_text(plain + PLANT)
+                _git(clone, "commit", "-qam", f"c{i}: vector_add <checks> | {PLANT_S * 1e3:g} ms of *Python*")
+            else:
+                (clone / "NOTES.txt").write_text(f"c{i}\n")
+                _git(clone, "add", "NOTES.txt")
+                _git(clone, "commit", "-qm", f"c{i}: notes")
+            commits[planted_at].append(_git(clone, "rev-parse", "HEAD"))
+    results = tmp / "asv"
+    heads = ",".join([c0] + [commits[k][4] for k in PLANTED_AT])
+    out = _xrt("bench", "run", "--repo", str(clone), "--commits", heads, "--quick", "--results", str(results),
+               "--bench", BENCH, cwd=clone, env=_env(tmp))
     assert out.returncode == 0, out.stderr[-3000:]
+    return clone, commits, results
+
+
+def history(tmp: Path, planted_at: int, measured: tuple[Path, dict[int, list[str]], Path]
+            ) -> tuple[Path, list[str], Path, dict]:
+    """c0..c4 in a clone of its own, the plant at ``c{planted_at}``; c0 and c4 measured (``measured``'s
+    results of these two commits) and ingested: (clone, commits, database, env)."""
+    shared, by_plant, measured_results = measured
+    commits = by_plant[planted_at]
+    clone = clone_repo(shared, tmp / "repo")
+    _git(clone, "checkout", "-q", f"plant-{planted_at}")
+    others = tuple(by_plant[k][4][:8] for k in PLANTED_AT if k != planted_at)
+    results, db = tmp / "asv", tmp / "xrt.duckdb"
+    shutil.copytree(measured_results, results, ignore=lambda d, names: [n for n in names if n.startswith(others)])
+    env = _env(tmp)
     ing = _xrt("db", "ingest", str(results), "--db", str(db), "--repo", str(clone), "--strict", cwd=clone, env=env)
     assert ing.returncode == 0, ing.stdout[-2000:] + ing.stderr[-2000:]
     return clone, commits, db, env
 
 
 @pytest.mark.slow
-def test_a_failing_gate_over_four_commits_names_c2_and_explains_it(tmp_path):
-    clone, commits, db, env = history(tmp_path, 2)
+def test_a_failing_gate_over_four_commits_names_c2_and_explains_it(tmp_path, measured):
+    clone, commits, db, env = history(tmp_path, 2, measured)
     gate = _xrt("gate", "--db", str(db), "--repo", str(clone), "--base", commits[0], "--head", commits[4],
                 "--no-history", cwd=clone, env=env)
     assert gate.returncode == 1, gate.stdout + gate.stderr  # the gate can only say "between c0 and c4"
@@ -118,8 +151,8 @@ def test_a_failing_gate_over_four_commits_names_c2_and_explains_it(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("planted_at", [1, 4])
-def test_xrt_bisect_names_the_first_and_the_last_commit(tmp_path, planted_at):
-    clone, commits, db, env = history(tmp_path, planted_at)
+def test_xrt_bisect_names_the_first_and_the_last_commit(tmp_path, measured, planted_at):
+    clone, commits, db, env = history(tmp_path, planted_at, measured)
     out = _xrt("bisect", SERIES, commits[0], commits[4], "--db", str(db), "--repo", str(clone), "--budget", "600",
                cwd=clone, env=env)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]

@@ -111,6 +111,7 @@ def test_bad_problems_are_named():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts the samples a time budget allowed: beside a busy worker it allows fewer
 @pytest.mark.parametrize("pipeline", [None, True], ids=["phases", "pipelined"])
 def test_crashes_hangs_and_wrong_results_are_isolated_then_resumed(tmp_path, monkeypatch, interpreter, pipeline):
     """Phases: every config compiles (and is checked) before any is timed, as on the CPU and for CUDA C.

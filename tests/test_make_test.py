@@ -1,0 +1,65 @@
+"""`make test` runs the suite in two phases whose union is the whole suite: what is not marked serial on
+pytest-xdist workers, then the tests marked serial alone (they time something and judge it)."""
+
+import re
+import subprocess
+import sys
+import types
+
+import conftest
+import pytest
+from conftest import ROOT
+
+
+def _phases() -> list[str]:
+    """The pytest command lines of the Makefile's ``test`` target, in order."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    return [ln for ln in recipe.replace("\\\n", "\n").splitlines() if "-m pytest" in ln]
+
+
+def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_alone():
+    first, second = _phases()
+    assert re.search(r'-n \$\(TEST_JOBS\) .*-m "not serial"', first), first
+    assert "-m serial" in second and "-n " not in second and "no:xdist" in second, second
+    # neither phase names files or other marks: together they select every collected test
+    for cmd in (first, second):
+        assert not re.search(r"tests/|-k |--deselect|--ignore", cmd), cmd
+
+
+def _config(markexpr: str) -> types.SimpleNamespace:
+    return types.SimpleNamespace(getoption=lambda name: markexpr if name == "markexpr" else None)
+
+
+def test_the_serial_phase_collects_only_the_files_that_mark_a_test_serial(tmp_path):
+    marks, plain = tmp_path / "test_marks.py", tmp_path / "test_plain.py"
+    marks.write_text("import pytest\n\n\n@pytest.mark.serial\ndef test_x():\n    pass\n")
+    plain.write_text("def test_y():\n    pass\n")
+    assert conftest.pytest_ignore_collect(plain, _config("serial")) is True
+    assert conftest.pytest_ignore_collect(marks, _config("serial")) is None
+    for expr in ("not serial", "", "serial or slow"):  # any other selection collects every file
+        assert conftest.pytest_ignore_collect(plain, _config(expr)) is None
+
+
+def test_a_test_marked_serial_without_the_spelling_the_serial_phase_reads_stops_the_run(tmp_path):
+    """Marked another way (here a name bound to the mark), the serial phase would not collect it and the
+    first phase deselects it: the collection fails instead of dropping the test."""
+    f = tmp_path / "test_hidden.py"
+    f.write_text("import pytest\n\nalone = getattr(pytest.mark, 'ser' + 'ial')\n\n\n@alone\ndef test_z():\n    pass\n")
+    item = types.SimpleNamespace(path=f, get_closest_marker=lambda name: name == "serial" or None, keywords={})
+    with pytest.raises(pytest.UsageError, match="test_hidden.py marks a test serial"):
+        conftest.pytest_collection_modifyitems(_config("not serial"), [item])
+    f.write_text(f.read_text().replace("alone = getattr(pytest.mark, 'ser' + 'ial')", "alone = pytest.mark.serial"))
+    conftest.pytest_collection_modifyitems(_config("not serial"), [item])  # spelled: collected by both phases
+
+
+def test_two_pip_builds_from_the_checkout_take_turns():
+    """setuptools writes build/ and the egg-info into the checkout: a second build waits for the first."""
+    probe = ("import fcntl, sys\n"
+             "f = open(sys.argv[1], 'w')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    print('held')\n"
+             "else:\n    print('free')\n")
+    with conftest.checkout_build_lock():
+        held = subprocess.run([sys.executable, "-c", probe, conftest.BUILD_LOCK], capture_output=True, text=True)
+    free = subprocess.run([sys.executable, "-c", probe, conftest.BUILD_LOCK], capture_output=True, text=True)
+    assert (held.stdout.strip(), free.stdout.strip()) == ("held", "free"), held.stderr + free.stderr
