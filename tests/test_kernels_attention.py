@@ -7,6 +7,7 @@ region (whole blocks, the causal diagonal, a ragged end) runs on tiny shapes.
 """
 
 import warnings
+import zlib
 
 import pytest
 import torch
@@ -43,6 +44,9 @@ def _run(fn, q, k, v, do):
 
 def _inputs(shape_q, s_k, dtype, device, d=64):
     b, h, s_q = shape_q
+    # Seeded by the case: the same inputs whatever runs before (an xdist worker's order drew a case
+    # where SDPA's own fp32 error was so small that 2x it was under the interpreter's).
+    torch.manual_seed(zlib.crc32(repr((b, h, s_q, s_k, str(dtype), d)).encode()))
     q = torch.randn(b, h, s_q, d, device=device).to(dtype)
     k = torch.randn(b, h, s_k, d, device=device).to(dtype)
     v = torch.randn(b, h, s_k, d, device=device).to(dtype)
