@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xrt.bench.sources import unit_of_benchmark
+from xrt.bench.suite import series_of
 from xrt.db import git, result_names, store
 from xrt.track import env as envmod
+from xrt.track import explain, regressions, stats
 from xrt.track import noise as noisemod
-from xrt.track import stats
 from xrt.track.detect import higher_is_better
 from xrt.track.load import LOOKBACK, USABLE, columns, order_expr, recent_commits_sql
 from xrt.track.markdown import lit
@@ -172,10 +175,8 @@ def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> 
         if full is None:
             raise ValueError(f"{rev!r} is not a commit of {repo}")
         return full
-    from xrt.track.regressions import resolve_in_db
-
     try:
-        return resolve_in_db(db, rev)
+        return regressions.resolve_in_db(db, rev)
     except ValueError as e:
         full = _rev_parse(".", rev)
         if full is None:
@@ -338,8 +339,6 @@ def _valid(x: Any) -> bool:
 def _carry(con: Any, rows: dict[tuple, dict], commit: str, machine: str | None, side: str) -> list[str]:
     """Add to ``rows`` the series ``commit`` carries forward (``carried`` table), from the commit each
     was measured at; a series ``commit`` measured itself keeps its own rows. Returns problems."""
-    from xrt.bench.sources import unit_of_benchmark
-
     if "from_commit" not in columns(con, "carried"):
         return []  # an older database: nothing was ever carried
     sql = "SELECT machine, unit, from_commit FROM carried WHERE commit_hash = ?" + (
@@ -384,8 +383,6 @@ def several_runs(b: dict | None, h: dict | None) -> str | None:
     """Where base or head has rows of more than one result file for the series: the files (and their
     environments) in words, else None (:data:`SEVERAL_RUNS`). The rounds of a paired measurement
     (``-round<k>`` files, one a round) are several runs by design."""
-    import re
-
     said = []
     for side, d in (("base", b), ("head", h)):
         files = (d or {}).get("files") or {}
@@ -631,8 +628,6 @@ def machine_drift(b_rows: dict, h_rows: dict, eff: float) -> dict[str, tuple[flo
 
 def _host_series(benchmark: str) -> bool:
     """A host-time series (the host or the compiled series of an op suite)."""
-    from xrt.bench.suite import series_of
-
     return (series_of(benchmark) or ("",))[0] in ("host", "compiled")
 
 
@@ -732,13 +727,11 @@ def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: dict, h: dict,
 
 def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -> list[Any]:
     """The detector's regressions whose first slow commit lies in (base, head]: context for the summary."""
-    from xrt.track.regressions import commit_order, detect_db
-
-    order = commit_order(db)
+    order = regressions.commit_order(db)
     lo, hi = order.get(base), order.get(head)
     if lo is None or hi is None:
         return []
-    return [r for r in detect_db(db, machine=machine)
+    return [r for r in regressions.detect_db(db, machine=machine)
             if r.kind == "regression" and lo < order.get(r.commit, -1) <= hi]
 
 
@@ -775,8 +768,6 @@ def _on(r: dict) -> str:
 def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
     """``items`` grouped into alerts by ``xrt.track.regressions.group`` (the one grouping, with its
     cause from ``v.envs``): (alert, its items in the alert's order)."""
-    from xrt.track import regressions
-
     return [(a, [items[int(rec.note)] for rec in a.records])
             for a in regressions.group(regressions.gate_records(v.base, v.head, items), v.envs)]
 
@@ -787,8 +778,6 @@ def evidence(r: dict) -> str:
 
 def _explain_hint(v: Verdict) -> str | None:
     """The ``xrt explain`` command for the slowest op-suite case, or None (no such case)."""
-    from xrt.track import explain
-
     for r in sorted(v.regressions, key=lambda r: -(r.get("ratio") or 0)):
         try:
             case = explain.make_case(r["benchmark"], list(r.get("params") or []) or r["param_key"])
