@@ -103,14 +103,14 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
                                          {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
         for m, bn, pk, head, base, n_hist in heads:
             h = rows[head, m].get((m, bn, pk))
-            params, unit = (h or {}).get("params") or [], (h or {}).get("unit")
+            params, unit = (h.params or [], h.unit) if h is not None else ([], None)
             j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
             out.append(j)
             if base is None:
                 j.reason = ("first commit of this series on this machine: nothing before it to compare with"
-                            if "ok" in (h or {}).get("status", set()) else
+                            if h is not None and "ok" in h.status else
                             "no earlier commit with a value on this machine")
-                if "ok" not in (h or {}).get("status", set()):
+                if h is None or "ok" not in h.status:
                     j.verdict = FAILED
                 continue
             b = rows[base, m].get((m, bn, pk))
@@ -144,7 +144,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
 _SEVERITY = [REGRESSION, MACHINE_CHANGED, CLOCK, WITHIN_NOISE, FAILED, NOT_JUDGED, OK]
 
 
-def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
+def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: gate.Side | None, h: gate.Side | None,
                history: list[tuple], machine_changed: bool, n_hist: int) -> None:
     several = gate.several_runs(b, h)
     if several:
@@ -155,7 +155,7 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
         j.reason = outcome.text
         return
-    xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+    xs, ys = np.asarray(b.samples, float), np.asarray(h.samples, float)
     j.n_before, j.n_after = len(xs), len(ys)
     if gate.identical(xs, ys):
         j.verdict, j.ratio = OK, 1.0
@@ -179,13 +179,13 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
             return
         gate.against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
         how = f"against its history ({model.describe()})"
-    elif b.get("paired") and h.get("paired") and min(len(b["paired"]), len(h["paired"])) >= need:
+    elif b.paired and h.paired and min(len(b.paired), len(h.paired)) >= need:
         # host series with their reference call beside each sample: judged op / reference, as the gate does
-        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, np.asarray(b["paired"], float),
-                     np.asarray(h["paired"], float), machine_changed, paired=True)
+        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, np.asarray(b.paired, float),
+                     np.asarray(h.paired, float), machine_changed, paired=True)
         how = "on samples against the reference call (op / reference)"
     else:
-        model, stat = noisemod.steadier(history, higher_is_better(b["unit"]))
+        model, stat = noisemod.steadier(history, higher_is_better(b.unit))
         gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
         how = ("on samples and run-to-run noise (" + model.describe() + ")" if model is not None else
                f"on samples only (fewer than {noisemod.MIN_HISTORY} commits of history: no noise model yet)")
