@@ -1,5 +1,5 @@
-"""The gate's rules one at a time (xrt.track.gate_rules), on typed sides built here, and the docs'
-list of them in the code's order. The whole gate on ingested files is tests/test_track_gate*.py."""
+"""The gate's rules one at a time (xrt.track.gate_rules, gate_compare), on typed sides built here,
+and the docs' list of them in the code's order. The whole gate on ingested files is tests/test_track_gate*.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from xrt.track import gate, gate_rules
+from xrt.track import gate, gate_compare, gate_rules
 from xrt.track.gate_data import Pair, Side
 
 KEY = ("m1", "bench_x.Op.time", "64")
@@ -36,7 +36,7 @@ def test_docs_name_the_rules_and_compare_steps_in_the_code_order():
     text = (ROOT / "docs" / "regressions.md").read_text()
     section = text.split("## The gate's rule", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\d+\. `(\w+)`", section, re.M)
-    assert listed == [f.__name__ for f in (*gate_rules.RULES, *gate_rules.COMPARE_STEPS)]
+    assert listed == [f.__name__ for f in (*gate_rules.RULES, *gate_compare.COMPARE_STEPS)]
 
 
 def test_the_first_rule_that_decides_wins():

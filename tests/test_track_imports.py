@@ -10,8 +10,9 @@ import pytest
 from conftest import ROOT
 
 # The modules of the gate and what it shares with `xrt db ingest`'s judge and `xrt regressions`.
-MODULES = ["xrt.track.gate", "xrt.track.gate_data", "xrt.track.gate_rules", "xrt.track.gate_render",
-           "xrt.track.newest", "xrt.track.regressions", "xrt.track.suspects"]
+MODULES = ["xrt.track.gate", "xrt.track.gate_data", "xrt.track.gate_verdict", "xrt.track.gate_compare",
+           "xrt.track.gate_rules", "xrt.track.gate_render", "xrt.track.newest", "xrt.track.regressions",
+           "xrt.track.suspects"]
 
 
 def _path(module: str):

@@ -14,10 +14,12 @@ side *and* enough for the test to be able to reach ``alpha`` at all (8 per side 
 did not move (less than half the threshold), the slowdown is a clock change: listed, not failing.
 A regression wins over "cannot judge" (exit 1 is the more useful news; both fail the build).
 
-Three layers, one module each: :mod:`xrt.track.gate_data` reads both sides of every series once
-(the SQL), :mod:`xrt.track.gate_rules` judges each series by an ordered list of named rules, and
-:mod:`xrt.track.gate_render` tells the verdict. This module runs one comparison through them
-(:func:`judge`) and keeps the names the CLI and other modules import.
+Three layers: :mod:`xrt.track.gate_data` reads both sides of every series once (the SQL),
+:mod:`xrt.track.gate_rules` judges each series by an ordered list of named rules (and
+:mod:`xrt.track.gate_compare` places a compared series' slowdown by its steps, into the
+:mod:`xrt.track.gate_verdict`), and :mod:`xrt.track.gate_render` tells the verdict. This module
+runs one comparison through them (:func:`judge`) and keeps the names the CLI and other modules
+import.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 from xrt.db import git, store
 from xrt.track import env as envmod
 from xrt.track import regressions
+from xrt.track.gate_compare import COMPARE_STEPS, compare, round_ratios, run_gap
 from xrt.track.gate_data import (
     Pair,
     Side,
@@ -47,9 +50,18 @@ from xrt.track.gate_data import (
 from xrt.track.gate_data import ingest_errors as _errors
 from xrt.track.gate_render import alerts_of, evidence, report, summary_markdown
 from xrt.track.gate_rules import (
+    RULES,
+    Context,
+    against_history,
+    identical,
+    judge_series,
+    machine_drift,
+    outcome,
+    several_runs,
+)
+from xrt.track.gate_verdict import (
     CANNOT_JUDGE,
     CARRIED,
-    COMPARE_STEPS,
     COMPARED,
     FAILED_AT_BASE,
     FAILED_AT_HEAD,
@@ -60,29 +72,18 @@ from xrt.track.gate_rules import (
     OUTCOMES,
     PASS,
     REGRESSION,
-    RULES,
     SEVERAL_RUNS,
     SKIPPED_AT_HEAD,
     SKIPPED_BOTH,
     TOO_FEW,
     VERSION_CHANGED,
-    Context,
     Outcome,
     Settings,
     Verdict,
-    against_history,
-    compare,
-    identical,
-    judge_series,
-    machine_drift,
-    outcome,
     parse_threshold,
-    round_ratios,
-    run_gap,
-    several_runs,
 )
 
-# What other modules and the tests import from here (the three modules above are their homes).
+# What other modules and the tests import from here (the modules above are their homes).
 __all__ = ["CANNOT_JUDGE", "CARRIED", "COMPARED", "COMPARE_STEPS", "FAILED_AT_BASE", "FAILED_AT_HEAD", "HISTORY",
            "INVALID", "MISSING_AT_HEAD", "NEW_AT_HEAD", "OUTCOMES", "PASS", "REGRESSION", "RULES", "SEVERAL_RUNS",
            "SKIPPED_AT_HEAD", "SKIPPED_BOTH", "TOO_FEW", "VERSION_CHANGED", "Outcome", "Pair", "Settings", "Side",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from xrt.track import explain, regressions
-from xrt.track.gate_rules import CANNOT_JUDGE, HISTORY, PASS, REGRESSION, Verdict
+from xrt.track.gate_verdict import CANNOT_JUDGE, HISTORY, PASS, REGRESSION, Verdict
 from xrt.track.markdown import lit
 from xrt.track.units import fmt_ratio, fmt_value
 
