@@ -78,7 +78,6 @@ def several_runs(b: Side | None, h: Side | None) -> str | None:
     return "; ".join(said) or None
 
 
-
 @dataclass
 class Context:
     """What every rule of one comparison shares: the verdict it writes to, the knobs, base's commit,
