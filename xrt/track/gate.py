@@ -25,11 +25,13 @@ import.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xrt.bench.sources import unit_of_benchmark
 from xrt.db import git, store
 from xrt.track import env as envmod
 from xrt.track import regressions
@@ -37,7 +39,7 @@ from xrt.track.gate_compare import COMPARE_STEPS, compare, round_ratios, run_gap
 from xrt.track.gate_data import (
     Pair,
     Side,
-    carry,
+    carried,
     histories,
     history_values,
     like,
@@ -157,7 +159,7 @@ def _load(v: Verdict, db: str | os.PathLike, machine: str | None,
     hist: dict[str, dict] = {}
     with store.read(db) as con:
         b_rows, h_rows = rows(con, base, machine), rows(con, head, machine)
-        v.problems += carry(con, b_rows, base, machine, "base") + carry(con, h_rows, head, machine, "head")
+        v.problems += _carry(con, b_rows, base, machine, "base") + _carry(con, h_rows, head, machine, "head")
         for c in (base, head):
             v.problems += _errors(con, c)
         v.envs = envmod.environments(con, machine, commits=[base, head])
@@ -168,6 +170,22 @@ def _load(v: Verdict, db: str | os.PathLike, machine: str | None,
         with store.read(noise_db) as con:
             hist = histories(con, base, machine, several_envs)
     return b_rows, h_rows, hist
+
+
+def _carry(con: Any, sides: dict[tuple, Side], commit: str, machine: str | None, side: str) -> list[str]:
+    """Add to ``sides`` the series ``commit`` carries forward, from the commit each was measured at (a
+    unit's series by :func:`xrt.bench.sources.unit_of_benchmark`, the runner's mapping); a series
+    ``commit`` measured itself keeps its own rows. Returns problems."""
+    problems = []
+    for m, unit, frm in carried(con, commit, machine):
+        got = {k: v for k, v in rows(con, frm, m).items() if unit_of_benchmark(k[1]) == unit}
+        if not got:
+            problems.append(f"{m} {unit}: carried forward at {side} {commit[:10]} from {frm[:10]}, which has no "
+                            f"results for it on {m} (measure {commit[:10]} without --changed-only)")
+        for k, v in got.items():
+            if k not in sides:
+                sides[k] = replace(v, carried_from=frm)
+    return problems
 
 
 def _scope(v: Verdict, b_rows: dict[tuple, Side], h_rows: dict[tuple, Side], machine: str | None) -> set[str]:

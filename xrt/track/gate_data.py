@@ -2,7 +2,7 @@
 
 The SQL of the gate (:mod:`xrt.track.gate`) and of the newest-commit judge (:mod:`xrt.track.newest`)
 lives here: the result rows of a commit pooled per series (:class:`Side`), a series' two sides in one
-environment (:class:`Pair`), the carried-forward series, the ingest errors, and the history the noise
+environment (:class:`Pair`), the units carried forward, the ingest errors, and the history the noise
 models learn from. The rules (:mod:`xrt.track.gate_rules`) read these objects and no SQL.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from xrt.bench.sources import unit_of_benchmark
 from xrt.bench.suite import series_of
 from xrt.db import result_names
 from xrt.track import noise as noisemod
@@ -217,23 +216,14 @@ def _valid(x: Any) -> bool:
     return isinstance(x, float | int) and math.isfinite(x) and x > 0
 
 
-def carry(con: Any, sides: dict[tuple, Side], commit: str, machine: str | None, side: str) -> list[str]:
-    """Add to ``sides`` the series ``commit`` carries forward (``carried`` table), from the commit each
-    was measured at; a series ``commit`` measured itself keeps its own rows. Returns problems."""
+def carried(con: Any, commit: str, machine: str | None) -> list[tuple[str, str, str]]:
+    """The units ``commit`` carries forward (``carried`` table), as (machine, unit, the commit it was
+    measured at); :func:`xrt.track.gate.judge` takes their series from that commit."""
     if "from_commit" not in columns(con, "carried"):
         return []  # an older database: nothing was ever carried
     sql = "SELECT machine, unit, from_commit FROM carried WHERE commit_hash = ?" + (
         " AND machine = ?" if machine else "")
-    problems = []
-    for m, unit, frm in con.execute(sql, [commit] + ([machine] if machine else [])).fetchall():
-        got = {k: v for k, v in rows(con, frm, m).items() if unit_of_benchmark(k[1]) == unit}
-        if not got:
-            problems.append(f"{m} {unit}: carried forward at {side} {commit[:10]} from {frm[:10]}, which has no "
-                            f"results for it on {m} (measure {commit[:10]} without --changed-only)")
-        for k, v in got.items():
-            if k not in sides:
-                sides[k] = replace(v, carried_from=frm)
-    return problems
+    return con.execute(sql, [commit] + ([machine] if machine else [])).fetchall()
 
 
 def ingest_errors(con: Any, commit: str) -> list[str]:
