@@ -170,8 +170,8 @@ def measure_pair(repo: Path, good: str, candidate: str, series: tuple[str, str, 
     v = gate.judge(db, good, candidate, machine=machine, history=False)
     with store.read(db) as con:
         rows = gate.rows_of(con, [(good, machine), (candidate, machine)])
-    g = np.asarray(rows[good, machine].get(series, {}).get("samples", []), float)
-    x = np.asarray(rows[candidate, machine].get(series, {}).get("samples", []), float)
+    sides = (rows[good, machine].get(series), rows[candidate, machine].get(series))  # None: no rows there
+    g, x = (np.asarray(s.samples if s else [], float) for s in sides)
     if not len(g) or not len(x):
         why = "; ".join(v.problems[:3]) or "no samples"
         raise RuntimeError(f"{candidate[:10]}: measured beside {good[:10]}, but {benchmark} [{param_key or '-'}] on "
@@ -188,9 +188,9 @@ def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) 
     m, bn, pk = series
     with store.read(db) as con:
         rows = gate.rows_of(con, [(good, m), (bad, m)])
-    g = np.asarray(rows[good, m].get(series, {}).get("samples", []), float)
-    b = np.asarray(rows[bad, m].get(series, {}).get("samples", []), float)
-    unit = rows[good, m].get(series, {}).get("unit")
+    gs, bs = rows[good, m].get(series), rows[bad, m].get(series)  # None: no rows there
+    g, b = (np.asarray(s.samples if s else [], float) for s in (gs, bs))
+    unit = gs.unit if gs else None
     if not len(g) or not len(b):
         side = "GOOD " + good[:10] if not len(g) else "BAD " + bad[:10]
         raise BisectError(f"{bn} [{pk or '-'}] on {m} has no samples of its own at {side} (carried forward, or "

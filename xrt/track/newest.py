@@ -9,9 +9,9 @@ history's level). Nothing of the judgement is re-implemented here: the gate's fu
 
 A slowdown is stored at once in ``regressions`` with status ``new`` and ``suspected = true``, with
 its ``--diag`` checklist. The detector later confirms it (same id: ``suspected`` becomes false,
-:func:`xrt.track.regressions.save`) or withdraws it (:func:`settle`: once the series has
-``min_points`` commits on both sides of it and the detector found no step there, the suspected row
-goes). Every series' judgement, with the reason where it could not be judged, is stored in
+:func:`xrt.track.regressions.save`) or withdraws it (:func:`xrt.track.suspects.settle`: once the
+series has ``min_points`` commits on both sides of it and the detector found no step there, the
+suspected row goes). Every series' judgement, with the reason where it could not be judged, is stored in
 ``newest_judgements`` (schema migration 7): the dashboard's grid shows it.
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from xrt.db import store
+from xrt.track import diag, gate, labels, regressions
 from xrt.track import env as envmod
-from xrt.track import gate, labels
 from xrt.track import noise as noisemod
-from xrt.track.detect import DetectConfig, higher_is_better
+from xrt.track.detect import higher_is_better
 from xrt.track.load import order_expr, recent_commits_sql
 
 # the verdicts stored in newest_judgements.verdict
@@ -103,14 +103,14 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
                                          {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
         for m, bn, pk, head, base, n_hist in heads:
             h = rows[head, m].get((m, bn, pk))
-            params, unit = (h or {}).get("params") or [], (h or {}).get("unit")
+            params, unit = (h.params or [], h.unit) if h is not None else ([], None)
             j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
             out.append(j)
             if base is None:
                 j.reason = ("first commit of this series on this machine: nothing before it to compare with"
-                            if "ok" in (h or {}).get("status", set()) else
+                            if h is not None and "ok" in h.status else
                             "no earlier commit with a value on this machine")
-                if "ok" not in (h or {}).get("status", set()):
+                if h is None or "ok" not in h.status:
                     j.verdict = FAILED
                 continue
             b = rows[base, m].get((m, bn, pk))
@@ -144,7 +144,7 @@ def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float
 _SEVERITY = [REGRESSION, MACHINE_CHANGED, CLOCK, WITHIN_NOISE, FAILED, NOT_JUDGED, OK]
 
 
-def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: dict | None,
+def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: gate.Side | None, h: gate.Side | None,
                history: list[tuple], machine_changed: bool, n_hist: int) -> None:
     several = gate.several_runs(b, h)
     if several:
@@ -155,7 +155,7 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
         j.verdict = FAILED if outcome.blocks else NOT_JUDGED
         j.reason = outcome.text
         return
-    xs, ys = np.asarray(b["samples"], float), np.asarray(h["samples"], float)
+    xs, ys = np.asarray(b.samples, float), np.asarray(h.samples, float)
     j.n_before, j.n_after = len(xs), len(ys)
     if gate.identical(xs, ys):
         j.verdict, j.ratio = OK, 1.0
@@ -179,13 +179,13 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
             return
         gate.against_history(v, eff, (j.machine, j.benchmark, j.param_key), b, ys, model, machine_changed)
         how = f"against its history ({model.describe()})"
-    elif b.get("paired") and h.get("paired") and min(len(b["paired"]), len(h["paired"])) >= need:
+    elif b.paired and h.paired and min(len(b.paired), len(h.paired)) >= need:
         # host series with their reference call beside each sample: judged op / reference, as the gate does
-        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, np.asarray(b["paired"], float),
-                     np.asarray(h["paired"], float), machine_changed, paired=True)
+        gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, np.asarray(b.paired, float),
+                     np.asarray(h.paired, float), machine_changed, paired=True)
         how = "on samples against the reference call (op / reference)"
     else:
-        model, stat = noisemod.steadier(history, higher_is_better(b["unit"]))
+        model, stat = noisemod.steadier(history, higher_is_better(b.unit))
         gate.compare(v, cfg, eff, (j.machine, j.benchmark, j.param_key), b, h, xs, ys, machine_changed, model, stat)
         how = ("on samples and run-to-run noise (" + model.describe() + ")" if model is not None else
                f"on samples only (fewer than {noisemod.MIN_HISTORY} commits of history: no noise model yet)")
@@ -204,8 +204,7 @@ def _judge_one(j: Judgement, cfg: gate.Settings, eff: float, b: dict | None, h: 
 
 def records(js: list[Judgement]) -> list[Any]:
     """The suspected regressions as :class:`xrt.track.regressions.Record` (status ``new``)."""
-    from xrt.track.regressions import Record, record_id
-
+    Record, record_id = regressions.Record, regressions.record_id
     nan = float("nan")
     kind = labels.REGRESSION
     return [Record(record_id(j.machine, j.benchmark, j.param_key, j.commit, kind), j.machine, j.benchmark,
@@ -220,14 +219,10 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
     """Write the judgements (replacing the scope's previous ones) and the suspected regressions.
     A suspected regression already stored keeps its status, note and checklist (and a confirmed one
     stays confirmed); one no longer suspected at the same commit, still ``new``, is withdrawn."""
-    from xrt.track import regressions
-
     recs = records(js)
     known = regressions.stored(db)
     fresh = [r for r in recs if r.id not in known]
     if diag_for is None:
-        from xrt.track import diag
-
         def diag_for(rs):
             return [diag.as_json(c) for c in diag.checklists(db, rs)]
     diags = dict(zip((r.id for r in fresh), diag_for(fresh))) if fresh else {}
@@ -270,30 +265,6 @@ def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: 
 
 def _f(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
-
-
-def settle(con: Any, scope_machine: str | None = None, min_points: int | None = None) -> int:
-    """Inside the detector's write (:func:`xrt.track.regressions.save`): withdraw the suspected rows,
-    still ``new``, that the detector could have found and did not: ``min_points`` commits with values
-    before the step and twice that after it. (With fewer after it, a lasting step of a short series
-    can still be missed: the step's own difference dominates the detector's run-to-run σ; measured
-    on synthetic 1.3x steps, tests/test_track_newest.py.) Returns how many went."""
-    k = DetectConfig().min_points if min_points is None else min_points
-    order, where = order_expr(con)
-    col = order.split(".")[-1]
-    scope = "" if scope_machine is None else " AND g.machine = ?"
-    sql = f"""
-        SELECT g.id FROM regressions g JOIN commits gc ON gc.hash = g."commit"
-        WHERE coalesce(g.suspected, false) AND g.status = 'new'{scope} AND (
-            SELECT count(DISTINCT r.commit_hash) FILTER (c.{col} < gc.{col}) >= ?
-               AND count(DISTINCT r.commit_hash) FILTER (c.{col} > gc.{col}) >= 2 * ?
-            FROM results r JOIN commits c ON c.hash = r.commit_hash
-            WHERE {where} AND r.machine = g.machine AND r.benchmark = g.benchmark
-              AND r.param_key = g.param_key AND r.status = 'ok')"""
-    ids = [r[0] for r in con.execute(sql, ([scope_machine] if scope_machine else []) + [k, k]).fetchall()]
-    for rid in ids:
-        con.execute("DELETE FROM regressions WHERE id = ?", [rid])
-    return len(ids)
 
 
 def pending(db: str | os.PathLike) -> bool:

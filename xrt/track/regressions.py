@@ -20,10 +20,11 @@ from typing import Any
 from xrt.db import alerts as dbalerts
 from xrt.db import store
 from xrt.track import env as envmod
-from xrt.track import markdown, newest
+from xrt.track import markdown
 from xrt.track.detect import DetectConfig, Step, detect
 from xrt.track.labels import STATUSES
-from xrt.track.load import iter_series
+from xrt.track.load import iter_series, order_expr
+from xrt.track.suspects import settle
 from xrt.track.units import fmt_ratio
 
 
@@ -149,8 +150,6 @@ def detect_db(db: str | os.PathLike, cfg: DetectConfig | None = None, machine: s
 
 
 def commit_order(db: str | os.PathLike) -> dict[str, int]:
-    from xrt.track.load import order_expr
-
     with store.read(db) as con:
         order, where = order_expr(con)
         return {h: o for h, o in con.execute(f"SELECT c.hash, {order} FROM commits c WHERE {where}").fetchall()}
@@ -263,7 +262,7 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
                 fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
                 updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag, suspected = false""")
         con.execute("DROP TABLE new_rows")
-        newest.settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
+        settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
         con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
 
     store.write(db, fn)

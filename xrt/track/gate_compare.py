@@ -1,0 +1,193 @@
+"""How the gate places a series with enough valid samples on both sides: :func:`compare` runs
+:data:`COMPARE_STEPS`, an ordered list of named steps, each returning the :class:`Verdict` list the
+slowdown goes to (or :data:`NOWHERE`), or None to pass it on. ``docs/regressions.md`` ("The gate's
+rule") names them in this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from xrt.track import noise as noisemod
+from xrt.track import stats
+from xrt.track.detect import higher_is_better
+from xrt.track.gate_data import Side
+from xrt.track.gate_verdict import Settings, Verdict
+
+
+def round_ratios(b: Side, h: Side, paired: bool) -> list[float] | None:
+    """Head / base per round, where a side was measured in several runs (``xrt bench compare``'s
+    rounds, or a commit measured twice): the k-th run of head against the k-th of base, by round
+    (``xrt.orchestrate.paired`` names each round's files ``-round<k>``), else in ingest order;
+    every pair where the counts differ. None: one run a side."""
+    col = 2 if paired else 1
+    bs = [r[col] for r in sorted(b.runs) if r[col]]
+    hs = [r[col] for r in sorted(h.runs) if r[col]]
+    if not bs or not hs or (len(bs) < 2 and len(hs) < 2):
+        return None
+    pairs = zip(bs, hs) if len(bs) == len(hs) else ((x, y) for x in bs for y in hs)
+    return [y / x for x, y in pairs]
+
+
+def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
+    """The log gap between head's best run and base's worst run (positive: every head run is worse
+    than every base run), where base has several runs; None otherwise. Base's runs of one commit
+    measure how far a whole process moves (Pinpoint's inter-task noise): a series that flips between
+    two levels from one process to the next (seen for a compiled CUDA C call: 1.65 or 1.9-2.1 times
+    its reference) moves that far in an A/A pair too, and is not a regression unless head's runs all
+    lie beyond base's."""
+    col = 2 if paired else 1
+    bs = [np.log(r[col]) * sign for r in b.runs if r[col]]
+    hs = [np.log(r[col]) * sign for r in h.runs if r[col]]
+    if len(bs) < 2 or not hs:
+        return None
+    return float(min(hs) - max(bs))
+
+
+
+@dataclass
+class Comparison:
+    """One series with enough valid samples on both sides, as :func:`compare`'s steps see it."""
+
+    cfg: Settings
+    eff: float
+    key: tuple
+    b: Side
+    h: Side
+    xs: np.ndarray
+    ys: np.ndarray
+    machine_changed: bool = False
+    model: noisemod.Noise | None = None
+    stat: str = "median"
+    paired: bool = False
+    drift: float | None = None
+    item: dict | None = None  # what the verdict lists, once the samples say slower
+    rounds: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        self.hib = higher_is_better(self.b.unit)
+        self.sign = -1 if self.hib else 1
+        self.ratio = float(np.median(self.ys) / np.median(self.xs))
+        self.worse = np.log(self.ratio) * self.sign
+
+
+# A step of :func:`compare` returns the Verdict list the series goes to (NOWHERE: none), or None to
+# pass it to the next step.
+Step = Callable[[Comparison], "str | None"]
+NOWHERE = ""
+
+
+def not_slower(c: Comparison) -> str | None:
+    """Not slower by the threshold; a host series slower in µs only moved with the machine."""
+    if not c.worse < c.eff:
+        return None
+    if c.paired and np.log(np.median(c.h.samples) / np.median(c.b.samples)) >= c.eff:
+        m, bn, pk = c.key
+        c.item = {"machine": m, "benchmark": bn, "param_key": pk, "ratio": c.ratio,
+                  "abs_ratio": float(np.median(c.h.samples) / np.median(c.b.samples))}
+        return "with_machine"
+    return NOWHERE
+
+
+def p_value(c: Comparison) -> str | None:
+    """Not slower by the samples: the Mann-Whitney p-value above alpha."""
+    p, _ = stats.mannwhitney(c.xs, c.ys)
+    if p > c.cfg.alpha:
+        return NOWHERE
+    m, bn, pk = c.key
+    c.item = {"machine": m, "benchmark": bn, "params": c.b.params, "param_key": pk, "ratio": c.ratio,
+              "p_value": p, "before": float(np.median(c.xs)), "after": float(np.median(c.ys)), "judged": "on samples",
+              "unit": c.b.unit}
+    if c.paired:
+        c.item.update(before=float(np.median(c.b.samples)), after=float(np.median(c.h.samples)),
+                      judged="against the reference call (op / reference, sample by sample)")
+    return None
+
+
+def not_in_every_round(c: Comparison) -> str | None:
+    """Measured in several runs a side, and not slower in every round (:func:`round_ratios`)."""
+    c.rounds = round_ratios(c.b, c.h, c.paired)
+    if c.rounds is None:
+        return None
+    c.item["rounds"] = c.rounds
+    if min(c.sign * np.log(r) for r in c.rounds) < c.eff / 2:
+        c.item["judged"] = ("not slower in every round (head / base per round: "
+                            + ", ".join(f"{r:.3f}" for r in c.rounds) + ")")
+        return "within_noise"
+    return None
+
+
+def within_base_spread(c: Comparison) -> str | None:
+    """Head's best run within base's own run-to-run spread (:func:`run_gap`)."""
+    apart = run_gap(c.b, c.h, c.paired, c.sign) if c.rounds is not None else None
+    if apart is None or not apart < c.eff / 2:
+        return None
+    c.item["judged"] = (f"within base's own run-to-run spread (head's best run is {np.expm1(apart):+.1%} from "
+                        "base's worst)")
+    return "within_noise"
+
+
+def within_drift(c: Comparison) -> str | None:
+    """A series without a reference call of its own, slower by no more than its machine's drift."""
+    if c.drift is None or not c.worse <= np.log(c.drift) + c.eff:
+        return None
+    c.item["judged"] = f"within the machine's drift ({c.drift:.2f}x; no reference call recorded for it)"
+    return "with_machine"
+
+
+def within_noise(c: Comparison) -> str | None:
+    """Within the series' run-to-run noise (``model``, from its history): z below :data:`noise.Z`."""
+    if c.model is None:
+        return None
+    xs, ys, hib = c.xs, c.ys, c.hib  # the run's value the model was learnt on (noise.steadier)
+    lr = float(np.log(c.ratio)) if c.stat == "median" else float(np.log(
+        noisemod.best(ys.min(), ys.max(), hib) / noisemod.best(xs.min(), xs.max(), hib)))
+    c.item["z"] = c.model.z_pair(lr) if (lr < 0 if hib else lr > 0) else 0.0  # not worse by that value: 0
+    if not c.item["z"] < noisemod.Z:
+        return None
+    c.item["judged"] = (f"within run-to-run noise ({c.model.describe()} of the run's {c.stat}, z {c.item['z']:.1f} < "
+                        f"{noisemod.Z:g})")
+    return "within_noise"
+
+
+def clock(c: Comparison) -> str | None:
+    """Time moved, cycles did not (by less than half the threshold): a clock change."""
+    bc = [x for x in c.b.cycles or [] if x is not None]  # None: no SM clock recorded (CPU, no NVML)
+    hc = [x for x in c.h.cycles or [] if x is not None]
+    if len(bc) < c.cfg.min_samples or len(hc) < c.cfg.min_samples:
+        return None
+    c.item["cycles_ratio"] = float(np.median(hc) / np.median(bc))
+    return "clock" if abs(np.log(c.item["cycles_ratio"])) < c.eff / 2 else None
+
+
+def changed_machine(c: Comparison) -> str | None:
+    """Slower on a machine whose environment changed: listed apart, not a regression."""
+    return "changed_machine" if c.machine_changed else None
+
+
+def regression(c: Comparison) -> str | None:
+    """Everything above passed: a regression."""
+    return "regressions"
+
+
+# compare's steps, in order (docs/regressions.md, "The gate's rule").
+COMPARE_STEPS: tuple[Step, ...] = (not_slower, p_value, not_in_every_round, within_base_spread, within_drift,
+                                   within_noise, clock, changed_machine, regression)
+
+
+def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side, xs: np.ndarray,
+            ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
+            stat: str = "median", paired: bool = False, drift: float | None = None) -> None:
+    """One series with enough valid samples on both sides, through :data:`COMPARE_STEPS`: a regression,
+    a clock change, a slowdown within the series' run-to-run noise (``model``, from its history) or not
+    seen in every round, a slowdown of the whole host (``drift``: the machine's reference moved, and
+    this series has no reference of its own to be judged against), or nothing.
+
+    ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs."""
+    c = Comparison(cfg, eff, key, b, h, xs, ys, machine_changed, model, stat, paired, drift)
+    where = next(w for step in COMPARE_STEPS if (w := step(c)) is not None)
+    if where:
+        getattr(v, where).append(c.item)
