@@ -75,6 +75,10 @@ def test_demo_runs_on_the_default_device(tmp_path):
     clone = clone_repo(ROOT, tmp_path / "repo")
     from xrt.bench import suite
 
+    # a last run's database (here: not one at all) is replaced, never reused: in one database the last
+    # run's planted commit, a sibling of this run's, was listed instead of this one's
+    (clone / "results" / "demo").mkdir(parents=True)
+    (clone / "results" / "demo" / "xrt.duckdb").write_bytes(b"a previous run's database")
     out = subprocess.run(XRT + ["demo", "--no-serve", "--repo", str(clone)], capture_output=True, text=True,
                          cwd=clone, env={**os.environ, "HOME": str(tmp_path), "XRT_CPU_SPAN": str(suite.CPU_SPAN)})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

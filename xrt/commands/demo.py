@@ -14,14 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from xrt.db.store import DEFAULT_DB
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job on this machine's default device, end to end")
     p.add_argument("--no-serve", action="store_true", help="do not start the dashboard at the end")
     p.add_argument("--repo", type=Path, default=Path("."), help="the xpuruntime checkout [.]")
-    p.add_argument("--db", type=Path, default=None, help="database [REPO/results/xrt.duckdb]")
+    p.add_argument("--db", type=Path, default=None,
+                   help="database [REPO/results/demo/xrt.duckdb, made anew each run]")
     p.add_argument("--port", type=int, default=8501, help="the dashboard's port [8501]")
     p.set_defaults(func=run)
 
@@ -95,6 +94,7 @@ PLANT = (f"    _t0 = __import__('time').perf_counter()  # planted by xrt demo: ~
 # another op's host series read up to 1.08x in a CPU A/A pair (scripts/gate_protocol.py, on a GPU host,
 # checks that a planted op names nothing of another op).
 DEMO_BENCH = {"cpu": r"^bench_host\.Square\.", "gpu": r"^bench_(ops|host)\.Square\."}
+DEMO_DB = "xrt.duckdb"  # under results/demo/
 ROUNDS = 3  # A B C, C B A, A B C: base has three runs, so one slow process cannot fail the A/A pair
 
 
@@ -132,8 +132,13 @@ def stage_clone(repo: Path, work: Path) -> tuple[Path, list[str]]:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1" if not _has_gpu() else "0")
     repo = args.repo.resolve()
-    db = (args.db or repo / DEFAULT_DB).resolve()
     work = repo / "results" / "demo"  # ignored by git: the demo changes no tracked file
+    # A database of its own, made anew: each run's clone has new commits beside the last run's, and
+    # in one database the last run's planted commit would be as new as this one's.
+    db = (args.db or work / DEMO_DB).resolve()
+    if args.db is None:
+        for f in (db, db.with_name(db.name + ".wal")):
+            f.unlink(missing_ok=True)
     t0 = time.time()
     dev = stage_device()
     stage_square(dev)
@@ -170,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
           if ok else f"unexpected: A/A gate exit {rc_aa} (want 0), planted gate exit {rc_plant} (want 1)")
          + f"; {time.time() - t0:.0f} s so far")
     _say("on the dashboard: the front page lists the planted step as new (suspected); its Regression page "
-         "shows the series, the checklist and the explanation")
+         f"shows the series, the checklist and the explanation. The database: {db} (`xrt regressions --db` it)")
     if args.no_serve:
         _say("done.")
         return 0 if ok else 1
