@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--changed-only", action="store_true",
                    help="per commit, run only the ops whose sources changed since the last commit measured on the "
                         "machine; the others are recorded as carried forward (xrt/bench/sources.py)")
+    r.add_argument("--processes", type=_processes, default=None, metavar="N",
+                   help="measure the host and compiled series in N processes, each kept as a run of its own "
+                        "(device series: the first only) [3 on the full profile, 1 on the quick one]")
     r.add_argument("--lock-clocks", choices=["base", "max"],
                    help="lock GPU clocks for the run (root; restored on exit). Never on shared hosts.")
     r.set_defaults(func=run_bench)
@@ -50,6 +53,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_diag)
 
 
+def _processes(text: str) -> int:
+    """``--processes``: a whole number >= 1 (argparse names the option and the value otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 1 or more")
+    return n
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from xrt.bench import runner
 
@@ -61,7 +75,7 @@ def run_bench(args: argparse.Namespace) -> int:
     print(f"xrt bench: {len(commits)} commit(s) -> {results}", file=sys.stderr)
     summary = runner.run(repo, commits, results, all_gpus=args.all_gpus, device=args.device, quick=args.quick,
                          bench=args.bench, lock_clocks=args.lock_clocks, skip_existing=args.skip_existing,
-                         changed_only=args.changed_only,
+                         changed_only=args.changed_only, processes=args.processes,
                          log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(summary, indent=1))
     bad = [c for c in summary["commits"]

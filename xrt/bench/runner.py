@@ -264,6 +264,24 @@ def _collect(worktree: Path, src_root: Path, results: Path, t: Target, commit: s
     return copied
 
 
+def sources_module(series: str) -> str:
+    """The asv module of a suite series (``host`` -> ``bench_host``)."""
+    from xrt.bench.suite import SERIES
+
+    return SERIES[series][0]
+
+
+def _tag_process(f: Path, k: int) -> Path:
+    """Rename a collected result file and its sidecar as process ``k``'s (``X-proc<k>.json``): each
+    process a run of its own (ingest keys a run by its file's path)."""
+    dest = f.with_name(result_names.process_name(f.name, k))
+    os.replace(f, dest)
+    side = f.with_name(f.stem + sidecar_keys.SUFFIX)
+    if side.is_file():
+        os.replace(side, side.with_name(result_names.process_name(side.name, k, sidecar_keys.SUFFIX)))
+    return dest
+
+
 EARLY_EXIT_S = 10.0  # an asv process that exits 1 this soon, beside others, measured nothing: run it again alone
 
 
@@ -288,11 +306,24 @@ def _progress_file(work: Path, commit: str, machine: str) -> Path:
     return work / f"progress-{commit[:12]}-{machine}.log"
 
 
+# Processes a commit's host and compiled series are measured in, per profile, unless --processes says:
+# on the H100 a whole process moved them 1.15-1.5x against their reference call, so one process a side
+# cannot be judged (docs/regressions.md, "Several processes a commit"). Device series agree from one
+# process to the next: they are measured in the first process only.
+PROCESSES = {"full": 3, "quick": 1}
+PROCESS_SERIES = ("host", "compiled")  # the series measured again in each further process
+
+
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
-        skip_existing: bool = False, changed_only: bool = False, log=print) -> dict[str, Any]:
+        skip_existing: bool = False, changed_only: bool = False, processes: int | None = None,
+        log=print) -> dict[str, Any]:
     """Measure each of ``commits`` on each target (:class:`_CommitRun`): the summary of what each machine
-    did per commit."""
+    did per commit. ``processes``: how many processes measure the host and compiled series (default
+    :data:`PROCESSES` of the profile); each process's result files are kept apart, named ``-proc<k>``
+    (:func:`xrt.db.result_names.process_name`), when there are several."""
+    if processes is not None and (not isinstance(processes, int) or processes < 1):
+        raise BenchError(f"--processes {processes!r}: need a whole number >= 1")
     repo, results = repo.resolve(), results.resolve()
     wanted = sources.units_matching(bench)
     if not wanted:
@@ -301,10 +332,13 @@ def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False
     for t in tgts:
         register_machine(t, repo)
     profile = "quick" if quick or tgts[0].dev.kind == "cpu" else "full"
-    summary: dict[str, Any] = {"commits": [], "machines": [t.machine for t in tgts], "profile": profile}
+    again = [s for s in PROCESS_SERIES if s in sources.series_matching(bench, wanted)]
+    n_proc = (processes or PROCESSES[profile]) if again else 1
+    summary: dict[str, Any] = {"commits": [], "machines": [t.machine for t in tgts], "profile": profile,
+                               "processes": n_proc}
     work = Path(tempfile.mkdtemp(prefix="xrt-bench-"))
     job = _Job(repo, results, tgts, wanted, work, profile, bench, lock_clocks, changed_only, log,
-                          len(commits))
+               len(commits), n_proc)
     try:
         for i, commit in enumerate(commits, 1):
             t0 = time.time()
@@ -342,6 +376,7 @@ class _Job:
     changed_only: bool
     log: Any
     n_commits: int
+    processes: int = 1  # processes of the host and compiled series; device series run in the first only
 
 
 class _CommitRun:
@@ -356,6 +391,8 @@ class _CommitRun:
         self.procs: list[tuple] = []
         self.launches: dict[str, tuple[list[str], dict[str, str]]] = {}  # machine -> (asv command, env)
         self.seen: dict[str, int] = {}  # machine -> progress lines already logged
+        self.units: dict[str, list[str]] = {}  # machine -> the units measured (after --changed-only's plan)
+        self.k = 1  # the process being measured (1 .. job.processes)
 
     def measure(self) -> dict[str, Any]:
         """The commit's entry of the summary."""
@@ -363,15 +400,20 @@ class _CommitRun:
         if not (self.wt / "asv.conf.json").is_file() or not (self.wt / "benchmarks" / "bench_ops.py").is_file():
             log(f"{self.tag}: no asv suites in this commit; skipped")
             return {"commit": self.commit, "status": "no suites"}
-        for t in self.job.tgts:
-            self.launch(t)
-        if len(self.procs) > 1:
-            log(f"{self.tag}: {len(self.procs)} asv processes in parallel, one per GPU")
-        for t, side, out, log_name in self.wait():
-            cmd, env = self.launches[t.machine]
-            with open(log_name, "w") as f:
-                rc = subprocess.run(cmd, cwd=self.wt, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-            self.finish(t, side, out, log_name, rc, round(time.time() - self.t0, 1))
+        for k in range(1, self.job.processes + 1):
+            self.k, self.procs, self.seen = k, [], {}
+            if self.job.processes > 1:
+                log(f"{self.tag}: process {self.k} of {self.job.processes}"
+                    + (f" ({', '.join(PROCESS_SERIES)} series)" if self.k > 1 else ""))
+            for t in self.job.tgts:
+                self.launch(t)
+            if len(self.procs) > 1:
+                log(f"{self.tag}: {len(self.procs)} asv processes in parallel, one per GPU")
+            for t, side, out, log_name in self.wait():
+                cmd, env = self.launches[t.machine]
+                with open(log_name, "w") as f:
+                    rc = subprocess.run(cmd, cwd=self.wt, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+                self.finish(t, side, out, log_name, rc, round(time.time() - self.t0, 1))
         self.entry["seconds"] = round(time.time() - self.t0, 1)
         states = ", ".join(f"{m}: {v['status']}" for m, v in self.entry["machines"].items())
         log(f"{self.tag} in {self.entry['seconds']} s: {states}")
@@ -382,19 +424,31 @@ class _CommitRun:
         (none: nothing starts), the others carried forward."""
         job, commit = self.job, self.commit
         units = list(job.wanted)
-        if job.changed_only:
+        if self.k > 1:
+            units = self.units.get(t.machine, [])
+        elif job.changed_only:
             units, carried, note = plan_changed(job.repo, job.results, t.machine, commit, job.wanted)
             job.log(f"{self.tag} on {t.machine}: {note}")
             if carried:
                 write_carried(job.results, t.machine, commit, carried)
                 self.entry["machines"][t.machine] = {"status": "carried forward", "files": [], "carried": carried,
                                                      "measured": units}
-            if not units:
-                return
-        side = job.work / f"side-{commit[:12]}-{t.machine}"
+        self.units[t.machine] = units
+        if not units or (self.k > 1 and self.entry["machines"].get(t.machine, {}).get("status") not in
+                         ("ok", "benchmark failures")):
+            return  # nothing to measure, or the first process measured nothing: no second one
+        side = job.work / f"side-{commit[:12]}-{t.machine}-{self.k}"
+        shutil.rmtree(side, ignore_errors=True)
+        _progress_file(job.work, commit, t.machine).unlink(missing_ok=True)  # the previous process's lines
         env = self._env(t, units, side)
         config, out = _asv_config(self.wt, t)
-        narrowed = job.bench if units == sources.units() else sources.bench_regex(units, job.bench)
+        for f in (out / t.machine).glob("*.json") if (out / t.machine).is_dir() else []:
+            if result_names.is_result_file_of(f.name, commit):
+                f.unlink()  # the previous process's results: asv would add to them
+        narrowed = job.bench if units == sources.units() and self.k == 1 else sources.bench_regex(units, job.bench)
+        if self.k > 1:  # the host and compiled series alone
+            modules = "|".join(sources_module(s) for s in PROCESS_SERIES)
+            narrowed = f"(?=^({modules})\\.)" + (narrowed or "")
         cmd = _asv_cmd(commit, t, narrowed, config)
         if job.lock_clocks:
             cmd = [sys.executable, "-m", "xrt.bench.locked", "--index", str(t.dev.index),
@@ -416,7 +470,8 @@ class _CommitRun:
                 suite_env.PROFILE: job.profile,
                 # the suites' one setup_cache measures these ops and series only (xrt.bench.suite)
                 suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
-                suite_env.SERIES: ",".join(sources.series_matching(job.bench, units)) or "device",
+                suite_env.SERIES: ",".join(s for s in sources.series_matching(job.bench, units)
+                                           if self.k == 1 or s in PROCESS_SERIES) or "device",
                 "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
 
     def tick(self) -> None:
@@ -464,10 +519,15 @@ class _CommitRun:
             machines[t.machine] = {"status": f"refused: {e}", "files": []}
             job.log(f"  {t.machine}: {e}")
             return
+        if job.processes > 1:
+            files = [_tag_process(f, self.k) for f in files]
         # asv exits 2 when a benchmark failed; the failures are recorded in its results.
         status = "ok" if rc == 0 else ("benchmark failures" if rc == 2 and files else f"asv exit {rc}")
         prior = machines.get(t.machine, {})
-        machines[t.machine] = {**prior, "status": status, "files": [str(f) for f in files], "seconds": took}
+        if self.k > 1 and prior.get("status") == "benchmark failures" and status == "ok":
+            status = prior["status"]
+        machines[t.machine] = {**prior, "status": status, "files": prior.get("files", []) * (self.k > 1)
+                               + [str(f) for f in files], "seconds": took}
         if not files:
             tail = "\n".join(log_text.splitlines()[-15:])
             job.log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")

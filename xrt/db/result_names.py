@@ -52,10 +52,19 @@ def commit_of_name(rel: str) -> str | None:
 
 
 # A paired measurement (xrt gate --paired) measures each commit once a round and keeps every round's
-# files in one folder, each renamed with its round: ingest keys a run by its file's path.
-ROUND_RE = r"-round(\d+)\.json$"  # in SQL (regexp_extract) and Python alike: group 1 is the round
+# files in one folder, each renamed with its round: ingest keys a run by its file's path. `xrt bench
+# run --processes N` keeps each process of a commit the same way, named with its process: several
+# runs of one commit by design, like the rounds.
+ROUND_RE = r"-(?:round|proc)(\d+)\.json$"  # in SQL (regexp_extract) and Python alike: group 1 is the round
+PROCESS_RE = r"-proc(\d+)\.json$"  # a process of `xrt bench run --processes N` (not paired with the other side)
 
 
 def round_name(name: str, k: int, suffix: str = ".json") -> str:
     """``X.json`` of round ``k`` -> ``X-round<k>.json`` (a sidecar: ``suffix`` ``.xrt``)."""
     return f"{name[:-len(suffix)]}-round{k}{suffix}"
+
+
+def process_name(name: str, k: int, suffix: str = ".json") -> str:
+    """``X.json`` of process ``k`` of ``xrt bench run --processes N`` -> ``X-proc<k>.json`` (a sidecar:
+    ``suffix`` ``.xrt``)."""
+    return f"{name[:-len(suffix)]}-proc{k}{suffix}"

@@ -59,6 +59,7 @@ from xrt.track.gate_rules import (
     judge_series,
     machine_drift,
     outcome,
+    process_spread_pool,
     several_runs,
 )
 from xrt.track.gate_verdict import (
@@ -141,8 +142,9 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         v.notes.append(f"machine drift on {m}: the reference call took {d:.2f}x its base time at head "
                        f"({n} host series); host series are judged against it (op / reference), so the "
                        "drift is not blamed on code")
-    ctx = Context(v, cfg, eff, base, hist, changed)
-    for p in pairs(b_rows, h_rows):
+    todo = pairs(b_rows, h_rows)
+    ctx = Context(v, cfg, eff, base, hist, changed, process_spread_pool(todo))
+    for p in todo:
         judge_series(p, ctx)
     _sum_up(v, bool(b_rows and h_rows))
     if history and b_rows and h_rows:

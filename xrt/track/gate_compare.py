@@ -22,14 +22,37 @@ def round_ratios(b: Side, h: Side, paired: bool) -> list[float] | None:
     """Head / base per round, where a side was measured in several runs (``xrt bench compare``'s
     rounds, or a commit measured twice): the k-th run of head against the k-th of base, by round
     (``xrt.orchestrate.paired`` names each round's files ``-round<k>``), else in ingest order;
-    every pair where the counts differ. None: one run a side."""
+    every pair where the counts differ, or where the runs are processes of ``xrt bench run
+    --processes N`` (measured at other times, so the k-th of each side are no pair). None: one run a
+    side."""
     col = 2 if paired else 1
     bs = [r[col] for r in sorted(b.runs) if r[col]]
     hs = [r[col] for r in sorted(h.runs) if r[col]]
     if not bs or not hs or (len(bs) < 2 and len(hs) < 2):
         return None
-    pairs = zip(bs, hs) if len(bs) == len(hs) else ((x, y) for x in bs for y in hs)
+    by_round = len(bs) == len(hs) and not (b.processes or h.processes)
+    pairs = zip(bs, hs) if by_round else ((x, y) for x in bs for y in hs)
     return [y / x for x, y in pairs]
+
+
+def process_logs(b: Side, h: Side, paired: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The log of each run's median (op / reference where ``paired``) at base and at head."""
+    col = 2 if paired else 1
+    return tuple(np.log([r[col] for r in d.runs if r[col]]) for d in (b, h))
+
+
+def process_sigma(b: Side, h: Side, paired: bool) -> tuple[float, int] | None:
+    """The between-process σ of a series measured in processes (``xrt bench run --processes N``): the
+    pooled standard deviation of each side's log run values around that side's mean, and its degrees
+    of freedom (runs less one a side). None: fewer than 2 degrees of freedom, or no processes."""
+    if not (b.processes or h.processes):
+        return None
+    bs, hs = process_logs(b, h, paired)
+    df = sum(max(len(x) - 1, 0) for x in (bs, hs))
+    if df < 2:
+        return None
+    ss = sum(float(np.sum((x - x.mean()) ** 2)) for x in (bs, hs) if len(x) > 1)
+    return float(np.sqrt(ss / df)), df
 
 
 def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
@@ -66,6 +89,7 @@ class Comparison:
     drift: float | None = None
     item: dict | None = None  # what the verdict lists, once the samples say slower
     rounds: list[float] | None = None
+    spread_prior: float | None = None  # the like series' pooled between-process σ (processes only)
 
     def __post_init__(self) -> None:
         self.hib = higher_is_better(self.b.unit)
@@ -130,6 +154,30 @@ def within_base_spread(c: Comparison) -> str | None:
     return "within_noise"
 
 
+def within_process_spread(c: Comparison) -> str | None:
+    """Measured in several processes a side (``xrt bench run --processes N``): head's mean process
+    within the between-process spread, a t of the log process values below :data:`noise.Z`. The σ
+    is the two sides' own (:func:`process_sigma`), raised toward the like series' pooled σ
+    (:func:`noise.floored`): 3 processes a side give a σ of 4 degrees of freedom only."""
+    own = process_sigma(c.b, c.h, c.paired) if c.rounds is not None else None
+    if own is None:
+        return None
+    sigma, df = own
+    model = noisemod.floored(noisemod.Noise(sigma, 0.0, df + 1), c.spread_prior)
+    bs, hs = process_logs(c.b, c.h, c.paired)
+    se = model.sigma * np.sqrt(1 / len(bs) + 1 / len(hs))
+    gap = float(hs.mean() - bs.mean()) * c.sign
+    t = gap / se if se > 0 else float("inf") if gap > 0 else 0.0
+    spread = (f"{len(bs)} processes at base, {len(hs)} at head, σ {np.expm1(model.sigma):.1%} a process"
+              + (f" (raised toward like series' {np.expm1(c.spread_prior):.1%})" if model.prior else "")
+              + f", t {t:.1f}")
+    if t >= noisemod.Z:
+        c.item["processes"] = f"beyond the between-process spread: {spread} >= {noisemod.Z:g}"
+        return None
+    c.item["judged"] = f"within the between-process spread ({spread} < {noisemod.Z:g})"
+    return "within_noise"
+
+
 def within_drift(c: Comparison) -> str | None:
     """A series without a reference call of its own, slower by no more than its machine's drift."""
     if c.drift is None or not c.worse <= np.log(c.drift) + c.eff:
@@ -174,20 +222,24 @@ def regression(c: Comparison) -> str | None:
 
 
 # compare's steps, in order (docs/regressions.md, "The gate's rule").
-COMPARE_STEPS: tuple[Step, ...] = (not_slower, p_value, not_in_every_round, within_base_spread, within_drift,
-                                   within_noise, clock, changed_machine, regression)
+COMPARE_STEPS: tuple[Step, ...] = (not_slower, p_value, not_in_every_round, within_base_spread,
+                                   within_process_spread, within_drift, within_noise, clock, changed_machine,
+                                   regression)
 
 
 def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side, xs: np.ndarray,
             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
-            stat: str = "median", paired: bool = False, drift: float | None = None) -> None:
+            stat: str = "median", paired: bool = False, drift: float | None = None,
+            spread_prior: float | None = None) -> None:
     """One series with enough valid samples on both sides, through :data:`COMPARE_STEPS`: a regression,
     a clock change, a slowdown within the series' run-to-run noise (``model``, from its history) or not
     seen in every round, a slowdown of the whole host (``drift``: the machine's reference moved, and
     this series has no reference of its own to be judged against), or nothing.
 
-    ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs."""
-    c = Comparison(cfg, eff, key, b, h, xs, ys, machine_changed, model, stat, paired, drift)
+    ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs.
+    ``spread_prior``: the like series' pooled between-process σ (:func:`within_process_spread`)."""
+    c = Comparison(cfg, eff, key, b, h, xs, ys, machine_changed, model, stat, paired, drift,
+                   spread_prior=spread_prior)
     where = next(w for step in COMPARE_STEPS if (w := step(c)) is not None)
     if where:
         getattr(v, where).append(c.item)

@@ -34,6 +34,7 @@ class Side:
     paired: list[float] | None = field(default_factory=list)  # sample / reference call; None: a row had none
     refs: list[float] = field(default_factory=list)  # the reference call's samples (host series)
     runs: list[tuple] = field(default_factory=list)  # per run: ((round, run id), median, paired median)
+    processes: bool = False  # its runs are processes of `xrt bench run --processes N` (-proc<k> files)
     files: dict[str, str] = field(default_factory=dict)  # result file -> its environment
     by_env: dict[str, Side] = field(default_factory=dict)  # the same, each environment apart
     carried_from: str | None = None  # the commit whose measurement this side carries forward
@@ -125,19 +126,22 @@ def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, s
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
            f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, "
            f"coalesce(try_cast(regexp_extract(ru.file, '{result_names.ROUND_RE}', 1) AS INTEGER), 0), r.run_id, "
-           "ru.file, ru.env_name FROM results r "
+           f"ru.file, ru.env_name, coalesce(regexp_matches(ru.file, '{result_names.PROCESS_RE}'), false) "
+           "FROM results r "
            "LEFT JOIN benchmarks b ON b.name = r.benchmark LEFT JOIN runs ru ON ru.run_id = r.run_id "
            f"WHERE r.commit_hash IN ({', '.join('?' * len(commits))})")  # an IN list: filters pushed down
     for (commit, m, bn, pk, params, status, value, samples, cycles, clock, unit, version, refs, rnd,
-         run_id, file, env) in con.execute(sql, commits).fetchall():
+         run_id, file, env, proc) in con.execute(sql, commits).fetchall():
         for key in ((commit, m), (commit, None)):  # asked for on this machine, or on any
             series = out.get(key)
             if series is not None:
                 d = series.setdefault((m, bn, pk), Side(params, unit))
                 d.files[file] = env
+                d.processes |= proc
                 _pool(d, status, value, samples, cycles, clock, version, refs, (rnd, run_id or 0))
                 e = d.by_env.setdefault(env, Side(params, unit))  # each environment apart as well
                 e.files[file] = env
+                e.processes |= proc
                 _pool(e, status, value, samples, cycles, clock, version, refs, (rnd, run_id or 0))
     return out
 

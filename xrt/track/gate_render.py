@@ -50,7 +50,9 @@ def alerts_of(v: Verdict, items: list[dict]) -> list[tuple[Any, list[dict]]]:
 
 
 def evidence(r: dict) -> str:
-    return f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
+    """The test's figure, and how many processes a side measured a host series where that was judged."""
+    said = f"p={r['p_value']:.1e}" if r.get("p_value") is not None else f"z={r['z']:.1f} {r['judged']}"
+    return said + (f"; {r['processes']}" if r.get("processes") else "")
 
 
 def _explain_hint(v: Verdict) -> str | None:

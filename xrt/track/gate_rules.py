@@ -20,7 +20,7 @@ import numpy as np
 from xrt.db import result_names
 from xrt.track import noise as noisemod
 from xrt.track.detect import higher_is_better
-from xrt.track.gate_compare import compare, round_ratios
+from xrt.track.gate_compare import compare, process_sigma, round_ratios
 from xrt.track.gate_data import Pair, Side, host_series, like
 from xrt.track.gate_verdict import (
     CARRIED,
@@ -89,6 +89,7 @@ class Context:
     base: str
     hist: dict[str, dict]
     changed: set[str] = field(default_factory=set)  # machines whose environment differs between the sides
+    spread_pool: dict[tuple, float] = field(default_factory=dict)  # (like series, paired) -> between-process σ
 
 
 # A rule looks at one series and returns its outcome (adding a problem line where it blocks), or
@@ -171,7 +172,8 @@ def paired_host_series(p: Pair, c: Context) -> Outcome | None:
     if not (b.paired and h.paired and min(len(b.paired), len(h.paired)) >= need):
         return None
     compare(c.v, c.cfg, c.eff, p.key, b, h, np.asarray(b.paired, float), np.asarray(h.paired, float),
-            p.machine in c.changed, *_noise(c.hist, "paired", p.hkey, b, h, True), paired=True)
+            p.machine in c.changed, *_noise(c.hist, "paired", p.hkey, b, h, True), paired=True,
+            spread_prior=c.spread_pool.get((like(p.key), True)))
     return COMPARED
 
 
@@ -179,8 +181,30 @@ def on_samples(p: Pair, c: Context) -> Outcome | None:
     """Every other series: compared on its samples (:func:`compare`)."""
     drift = c.v.drift.get(p.machine, (None,))[0] if host_series(p.key[1]) else None
     compare(c.v, c.cfg, c.eff, p.key, p.base, p.head, p.xs, p.ys, p.machine in c.changed,
-            *_noise(c.hist, "value", p.hkey, p.base, p.head, False), drift=drift)
+            *_noise(c.hist, "value", p.hkey, p.base, p.head, False), drift=drift,
+            spread_prior=c.spread_pool.get((like(p.key), False)))
     return COMPARED
+
+
+def process_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
+    """The pooled between-process σ of like series (:func:`xrt.track.gate_data.like`) measured in
+    processes on both sides (:func:`process_sigma`), keyed (like series, judged op / reference): the
+    prior :func:`xrt.track.gate_compare.within_process_spread` raises a series' own σ toward."""
+    sigmas: dict[tuple, list[float]] = {}
+    for p in ps:
+        if p.base is None or p.head is None:
+            continue
+        paired = bool(p.base.paired and p.head.paired)
+        own = process_sigma(p.base, p.head, paired)
+        if own is not None:
+            sigmas.setdefault((like(p.key), paired), []).append(own[0])
+    return {k: s for k, v in sigmas.items() if (s := noisemod.pooled(v)) is not None}
+
+
+def one_process(p: Pair) -> bool:
+    """A host series measured in one process a side: how far a whole process moves it is unseen."""
+    return (host_series(p.key[1]) and p.base is not None and p.head is not None
+            and len(p.base.runs) == 1 and len(p.head.runs) == 1)
 
 
 # The gate's rule for one series, in order (docs/regressions.md, "The gate's rule").
@@ -205,9 +229,13 @@ def judge_series(p: Pair, c: Context) -> Outcome:
     if out is CARRIED:
         v.carried_from[p.carried] = v.carried_from.get(p.carried, 0) + 1
     v.counts[out.name] += 1
+    single = one_process(p)
     for lst, n in zip(_listed(v), marks):
         for item in lst[n:]:
             item["env"] = p.env  # which environment slowed down, where they are judged apart
+            if single:
+                item.setdefault("processes", "one process a side (xrt bench run --processes N shows the "
+                                "between-process spread)")
     return out
 
 
