@@ -89,7 +89,7 @@ class Comparison:
     drift: float | None = None
     item: dict | None = None  # what the verdict lists, once the samples say slower
     rounds: list[float] | None = None
-    spread_prior: float | None = None  # the like series' pooled between-process σ (processes only)
+    spread_prior: float | None = None  # the machine's pooled between-process σ (processes only)
 
     def __post_init__(self) -> None:
         self.hib = higher_is_better(self.b.unit)
@@ -157,19 +157,19 @@ def within_base_spread(c: Comparison) -> str | None:
 def within_process_spread(c: Comparison) -> str | None:
     """Measured in several processes a side (``xrt bench run --processes N``): head's mean process
     within the between-process spread, a t of the log process values below :data:`noise.Z`. The σ
-    is the two sides' own (:func:`process_sigma`), raised toward the like series' pooled σ
-    (:func:`noise.floored`): 3 processes a side give a σ of 4 degrees of freedom only."""
+    is the two sides' own (:func:`process_sigma`), raised to the machine's pooled σ where that is
+    larger (``spread_prior``, :func:`xrt.track.gate_rules.process_spread_pool`), never lowered."""
     own = process_sigma(c.b, c.h, c.paired) if c.rounds is not None else None
     if own is None:
         return None
-    sigma, df = own
-    model = noisemod.floored(noisemod.Noise(sigma, 0.0, df + 1), c.spread_prior)
+    raised = c.spread_prior is not None and c.spread_prior > own[0]
+    sigma = c.spread_prior if raised else own[0]
     bs, hs = process_logs(c.b, c.h, c.paired)
-    se = model.sigma * np.sqrt(1 / len(bs) + 1 / len(hs))
+    se = sigma * np.sqrt(1 / len(bs) + 1 / len(hs))
     gap = float(hs.mean() - bs.mean()) * c.sign
     t = gap / se if se > 0 else float("inf") if gap > 0 else 0.0
-    spread = (f"{len(bs)} processes at base, {len(hs)} at head, σ {np.expm1(model.sigma):.1%} a process"
-              + (f" (raised toward like series' {np.expm1(c.spread_prior):.1%})" if model.prior else "")
+    spread = (f"{len(bs)} processes at base, {len(hs)} at head, σ {np.expm1(sigma):.1%} a process"
+              + (f" (its own {np.expm1(own[0]):.1%}, raised to its machine's pooled)" if raised else "")
               + f", t {t:.1f}")
     if t >= noisemod.Z:
         c.item["processes"] = f"beyond the between-process spread: {spread} >= {noisemod.Z:g}"
@@ -237,7 +237,7 @@ def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side,
     this series has no reference of its own to be judged against), or nothing.
 
     ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs.
-    ``spread_prior``: the like series' pooled between-process σ (:func:`within_process_spread`)."""
+    ``spread_prior``: the machine's pooled between-process σ (:func:`within_process_spread`)."""
     c = Comparison(cfg, eff, key, b, h, xs, ys, machine_changed, model, stat, paired, drift,
                    spread_prior=spread_prior)
     where = next(w for step in COMPARE_STEPS if (w := step(c)) is not None)

@@ -89,7 +89,7 @@ class Context:
     base: str
     hist: dict[str, dict]
     changed: set[str] = field(default_factory=set)  # machines whose environment differs between the sides
-    spread_pool: dict[tuple, float] = field(default_factory=dict)  # (like series, paired) -> between-process σ
+    spread_pool: dict[tuple, float] = field(default_factory=dict)  # (machine, paired) -> between-process σ
 
 
 # A rule looks at one series and returns its outcome (adding a problem line where it blocks), or
@@ -173,7 +173,7 @@ def paired_host_series(p: Pair, c: Context) -> Outcome | None:
         return None
     compare(c.v, c.cfg, c.eff, p.key, b, h, np.asarray(b.paired, float), np.asarray(h.paired, float),
             p.machine in c.changed, *_noise(c.hist, "paired", p.hkey, b, h, True), paired=True,
-            spread_prior=c.spread_pool.get((like(p.key), True)))
+            spread_prior=c.spread_pool.get((p.machine, True)))
     return COMPARED
 
 
@@ -182,23 +182,28 @@ def on_samples(p: Pair, c: Context) -> Outcome | None:
     drift = c.v.drift.get(p.machine, (None,))[0] if host_series(p.key[1]) else None
     compare(c.v, c.cfg, c.eff, p.key, p.base, p.head, p.xs, p.ys, p.machine in c.changed,
             *_noise(c.hist, "value", p.hkey, p.base, p.head, False), drift=drift,
-            spread_prior=c.spread_pool.get((like(p.key), False)))
+            spread_prior=c.spread_pool.get((p.machine, False)))
     return COMPARED
 
 
 def process_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
-    """The pooled between-process σ of like series (:func:`xrt.track.gate_data.like`) measured in
-    processes on both sides (:func:`process_sigma`), keyed (like series, judged op / reference): the
-    prior :func:`xrt.track.gate_compare.within_process_spread` raises a series' own σ toward."""
-    sigmas: dict[tuple, list[float]] = {}
+    """The pooled between-process σ of a machine's series measured in processes (:func:`process_sigma`),
+    keyed (machine, judged op / reference): the root of their variances averaged by degrees of freedom,
+    the usual pooled variance. Whole processes move a machine's host and compiled series (1.15-1.5x on
+    two of three H100 hosts), and 3 processes a side give one series 4 degrees of freedom only: in an
+    A/A pair a series' own σ, and even that of its like series (the other shapes), came out at half the
+    true one. :func:`xrt.track.gate_compare.within_process_spread` raises a series' own σ to it."""
+    sums: dict[tuple, list[float]] = {}
     for p in ps:
         if p.base is None or p.head is None:
             continue
         paired = bool(p.base.paired and p.head.paired)
         own = process_sigma(p.base, p.head, paired)
         if own is not None:
-            sigmas.setdefault((like(p.key), paired), []).append(own[0])
-    return {k: s for k, v in sigmas.items() if (s := noisemod.pooled(v)) is not None}
+            acc = sums.setdefault((p.machine, paired), [0.0, 0])
+            acc[0] += own[0] ** 2 * own[1]
+            acc[1] += own[1]
+    return {k: float(np.sqrt(ss / df)) for k, (ss, df) in sums.items()}
 
 
 def one_process(p: Pair) -> bool:
