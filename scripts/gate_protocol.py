@@ -19,11 +19,19 @@ processes) per commit and round, in the order base, heads..., then reversed (``x
   nightly does (one run a side, measured in separate processes): each round is one repeat;
 - **paired**: two consecutive rounds together (1+2, 3+4, ...), as ``xrt gate --paired`` judges them.
 
+With ``--processes N`` (N > 1) it measures the nightly's way instead: in each of ``--rounds`` repeats, one
+``xrt bench run --processes N`` of the base and the heads (the host and compiled series in N processes
+a commit, each kept as a run of its own), and judges each head against the base in history mode two
+ways, from the same measurement: **processes** (every process a side) and **one process** (only the
+first process a side, as a nightly of one process each). No paired rounds are measured.
+
 Each verdict is checked against what it should be (``EXPECT``); the script prints one row per verdict and
 exits 1 when any check fails.
 
     python scripts/gate_protocol.py --rounds 4 --heads aa --json aa.json
     python scripts/gate_protocol.py --rounds 2 --heads aa,tuning,host,compiled --md table.md
+    python scripts/gate_protocol.py --processes 3 --history 0 --rounds 1 --heads aa,host,compiled \
+        --bench '^bench_(ops|host|compiled)\.Square\.|^bench_(host|compiled)\.Softmax\.'
 """
 
 from __future__ import annotations
@@ -146,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench", help=f"asv --bench regex [{BENCH}; the CPU: {QUICK_BENCH}]")
     ap.add_argument("--reuse-history", type=Path, metavar="DIR",
                     help="the history's results from an earlier run of this script on the same base (its WORK/history)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="N > 1: history mode as a nightly of `xrt bench run --processes N` judges it (no paired "
+                         "rounds); each repeat judged with every process and with the first alone [1]")
     ap.add_argument("--device", help="cuda:N or cpu [the default device]")
     ap.add_argument("--work", type=Path, help="folder for the clone and the results [a temp dir]")
     ap.add_argument("--json", type=Path, help="write every verdict here")
@@ -157,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--heads {args.heads!r}: choose from {', '.join(PLANTS)}")
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: need at least 1")
+    if args.processes < 1:
+        ap.error(f"--processes {args.processes}: need at least 1")
 
     from xrt.bench.machine import machine_name
     from xrt.device import default_device
@@ -206,11 +219,15 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"[history] {args.history} commit(s) before the base, one xrt bench run", flush=True)
         runner.run(clone, chain[:-1], history, device=args.device, bench=bench, log=lambda m: None)
+    from xrt.db.ingest import ingest
+
+    if args.processes > 1:
+        rows = by_processes(clone, work, history if args.history else None, base, shas, bench, args)
+        return report(rows, kind, heads, args, dev, base, shas, bench, time.time() - t0)
     p = paired.measure(clone, base, list(shas.values()), work / "measured", rounds=args.rounds, bench=bench,
                        device=args.device, log=log)
     measured_s = time.time() - t0
     rows = []
-    from xrt.db.ingest import ingest
 
     for k, folder in enumerate(p.folders, 1):  # history: each round alone, as the nightly sees it
         db = work / f"history-{k}.duckdb"
@@ -223,6 +240,48 @@ def main(argv: list[str] | None = None) -> int:
         noise = work / f"history-{k + 1}.duckdb"
         rows += [{"mode": "paired", "repeat": k // 2 + 1, "head": h, **judge(pp.db, clone, base, s, noise)}
                  for h, s in shas.items()]
+    return report(rows, kind, heads, args, dev, base, shas, bench, measured_s)
+
+
+def by_processes(clone: Path, work: Path, history: Path | None, base: str, shas: dict[str, str], bench: str,
+                 args: argparse.Namespace) -> list[dict]:
+    """``--processes N``: each repeat one ``xrt bench run --processes N`` of the base and the heads (in
+    turn, reversed every other repeat), judged in history mode with every process a side and with the
+    first alone."""
+    import shutil
+
+    from xrt.bench import runner
+    from xrt.db import result_names
+    from xrt.db.ingest import ingest
+
+    rows = []
+    commits = [base, *shas.values()]
+    one = (result_names.process_name(".json", 1), result_names.process_name(".xrt", 1, ".xrt"))  # process 1's files
+    for k in range(1, args.rounds + 1):
+        folder = work / f"processes-{k}"
+        shutil.rmtree(folder, ignore_errors=True)
+        t = time.time()
+        runner.run(clone, commits if k % 2 else commits[::-1], folder, device=args.device, bench=bench,
+                   processes=args.processes, log=lambda m: print(m, flush=True) if m.startswith("[") else None)
+        print(f"[processes {k}/{args.rounds}] {len(commits)} commits x {args.processes} processes in "
+              f"{time.time() - t:.0f} s", flush=True)
+        first = work / f"first-process-{k}"  # the same measurement, the first process a side alone
+        shutil.rmtree(first, ignore_errors=True)
+        shutil.copytree(folder, first,
+                        ignore=lambda d, names: [n for n in names if "-proc" in n and not n.endswith(one)])
+        for mode, f in (("processes", folder), ("one process", first)):
+            db = work / f"{mode.replace(' ', '-')}-{k}.duckdb"
+            db.unlink(missing_ok=True)
+            for src in ([history] if history else []) + [f]:
+                ingest(src, db, repo=str(clone), echo=lambda s: None, tuned=None)
+            rows += [{"mode": mode, "repeat": k, "head": h, **judge(db, clone, base, s)} for h, s in shas.items()]
+    return rows
+
+
+def report(rows: list[dict], kind: str, heads: list[str], args: argparse.Namespace, dev, base: str,
+           shas: dict[str, str], bench: str, measured_s: float) -> int:
+    """Check each verdict, print the table (and write it), exit 1 when any check failed."""
+    from xrt.bench.machine import machine_name
 
     failed = 0
     table = ["| mode | repeat | head | exit | series named | check |", "|---|---:|---|---:|---:|---|"]
@@ -237,10 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in r["named"][:8]:
             print(f"    {n}")
     summary = (f"{len(rows) - failed} of {len(rows)} verdicts as expected; measuring took {measured_s:.0f} s "
-               f"({len(heads) + 1} commits x {args.rounds} rounds)")
+               f"({len(heads) + 1} commits x {args.rounds} rounds"
+               + (f", {args.processes} processes a commit)" if args.processes > 1 else ")"))
     print(summary)
     info = {"machine": machine_name(dev), "kind": kind, "base": base, "heads": shas, "bench": bench,
-            "rounds": args.rounds, "measured_s": round(measured_s, 1), "rows": rows}
+            "rounds": args.rounds, "processes": args.processes, "measured_s": round(measured_s, 1), "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(info, indent=1))
     if args.md:

@@ -59,7 +59,7 @@ def bench_runner(repo: Path, commits: list[str], results: Path, bench: str, mach
     from xrt.bench import runner
 
     out = runner.run(repo, commits, results, device=device_for(machine), quick=profile == "quick", bench=bench,
-                     log=lambda s: None)
+                     processes=1, log=lambda s: None)  # each candidate beside the good commit, one process each
     bad = [f"{c['commit'][:10]}: {m}: {v['status']}" for c in out["commits"]
            for m, v in c.get("machines", {}).items() if v.get("status") not in ("ok", "benchmark failures")]
     if bad:

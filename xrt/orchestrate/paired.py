@@ -56,8 +56,9 @@ def measure(repo: Path, base: str, heads: list[str], out: Path, *, rounds: int =
     folders = [out / f"round-{k}" for k in range(1, rounds + 1)]
     for i, (k, commit) in enumerate(steps, 1):
         log(f"[paired {i}/{len(steps)}] round {k}: {commit[:10]} ({'base' if commit == base else 'head'})")
+        # one process a round: the rounds are the processes, each judged as a run of its own
         summary = runner.run(repo, [commit], folders[k - 1], all_gpus=all_gpus, device=device, quick=quick,
-                             bench=bench, log=log)
+                             bench=bench, processes=1, log=log)
         states = [m.get("status", "") for c in summary["commits"] for m in c.get("machines", {}).values()]
         if not states or not any(s in ("ok", "benchmark failures") for s in states):
             raise runner.BenchError(f"round {k}: {commit[:10]} measured nothing ({', '.join(states) or 'no run'})")
