@@ -141,3 +141,24 @@ def test_process_files_are_runs_of_their_own_and_not_a_copy(world, capsys):
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
     assert con.execute("SELECT count(*) FROM ingest_errors").fetchone()[0] == 0
+
+
+def test_with_history_of_processes_the_aa_passes_and_the_plant_fails(tmp_path, capsys):
+    """Five commits of history, each in 3 processes (the noise model learns from each commit's median
+    process): the A/A still passes and the 2x host plant still fails, naming that op alone."""
+    repo, rng = tmp_path / "repo", np.random.default_rng(7)
+    commits = synth.git_history(repo, 7)
+    root, db = tmp_path / "results", tmp_path / "xrt.duckdb"
+    for c in commits[:5]:
+        measure(root, c, 3, rng)
+    measure(root, commits[5], 3, rng)  # A/A head of commits[4]
+    measure(root, commits[6], 3, rng, plant={"bench_host.Square.time_host": 2.0})
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    verdicts = []
+    for head in commits[5:]:
+        code = main(["gate", "--db", str(db), "--repo", str(repo), "--base", commits[4], "--head", head,
+                     "--no-history"])
+        verdicts.append((code, capsys.readouterr().out))
+    (aa, aa_out), (plant, plant_out) = verdicts
+    assert aa == 0 and not named(aa_out), aa_out
+    assert plant == 1 and {ln.split()[1] for ln in named(plant_out)} == {"bench_host.Square.time_host"}, plant_out

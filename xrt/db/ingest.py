@@ -495,7 +495,8 @@ def _say_several_runs(st: _Ingest) -> None:
     ingest against each new one. Both are kept; the gate and the newest-commit judgement do not pool
     them (:data:`xrt.track.gate.SEVERAL_RUNS`). Files of different environments are asv's usual
     matrix: they are judged per environment, nothing to say. Nor are the rounds of a paired
-    measurement (``-round<k>`` files, :data:`xrt.db.result_names.ROUND_RE`): several runs by design."""
+    measurement (``-round<k>`` files) or the processes of ``xrt bench run --processes N`` (``-proc<k>``
+    files, :data:`xrt.db.result_names.ROUND_RE`): several runs by design."""
     import re
 
     def key(f: str, m: str, c: str, env: str) -> tuple:
