@@ -1,4 +1,4 @@
-"""The gate's A/A and planted protocol: does an unchanged commit pass, and does each kind of real
+r"""The gate's A/A and planted protocol: does an unchanged commit pass, and does each kind of real
 slowdown fail alone? (docs/regressions.md, "A/A and planted: the protocol").
 
 In a throwaway clone of this repository, at its HEAD (the base), it commits siblings of the base:
@@ -30,8 +30,8 @@ exits 1 when any check fails.
 
     python scripts/gate_protocol.py --rounds 4 --heads aa --json aa.json
     python scripts/gate_protocol.py --rounds 2 --heads aa,tuning,host,compiled --md table.md
-    python scripts/gate_protocol.py --processes 3 --history 0 --rounds 1 --heads aa,host,compiled \
-        --bench '^bench_(ops|host|compiled)\.Square\.|^bench_(host|compiled)\.Softmax\.'
+    python scripts/gate_protocol.py --processes 3 --history 0 --rounds 1 --heads aa,host \
+        --bench '^bench_(ops|host|compiled)\.(Square|VectorAdd)\.'
 """
 
 from __future__ import annotations

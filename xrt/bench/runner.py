@@ -526,8 +526,8 @@ class _CommitRun:
         prior = machines.get(t.machine, {})
         if self.k > 1 and prior.get("status") == "benchmark failures" and status == "ok":
             status = prior["status"]
-        machines[t.machine] = {**prior, "status": status, "files": prior.get("files", []) * (self.k > 1)
-                               + [str(f) for f in files], "seconds": took}
+        earlier = prior.get("files", []) if self.k > 1 else []  # the files of this commit's earlier processes
+        machines[t.machine] = {**prior, "status": status, "files": earlier + [str(f) for f in files], "seconds": took}
         if not files:
             tail = "\n".join(log_text.splitlines()[-15:])
             job.log(f"  {t.machine}: asv produced no results (exit {rc}):\n{tail}")
