@@ -2,8 +2,10 @@
 
     python benchmarks/model_bench.py --out model.json [--md model.md] [--quick]
 
-The model is plain PyTorch (``nn.Linear``, ``nn.LayerNorm``, ``F.scaled_dot_product_attention`` causal,
-GELU MLP, pre-norm residual blocks); nothing in it names xrt. Each variant runs the same model object:
+The model is plain PyTorch (``xrt.pytorch.modules.gpt``: ``nn.Linear``, ``nn.LayerNorm``,
+``F.scaled_dot_product_attention`` causal, GELU MLP, pre-norm residual blocks); nothing in it names xrt.
+The asv suites track the same model per commit (``bench_ops.GptTrain`` and its twins).
+Each variant runs the same model object:
 
 - ``torch``: no policy (torch's own kernels);
 - ``xrt``: ``xrt.pytorch.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton")``:
@@ -42,28 +44,6 @@ POLICIES: dict[str, dict[str, str] | None] = {
 }
 
 
-def gpt(d: int, heads: int, blocks: int) -> Any:
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            b, s, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-            return x + self.down(F.gelu(self.up(self.ln2(x))))
-
-    return nn.Sequential(*[Block() for _ in range(blocks)])
-
-
 def scope(policy: dict[str, str] | None) -> Any:
     import contextlib
 
@@ -85,6 +65,8 @@ def xrt_ops(model: Any, x: Any, policy: dict[str, str] | None) -> list[str]:
 def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]:
     import torch
     from triton.testing import do_bench
+
+    from xrt.pytorch.modules import gpt
 
     torch.manual_seed(0)
     model = gpt(d, h, n).cuda().to(torch.bfloat16)

@@ -14,8 +14,9 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-OPS = ["attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm", "layernorm_bwd",
-       "matmul", "softmax", "square", "vector_add", "window_sum"]
+GPT = {"gpt_infer", "gpt_infer_compiled", "gpt_train", "gpt_train_compiled"}  # models of the routed ops
+OPS = sorted({"attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm",
+              "layernorm_bwd", "matmul", "softmax", "square", "vector_add", "window_sum"} | GPT)
 
 
 def test_units_are_the_specs_ops_and_the_allocator():
@@ -25,15 +26,16 @@ def test_units_are_the_specs_ops_and_the_allocator():
 @pytest.mark.parametrize("changed,want", [
     (["docs/timing.md", "tests/test_x.py", "xrt/track/gate.py", "xrt/orchestrate/bisect.py", "README.md"], set()),
     (["xrt/kernels/triton/square.py"], {"square"}),
-    (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
-    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"}),  # one file, two ops (BenchSpec.module)
-    (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"}),
-    (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
-    (["xrt/kernels/defs/softmax.py"], {"softmax"}),
+    (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | GPT),  # the model uses layernorm
+    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"} | GPT),  # one file, two ops (BenchSpec.module)
+    (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"} | GPT),
+    (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"} | GPT),
+    (["xrt/kernels/defs/softmax.py"], {"softmax"} | GPT),
+    (["xrt/kernels/defs/gpt.py"], GPT),
     # a commit from before the kernels moved into the package: the same ops from the old paths
     (["kernels/triton/square.py"], {"square"}),
-    (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
-    (["kernels/defs/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
+    (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | GPT),
+    (["kernels/defs/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"} | GPT),
     (["kernels/triton/launch.py"], set(OPS) | {"allocator"}),
     # the move itself (git diff --no-renames: deleted at the old path, added at the new): the ops it moves
     (["kernels/triton/square.py", "xrt/kernels/triton/square.py"], {"square"}),

@@ -51,14 +51,18 @@ def units() -> list[str]:
 
 
 def own_files(unit: str) -> list[str]:
-    """The files only ``unit`` depends on (patterns relative to the repository root)."""
+    """The files only ``unit`` depends on (patterns relative to the repository root); a model's
+    step adds those of the ops it uses (``OpDef.uses``)."""
     if unit == ALLOCATOR:
         return list(_ALLOCATOR_FILES)
     if unit not in units():
         raise ValueError(f"no benchmarked unit {unit!r}; known: {', '.join(units())}")
     from xrt.bench import specs
+    from xrt.kernels import defs
 
-    return [p.format(f=specs.SPECS[unit].module or unit, op=unit) for p in _OP_FILES]
+    d = defs.OPS.get(unit)
+    used = [u for u in (d.uses if d is not None else ()) if u in specs.SPECS]
+    return [p.format(f=specs.SPECS[u].module or u, op=u) for u in (unit, *used) for p in _OP_FILES]
 
 
 def _match(path: str, patterns) -> bool:

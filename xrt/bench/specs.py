@@ -439,9 +439,9 @@ def _cnn_call(train: bool):
     return call
 
 
-def _cnn_check(op: str) -> Callable[[tuple, str], None]:
+def _model_check(op: str) -> Callable[[tuple, str], None]:
     def check(args: tuple, provider: str) -> None:
-        from xrt.pytorch.modules import cnn_step  # noqa: F401  (registers the providers)
+        import xrt.pytorch.modules  # noqa: F401  (registers the models' providers)
         from xrt.pytorch.ops.dispatch import require
 
         require(op, provider, args[0])
@@ -458,9 +458,50 @@ def _cnn_flops(shape: Shape, train: bool) -> int:
 def _cnn_spec(op: str, train: bool) -> BenchSpec:
     return _spec(op, _cnn_inputs, _cnn_call(train),
                  lambda shape, esize: 0,  # a model: FLOPs only (the convolutions')
-                 lambda shape: _cnn_flops(shape, train), _cnn_check(op),
+                 lambda shape: _cnn_flops(shape, train), _model_check(op),
                  "a model's step, not one op's call (compiling the model is a different measurement)")
 
 
 register(_cnn_spec("cnn_infer", train=False))
 register(_cnn_spec("cnn_train", train=True))
+
+
+# -- the GPT-style macro-benchmarks: an unmodified model, routed by the policy (xrt.pytorch.modules) --
+#
+# A shape is (batch, sequence, width, heads, blocks). Provider "torch" runs the model with no policy,
+# "triton" with every routed op on xrt's Triton kernels; the ``_compiled`` twins torch.compile it.
+# CUDA only (bfloat16). Tokens per second are batch x sequence over the step's time.
+
+def _gpt_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    from xrt.pytorch.modules import gpt_inputs
+
+    return gpt_inputs(*shape, dtype, device)
+
+
+def _gpt_call(op: str):
+    def call(args: tuple, provider: str, config: dict | None):
+        if config is not None:
+            raise ValueError(f"{op} is a model's step: it has no tuning configs")
+        from xrt.pytorch.modules import gpt_mode, gpt_step
+
+        return gpt_step(args, provider, *gpt_mode(op))
+
+    return call
+
+
+def _gpt_spec(op: str) -> BenchSpec:
+    train = op.startswith("gpt_train")
+    return _spec(op, _gpt_inputs, _gpt_call(op), lambda shape, esize: 0,
+                 lambda shape: _gpt_flops(shape, train), _model_check(op),
+                 "a model's step, not one op's call (the _compiled twins time the compiled model)")
+
+
+def _gpt_flops(shape: Shape, train: bool) -> int:
+    from xrt.pytorch.modules import gpt_flops
+
+    return gpt_flops(*shape, train)
+
+
+for _def in defs.OPS.values():
+    if _def.module == "gpt":
+        register(_gpt_spec(_def.name))

@@ -87,6 +87,9 @@ class OpDef:
     # A model's own torch calls of it (F.linear, F.layer_norm, ...) go to its xrt providers when the
     # policy names one (xrt.pytorch.routing holds the torch functions it takes).
     routed: bool = False
+    # A model's step: the ops whose files change its measurements besides its own (gpt_train uses
+    # matmul's kernels: ``xrt bench run --changed-only`` re-measures it when they change).
+    uses: tuple[str, ...] = ()
 
     @property
     def file(self) -> str:

@@ -1,4 +1,7 @@
-"""``nn.Module``s built on xrt's ops, and the small ResNet-style CNN of the macro-benchmarks.
+"""``nn.Module``s built on xrt's ops, and the two models of the macro-benchmarks.
+
+The models: a small ResNet-style CNN on xrt's fused conv (:func:`resnet_cifar`), and a GPT-style
+stack of plain PyTorch blocks (:func:`gpt`) that xrt's policy routes (xrt.pytorch.routing).
 
 :class:`ConvBNReLU` is ``nn.Conv2d(bias=False)`` + ``nn.BatchNorm2d`` + ``nn.ReLU`` with the same
 parameters and buffers (a state dict loads either way), run by ``xp.ops.conv_bn_relu``: the policy's
@@ -12,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xrt.kernels import defs
 from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops.conv_bn_relu import conv_bn_relu
 
@@ -105,3 +109,97 @@ for _op, _train in (("cnn_infer", False), ("cnn_train", True)):  # what the suit
     for _name, _missing in (("torch", dispatch.torch_missing), ("triton", dispatch.triton_missing)):
         dispatch.register(_op, _name, _cuda_only(_missing))(
                    lambda *args, _p=_name, _t=_train: cnn_step(args, _p, _t))
+
+
+# -- the GPT-style model: plain PyTorch, routed by the policy ------------------------------------
+
+class GPTBlock(nn.Module):
+    """A pre-norm transformer block: causal self-attention and a 4x GELU MLP, each with a residual.
+    Plain PyTorch calls only (``nn.Linear``, ``nn.LayerNorm``, ``F.scaled_dot_product_attention``)."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.down(nn.functional.gelu(self.up(self.ln2(x))))
+
+
+def gpt(d: int, heads: int, blocks: int) -> nn.Module:
+    """``blocks`` :class:`GPTBlock` of width ``d`` in sequence: ``[B, S, d] -> [B, S, d]``."""
+    return nn.Sequential(*[GPTBlock(d, heads) for _ in range(blocks)])
+
+
+def gpt_flops(batch: int, seq: int, d: int, heads: int, blocks: int, train: bool) -> int:
+    """FLOPs of one step: the GEMMs (12 d^2 per token per block) and causal attention (half of
+    4 S d per token per block); a training step is three times the forward."""
+    tokens = batch * seq
+    fwd = blocks * (2 * tokens * 12 * d * d + 2 * tokens * seq * d)
+    return fwd * (3 if train else 1)
+
+
+def gpt_inputs(batch: int, seq: int, d: int, heads: int, blocks: int, dtype: Any, device: str) -> tuple:
+    """``(x, model, compiled)``: a seeded model in ``dtype`` and a ``[batch, seq, d]`` input that
+    requires grad; ``compiled`` holds ``torch.compile``'d models by provider (filled on use)."""
+    torch.manual_seed(0)
+    model = gpt(d, heads, blocks).to(device=device, dtype=dtype)
+    x = torch.randn(batch, seq, d, device=device, dtype=dtype, requires_grad=True)
+    return x, model, {}
+
+
+def gpt_policy(provider: str) -> dict[str, str]:
+    """The policy that runs the model on ``provider``: every routed op's entry (xrt/kernels/defs);
+    none for torch."""
+    return {} if provider == "torch" else {d.name: provider for d in defs.OPS.values() if d.routed}
+
+
+def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False) -> torch.Tensor:
+    """One inference pass (``no_grad``) or one training step (forward, a scalar loss, backward,
+    gradients set to None) of the model under ``provider``'s policy; ``compiled`` runs the model
+    ``torch.compile``'d (compiled inside the policy, once per provider)."""
+    from xrt.pytorch.policy import kernel_policy
+
+    x, model, cache = args
+    with kernel_policy(**gpt_policy(provider)):
+        run = model
+        if compiled:
+            run = cache.get(provider)
+            if run is None:
+                run = cache[provider] = torch.compile(model)
+        if not train:
+            with torch.no_grad():
+                return run(x)
+        loss = run(x).float().pow(2).mean()
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    return loss.detach()
+
+
+def _gpt_cuda_only(missing: Any) -> Any:
+    def check(x: torch.Tensor) -> str | None:
+        if not x.is_cuda:
+            return "the GPT-style macro-benchmark runs on CUDA only (bfloat16, a model's worth of kernels)"
+        return missing(x)
+
+    return check
+
+
+def gpt_mode(op: str) -> tuple[bool, bool]:
+    """``(train, compiled)`` of a GPT macro-benchmark op (xrt/kernels/defs/gpt.py) from its name."""
+    return op.startswith("gpt_train"), op.endswith("_compiled")
+
+
+GPT_OPS = [d.name for d in defs.OPS.values() if d.module == "gpt"]
+for _op in GPT_OPS:
+    _train, _compiled = gpt_mode(_op)
+    for _name, _missing in (("torch", dispatch.torch_missing), ("triton", dispatch.triton_missing)):
+        dispatch.register(_op, _name, _gpt_cuda_only(_missing))(
+            lambda *args, _p=_name, _t=_train, _c=_compiled: gpt_step(args, _p, _t, _c))

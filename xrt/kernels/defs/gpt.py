@@ -1,0 +1,24 @@
+"""``gpt_infer`` and ``gpt_train``: an unmodified GPT-style model, on torch's kernels or routed to xrt's.
+
+The model is plain PyTorch (xrt.pytorch.modules.gpt): pre-norm blocks of ``nn.LayerNorm``,
+``nn.Linear``, causal ``F.scaled_dot_product_attention`` and a GELU MLP; nothing in it names xrt.
+Provider "torch" runs it with no policy; "triton" runs it under a policy that routes its linear,
+layernorm, softmax and attention calls to xrt's Triton kernels (xrt.pytorch.routing). A shape is
+(batch, sequence, width, heads, blocks). The ``_compiled`` twins run the model ``torch.compile``'d
+(compiled inside the policy). The model reads the routed ops' files, so a change to any
+of them re-measures it (``uses``).
+"""
+
+from xrt.kernels.opdef import OpDef
+
+# The GPT-style shapes the model benchmark measures (benchmarks/model_bench.py).
+_GPT = {"quick": ((2, 16, 32, 2, 1),), "small": ((8, 1024, 1024, 16, 4),), "large": ((4, 2048, 2048, 16, 4),)}
+_USES = ("matmul", "layernorm", "softmax", "attention")
+
+DEFS = tuple(
+    OpDef(name, doc, module="gpt", providers=("torch", "triton"), policy="matmul", spaces={}, shapes=_GPT,
+          dtypes=("bfloat16",), model=True, uses=_USES)
+    for name, doc in (("gpt_infer", "a GPT-style model's inference step"),
+                      ("gpt_train", "a GPT-style model's training step (forward and backward)"),
+                      ("gpt_infer_compiled", "a GPT-style model's inference step, torch.compile'd"),
+                      ("gpt_train_compiled", "a GPT-style model's training step, torch.compile'd")))
