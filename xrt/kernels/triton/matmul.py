@@ -159,15 +159,15 @@ def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
 
 
 def major(t: torch.Tensor) -> str:
-    """``"n"`` where ``t`` [B, rows, cols] is row-major (last stride 1), ``"t"`` where it is a
+    """``"n"`` where ``t`` [(B,) rows, cols] is row-major (last stride 1), ``"t"`` where it is a
     column-major view (a transposed row-major tensor: ``W.T``, ``g.T``), ``"-"`` otherwise."""
-    if t.stride(2) == 1 or t.shape[2] == 1:
+    if t.stride(-1) == 1:
         return "n"
-    return "t" if t.stride(1) == 1 or t.shape[1] == 1 else "-"
+    return "t" if t.stride(-2) == 1 else "-"
 
 
 def layout(a: torch.Tensor, b: torch.Tensor) -> str:
-    """The BLAS layout of ``a @ b`` ([B, M, K] x [B, K, N] views): ``"nn"`` (both row-major),
+    """The BLAS layout of ``a @ b`` ([(B,) M, K] x [(B,) K, N] views): ``"nn"`` (both row-major),
     ``"nt"`` (``x @ W.T``: a linear's forward), ``"tn"`` (``g.T @ x``: its weight gradient), ``"tt"``;
     ``"-"`` in a letter's place for a view that is neither (the tiled kernel reads it)."""
     return major(a) + major(b)
@@ -264,7 +264,7 @@ def default_config(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | No
     if not cfg.is_default:
         return cfg
     m, n, k = a.shape[0], b.shape[1], a.shape[1]
-    key = (layout(a[None], b[None]), m, n, k)
+    key = (layout(a, b), m, n, k)
     hit = _LAYOUT_DEFAULTS.get(key)
     if hit is None:
         found = spaces.gemm_default(key[0], m, n, k)
