@@ -115,6 +115,8 @@ def bench_gemm(lay: str, a: Any, b: Any, configs: list[dict | None], device: str
         row = run_row(lay, shape, label, lambda c=cfg: tr.matmul(a, b, c), ref, rule["impl"], tol, flops, device,
                       **rule["timer"])
         row["config"] = full
+        if full["warp_specialize"] and (a.device, tuple(full.items())) in tr._WS_BROKEN:
+            row["impl"] += " (warp specialization did not compile: the plain loop ran)"
         rows.append(row)
     return [base, *rows, best_of(rows, base, lay, m, n, k)]
 

@@ -174,6 +174,7 @@ def layout(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 _TMA_DEVICES: dict[Any, bool] = {}
+_WS_BROKEN: set[Any] = set()  # (device, config) where a warp-specialized compile failed
 
 
 def tma_ok(*ts: torch.Tensor) -> bool:
@@ -242,8 +243,17 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
         from xrt.kernels.cuda import sm_count
 
-        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
-                   cfg["EPILOGUE_SUBTILE"], cfg["warp_specialize"])
+        ws = bool(cfg["warp_specialize"]) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+        try:
+            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
+                       cfg["EPILOGUE_SUBTILE"], ws)
+        except Exception:
+            if not ws:
+                raise
+            # Triton's warp specialization does not compile this config here: the plain loop from now on.
+            _WS_BROKEN.add((a.device, tuple(cfg.items())))
+            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
+                       cfg["EPILOGUE_SUBTILE"], False)
         return c
     _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
