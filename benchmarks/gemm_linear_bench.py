@@ -46,6 +46,9 @@ SWEEP = [  # beside the default; bounded so that the whole run takes about 4 min
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
     {**_TMA, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4},
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "warp_specialize": True},
+    # the narrow weight gradients (N x K x T with N, K <= 4096): three waves of small tiles rather
+    # than one and a half of 128 x 128 on 132 SMs
+    {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5},
 ]
 # --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
 CPU_ROWS = (32,)
