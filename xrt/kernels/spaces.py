@@ -49,8 +49,9 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # GEMM, Triton (xrt/kernels/triton/matmul.py): the C tile one program computes, the K step, the
     # rows of tiles walked together (L2 reuse), warps, pipeline depth, and the kernel: "tiled" (a
     # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
-    # row-major 16-byte-aligned operands, else "tiled"). fp32 tiles over the shared-memory budget
-    # are shrunk by the launcher (fewer stages, then a smaller BLOCK_K). The TMA kernel only:
+    # row-major or transposed-view operands with 16-byte-aligned rows, else "tiled"). fp32 tiles over
+    # the shared-memory budget are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
+    # The TMA kernel only:
     # EPILOGUE_SUBTILE stores C in two halves (half the C buffer, room for a stage), warp_specialize
     # splits the tile loop into producer / consumer warps (Triton's tl.range(warp_specialize=True)).
     "matmul.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],

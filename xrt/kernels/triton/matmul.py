@@ -116,7 +116,7 @@ def _matmul_tma_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(k_tiles):
             ok = kt * BLOCK_K
-            # A transposed tile in shared memory is an operand layout wgmma reads as it is: no copy.
+            # A transposed 16-bit tile in shared memory is an operand layout wgmma reads as it is.
             if A_T:
                 a = a_desc.load([batch, ok, om]).reshape(BLOCK_K, BLOCK_M).T
             else:
