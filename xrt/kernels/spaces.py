@@ -51,9 +51,9 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
     # row-major or transposed-view operands with 16-byte-aligned rows, else "tiled"). fp32 tiles over
     # the shared-memory budget are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
-    # The TMA kernel only:
-    # EPILOGUE_SUBTILE stores C in two halves (half the C buffer, room for a stage), warp_specialize
-    # splits the tile loop into producer / consumer warps (Triton's tl.range(warp_specialize=True)).
+    # The TMA kernel only: EPILOGUE_SUBTILE stores C in two halves (half the C buffer, room for a
+    # stage), warp_specialize splits the tile loop into producer / consumer warps (Triton's
+    # tl.range(warp_specialize=True)).
     "matmul.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                       "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
                       "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "EPILOGUE_SUBTILE": [False, True],
