@@ -12,6 +12,9 @@
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
 # gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
 #            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
+# linear   : the GEMM family's Triton GPU tests, then benchmarks/gemm_linear_bench.py (a transformer
+#            linear's forward x @ W.T, dX = g @ W and dW = g.T @ x beside cuBLAS, a few configs each,
+#            the winners per (layout, shape); linear-h100.json / linear-h100.md)
 # conv     : the fused conv3x3 + BatchNorm + ReLU GPU tests (kernels, op, CNN modules), then
 #            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
 #            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
@@ -99,6 +102,14 @@ for step in "$@"; do
       t=${PIPESTATUS[0]}
       python3 benchmarks/gemm_bench.py --out "$OUT/gemm-h100.json" --md "$OUT/gemm-h100.md" \
         2>"$OUT/gemm-bench.err" | tee "$OUT/gemm-bench.log" | tail -45
+      [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
+      (exit $t) ;;
+    linear)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_matmul.py tests/test_ops_matmul.py \
+        2>&1 | tee "$OUT/linear-tests.log" | tail -15
+      t=${PIPESTATUS[0]}
+      python3 benchmarks/gemm_linear_bench.py --out "$OUT/linear-h100.json" --md "$OUT/linear-h100.md" \
+        2>"$OUT/linear-bench.err" | tee "$OUT/linear-bench.log" | tail -60
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
     conv)

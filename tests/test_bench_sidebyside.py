@@ -49,3 +49,30 @@ def test_cells_and_save(tmp_path, capsys):
     sidebyside.save({"rows": [1]}, "| a |\n", out, md)
     assert json.loads(out.read_text()) == {"rows": [1]} and md.read_text() == "| a |\n"
     assert "| a |" in capsys.readouterr().out
+
+
+def test_gemm_linear_bench_runs_on_the_cpu(interpreter, tmp_path, capsys):
+    """benchmarks/gemm_linear_bench.py --quick --device cpu: every layout of every tiny linear is a
+    checked, timed row beside torch's, with its summary and the winners' table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gemm_linear_bench", ROOT / "benchmarks" / "gemm_linear_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out, md = tmp_path / "linear.json", tmp_path / "linear.md"
+    assert bench.main(["--quick", "--device", "cpu", "--out", str(out), "--md", str(md)]) == 0
+    result = json.loads(out.read_text())
+    summaries = [r for r in result["rows"] if r.get("summary")]
+    shapes = len(bench.CPU_ROWS) * len(bench.CPU_FEATURES)
+    assert len(summaries) == result["gemms"] == 3 * shapes
+    assert sorted({r["group"] for r in summaries}) == ["nn", "nt", "tn"]
+    timed = [r for r in result["rows"] if not r.get("summary")]
+    assert len(timed) == 2 * 3 * shapes  # torch and the default config, each GEMM
+    assert all(r.get("ms", 0) > 0 and "error" not in r and r["err"] < 1e-4 for r in timed), timed
+    assert all(r["ratio"] > 0 and r["config"] for r in summaries)
+    assert {tuple(e["key"]) for e in result["table"]} == {tuple(r["key"]) for r in summaries}
+    assert "| tn |" in md.read_text() and "Winners by (layout, M, N, K bucket)" in md.read_text()
+    capsys.readouterr()
+    if not torch.cuda.is_available():
+        assert bench.main(["--out", str(out)]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().err

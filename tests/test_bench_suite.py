@@ -65,6 +65,12 @@ def test_params_cover_op_shape_dtype_provider_config(monkeypatch, tmp_path):
     monkeypatch.setenv("XRT_TUNED_DIR", str(tmp_path))
     assert suite.params_for("square", "full")[0][3] == ["default", "BLOCK_SIZE=2048,num_warps=8"]
     assert suite.parse_config("BLOCK_SIZE=2048,num_warps=8") == {"BLOCK_SIZE": 2048, "num_warps": 8}
+    # a tuned GEMM config's boolean knobs come back as booleans, which the tuning space checks
+    from xrt.kernels import spaces
+
+    gemm = {**spaces.default("matmul.triton"), "EPILOGUE_SUBTILE": True}
+    assert suite.parse_config(suite.config_key(gemm)) == gemm
+    assert spaces.check("matmul.triton", suite.parse_config(suite.config_key(gemm))) == gemm
     with pytest.raises(ValueError, match="must look like"):
         suite.parse_shape("4096*4096")
 

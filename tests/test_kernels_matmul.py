@@ -62,6 +62,78 @@ def test_triton_tma_kernel_under_interpreter(interpreter, dtype):
         check_gemm(c, a, b, dtype)
 
 
+def _layout_operands(lay: str, m: int, n: int, k: int, dtype: torch.dtype, batch: int = 1):
+    """``a`` [B, M, K] and ``b`` [B, K, N] in layout ``lay``: "n" a row-major tensor, "t" the
+    transposed view of a row-major one (``W.T``, ``g.T``)."""
+    a = torch.randn(batch, k, m).to(dtype).mT if lay[0] == "t" else torch.randn(batch, m, k).to(dtype)
+    b = torch.randn(batch, n, k).to(dtype).mT if lay[1] == "t" else torch.randn(batch, k, n).to(dtype)
+    return a, b
+
+
+LAYOUTS = ["nn", "nt", "tn", "tt"]
+
+
+@pytest.mark.parametrize("lay", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_tma_kernel_reads_each_layout_in_place(interpreter, lay, dtype):
+    """The TMA kernel's transposed descriptors (x @ W.T, g.T @ x): tiles past M, N and K, more
+    tiles than programs, the C store whole or in two halves; NaN-poisoned C fully written."""
+    from xrt.kernels.triton.matmul import launch_tma, layout
+
+    for bsz, m, n, k in [(1, 40, 48, 56), (2, 24, 40, 24)]:  # TMA: 16-byte row strides
+        a, b = _layout_operands(lay, m, n, k, dtype, bsz)
+        assert layout(a, b) == lay and (lay == "nn" or not (a.is_contiguous() and b.is_contiguous()))
+        for subtile in (False, True):
+            c = torch.full((bsz, m, n), float("nan"), dtype=dtype)
+            launch_tma(a, b, c, 32, 32, 16, 8, 3, "ieee" if dtype == torch.float32 else "tf32", subtile=subtile)
+            check_gemm(c, a, b, dtype, what=f"C {lay} subtile={subtile}")
+
+
+@pytest.mark.parametrize("lay", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_triton_matmul_each_layout_under_interpreter(interpreter, lay, dtype):
+    """The launcher on every layout, default (the layout table's) and tiled configs: no operand copied."""
+    from xrt.kernels.triton.matmul import matmul
+
+    a, b = _layout_operands(lay, 29, 19, 23, dtype)
+    for config in (None, TILED_SMALL):
+        with poisoned_outputs():
+            y = matmul(a[0], b[0], config)
+        check_gemm(y, a[0], b[0], dtype, what=f"C {lay} {config}")
+
+
+def test_layout_table_covers_the_linear_shapes_and_is_the_default():
+    """Each GEMM of each transformer linear has a table entry in the tuning space that fits shared
+    memory as it is (bf16), and the launcher takes it when no config is given."""
+    from xrt.kernels import checks
+    from xrt.kernels.triton.matmul import SMEM_BUDGET, default_config, fit, smem_bytes
+
+    seen = set()
+    for t in spaces.LINEAR_ROWS:
+        for k, n in spaces.LINEAR_FEATURES:
+            for lay, gm, gn, gk in spaces.linear_gemms(t, k, n):
+                cfg = spaces.gemm_default(lay, gm, gn, gk)
+                assert cfg is not None, (lay, gm, gn, gk)
+                checked = spaces.check("matmul.triton", cfg)
+                assert fit(checked, 2) == (checked["BLOCK_K"], checked["num_stages"])
+                assert smem_bytes(checked, 2, checked["BLOCK_K"], checked["num_stages"]) <= SMEM_BUDGET
+                seen.add(lay)
+    assert seen == {"nt", "nn", "tn"}
+    # the launcher's choice: the table's entry for the layout and (M, N, K), else the old defaults
+    w = torch.empty(3072, 1024, dtype=torch.bfloat16)
+    x = torch.empty(8192, 1024, dtype=torch.bfloat16)
+    table = spaces.check("matmul.triton", spaces.gemm_default("nt", 8192, 3072, 1024))
+    assert dict(default_config(x, w.T, None)) == table
+    g = torch.empty(8192, 3072, dtype=torch.bfloat16)
+    table = spaces.check("matmul.triton", spaces.gemm_default("tn", 3072, 1024, 8192))
+    assert dict(default_config(g.T, x, None)) == table
+    assert spaces.gemm_default("nn", 4096, 4096, 4096) is None
+    skinny = checks.effective_config("matmul.triton", 16, None)
+    assert default_config(torch.empty(16, 64), torch.empty(64, 8), None) == skinny
+    mine = {"kernel": "tiled"}
+    assert default_config(x, w.T, mine)["kernel"] == "tiled"  # asked for: kept
+
+
 def test_triton_fit_shrinks_fp32_tiles_to_the_shared_memory_budget():
     from xrt.kernels.triton.matmul import SMEM_BUDGET, fit, smem_bytes
 
@@ -144,6 +216,28 @@ def test_triton_bmm_on_gpu(bmnk, config):
         a, b = operands(m, n, k, dtype, "cuda", batch=bsz)
         with poisoned_outputs():
             check_gemm(bmm(a, b, config), a, b, dtype)
+
+
+LAYOUT_CONFIGS = [None, {"kernel": "persistent_tma", "EPILOGUE_SUBTILE": True},
+                  {"kernel": "persistent_tma", "BLOCK_N": 128, "num_stages": 4, "warp_specialize": True},
+                  {"kernel": "persistent_tma", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", LAYOUT_CONFIGS, ids=str)
+@pytest.mark.parametrize("lay", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_triton_matmul_layouts_on_gpu(lay, dtype, config):
+    """The TMA kernel on transposed views (aligned shapes, so that TMA takes them), edges included."""
+    from xrt.kernels.triton.matmul import matmul, tma_ok
+
+    for m, n, k in [(1000, 264, 520), (256, 256, 64), (8, 1024, 4104)]:
+        a, b = _layout_operands(lay, m, n, k, dtype)
+        a, b = a.cuda(), b.cuda()
+        assert tma_ok(a, b)
+        with poisoned_outputs():
+            y = matmul(a[0], b[0], config)
+        check_gemm(y, a[0], b[0], dtype, what=f"C {lay} {m}x{n}x{k}")
 
 
 CUDA_CONFIGS = [{"version": "v1"}, {"version": "v2"}, {"version": "v3"}, {"version": "v4"},

@@ -38,12 +38,12 @@ def save(result: dict, md: str, out: Path, md_path: Path | None) -> None:
         md_path.write_text(md)
 
 
-def device_ms(fn: Callable[[], Any], **rule: float) -> float:
-    """Median device milliseconds of ``fn()`` on the GPU (:func:`xrt.bench.timer.measure`: L2
-    flushed, its stopping rule; ``rule`` overrides it, e.g. ``max_time``)."""
+def device_ms(fn: Callable[[], Any], device: str = "cuda", **rule: float) -> float:
+    """Median device milliseconds of ``fn()`` on ``device`` (:func:`xrt.bench.timer.measure`: L2
+    flushed on a GPU, its stopping rule; ``rule`` overrides it, e.g. ``max_time``)."""
     from xrt.bench import timer
 
-    return timer.measure(fn, "cuda", flush_l2=True, **rule).median_s * 1e3
+    return timer.measure(fn, device, flush_l2=True, **rule).median_s * 1e3
 
 
 def rel_err(y: Any, ref: Any) -> float:
@@ -60,8 +60,9 @@ def tflops(flops: float, ms: float | None) -> float | None:
 
 
 def run_row(group: str, shape: str, label: str, fn: Callable[[], Any], ref: Any, max_time: float,
-            tol: float = 2e-2, flops: float | None = None) -> dict:
-    """Check ``fn``'s output against ``ref`` (None: nothing to check), then time it."""
+            tol: float = 2e-2, flops: float | None = None, device: str = "cuda", **rule: float) -> dict:
+    """Check ``fn``'s output against ``ref`` (None: nothing to check), then time it on ``device``
+    (``rule``: more of the timer's stopping rule)."""
     row: dict[str, Any] = {"group": group, "shape": shape, "impl": label}
     if flops is not None:
         row["flops"] = flops
@@ -71,7 +72,7 @@ def run_row(group: str, shape: str, label: str, fn: Callable[[], Any], ref: Any,
         if row["err"] > tol:
             row["error"] = f"wrong result: err {row['err']:.3g} > {tol}"
             return row
-        row["ms"] = device_ms(fn, max_time=max_time)
+        row["ms"] = device_ms(fn, device, max_time=max_time, **rule)
         if flops is not None:
             row["tflops"] = tflops(flops, row["ms"])
     except Exception as e:  # a config over the resources, a compile failure: recorded, not fatal

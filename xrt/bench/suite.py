@@ -137,13 +137,17 @@ def config_key(config: dict[str, Any] | None) -> str:
     return "default" if not config else ",".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
+_BOOLS = {"True": True, "False": False}
+
+
 def parse_config(key: str) -> dict[str, Any] | None:
     if key == "default":
         return None
     out: dict[str, Any] = {}
     for item in key.split(","):
         name, _, value = item.partition("=")
-        out[name] = int(value) if value.lstrip("-").isdigit() else value
+        # config_key writes a boolean knob (EPILOGUE_SUBTILE, warp_specialize, tma) as True / False
+        out[name] = int(value) if value.lstrip("-").isdigit() else _BOOLS.get(value, value)
     return out
 
 

@@ -49,14 +49,19 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # GEMM, Triton (xrt/kernels/triton/matmul.py): the C tile one program computes, the K step, the
     # rows of tiles walked together (L2 reuse), warps, pipeline depth, and the kernel: "tiled" (a
     # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
-    # row-major 16-byte-aligned operands, else "tiled"). fp32 tiles over the shared-memory budget
-    # are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
+    # row-major or transposed-view operands with 16-byte-aligned rows, else "tiled"). fp32 tiles over
+    # the shared-memory budget are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
+    # The TMA kernel only: EPILOGUE_SUBTILE stores C in two halves (half the C buffer, room for a
+    # stage), warp_specialize splits the tile loop into producer / consumer warps (Triton's
+    # tl.range(warp_specialize=True)).
     "matmul.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                       "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
-                      "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+                      "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "EPILOGUE_SUBTILE": [False, True],
+                      "warp_specialize": [False, True]},
     "bmm.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                    "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
-                   "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+                   "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "EPILOGUE_SUBTILE": [False, True],
+                   "warp_specialize": [False, True]},
     # GEMM, CUDA C fp32 SIMT (xrt/kernels/cuda/matmul.cu): the version (v1 naive, v2 register blocking,
     # v3 shared-memory blocking, v4 warp tiling with double buffering), the block's C tile BM x BN,
     # its K step BK, and each thread's TM x TN outputs. v1 ignores the tiles; v2 takes BM, BN, TM,
@@ -116,9 +121,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
     # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.
     "matmul.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-                      "num_warps": 8, "num_stages": 3},
+                      "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False},
     "bmm.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-                   "num_warps": 8, "num_stages": 3},
+                   "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False},
     # siboehm's warptiled SGEMM (kernel 10) tile: 128 x 128 x 16, 8 x 4 a thread per sub-tile.
     # (H100, fp32 4096^3: 4 x 8 a thread gave 41.7 TFLOP/s against 37.6 for 8 x 4; results/gpu/gemm-h100.md)
     "matmul.cuda": {"version": "v4", "BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
@@ -159,6 +164,73 @@ SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
     "attention.triton": [(64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
                                "warp_specialize": False, "tma": True})],
 }
+
+
+# -- GEMM defaults by layout: the transformer's nn.Linear --------------------------------------------
+# A linear of in_features K and out_features N over T = batch x seq rows runs three GEMMs, each in its
+# own operand layout (xrt/kernels/triton/matmul.py layout): the forward x @ W.T ("nt": T x N x K), the
+# input gradient g @ W ("nn": T x K x N) and the weight gradient g.T @ x ("tn": N x K x T).
+LINEAR_ROWS = (8192, 16384)  # T: batch x seq
+LINEAR_FEATURES = ((1024, 3072), (1024, 1024), (1024, 4096), (4096, 1024), (2048, 6144), (4096, 16384),
+                   (16384, 4096))  # (in_features K, out_features N): GPT-style d, 3d, 4d and MLP widths
+
+
+def linear_gemms(t: int, k: int, n: int) -> list[tuple[str, int, int, int]]:
+    """The three GEMMs of a linear ``[t, k] -> [t, n]``: ``(layout, M, N, K)`` of the forward, the
+    input gradient and the weight gradient."""
+    return [("nt", t, n, k), ("nn", t, k, n), ("tn", n, k, t)]
+
+
+def gemm_bucket(x: int) -> int:
+    """The bucket of a GEMM dimension in :data:`GEMM_LAYOUT_DEFAULTS`: the next power of two."""
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+_TILE_256 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+             "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False}
+_TILE_128 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+             "num_warps": 8, "num_stages": 4, "EPILOGUE_SUBTILE": False, "warp_specialize": False}
+
+
+def _linear_table() -> dict[tuple[str, int, int, int], dict[str, Any]]:
+    # Starting points from Triton's persistent-matmul tutorial (09), not yet measured at these
+    # shapes: its 128 x 256 x 64 tile (3 stages, 8 warps: the square-shape default) where the problem
+    # has at least two waves of such tiles on an H100's 132 SMs, else its 128 x 128 x 64 tile
+    # (4 stages): twice the tiles, for the narrow problems (N = 1024, or M = 1024 in the weight
+    # gradient) that leave SMs idle or a last wave half empty with the large tile.
+    # benchmarks/gemm_linear_bench.py times these beside a few others and prints the winners in this
+    # table's form.
+    table = {}
+    for t in LINEAR_ROWS:
+        for k, n in LINEAR_FEATURES:
+            for lay, gm, gn, gk in linear_gemms(t, k, n):
+                tiles = -(-gm // 128) * -(-gn // 256)
+                key = (lay, gemm_bucket(gm), gemm_bucket(gn), gemm_bucket(gk))
+                table[key] = dict(_TILE_256 if tiles >= 2 * 132 else _TILE_128)
+    return table
+
+
+# (layout, M bucket, N bucket, K bucket) -> the matmul.triton config used when none is tuned or asked
+# for; a problem outside the table takes SHAPE_DEFAULTS / DEFAULTS.
+GEMM_LAYOUT_DEFAULTS: dict[tuple[str, int, int, int], dict[str, Any]] = _linear_table()
+
+
+def gemm_default(layout: str, m: int, n: int, k: int) -> dict[str, Any] | None:
+    """The layout table's config for an ``M x N x K`` GEMM in ``layout`` (``"nn"``, ``"nt"``, ``"tn"``),
+    or ``None`` where the table has no entry."""
+    found = GEMM_LAYOUT_DEFAULTS.get((layout, gemm_bucket(m), gemm_bucket(n), gemm_bucket(k)))
+    return None if found is None else dict(found)
+
+
+def gemm_smem(c: dict[str, Any], esize: int, bk: int | None = None, stages: int | None = None) -> int:
+    """Shared memory of a GEMM program (matmul.triton): the pipelined A and B tiles of ``stages``
+    x ``bk`` (the config's unless given), and the TMA kernel's C tile (half of it when subtiled)."""
+    bk = c["BLOCK_K"] if bk is None else bk
+    stages = c["num_stages"] if stages is None else stages
+    c_tile = 0
+    if c["kernel"] == "persistent_tma":
+        c_tile = c["BLOCK_M"] * c["BLOCK_N"] * esize // (2 if c.get("EPILOGUE_SUBTILE") else 1)
+    return stages * (c["BLOCK_M"] + c["BLOCK_N"]) * bk * esize + c_tile
 
 
 def default_for(key: str, m: int) -> dict[str, Any]:
@@ -286,9 +358,7 @@ def _window_smem(c: dict[str, Any], p: Problem) -> str | None:
 def _gemm_smem(c: dict[str, Any], p: Problem) -> str | None:
     # the launcher (xrt/kernels/triton/matmul.py fit) shrinks a config over the budget into a smaller
     # one, so such a config would time another config of the space: dropped as a duplicate.
-    c_tile = c["BLOCK_M"] * c["BLOCK_N"] * p.esize if c["kernel"] == "persistent_tma" else 0
-    need = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * p.esize + c_tile
-    return _smem(need, p)
+    return _smem(gemm_smem(c, p.esize), p)
 
 
 def _gemm_regs(c: dict[str, Any], p: Problem) -> str | None:
@@ -314,6 +384,13 @@ def _gemm_tma_arch(c: dict[str, Any], p: Problem) -> str | None:
     # the launcher falls back to "tiled" before Hopper: the same kernel as the "tiled" config
     if c["kernel"] == "persistent_tma" and cc is not None and float(cc) < 9.0:
         return "persistent_tma needs Hopper (falls back to tiled)"
+    return None
+
+
+def _gemm_tma_only_knobs(c: dict[str, Any], p: Problem) -> str | None:
+    # the tiled kernel has no C buffer to subtile and no warp-specialized loop: a duplicate
+    if c["kernel"] == "tiled" and (c.get("EPILOGUE_SUBTILE") or c.get("warp_specialize")):
+        return "EPILOGUE_SUBTILE / warp_specialize on the tiled kernel (no effect)"
     return None
 
 
@@ -344,7 +421,8 @@ def _attention_bwd_same(c: dict[str, Any], p: Problem) -> str | None:
 
 
 _ELEMENTWISE = [_warps, _block_size_vs_threads, _block_size_vs_shape]
-_GEMM = [_warps, _gemm_tma_arch, _gemm_smem, _gemm_regs, _gemm_tile_vs_shape, _gemm_group_one_tile_row]
+_GEMM = [_warps, _gemm_tma_only_knobs, _gemm_tma_arch, _gemm_smem, _gemm_regs, _gemm_tile_vs_shape,
+         _gemm_group_one_tile_row]
 CONSTRAINTS: dict[str, list] = {
     "square.triton": _ELEMENTWISE, "vector_add.triton": _ELEMENTWISE,
     "window_sum.triton": [_warps, _block_size_vs_threads],

@@ -17,10 +17,14 @@ _GEMM = (TritonKernel(
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "PRECISION": "tf32"},
     fp32={"BLOCK_K": 16, "PRECISION": "ieee"}),)
 
+# A GPT-style linear's GEMMs (d = 1024, batch x seq = 8192; xrt/kernels/spaces.py LINEAR_FEATURES): the
+# QKV projection (d -> 3d), the MLP's up (d -> 4d) and down (4d -> d) projections, as [M, K] x [K, N].
+_LINEAR = ((8192, 3072, 1024), (8192, 4096, 1024), (8192, 1024, 4096))
+
 DEFS = (
     OpDef("matmul", "C = A @ B", policy=SWITCH, routed=True, dtypes=_DTYPES, dump=_GEMM,
           shapes={"quick": ((16, 8, 32),), "small": ((16, 4096, 4096), (1024, 1024, 1024)),
-                  "large": ((4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096))}),
+                  "large": ((4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096), *_LINEAR)}),
     OpDef("bmm", "C[b] = A[b] @ B[b]", module="matmul", policy="matmul", dtypes=_DTYPES, dump=_GEMM,
           shapes={"quick": ((2, 16, 8, 32),), "small": ((8, 256, 256, 256),),
                   "large": ((64, 512, 512, 512), (8, 2048, 2048, 2048))}),

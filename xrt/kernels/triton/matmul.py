@@ -8,12 +8,19 @@ Two kernels, picked by the config's ``kernel`` key:
   Masks on K, and out-of-range rows/columns of A and B wrapped (``% M``, ``% N``) and never stored.
 * ``persistent_tma`` (Hopper and later): one program per SM walks the tiles, loading A and B
   through TMA tensor descriptors (out-of-range reads are zeros, stores are clipped by the
-  hardware). It needs a CUDA device of compute capability >= 9, row-major operands (last stride 1)
-  and 16-byte-aligned base pointers and row strides; elsewhere the launch takes ``tiled``.
+  hardware). Each operand may be row-major or a transposed view of a row-major tensor (the
+  layouts of a linear: ``x @ W.T`` "nt", ``g @ W`` "nn", ``g.T @ x`` "tn"): the descriptor spans
+  the stored tensor and the tile is transposed on the way to ``tl.dot``, as Triton's
+  persistent-matmul tutorial loads B. It needs a CUDA device of compute capability >= 9,
+  16-byte-aligned base pointers and row strides; elsewhere the launch takes ``tiled``.
+
+With no config given, :func:`matmul` takes the layout table's config for the problem
+(``spaces.gemm_default``: by layout and (M, N, K) bucket), else the skinny or square default.
 
 Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``, plus
-the C tile the TMA kernel stores from; a config over ``SMEM_BUDGET`` (fp32 with the 16-bit tiles,
-say) is shrunk by :func:`fit`: fewer stages first, then a smaller BLOCK_K.
+the C tile the TMA kernel stores from (half of it with ``EPILOGUE_SUBTILE``); a config over
+``SMEM_BUDGET`` (fp32 with the 16-bit tiles, say) is shrunk by :func:`fit`: fewer stages first,
+then a smaller BLOCK_K.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks
+from xrt.kernels import checks, spaces
 from xrt.kernels.triton.launch import Launcher, cdiv
 
 SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
@@ -84,19 +91,24 @@ def _matmul_kernel(
 
 @triton.jit
 def _matmul_tma_kernel(
-    a_desc,  # TMA descriptor of A [B, M, K], row-major, block [1, BLOCK_M, BLOCK_K]
-    b_desc,  # TMA descriptor of B [B, K, N], row-major, block [1, BLOCK_K, BLOCK_N]
-    c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N]
+    a_desc,  # TMA descriptor of A [B, M, K] row-major, block [1, BLOCK_M, BLOCK_K]; A_T: of A^T [B, K, M]
+    b_desc,  # TMA descriptor of B [B, K, N] row-major, block [1, BLOCK_K, BLOCK_N]; B_T: of B^T [B, N, K]
+    c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N] (subtiled: BLOCK_N // 2)
     M, N, K, BATCH,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # programs launched, one per SM
     PRECISION: tl.constexpr,
+    A_T: tl.constexpr,  # A is a column-major view (g.T of a weight gradient): its tile is loaded [K, M]
+    B_T: tl.constexpr,  # B is a column-major view (W.T of a linear): its tile is loaded [N, K]
+    EPILOGUE_SUBTILE: tl.constexpr,  # store C in two [BLOCK_M, BLOCK_N / 2] halves (a smaller C buffer)
+    WARP_SPECIALIZE: tl.constexpr,  # producer / consumer warps on the tile loop (where Triton does it)
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     per_batch = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), per_batch * BATCH, NUM_SMS, flatten=True):
+    for tile in tl.range(tl.program_id(0), per_batch * BATCH, NUM_SMS, flatten=True,
+                         warp_specialize=WARP_SPECIALIZE):
         batch = tile // per_batch
         pid_m, pid_n = _tile_pid(tile % per_batch, num_pid_m, num_pid_n, GROUP_M)
         om = pid_m * BLOCK_M
@@ -104,10 +116,23 @@ def _matmul_tma_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(k_tiles):
             ok = kt * BLOCK_K
-            a = a_desc.load([batch, om, ok]).reshape(BLOCK_M, BLOCK_K)
-            b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
+            # A transposed 16-bit tile in shared memory is an operand layout wgmma reads as it is.
+            if A_T:
+                a = a_desc.load([batch, ok, om]).reshape(BLOCK_K, BLOCK_M).T
+            else:
+                a = a_desc.load([batch, om, ok]).reshape(BLOCK_M, BLOCK_K)
+            if B_T:
+                b = b_desc.load([batch, on, ok]).reshape(BLOCK_N, BLOCK_K).T
+            else:
+                b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        c_desc.store([batch, om, on], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+        if EPILOGUE_SUBTILE:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            acc0, acc1 = tl.split(halves)
+            c_desc.store([batch, om, on], acc0.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+            c_desc.store([batch, om, on + BLOCK_N // 2], acc1.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+        else:
+            c_desc.store([batch, om, on], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
 
 _tiled = Launcher(_matmul_kernel)
@@ -115,9 +140,9 @@ _tma = Launcher(_matmul_tma_kernel)
 
 
 def smem_bytes(cfg: dict[str, Any], esize: int, bk: int, stages: int) -> int:
-    """Shared memory of a program: the pipelined A and B tiles, and the TMA kernel's C tile."""
-    c_tile = cfg["BLOCK_M"] * cfg["BLOCK_N"] * esize if cfg["kernel"] == "persistent_tma" else 0
-    return stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * bk * esize + c_tile
+    """Shared memory of a program: the pipelined A and B tiles, and the TMA kernel's C tile (half of
+    it when the epilogue is subtiled)."""
+    return spaces.gemm_smem(cfg, esize, bk, stages)
 
 
 def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
@@ -133,12 +158,28 @@ def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
     return bk, stages
 
 
+def major(t: torch.Tensor) -> str:
+    """``"n"`` where ``t`` [(B,) rows, cols] is row-major (last stride 1), ``"t"`` where it is a
+    column-major view (a transposed row-major tensor: ``W.T``, ``g.T``), ``"-"`` otherwise."""
+    if t.stride(-1) == 1:
+        return "n"
+    return "t" if t.stride(-2) == 1 else "-"
+
+
+def layout(a: torch.Tensor, b: torch.Tensor) -> str:
+    """The BLAS layout of ``a @ b`` ([(B,) M, K] x [(B,) K, N] views): ``"nn"`` (both row-major),
+    ``"nt"`` (``x @ W.T``: a linear's forward), ``"tn"`` (``g.T @ x``: its weight gradient), ``"tt"``;
+    ``"-"`` in a letter's place for a view that is neither (the tiled kernel reads it)."""
+    return major(a) + major(b)
+
+
 _TMA_DEVICES: dict[Any, bool] = {}
+_WS_BROKEN: set[Any] = set()  # (device, config) where a warp-specialized compile failed
 
 
 def tma_ok(*ts: torch.Tensor) -> bool:
-    """Can the TMA kernel take these [B, rows, cols] tensors: Hopper or later, last stride 1, the
-    other strides and the base 16-byte aligned (TMA's rules)."""
+    """Can the TMA kernel take these [B, rows, cols] tensors: Hopper or later, each row-major or a
+    column-major view (:func:`major`), its other strides and its base 16-byte aligned (TMA's rules)."""
     t0 = ts[0]
     if not t0.is_cuda:
         return False
@@ -150,7 +191,11 @@ def tma_ok(*ts: torch.Tensor) -> bool:
         return False
     for t in ts:
         es = t.element_size()
-        if t.stride(2) != 1 or t.data_ptr() % 16 or any((t.stride(d) * es) % 16 for d in (0, 1)):
+        kind = major(t)
+        if kind == "-" or t.data_ptr() % 16:
+            return False
+        outer = (0, 1) if kind == "n" else (0, 2)
+        if any((t.stride(d) * es) % 16 for d in outer):
             return False
     return True
 
@@ -163,19 +208,25 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
 
 
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
-               programs: int, precision: str, warps: int = 8, stages: int = 3) -> None:
+               programs: int, precision: str, warps: int = 8, stages: int = 3, subtile: bool = False,
+               warp_specialize: bool = False) -> None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
-    programs (one per SM; fewer when there are fewer tiles). Also runs under the interpreter."""
+    programs (one per SM; fewer when there are fewer tiles). ``a`` and ``b`` may each be row-major
+    or a column-major view (:func:`major`): the descriptor then spans the stored tensor and the
+    kernel transposes the tile, so no copy is made. Also runs under the interpreter."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
     n = b.shape[2]
+    a_t, b_t = major(a) == "t", major(b) == "t"
     sms = programs
     programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
-    _tma((programs,),
-         TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
-         TensorDescriptor.from_tensor(c, [1, bm, bn]), m, n, k, batch,
+    a_desc = TensorDescriptor.from_tensor(a.mT, [1, bk, bm]) if a_t else TensorDescriptor.from_tensor(a, [1, bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b.mT, [1, bn, bk]) if b_t else TensorDescriptor.from_tensor(b, [1, bk, bn])
+    c_desc = TensorDescriptor.from_tensor(c, [1, bm, bn // 2 if subtile else bn])
+    _tma((programs,), a_desc, b_desc, c_desc, m, n, k, batch,
          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
+         A_T=a_t, B_T=b_t, EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=warp_specialize and c.is_cuda,
          num_warps=warps, num_stages=stages)
 
 
@@ -192,7 +243,17 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
         from xrt.kernels.cuda import sm_count
 
-        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages)
+        ws = bool(cfg["warp_specialize"]) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+        try:
+            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
+                       cfg["EPILOGUE_SUBTILE"], ws)
+        except Exception:
+            if not ws:
+                raise
+            # Triton's warp specialization does not compile this config here: the plain loop from now on.
+            _WS_BROKEN.add((a.device, tuple(cfg.items())))
+            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
+                       cfg["EPILOGUE_SUBTILE"], False)
         return c
     _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
@@ -202,12 +263,33 @@ def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
     return c
 
 
+_LAYOUT_DEFAULTS: dict[tuple[str, int, int, int], Any] = {}
+
+
+def default_config(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None) -> Any:
+    """``config`` checked (``matmul.triton``); where it is the default, the layout table's config
+    for this problem (``spaces.gemm_default``: by layout and (M, N, K) bucket), else the skinny or
+    square default (``spaces.SHAPE_DEFAULTS``). Memoized per (layout, M, N, K)."""
+    cfg = checks.tuning("matmul.triton", config)
+    if not cfg.is_default:
+        return cfg
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    key = (layout(a, b), m, n, k)
+    hit = _LAYOUT_DEFAULTS.get(key)
+    if hit is None:
+        found = spaces.gemm_default(key[0], m, n, k)
+        hit = checks.tuning("matmul.triton", found) if found else checks.effective_config("matmul.triton", m, None)
+        if len(_LAYOUT_DEFAULTS) > 4096:
+            _LAYOUT_DEFAULTS.clear()
+        _LAYOUT_DEFAULTS[key] = hit
+    return hit
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N] (fp16, bf16 or fp32, any strides) -> [M, N]
-    contiguous, a's dtype; ``config`` from the ``matmul.triton`` space."""
+    contiguous, a's dtype; ``config`` from the ``matmul.triton`` space (default: the layout table's)."""
     check_pair("matmul", a, b, 2)
-    cfg = checks.effective_config("matmul.triton", a.shape[0], config)
-    return _run(a.unsqueeze(0), b.unsqueeze(0), cfg)[0]
+    return _run(a.unsqueeze(0), b.unsqueeze(0), default_config(a, b, config))[0]
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:

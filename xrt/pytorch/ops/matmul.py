@@ -77,6 +77,11 @@ def _check(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> tuple[torch.
     return a, b
 
 
+def _column_major(t: torch.Tensor) -> bool:
+    """Is ``t`` (.., rows, cols) a transposed row-major tensor (``W.T``) rather than a row-major one?"""
+    return t.stride(-1) != 1 and t.stride(-2) == 1 and t.shape[-1] > 1
+
+
 def _setup_context(ctx, inputs, output) -> None:
     a, b, provider = inputs
     ctx.provider = provider
@@ -97,8 +102,16 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
 
     def backward(ctx, grad: torch.Tensor):
         a, b = ctx.saved_tensors
-        da = custom(grad, b.mT, ctx.provider) if ctx.needs_input_grad[0] else None
-        db = custom(a.mT, grad, ctx.provider) if ctx.needs_input_grad[1] else None
+        p = ctx.provider
+        # Each gradient is made in its input's layout: a transposed view's gradient (W.T in a routed
+        # linear) as the transpose of a row-major product, so that it reaches W as a row-major
+        # tensor and autograd's accumulation has no layout to copy into. The kernels read the
+        # transposed operands (g.T, W.T) in place.
+        da = db = None
+        if ctx.needs_input_grad[0]:
+            da = custom(b, grad.mT, p).mT if _column_major(a) else custom(grad, b.mT, p)
+        if ctx.needs_input_grad[1]:
+            db = custom(grad.mT, a, p).mT if _column_major(b) else custom(a.mT, grad, p)
         return da, db, None
 
     custom.register_autograd(backward, setup_context=_setup_context)

@@ -1,0 +1,190 @@
+"""xrt's Triton GEMM on a transformer linear's three GEMMs, side by side with torch (cuBLAS).
+
+    python benchmarks/gemm_linear_bench.py --out linear.json [--md linear.md] [--quick] [--device cpu]
+
+A linear of in_features K and out_features N over T = batch x seq rows (x [T, K], W [N, K],
+g [T, N]) runs three GEMMs, each in its own operand layout (xrt/kernels/triton/matmul.py):
+
+* ``nt``, the forward ``x @ W.T``: M x N x K = T x N x K;
+* ``nn``, the input gradient ``g @ W``: T x K x N;
+* ``tn``, the weight gradient ``g.T @ x``: N x K x T.
+
+Both sides get the same views (``W.T`` and ``g.T`` are never copied). Shapes: T in
+``spaces.LINEAR_ROWS`` (8192, 16384) x (K, N) in ``spaces.LINEAR_FEATURES``; for each GEMM the
+default config (the layout table's, ``spaces.GEMM_LAYOUT_DEFAULTS``) and the few of
+:data:`SWEEP`. Target: the best config >= 0.95x torch in every (layout, shape).
+
+Every time is :func:`xrt.bench.timer.measure`'s median device time (L2 flushed before each sample);
+TFLOP/s = 2 M N K / time. Inputs are ``randn`` in bf16. Each xrt output is checked against
+torch's before it is timed; a config that fails to compile or run is a row with its error. The
+JSON's ``table`` holds each (layout, M, N, K bucket)'s winner in ``GEMM_LAYOUT_DEFAULTS``' form.
+
+``--device cpu`` runs under Triton's interpreter (``TRITON_INTERPRET=1``) on tiny shapes in fp32:
+a smoke run of the script, its timings meaningless. ``--quick``: the default config only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xrt.bench.sidebyside import cells, config_label, fmt, run_row, save  # noqa: E402
+from xrt.kernels import spaces  # noqa: E402
+
+TARGET = 0.95
+_TMA = {"kernel": "persistent_tma", "GROUP_M": 8, "BLOCK_M": 128, "BLOCK_K": 64}
+SWEEP = [  # beside the default; bounded so that the whole run takes about 4 minutes on an H100
+    {**_TMA, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3},
+    {**_TMA, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": True},
+    {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
+    {**_TMA, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4},
+    {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "warp_specialize": True},
+    # the narrow weight gradients (N x K x T with N, K <= 4096): three waves of small tiles rather
+    # than one and a half of 128 x 128 on 132 SMs
+    {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5},
+]
+# --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
+CPU_ROWS = (32,)
+CPU_FEATURES = ((16, 48), (48, 16))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace | None:
+    ap = argparse.ArgumentParser(prog="gemm_linear_bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON file for the rows")
+    ap.add_argument("--md", type=Path, help="also write the markdown table here")
+    ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: tiny shapes under Triton's interpreter (a smoke run)")
+    args = ap.parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gemm_linear_bench needs a CUDA GPU (or --device cpu for a smoke run)", file=sys.stderr)
+        return None
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        print("gemm_linear_bench --device cpu needs TRITON_INTERPRET=1 in the environment", file=sys.stderr)
+        return None
+    return args
+
+
+def operands(lay: str, x: Any, w: Any, g: Any) -> tuple[Any, Any]:
+    """The two views a layout's GEMM multiplies (``spaces.linear_gemms``' order)."""
+    return {"nt": (x, w.T), "nn": (g, w), "tn": (g.T, x)}[lay]
+
+
+def best_of(rows: list[dict], base: dict, lay: str, m: int, n: int, k: int) -> dict:
+    """The summary row of one GEMM: its best config against torch, and the default's ratio."""
+    for r in rows:
+        r["ratio"] = (base["ms"] / r["ms"]) if r.get("ms") and base.get("ms") else None
+    ok = [r for r in rows if r.get("ratio")]
+    best = max(ok, key=lambda r: r["ratio"]) if ok else None
+    default = next((r for r in rows if r["impl"] == "triton default"), None)
+    return {"group": lay, "shape": f"{m}x{n}x{k}", "impl": "best: " + (best["impl"] if best else "none"),
+            "config": best.get("config") if best else None, "flops": 2.0 * m * n * k,
+            "tflops": best["tflops"] if best else None, "ratio": best["ratio"] if best else None,
+            "default_ratio": default.get("ratio") if default else None, "target": TARGET,
+            "met": best is not None and best["ratio"] >= TARGET, "summary": True,
+            "key": [lay, spaces.gemm_bucket(m), spaces.gemm_bucket(n), spaces.gemm_bucket(k)]}
+
+
+def bench_gemm(lay: str, a: Any, b: Any, configs: list[dict | None], device: str, rule: dict) -> list[dict]:
+    """torch's row, one row per config (each labelled with the config it ran), the summary row."""
+    import torch
+
+    from xrt.kernels.triton import matmul as tr
+
+    m, k = a.shape
+    n = b.shape[1]
+    shape, flops = f"{m}x{n}x{k}", 2.0 * m * n * k
+    tol = 2e-2 if a.dtype == torch.bfloat16 else 1e-4
+    base = run_row(lay, shape, "torch", lambda: torch.matmul(a, b), None, rule["base"], tol, flops, device,
+                   **rule["timer"])
+    ref = torch.matmul(a, b)
+    rows, seen = [], set()
+    for cfg in configs:
+        full = dict(tr.default_config(a, b, cfg))  # what the launch runs: the table's entry for None
+        key = tuple(sorted(full.items()))
+        if key in seen:
+            continue  # a sweep config that is the default: timed once, as the default
+        seen.add(key)
+        label = "triton default" if cfg is None else f"triton {config_label(cfg)}"
+        row = run_row(lay, shape, label, lambda c=cfg: tr.matmul(a, b, c), ref, rule["impl"], tol, flops, device,
+                      **rule["timer"])
+        row["config"] = full
+        if full["warp_specialize"] and (a.device, tuple(full.items())) in tr._WS_BROKEN:
+            row["impl"] += " (warp specialization did not compile: the plain loop ran)"
+        rows.append(row)
+    return [base, *rows, best_of(rows, base, lay, m, n, k)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args is None:
+        return 2
+    import torch
+    import triton
+
+    torch.manual_seed(0)
+    cpu = args.device == "cpu"
+    dtype = torch.float32 if cpu else torch.bfloat16
+    rows_t, features = (CPU_ROWS, CPU_FEATURES) if cpu else (spaces.LINEAR_ROWS, spaces.LINEAR_FEATURES)
+    configs: list[dict | None] = [None] + ([] if args.quick else SWEEP)
+    rule = ({"base": 0.05, "impl": 0.05, "timer": {"min_samples": 2, "warmup_time": 0.0, "min_time": 0.0}} if cpu
+            else {"base": 0.3, "impl": 0.15, "timer": {}})
+    rows: list[dict] = []
+    for t in rows_t:
+        for k, n in features:
+            x = torch.randn(t, k, device=args.device).to(dtype)
+            w = torch.randn(n, k, device=args.device).to(dtype) / k ** 0.5
+            g = torch.randn(t, n, device=args.device).to(dtype)
+            for lay, _, _, _ in spaces.linear_gemms(t, k, n):
+                a, b = operands(lay, x, w, g)
+                rows += bench_gemm(lay, a, b, configs, args.device, rule)
+            del x, w, g
+    summaries = [r for r in rows if r.get("summary")]
+    table = {}  # the winners, keyed as GEMM_LAYOUT_DEFAULTS is; a bucket's slowest winner ratio kept
+    for r in summaries:
+        key = tuple(r["key"])
+        if r.get("config") and (key not in table or r["ratio"] < table[key]["ratio"]):
+            table[key] = {"key": r["key"], "config": r["config"], "ratio": r["ratio"], "shape": r["shape"]}
+    out = {
+        "device": torch.cuda.get_device_name() if not cpu else f"cpu (Triton interpreter), {platform.machine()}",
+        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+        "python": platform.python_version(), "dtype": str(dtype).removeprefix("torch."), "rows": rows,
+        "met": sum(bool(r["met"]) for r in summaries), "gemms": len(summaries),
+        "default_met": sum((r.get("default_ratio") or 0) >= TARGET for r in summaries),
+        "table": list(table.values()),
+    }
+    save(out, markdown(rows, out), args.out, args.md)
+    return 0
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [f"Linear GEMMs on {meta['device']} ({meta['dtype']}; torch {meta['torch']}, triton {meta['triton']}, "
+             f"CUDA {meta['cuda']}); device time from xrt.bench.timer.measure (median, L2 flushed); "
+             "TFLOP/s = 2MNK/t; ratio = torch time / xrt time.", "",
+             "| layout | M x N x K | impl | ms | TFLOP/s | ratio to torch | target | met | err / error |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r in rows:
+        met, ratio, note = cells(r)
+        lines.append(f"| {r['group']} | {r['shape']} | {r['impl']} | {fmt(r.get('ms'), '.4f')} | "
+                     f"{fmt(r.get('tflops'), '.1f')} | {ratio} | {fmt(r.get('target'), '.2f')} | {met} | {note} |")
+    lines += ["", f"Best config >= {TARGET}x torch: {meta['met']} of {meta['gemms']} GEMMs; "
+              f"the default config: {meta['default_met']}.", "",
+              "Winners by (layout, M, N, K bucket), the form of spaces.GEMM_LAYOUT_DEFAULTS "
+              "(a bucket's lowest-ratio shape shown):", "",
+              "| key | shape | ratio | config |", "| --- | --- | ---: | --- |"]
+    for e in meta["table"]:
+        lines.append(f"| {tuple(e['key'])} | {e['shape']} | {fmt(e['ratio'], '.3f')} | {config_label(e['config'])} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
