@@ -12,6 +12,9 @@ backward):
 * torch's own op, compiled;
 * ``xp.ops.<op>(..., provider="triton")``: under compile the ``xrt::<op>_triton`` triton_op, whose
   kernels Inductor launches from its own code. Target: <= torch + 10 µs;
+* ``torch.ops.xrt.<op>_triton(..., "triton")``: the triton_op called directly, without the public
+  function's Python (its checks, the policy lookup), which Dynamo guards on (no target; it shows
+  what the guards cost);
 * ``torch.ops.xrt.<op>(..., "triton")``: the opaque custom op, which compiled code calls through the
   dispatcher (what every provider took before the triton_op twins; no target, for comparison);
 * ``xp.ops.<op>(..., provider="torch")``: the torch provider through the custom op (no target).
@@ -73,26 +76,31 @@ def build_rows(device: str, backend: str) -> list[dict]:
     rows: list[dict] = []
 
     def group(name: str, op: str, torch_fn: Callable[..., Any], xrt_fn: Callable[..., Any],
-              opaque_fn: Callable[..., Any], args: tuple, grad: bool = False) -> None:
+              opaque_fn: Callable[..., Any], twin_fn: Callable[..., Any], args: tuple, grad: bool = False) -> None:
         ref = f"torch: {name}"
         rows.append({"name": ref, "group": name, "make": compiled(torch_fn, args, grad=grad), "target": None})
         rows.append({"name": f'xrt triton_op: {name}', "group": name,
                      "make": compiled(lambda *a: xrt_fn("triton", *a), args, op, "triton", grad),
                      "target": {"kind": "plus", "ref": ref, "us": TARGET_US}})
+        rows.append({"name": f'xrt triton_op called directly: {name}', "group": name,
+                     "make": compiled(twin_fn, args, op, "triton", grad), "target": None})
         rows.append({"name": f'xrt custom op (opaque): {name}', "group": name,
                      "make": compiled(opaque_fn, args, op, "triton", grad), "target": None})
         rows.append({"name": f'xrt provider="torch": {name}', "group": name,
                      "make": compiled(lambda *a: xrt_fn("torch", *a), args, op, "torch", grad), "target": None})
 
     group("square [4096] fp32", "square", lambda a: a * a, lambda p, a: xp.ops.square(a, provider=p),
-          lambda a: torch.ops.xrt.square(a, "triton"), (x,))
+          lambda a: torch.ops.xrt.square(a, "triton"), lambda a: torch.ops.xrt.square_triton(a, "triton"), (x,))
     group("softmax [64, 1024] bf16", "softmax", lambda a: torch.softmax(a, -1),
-          lambda p, a: xp.ops.softmax(a, provider=p), lambda a: torch.ops.xrt.softmax(a, "triton"), (xs,))
+          lambda p, a: xp.ops.softmax(a, provider=p), lambda a: torch.ops.xrt.softmax(a, "triton"),
+          lambda a: torch.ops.xrt.softmax_triton(a, "triton"), (xs,))
     ln_torch = lambda a, c, d: F.layer_norm(a, (1024,), c, d, 1e-5)  # noqa: E731
     ln_xrt = lambda p, a, c, d: xp.ops.fused_layernorm(a, 1024, c, d, 1e-5, provider=p)  # noqa: E731
     ln_opaque = lambda a, c, d: torch.ops.xrt.layernorm(a, [1024], c, d, 1e-5, "triton")[0]  # noqa: E731
-    group("layernorm [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, (xs, w, b))
-    group("layernorm fwd+bwd [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, (xg, wg, bg), grad=True)
+    ln_twin = lambda a, c, d: torch.ops.xrt.layernorm_triton(a, [1024], c, d, 1e-5, "triton")[0]  # noqa: E731
+    group("layernorm [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_twin, (xs, w, b))
+    group("layernorm fwd+bwd [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_twin, (xg, wg, bg),
+          grad=True)
     return rows
 
 

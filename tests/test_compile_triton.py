@@ -16,6 +16,14 @@ from xrt.pytorch.ops import dispatch
 N = 33  # an awkward row length
 
 
+@pytest.fixture
+def traced(interpreter, monkeypatch):
+    """CPU tensors take the triton_op twins under compile (the graphs are run by AOTAutograd's
+    Python, not Inductor, which cannot launch Triton kernels on CPU tensors)."""
+    monkeypatch.setattr(dispatch, "TRITON_OP_ON_CPU", True)
+    torch._dynamo.reset()
+
+
 def _inputs(op: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
     torch.manual_seed(0)
     x = torch.randn(7, N, device=device, dtype=dtype, requires_grad=True)
@@ -71,7 +79,7 @@ def _check_against_float64(op: str, args, y, grads, dy) -> None:
 
 
 @pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
-def test_compiled_graph_launches_the_triton_kernels(interpreter, op):
+def test_compiled_graph_launches_the_triton_kernels(traced, op):
     """Forward and backward graphs hold the kernels themselves (``triton_kernel_wrapper_functional``),
     no call of an xrt custom op; outputs and gradients match torch in float64."""
     args = _inputs(op)
@@ -85,7 +93,7 @@ def test_compiled_graph_launches_the_triton_kernels(interpreter, op):
 
 
 @pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
-def test_both_options_trace_without_graph_breaks(interpreter, op):
+def test_both_options_trace_without_graph_breaks(traced, op):
     """The triton_op twin and the opaque custom op (``torch`` provider) each make one graph; only
     the custom op's graph calls ``xrt::<op>``."""
     targets = {}
@@ -98,7 +106,7 @@ def test_both_options_trace_without_graph_breaks(interpreter, op):
     assert f"xrt.{op}.default" in targets["torch"]
 
 
-def test_matmul_forward_traces_into_the_kernel(interpreter):
+def test_matmul_forward_traces_into_the_kernel(traced):
     a, b = torch.randn(6, 11), torch.randn(11, 5)
     codes: list[str] = []
 
@@ -138,17 +146,29 @@ def test_only_the_cuda_c_twins_are_cudagraph_unsafe():
         assert unsafe not in getattr(torch.ops.xrt, op).default.tags, op
 
 
+def test_cpu_tensors_keep_the_custom_op_under_inductor(interpreter):
+    """Inductor cannot launch Triton kernels on CPU tensors: by default the opaque op stays there."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    x = torch.randn(8)
+    f = torch.compile(lambda t: xp.ops.square(t, provider="triton"), backend=counter, fullgraph=True)
+    torch.testing.assert_close(f(x), x * x)
+    assert "xrt.square.default" in {str(n.target) for n in counter.graphs[0].graph.nodes}
+
+
 def test_eager_calls_never_take_a_twin(interpreter):
     """Outside torch.compile the OP route keeps the custom op: the twins would only add dispatch."""
     from xrt.pytorch.ops.square import _square_op
 
-    assert dispatch.compiled("square", "triton", _square_op) is _square_op
+    assert dispatch.compiled("square", "triton", _square_op, torch.empty(1)) is _square_op
     with torch._subclasses.fake_tensor.FakeTensorMode():  # the OP route in eager
         y = xp.ops.square(torch.empty(4, 5), provider="triton")
     assert y.shape == (4, 5)
 
 
-def test_the_policy_is_read_when_tracing(interpreter):
+def test_the_policy_is_read_when_tracing(traced):
     """The provider is chosen at trace time; a policy change recompiles (Dynamo guards on the policy)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 

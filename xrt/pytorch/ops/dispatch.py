@@ -267,14 +267,21 @@ def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Func
             return chosen.fn(*tensors)
         if how == DIRECT_GRAD:
             return eager.apply(*tensors, chosen.name)
-        return compiled(op, chosen.name, custom)(*tensors, chosen.name)
+        return compiled(op, chosen.name, custom, tensors[0])(*tensors, chosen.name)
 
 
-def compiled(op: str, provider: str, custom: Any) -> Any:
-    """The op a call of ``op`` through ``provider`` goes to on the ``OP`` route: under torch.compile
-    its :data:`COMPILED` twin where there is one, else ``custom``. (Only under compile: in eager the
-    twins would add nothing but their own dispatch.)"""
-    if _is_compiling():
+# Whether CPU tensors (Triton's interpreter) take the triton_op twins under torch.compile. Off:
+# Inductor cannot launch a Triton kernel on CPU tensors, so there the opaque custom op stays. The
+# tests turn it on to check the traced graphs with a backend that runs them in Python (aot_eager).
+TRITON_OP_ON_CPU = False
+
+
+def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
+    """The op a call of ``op`` on ``x`` through ``provider`` goes to on the ``OP`` route: under
+    torch.compile its :data:`COMPILED` twin where there is one (for a CPU ``x`` only with
+    :data:`TRITON_OP_ON_CPU`), else ``custom``. (Only under compile: in eager the twins would add
+    nothing but their own dispatch.)"""
+    if _is_compiling() and (x.device.type != "cpu" or TRITON_OP_ON_CPU):
         return COMPILED.get((op, provider), custom)
     return custom
 
@@ -299,15 +306,17 @@ def torch_missing(x: torch.Tensor) -> str | None:
     return None
 
 
-_HAVE: dict[str, bool] = {}
-
-
 def _have(module: str) -> bool:
     """Is ``module`` installed (asked once; a plain dict, which Dynamo traces without a warning)?"""
     have = _HAVE.get(module)
     if have is None:
         have = _HAVE[module] = importlib.util.find_spec(module) is not None
     return have
+
+
+# Asked at import: Dynamo refuses to trace importlib's find_spec, and an op's first call may be
+# inside a compiled function.
+_HAVE: dict[str, bool] = {"triton": importlib.util.find_spec("triton") is not None}
 
 
 def triton_missing(x: torch.Tensor) -> str | None:

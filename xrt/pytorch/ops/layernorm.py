@@ -363,6 +363,6 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
             n = math.prod(ns)
             y, _, _ = chosen.fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), float(eps))
             return y.view(x.shape)
-        y, _, _ = dispatch.compiled("layernorm", chosen.name, _layernorm_op)(x, ns, weight, bias, float(eps),
-                                                                             chosen.name)
+        y, _, _ = dispatch.compiled("layernorm", chosen.name, _layernorm_op, x)(x, ns, weight, bias, float(eps),
+                                                                                chosen.name)
     return y

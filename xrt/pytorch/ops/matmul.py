@@ -131,7 +131,7 @@ def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> to
             return fn(a, b)
         if route == dispatch.DIRECT_GRAD:
             return eager.apply(a, b, name)
-        return dispatch.compiled(op, name, custom)(a, b, name)
+        return dispatch.compiled(op, name, custom, a)(a, b, name)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
