@@ -28,6 +28,9 @@
 #            (the 220 combinations issue #15 counted; $OUT/suite220/)
 # compiled : xrt bench run of square, softmax and layernorm's three series (device, host, host under
 #            torch.compile), full profile; $OUT/compiled-results.tgz
+# compilehost: tests/test_compile_triton.py (Inductor launches xrt's Triton kernels itself; reduce-overhead
+#            captures them), then benchmarks/compiled_host.py: host µs per call inside torch.compile, xrt
+#            vs torch (compiled_host-h100.json / .md)
 # tune     : the exhaustive Triton bf16 GEMM space at 4096x4096x4096 (pruned against this GPU's limits;
 #            `xrt tune space` prints its size first), every evaluation in the journal under
 #            $OUT/tuned/journal/, top-K in $OUT/tuned/matmul.json; stops proposing after 330 s.
@@ -167,6 +170,13 @@ for step in "$@"; do
         --bench '^bench_(ops|host|compiled)\.(Square|Softmax|Layernorm)\.' 2>&1 | tee "$OUT/compiled.log" | tail -20
       t=${PIPESTATUS[0]}
       tar -czf "$OUT/compiled-results.tgz" -C "$OUT" compiled 2>/dev/null && rm -rf "$OUT/compiled"
+      (exit $t) ;;
+    compilehost)
+      python3 -m pytest -q -p no:cacheprovider -rs tests/test_compile_triton.py 2>&1 | tee "$OUT/compile-tests.log" | tail -15
+      t=${PIPESTATUS[0]}
+      python3 benchmarks/compiled_host.py --device cuda --out "$OUT/compiled_host-h100.json" \
+        --md "$OUT/compiled_host-h100.md" 2>"$OUT/compiled_host.err" | tee "$OUT/compiled_host.log" | tail -25
+      [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
     tune)
       python3 -m xrt.cli tune space matmul --shape 4096x4096x4096 --dtype bfloat16 2>&1 | tee "$OUT/tune-space.txt"

@@ -1,4 +1,5 @@
-"""benchmarks/host_cost.py runs on the CPU (what needs a GPU is listed as skipped) and emits its table."""
+"""benchmarks/host_cost.py and benchmarks/compiled_host.py run on the CPU (what needs a GPU is listed as
+skipped) and emit their tables."""
 
 import json
 import subprocess
@@ -52,3 +53,25 @@ def test_host_cost_runs_on_the_cpu_and_writes_the_table(tmp_path):
     # what the host's timing depends on: its clock source and the cost of a clock read
     assert res["host"]["monotonic_ns"] > 0 and res["host"]["cpus"] >= 1
     assert f"monotonic_ns {res['host']['monotonic_ns']}" in table
+
+
+def test_compiled_host_runs_on_the_cpu_and_writes_the_table(tmp_path):
+    """benchmarks/compiled_host.py --quick on the CPU: torch's rows and the torch provider's are
+    measured under torch.compile, the Triton rows are listed as skipped with the reason."""
+    out, md = tmp_path / "compiled.json", tmp_path / "compiled.md"
+    script = ROOT / "benchmarks" / "compiled_host.py"
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--backend", "aot_eager",
+                          "--out", str(out), "--md", str(md)],
+                         capture_output=True, text=True, timeout=600, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""})
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    rows = {r["name"]: r for r in res["rows"]}
+    assert res["device"] == "cpu" and res["calls"] == 20 and res["repeats"] == 2 and res["backend"] == "aot_eager"
+    for group in ("square [4096] fp32", "softmax [64, 1024] bf16", "layernorm [64, 1024] bf16",
+                  "layernorm fwd+bwd [64, 1024] bf16"):
+        for name in (f"torch: {group}", f'xrt provider="torch": {group}'):
+            assert rows[name]["host_us"] > 0 and len(rows[name]["samples_us"]) == 2, rows[name]
+        twin = rows[f"xrt triton_op: {group}"]
+        assert twin["host_us"] is None and "CUDA GPU" in twin["skipped"], twin
+        assert twin["target"] == f"<= torch: {group} + 10 µs"
+    assert md.read_text() in run.stdout and "| group | call | host µs / call |" in md.read_text()

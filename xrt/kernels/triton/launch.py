@@ -105,6 +105,7 @@ class Launcher:
         self.direct = bool(direct)
         self.compiles = 0  # first launches that went through kernel[grid] (tests read it)
         self.epoch = 0  # bumped by clear(): a Site's kept kernel is then stale
+        self._jit: Any = None  # the kernel as a JITFunction, for traces (see jit)
         _LAUNCHERS.append(self)
 
     def clear(self) -> None:
@@ -115,6 +116,10 @@ class Launcher:
                  **constexprs: Any) -> None:
         if _COMPILE_ONLY[0]:
             self._warm(grid, args, num_warps, num_stages, constexprs)
+            return
+        a0 = args[0] if args else None
+        if a0.__class__ is not _Tensor and isinstance(a0, _Tensor):  # fake or functional: a trace records it
+            self._traced(grid, args, num_warps, num_stages, constexprs)
             return
         if (not self.direct or len(args) != self.nargs or len(constexprs) != len(self.constexprs)
                 or not (isinstance(args[0], torch.Tensor) and (args[0].is_cuda or self._device is not None))):
@@ -169,6 +174,26 @@ class Launcher:
             kw["num_stages"] = num_stages
         self.compiles += 1
         return warmup(*args, grid=tuple(grid), **kw)  # not kept: a Site must never launch it
+
+    def _traced(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
+                constexprs: dict[str, Any]) -> None:
+        """The launch as ``torch.library.wrap_triton`` records it: the call of a ``triton_op`` traced
+        by ``torch.compile`` (or run on fake tensors), whose graph then launches the kernel itself."""
+        from torch.library import wrap_triton
+
+        kw = dict(constexprs)
+        kw["num_warps"] = num_warps
+        if num_stages is not None:
+            kw["num_stages"] = num_stages
+        wrap_triton(self.jit())[tuple(grid)](*args, **kw)
+
+    def jit(self) -> Any:
+        """The kernel as a ``JITFunction``; under the interpreter, where ``@triton.jit`` gives an
+        ``InterpretedFunction`` that a trace cannot record, a ``JITFunction`` of the same source,
+        made once, for traces only (what it records cannot launch on a CPU anyway)."""
+        if self._jit is None:
+            self._jit = jit_twin(self.kernel)
+        return self._jit
 
     def _slow(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
               constexprs: dict[str, Any]) -> Any:
@@ -272,6 +297,56 @@ class Site:
         # (null here: a site with scratch memory never gets a fast path).
         return LaunchSpec(int(compiled.function), self.grid, (32 * int(metadata.num_warps), 1, 1),
                           int(metadata.shared), tuple(kinds[:nargs]), keep=compiled, null_tail=2)
+
+
+_TWINS: dict[int, Any] = {}
+
+
+def jit_twin(kernel: Any) -> Any:
+    """``kernel`` as a ``JITFunction``: itself, or for the interpreter's ``InterpretedFunction`` a
+    ``JITFunction`` of the same code whose globals name the twins of the ``@triton.jit`` helpers it
+    calls (Triton's JIT refuses to reference an ``InterpretedFunction``)."""
+    import types
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(kernel, InterpretedFunction):
+        return kernel
+    twin = _TWINS.get(id(kernel))
+    if twin is None:
+        fn = kernel.fn
+        scope = dict(fn.__globals__)
+        for name in fn.__code__.co_names:
+            if isinstance(scope.get(name), InterpretedFunction):
+                scope[name] = jit_twin(scope[name])
+        copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+        copy.__module__, copy.__qualname__, copy.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
+        copy.__annotations__, copy.__kwdefaults__ = dict(fn.__annotations__), fn.__kwdefaults__  # the constexprs
+        twin = _TWINS[id(kernel)] = _InterpretedTwin(copy, kernel)
+    return twin
+
+
+def _twin_class() -> type:
+    from triton.runtime.jit import JITFunction
+
+    class InterpretedTwin(JITFunction):
+        """A ``JITFunction`` for traces that runs, when a traced graph launches it on the CPU, as
+        the interpreter's kernel it was made from."""
+
+        def __init__(self, fn: Any, interpreted: Any) -> None:
+            super().__init__(fn)
+            self.interpreted = interpreted
+
+        def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            return self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    return InterpretedTwin
+
+
+def _InterpretedTwin(fn: Any, interpreted: Any) -> Any:
+    global _InterpretedTwin
+    _InterpretedTwin = _twin_class()
+    return _InterpretedTwin(fn, interpreted)
 
 
 def _triton_type(t: str) -> str | None:

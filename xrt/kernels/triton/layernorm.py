@@ -98,14 +98,13 @@ def _layernorm_fwd_kernel(
 
 
 @triton.jit
-def _row_group(w_ptr, cols, M, N, rows_per_program):
-    """(mask, w, start, end) of a backward program: the columns ``cols`` inside the row, the weight
-    there in fp32, and its row group's rows ``[start, end)``."""
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+def _row_group(M, rows_per_program):
+    """(start, end): the rows ``[start, end)`` of a backward program's row group. (The weight is
+    loaded by the kernels themselves: torch.compile's analysis of which tensors a kernel writes
+    takes every pointer passed to a helper whose results address a store as written.)"""
     start = tl.program_id(0) * rows_per_program
     end = tl.minimum(start + rows_per_program, M)
-    return mask, w, start, end
+    return start, end
 
 
 @triton.jit
@@ -145,7 +144,9 @@ def _layernorm_bwd_kernel(
     BLOCK: tl.constexpr,  # next_power_of_2(N)
 ):
     cols = tl.arange(0, BLOCK)
-    mask, w, start, end = _row_group(w_ptr, cols, M, N, rows_per_program)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    start, end = _row_group(M, rows_per_program)
     dw_acc = tl.zeros([BLOCK], tl.float32)
     db_acc = tl.zeros([BLOCK], tl.float32)
     off = start.to(tl.int64) * N + cols  # advanced row by row, in 64 bits
@@ -216,7 +217,9 @@ def _layernorm_bwd_tiled_kernel(
     TILE: tl.constexpr,  # columns per program
 ):
     cols = tl.program_id(1) * TILE + tl.arange(0, TILE)
-    mask, w, start, end = _row_group(w_ptr, cols, M, N, rows_per_program)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    start, end = _row_group(M, rows_per_program)
     dw_acc = tl.zeros([TILE], tl.float32)
     db_acc = tl.zeros([TILE], tl.float32)
     # Scalar 64-bit row pointers advanced row by row, 32-bit column offsets: per-element 64-bit

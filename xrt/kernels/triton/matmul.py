@@ -181,7 +181,7 @@ def tma_ok(*ts: torch.Tensor) -> bool:
     """Can the TMA kernel take these [B, rows, cols] tensors: Hopper or later, each row-major or a
     column-major view (:func:`major`), its other strides and its base 16-byte aligned (TMA's rules)."""
     t0 = ts[0]
-    if not t0.is_cuda:
+    if not t0.is_cuda or t0.__class__ is not torch.Tensor:  # a trace's fake tensors have no address to check
         return False
     dev = t0.device.index if t0.device.index is not None else torch.cuda.current_device()
     ok = _TMA_DEVICES.get(dev)

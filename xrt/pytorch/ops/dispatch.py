@@ -188,11 +188,48 @@ def contiguous_like(x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+# The ops that torch.compile gets instead of ``xrt::<op>`` for a provider, by (op, provider): for
+# ``triton``, a ``torch.library.triton_op`` whose kernels Inductor sees and launches from its own
+# code; for ``cuda``, the op tagged ``cudagraph_unsafe``. Filled by :func:`define` and :func:`compiled_twin`.
+COMPILED: dict[tuple[str, str], Any] = {}
+
+# CUDA C kernels launch through pycuda on the legacy default stream and synchronise on any other
+# stream (a CUDA graph's capture stream among them): a graph cannot capture them.
+CUDA_TAGS = (torch.Tag.cudagraph_unsafe,)
+
+
+def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context: Callable[..., None] | None = None,
+                  backward: Callable[..., Any] | None = None, fake: Callable[..., Any] | None = None) -> Any:
+    """The op that torch.compile calls for ``op`` run by ``provider`` (:data:`COMPILED`), with the
+    schema of ``fn``: ``xrt::<op>_triton``, a ``triton_op`` (``fn`` launches its kernels through
+    :class:`~xrt.kernels.triton.launch.Launcher`, which records them for ``wrap_triton`` in a trace,
+    so no fake is needed), or ``xrt::<op>_cuda``, a custom op tagged ``cudagraph_unsafe`` with
+    ``fake``. Autograd from ``setup_context`` and ``backward``, registered outside the op, so a
+    compiled backward traces through it too."""
+    name = f"xrt::{op}_{provider}"
+    if provider == "triton":
+        twin = torch.library.triton_op(name, fn, mutates_args=())
+    elif provider == "cuda":
+        twin = torch.library.custom_op(name, fn, mutates_args=(), tags=CUDA_TAGS)
+        twin.register_fake(fake)
+    else:
+        raise ValueError(f"xrt op {op!r}: no compiled twin for provider {provider!r} (triton or cuda)")
+    if backward is not None:
+        twin.register_autograd(backward, setup_context=setup_context)
+    COMPILED[(op, provider)] = twin
+    return twin
+
+
 def define(op: str, fake: Callable[..., torch.Tensor], setup_context: Callable[..., None],
-           backward: Callable[..., Any], inputs: int = 1) -> tuple[Any, type[torch.autograd.Function]]:
+           backward: Callable[..., Any], inputs: int = 1, triton: bool = False,
+           ) -> tuple[Any, type[torch.autograd.Function]]:
     """The custom op ``xrt::<op>(*tensors, provider)`` of a one-output op with ``inputs`` tensor inputs
     (1 or 2): the provider's function, ``fake(*tensors)`` for torch.compile, autograd from
-    ``setup_context`` and ``backward``; and its :func:`eager_autograd` twin, for :func:`call`."""
+    ``setup_context`` and ``backward``; and its :func:`eager_autograd` twin, for :func:`call`.
+
+    Also the ops torch.compile calls instead (:func:`compiled_twin`): ``xrt::<op>_cuda`` for the
+    CUDA C provider and, with ``triton``, ``xrt::<op>_triton`` for the Triton provider, whose
+    function must launch only through ``Launcher`` (or ``wrap_triton``) and torch ops."""
     if inputs == 1:
         def impl(x: torch.Tensor, provider: str) -> torch.Tensor:
             return get(op, provider).fn(x)
@@ -210,6 +247,9 @@ def define(op: str, fake: Callable[..., torch.Tensor], setup_context: Callable[.
     custom = torch.library.custom_op(f"xrt::{op}", impl, mutates_args=())
     custom.register_fake(fake_impl)
     custom.register_autograd(backward, setup_context=setup_context)
+    compiled_twin(op, "cuda", impl, setup_context, backward, fake_impl)
+    if triton:
+        compiled_twin(op, "triton", impl, setup_context, backward)
     return custom, eager_autograd(op, setup_context, backward)
 
 
@@ -217,7 +257,8 @@ def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Func
          *tensors: torch.Tensor) -> torch.Tensor:
     """Run ``chosen`` on ``tensors`` the way :func:`route` says: its function itself in plain eager
     PyTorch (what the custom op would run, without its dispatch), ``eager`` when autograd records the
-    call, else the custom op; inside :func:`op_range` while a profiler records."""
+    call, else the custom op (under torch.compile, its :data:`COMPILED` twin for this provider where
+    there is one); inside :func:`op_range` while a profiler records."""
     how = route(*tensors)
     if how == DIRECT and not _profiling():
         return chosen.fn(*tensors)
@@ -226,7 +267,23 @@ def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Func
             return chosen.fn(*tensors)
         if how == DIRECT_GRAD:
             return eager.apply(*tensors, chosen.name)
-        return custom(*tensors, chosen.name)
+        return compiled(op, chosen.name, custom, tensors[0])(*tensors, chosen.name)
+
+
+# Whether CPU tensors (Triton's interpreter) take the triton_op twins under torch.compile. Off:
+# Inductor cannot launch a Triton kernel on CPU tensors, so there the opaque custom op stays. The
+# tests turn it on to check the traced graphs with a backend that runs them in Python (aot_eager).
+TRITON_OP_ON_CPU = False
+
+
+def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
+    """The op a call of ``op`` on ``x`` through ``provider`` goes to on the ``OP`` route: under
+    torch.compile its :data:`COMPILED` twin where there is one (for a CPU ``x`` only with
+    :data:`TRITON_OP_ON_CPU`), else ``custom``. (Only under compile: in eager the twins would add
+    nothing but their own dispatch.)"""
+    if _is_compiling() and (x.device.type != "cpu" or TRITON_OP_ON_CPU):
+        return COMPILED.get((op, provider), custom)
+    return custom
 
 
 def profiling() -> bool:
@@ -249,15 +306,17 @@ def torch_missing(x: torch.Tensor) -> str | None:
     return None
 
 
-_HAVE: dict[str, bool] = {}
-
-
 def _have(module: str) -> bool:
     """Is ``module`` installed (asked once; a plain dict, which Dynamo traces without a warning)?"""
     have = _HAVE.get(module)
     if have is None:
         have = _HAVE[module] = importlib.util.find_spec(module) is not None
     return have
+
+
+# Asked at import: Dynamo refuses to trace importlib's find_spec, and an op's first call may be
+# inside a compiled function.
+_HAVE: dict[str, bool] = {"triton": importlib.util.find_spec("triton") is not None}
 
 
 def triton_missing(x: torch.Tensor) -> str | None:

@@ -46,7 +46,12 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     state = policy.tuned_state()
     shape = tuple(x.shape) if shape is None else tuple(shape)
     key = (space, x.is_cuda, x.get_device(), x.dtype, shape)
-    hit = state.memo.get(key)
+    try:
+        hit = state.memo.get(key)
+    except TypeError:  # symbolic sizes (torch.compile, dynamic shapes): the config specializes on them
+        shape = tuple(int(d) for d in shape)
+        key = (space, x.is_cuda, x.get_device(), x.dtype, shape)
+        hit = state.memo.get(key)
     if hit is None:
         from xrt.kernels import checks
 

@@ -23,33 +23,29 @@ kernel_providers.register("layernorm")
 kernel_providers.register("layernorm_bwd")
 
 
-@torch.library.custom_op("xrt::layernorm", mutates_args=())
-def _layernorm_op(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor,
-                  bias: torch.Tensor, eps: float, provider: str
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _layernorm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor,
+               bias: torch.Tensor, eps: float, provider: str
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = math.prod(normalized_shape)
     y, mean, rstd = dispatch.get("layernorm", provider).fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), eps)
     return y.view(x.shape), mean, rstd
 
 
-@_layernorm_op.register_fake
-def _(x, normalized_shape, weight, bias, eps, provider):
+def _layernorm_fake(x, normalized_shape, weight, bias, eps, provider):
     m = x.numel() // math.prod(normalized_shape)
     stat = x.new_empty((m,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), stat, torch.empty_like(stat)
 
 
-@torch.library.custom_op("xrt::layernorm_bwd", mutates_args=())
-def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
-                  rstd: torch.Tensor, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
+                   rstd: torch.Tensor, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = weight.numel()
     dx, dw, db = dispatch.get("layernorm_bwd", provider).fn(dy.reshape(-1, n), x.reshape(-1, n), weight.reshape(n),
                                                             mean, rstd)
     return dx.view(x.shape), dw.view(weight.shape), db.view(weight.shape)
 
 
-@layernorm_bwd.register_fake
-def _(dy, x, weight, mean, rstd, provider):
+def _layernorm_bwd_fake(dy, x, weight, mean, rstd, provider):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(weight, memory_format=torch.contiguous_format),
             torch.empty_like(weight, memory_format=torch.contiguous_format))
@@ -63,13 +59,27 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, weight, mean, rstd)
 
 
-def _backward(ctx, dy, _dmean, _drstd):
-    x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = layernorm_bwd(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
-    return dx, None, dw, db, None, None
+def _backward_with(bwd: Any):
+    """The forward op's backward formula: the backward op ``bwd`` of the same provider."""
+
+    def backward(ctx, dy, _dmean, _drstd):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = bwd(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
+        return dx, None, dw, db, None, None
+
+    return backward
 
 
-_layernorm_op.register_autograd(_backward, setup_context=_setup_context)
+# xrt::layernorm and xrt::layernorm_bwd; for torch.compile, their twins per provider
+# (dispatch.compiled_twin): the Triton ones are triton_ops that Inductor traces into.
+_layernorm_op = torch.library.custom_op("xrt::layernorm", _layernorm, mutates_args=())
+_layernorm_op.register_fake(_layernorm_fake)
+layernorm_bwd = torch.library.custom_op("xrt::layernorm_bwd", _layernorm_bwd, mutates_args=())
+layernorm_bwd.register_fake(_layernorm_bwd_fake)
+_layernorm_op.register_autograd(_backward_with(layernorm_bwd), setup_context=_setup_context)
+for _name in ("triton", "cuda"):
+    _bwd = dispatch.compiled_twin("layernorm_bwd", _name, _layernorm_bwd, fake=_layernorm_bwd_fake)
+    dispatch.compiled_twin("layernorm", _name, _layernorm, _setup_context, _backward_with(_bwd), _layernorm_fake)
 
 
 class _EagerLayerNorm(torch.autograd.Function):
@@ -353,5 +363,6 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
             n = math.prod(ns)
             y, _, _ = chosen.fn(x.reshape(-1, n), weight.reshape(n), bias.reshape(n), float(eps))
             return y.view(x.shape)
-        y, _, _ = _layernorm_op(x, ns, weight, bias, float(eps), chosen.name)
+        y, _, _ = dispatch.compiled("layernorm", chosen.name, _layernorm_op, x)(x, ns, weight, bias, float(eps),
+                                                                                chosen.name)
     return y

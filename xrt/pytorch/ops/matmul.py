@@ -92,29 +92,36 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
     """The custom op ``xrt::<op>`` (its fake and its autograd: the gradients are GEMMs of the same op
     and provider) and its eager twin (:func:`dispatch.eager_autograd`)."""
 
-    @torch.library.custom_op(f"xrt::{op}", mutates_args=())
-    def custom(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    def impl(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
         return dispatch.get(op, provider).fn(a, b)
 
-    @custom.register_fake
-    def _(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+    def fake(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
         return a.new_empty(out_shape(a, b))
 
-    def backward(ctx, grad: torch.Tensor):
-        a, b = ctx.saved_tensors
-        p = ctx.provider
-        # Each gradient is made in its input's layout: a transposed view's gradient (W.T in a routed
-        # linear) as the transpose of a row-major product, so that it reaches W as a row-major
-        # tensor and autograd's accumulation has no layout to copy into. The kernels read the
-        # transposed operands (g.T, W.T) in place.
-        da = db = None
-        if ctx.needs_input_grad[0]:
-            da = custom(b, grad.mT, p).mT if _column_major(a) else custom(grad, b.mT, p)
-        if ctx.needs_input_grad[1]:
-            db = custom(grad.mT, a, p).mT if _column_major(b) else custom(a.mT, grad, p)
-        return da, db, None
+    def backward_with(gemm: Any) -> Callable[..., Any]:
+        def backward(ctx, grad: torch.Tensor):
+            a, b = ctx.saved_tensors
+            p = ctx.provider
+            # Each gradient is made in its input's layout: a transposed view's gradient (W.T in a routed
+            # linear) as the transpose of a row-major product, so that it reaches W as a row-major
+            # tensor and autograd's accumulation has no layout to copy into. The kernels read the
+            # transposed operands (g.T, W.T) in place.
+            da = db = None
+            if ctx.needs_input_grad[0]:
+                da = gemm(b, grad.mT, p).mT if _column_major(a) else gemm(grad, b.mT, p)
+            if ctx.needs_input_grad[1]:
+                db = gemm(grad.mT, a, p).mT if _column_major(b) else gemm(a.mT, grad, p)
+            return da, db, None
 
+        return backward
+
+    custom = torch.library.custom_op(f"xrt::{op}", impl, mutates_args=())
+    custom.register_fake(fake)
+    backward = backward_with(custom)
     custom.register_autograd(backward, setup_context=_setup_context)
+    for name in ("triton", "cuda"):  # torch.compile's twins (dispatch.compiled_twin), their gradients GEMMs of the twin
+        twin = dispatch.compiled_twin(op, name, impl, fake=fake)
+        twin.register_autograd(backward_with(twin), setup_context=_setup_context)
     return custom, dispatch.eager_autograd(op, _setup_context, backward)
 
 
@@ -137,7 +144,7 @@ def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> to
             return fn(a, b)
         if route == dispatch.DIRECT_GRAD:
             return eager.apply(a, b, name)
-        return custom(a, b, name)
+        return dispatch.compiled(op, name, custom, a)(a, b, name)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:

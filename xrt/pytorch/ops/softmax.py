@@ -22,7 +22,8 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 # the custom op xrt::softmax, and the same for eager training
-_softmax_op, _eager = dispatch.define("softmax", dispatch.contiguous_like, _setup_context, _backward)
+_softmax_op, _eager = dispatch.define("softmax", dispatch.contiguous_like, _setup_context, _backward,
+                                     triton=True)
 
 
 def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:

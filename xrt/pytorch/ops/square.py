@@ -26,7 +26,7 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 # the custom op xrt::square, and the same for eager training
-_square_op, _eager = dispatch.define("square", dispatch.contiguous_like, _setup_context, _backward)
+_square_op, _eager = dispatch.define("square", dispatch.contiguous_like, _setup_context, _backward, triton=True)
 
 
 def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:

@@ -1,0 +1,259 @@
+"""xrt's Triton kernels under torch.compile: the ``triton_op`` twins (``xrt::<op>_triton``) that
+Inductor traces into, the CUDA C twins tagged ``cudagraph_unsafe``, and the provider read at trace time.
+
+On the CPU the kernels run under Triton's interpreter and the graphs are checked after AOTAutograd
+(what Inductor would get); on a GPU Inductor's own code is checked (tests marked ``gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+
+import xrt.pytorch as xp
+from xrt.pytorch.ops import dispatch
+
+N = 33  # an awkward row length
+
+
+@pytest.fixture
+def traced(interpreter, monkeypatch):
+    """CPU tensors take the triton_op twins under compile (the graphs are run by AOTAutograd's
+    Python, not Inductor, which cannot launch Triton kernels on CPU tensors)."""
+    monkeypatch.setattr(dispatch, "TRITON_OP_ON_CPU", True)
+    torch._dynamo.reset()
+
+
+def _inputs(op: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    torch.manual_seed(0)
+    x = torch.randn(7, N, device=device, dtype=dtype, requires_grad=True)
+    if op == "layernorm":
+        w = torch.randn(N, device=device, dtype=dtype, requires_grad=True)
+        b = torch.randn(N, device=device, dtype=dtype, requires_grad=True)
+        return (x, w, b)
+    return (x,)
+
+
+def _xrt(op: str, provider: str):
+    if op == "square":
+        return lambda x: xp.ops.square(x, provider=provider)
+    if op == "softmax":
+        return lambda x: xp.ops.softmax(x, provider=provider)
+    return lambda x, w, b: xp.ops.fused_layernorm(x, N, w, b, provider=provider)
+
+
+def _torch(op: str):
+    if op == "square":
+        return lambda x: x * x
+    if op == "softmax":
+        return lambda x: torch.softmax(x, -1)
+    return lambda x, w, b: torch.nn.functional.layer_norm(x, (N,), w, b)
+
+
+def _capture(fn, *args):
+    """``fn`` compiled (fullgraph) with AOTAutograd and no codegen: its output, the gradients of its
+    inputs, and the code of the forward and backward graphs that Inductor would get."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    codes: list[str] = []
+
+    def keep(gm, _inputs):
+        codes.append(gm.code)
+        return make_boxed_func(gm)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    y = compiled(*args)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, args, dy)
+    return y, grads, dy, codes
+
+
+def _check_against_float64(op: str, args, y, grads, dy) -> None:
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    want = _torch(op)(*ref_args)
+    want_grads = torch.autograd.grad(want, ref_args, dy.double())
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
+def test_compiled_graph_launches_the_triton_kernels(traced, op):
+    """Forward and backward graphs hold the kernels themselves (``triton_kernel_wrapper_functional``),
+    no call of an xrt custom op; outputs and gradients match torch in float64."""
+    args = _inputs(op)
+    y, grads, dy, codes = _capture(_xrt(op, "triton"), *args)
+    forward, backward = codes
+    assert "triton_kernel_wrapper_functional" in forward
+    assert "torch.ops.xrt" not in forward and "torch.ops.xrt" not in backward
+    if op == "layernorm":  # its backward is xrt's kernels too
+        assert "triton_kernel_wrapper_functional" in backward
+    _check_against_float64(op, args, y, grads, dy)
+
+
+@pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
+def test_both_options_trace_without_graph_breaks(traced, op):
+    """The triton_op twin and the opaque custom op (``torch`` provider) each make one graph; only
+    the custom op's graph calls ``xrt::<op>``."""
+    targets = {}
+    for provider in ("triton", "torch"):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(_xrt(op, provider))(*_inputs(op))
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained
+        targets[provider] = {str(n.target) for n in explained.graphs[0].graph.nodes if n.op == "call_function"}
+    assert f"xrt.{op}_triton.default" in targets["triton"]
+    assert f"xrt.{op}.default" in targets["torch"]
+
+
+def test_matmul_forward_traces_into_the_kernel(traced):
+    a, b = torch.randn(6, 11), torch.randn(11, 5)
+    codes: list[str] = []
+
+    def keep(gm, _inputs):
+        codes.append(gm.code)
+        return make_boxed_func(gm)
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda p, q: xp.ops.matmul(p, q, provider="triton"),
+                      backend=aot_autograd(fw_compiler=keep), fullgraph=True)
+    torch.testing.assert_close(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert "triton_kernel_wrapper_functional" in codes[0] and "torch.ops.xrt" not in codes[0]
+
+
+@pytest.mark.parametrize("op", ["square", "softmax"])
+def test_triton_twins_pass_opcheck(interpreter, op):
+    x = torch.randn(3, 17, requires_grad=True)
+    result = torch.library.opcheck(dispatch.COMPILED[(op, "triton")], (x, "triton"))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_layernorm_twin_passes_opcheck(interpreter):
+    x, w, b = (torch.randn(3, 17, requires_grad=True), torch.randn(17, requires_grad=True),
+               torch.randn(17, requires_grad=True))
+    result = torch.library.opcheck(dispatch.COMPILED[("layernorm", "triton")], (x, [17], w, b, 1e-5, "triton"))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_only_the_cuda_c_twins_are_cudagraph_unsafe():
+    unsafe = torch.Tag.cudagraph_unsafe
+    ops = ("square", "softmax", "layernorm", "layernorm_bwd", "matmul", "bmm")
+    for op in ops:
+        assert unsafe in dispatch.COMPILED[(op, "cuda")]._opoverload.tags, op
+        assert unsafe not in dispatch.COMPILED[(op, "triton")]._opoverload.tags, op
+        assert unsafe not in getattr(torch.ops.xrt, op).default.tags, op
+
+
+def test_cpu_tensors_keep_the_custom_op_under_inductor(interpreter):
+    """Inductor cannot launch Triton kernels on CPU tensors: by default the opaque op stays there."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    x = torch.randn(8)
+    f = torch.compile(lambda t: xp.ops.square(t, provider="triton"), backend=counter, fullgraph=True)
+    torch.testing.assert_close(f(x), x * x)
+    assert "xrt.square.default" in {str(n.target) for n in counter.graphs[0].graph.nodes}
+
+
+def test_eager_calls_never_take_a_twin(interpreter):
+    """Outside torch.compile the OP route keeps the custom op: the twins would only add dispatch."""
+    from xrt.pytorch.ops.square import _square_op
+
+    assert dispatch.compiled("square", "triton", _square_op, torch.empty(1)) is _square_op
+    with torch._subclasses.fake_tensor.FakeTensorMode():  # the OP route in eager
+        y = xp.ops.square(torch.empty(4, 5), provider="triton")
+    assert y.shape == (4, 5)
+
+
+def test_the_policy_is_read_when_tracing(traced):
+    """The provider is chosen at trace time; a policy change recompiles (Dynamo guards on the policy)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda t: xp.ops.square(t), backend=counter, fullgraph=True)
+    x = torch.randn(8)
+
+    def targets(graph):
+        return {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+
+    with xp.kernel_policy(square="triton"):
+        torch.testing.assert_close(f(x), x * x)
+    with xp.kernel_policy(square="torch"):
+        torch.testing.assert_close(f(x), x * x)
+    assert counter.frame_count == 2
+    assert "xrt.square_triton.default" in targets(counter.graphs[0])
+    assert "xrt.square.default" in targets(counter.graphs[1])
+
+
+# -- on a GPU: Inductor's own code ----------------------------------------------------------------
+
+KERNELS = {"square": ["_square_kernel"], "softmax": ["_softmax_kernel"],
+           "layernorm": ["_layernorm_fwd_kernel", "_layernorm_bwd_kernel", "_sum_partials_kernel"]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
+def test_inductor_launches_the_kernels_directly_on_gpu(op):
+    from torch._inductor.utils import run_and_get_code
+
+    args = _inputs(op, "cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(_xrt(op, "triton"), fullgraph=True)
+
+    def step():
+        y = compiled(*args)
+        dy = torch.ones_like(y) * 0.5 + torch.arange(y.numel(), device="cuda").view_as(y) / y.numel()
+        return y, torch.autograd.grad(y, args, dy), dy
+
+    (y, grads, dy), codes = run_and_get_code(step)
+    code = "\n".join(codes)
+    assert "torch.ops.xrt" not in code and "xrt." not in code.replace("xrt.kernels", "")
+    for name in KERNELS[op]:
+        assert name in code, name
+    _check_against_float64(op, args, y, grads, dy)
+
+
+@pytest.mark.gpu
+def test_compiled_matmul_training_on_gpu():
+    from torch._inductor.utils import run_and_get_code
+
+    a = torch.randn(64, 96, device="cuda", requires_grad=True)
+    b = torch.randn(96, 40, device="cuda")  # only a needs a gradient
+    torch._dynamo.reset()
+    f = torch.compile(lambda p, q: xp.ops.matmul(p, q, provider="triton").relu(), fullgraph=True)
+    (y, (da,)), codes = run_and_get_code(lambda: (lambda out: (out, torch.autograd.grad(out.sum(), (a,))))(f(a, b)))
+    assert "torch.ops.xrt" not in "\n".join(codes) and "_matmul_kernel" in "\n".join(codes)
+    want = (a.double() @ b.double()).relu()
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(da.double(), (want > 0).double() @ b.double().T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_captures_the_triton_kernels():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    f = torch.compile(lambda t: xp.ops.softmax(xp.ops.square(t, provider="triton"), provider="triton"),
+                      mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):  # warm-up, record, replays; fresh values each time
+        x = torch.randn(16, 200, device="cuda")
+        torch.testing.assert_close(f(x), torch.softmax(x * x, -1))
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_keeps_the_cuda_c_provider_out_of_the_graph():
+    from xrt.kernels import cuda
+
+    if cuda.missing():
+        pytest.skip(cuda.missing())
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: xp.ops.square(t, provider="cuda") + 1, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(4099, device="cuda")
+        torch.testing.assert_close(f(x), x * x + 1)
