@@ -15,7 +15,7 @@ from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
 OPS = ["attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm", "layernorm_bwd",
-       "matmul", "softmax", "square", "vector_add", "window_sum"]
+       "linear_cross_entropy", "matmul", "softmax", "square", "vector_add", "window_sum"]
 
 
 def test_units_are_the_specs_ops_and_the_allocator():
