@@ -97,6 +97,9 @@ def test_every_token_ignored_gives_nan_as_torch(interpreter):
     loss, gh, gw = lce_triton.linear_cross_entropy(h, w, t, -100, 0.0, True)
     assert torch.isnan(loss) and torch.isnan(F.cross_entropy(h @ w.T, t))
     assert torch.equal(gh, torch.zeros_like(gh)) and torch.equal(gw, torch.zeros_like(gw))
+    with poisoned_outputs():  # no token at all: the same, grad_w written though no chunk ran
+        loss, gh, gw = lce_triton.linear_cross_entropy(h[:0], w, t[:0], -100, 0.0, True)
+    assert loss.shape == () and torch.isnan(loss) and gh.shape == (0, 8) and torch.equal(gw, torch.zeros_like(w))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.25])

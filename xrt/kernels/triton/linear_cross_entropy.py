@@ -104,11 +104,11 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     n, d = h.shape
     v = w.shape[0]
     grad_h = torch.empty_like(h) if grads else h.new_empty(0)
-    grad_w = torch.zeros_like(w) if grads else w.new_empty(0)
+    grad_w = torch.empty_like(w) if grads else w.new_empty(0)  # the first chunk's GEMM writes it
     losses = torch.empty(n, device=h.device, dtype=torch.float32)
     count = (target != ignore_index).sum().to(torch.float32).reshape(1)  # on the device: no sync
     if n == 0:
-        return losses.sum().div(count).to(h.dtype)[()], grad_h, grad_w
+        return (losses.sum() / count[0]).to(h.dtype), grad_h, grad_w.zero_()
     c = chunk_rows(n, v, d, chunk or cfg["chunk"])
     warps = (16 if v >= 16384 else 8) if cfg["num_warps"] == "auto" else cfg["num_warps"]
     block = min(BLOCK, next_power_of_2(v))
@@ -121,5 +121,8 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
               int(ignore_index), float(label_smoothing), BLOCK=block, num_warps=warps)
         if grads:
             torch.mm(lg, w, out=grad_h[start:start + rows])
-            grad_w.addmm_(lg.t(), hc)
+            if start == 0:
+                torch.mm(lg.t(), hc, out=grad_w)
+            else:
+                grad_w.addmm_(lg.t(), hc)
     return (losses.sum() / count[0]).to(h.dtype), grad_h, grad_w
