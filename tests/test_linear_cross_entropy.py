@@ -133,6 +133,18 @@ def test_no_grad_computes_the_loss_only(interpreter, monkeypatch):
     torch.testing.assert_close(loss, F.cross_entropy(h @ w.T, t), rtol=1e-5, atol=1e-6)
 
 
+def test_autocast_casts_h_and_weight_as_f_linear_does():
+    h, w, t = _inputs(12, 8, 40, torch.float32)
+    ww = w.clone().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16):
+        got = xp.ops.linear_cross_entropy(h, ww, t, provider="torch")
+        want = F.cross_entropy(F.linear(h, w), t)
+    assert got.dtype == want.dtype == torch.float32  # F.cross_entropy runs in float32 under autocast
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)  # both from bfloat16 logits
+    got.backward()
+    assert ww.grad.dtype == torch.float32  # through the cast, to the float32 parameter
+
+
 def test_leading_dims_and_auto():
     """h [B, S, d] with target [B, S]; auto on the CPU is the torch provider."""
     h, w, t = _inputs(12, 8, 40, torch.float32)

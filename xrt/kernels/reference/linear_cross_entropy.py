@@ -30,7 +30,8 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          label_smoothing: float, grads: bool = True,
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(loss, grad_h, grad_w)`` of the mean ``cross_entropy(h @ w.T, target)``, as the Triton launcher
-    returns them (``h`` [N, d], ``w`` [V, d], ``target`` [N]); without ``grads`` the two are empty.
+    returns them (``h`` [N, d], ``w`` [V, d], ``target`` [N]): the loss in float32 (float64 for float64
+    inputs), the gradients in the inputs' dtype; without ``grads`` the two are empty.
 
     The logits are computed in the inputs' dtype, as ``F.linear`` does, the softmax in float32 (float64
     for float64 inputs: the tests' reference). Holds the whole [N, V] logits: the memory the fused
@@ -48,8 +49,8 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     per_row = (1.0 - label_smoothing) * nll - label_smoothing / v * logp.sum(-1)
     loss = torch.where(keep, per_row, 0.0).sum() / count
     if not grads:
-        return loss.to(h.dtype), h.new_empty(0), w.new_empty(0)
+        return loss, h.new_empty(0), w.new_empty(0)
     grad = logp.exp() - label_smoothing / v
     grad.scatter_add_(1, safe[:, None], torch.full_like(grad[:, :1], label_smoothing - 1.0))
     grad = torch.where(keep[:, None], grad / count, 0.0).to(h.dtype)
-    return loss.to(h.dtype), grad @ w, grad.t() @ h
+    return loss, grad @ w, grad.t() @ h

@@ -92,8 +92,8 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     """``(loss, grad_h, grad_w)`` of the mean ``cross_entropy(h @ w.T, target)``; ``config`` from
     ``linear_cross_entropy.triton``.
 
-    ``h`` [N, d], ``w`` [V, d], ``target`` [N] int64. ``loss`` is a 0-d tensor in ``h``'s dtype
-    (torch's, nan when every row is ignored), ``grad_h`` [N, d] and ``grad_w`` [V, d] the gradients of
+    ``h`` [N, d], ``w`` [V, d], ``target`` [N] int64. ``loss`` is a 0-d float32 tensor (nan when every
+    row is ignored, as torch's), ``grad_h`` [N, d] and ``grad_w`` [V, d] the gradients of
     that loss, in the inputs' dtype (``grad_w`` accumulated over the chunks by cuBLAS in that dtype).
     Without ``grads`` (no backward to come) the gradient GEMMs are skipped and both are empty.
     ``chunk`` forces that many tokens a chunk, below the space's sizes (tests of several chunks).
@@ -108,7 +108,7 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     losses = torch.empty(n, device=h.device, dtype=torch.float32)
     count = (target != ignore_index).sum().to(torch.float32).reshape(1)  # on the device: no sync
     if n == 0:
-        return (losses.sum() / count[0]).to(h.dtype), grad_h, grad_w.zero_()
+        return losses.sum() / count[0], grad_h, grad_w.zero_()
     c = chunk_rows(n, v, d, chunk or cfg["chunk"])
     warps = (16 if v >= 16384 else 8) if cfg["num_warps"] == "auto" else cfg["num_warps"]
     block = min(BLOCK, next_power_of_2(v))
@@ -125,4 +125,4 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                 torch.mm(lg.t(), hc, out=grad_w)
             else:
                 grad_w.addmm_(lg.t(), hc)
-    return (losses.sum() / count[0]).to(h.dtype), grad_h, grad_w
+    return losses.sum() / count[0], grad_h, grad_w

@@ -29,9 +29,10 @@ def linear_cross_entropy_op(h: torch.Tensor, weight: torch.Tensor, target: torch
 
 @linear_cross_entropy_op.register_fake
 def _(h, weight, target, ignore_index, label_smoothing, grads, provider):
+    loss = h.new_empty((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32)
     if not grads:
-        return h.new_empty(()), h.new_empty(0), weight.new_empty(0)
-    return h.new_empty(()), torch.empty_like(h), torch.empty_like(weight)
+        return loss, h.new_empty(0), weight.new_empty(0)
+    return loss, torch.empty_like(h), torch.empty_like(weight)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -80,9 +81,10 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
         provider: ``"torch"`` (logits materialized), ``"triton"`` (chunked) or ``"auto"``; overrides the policy.
 
     Returns:
-        A 0-d tensor in h's dtype (nan when every token is ignored, as torch's), differentiable in ``h``
+        A 0-d tensor in h's dtype (float32 under autocast, as torch's; nan when every token is ignored,
+        as torch's; summed in float32 either way), differentiable in ``h``
         and ``weight``. With grad enabled the forward computes both gradients (the backward only
-        scales them): keep one backward per forward (no ``retain_graph`` double backward).
+        scales them), so the backward is once differentiable: no gradient of the gradient.
 
     Under ``torch.autocast`` h and weight are cast to the autocast dtype first, as ``F.linear`` is.
 
@@ -96,8 +98,9 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
         raise TypeError(f"{OP} expects a torch.Tensor for target, got {type(target).__name__}")
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"{OP}: label_smoothing={label_smoothing} must be in [0, 1]")
-    if torch.is_autocast_enabled(h.device.type):
-        dt = torch.get_autocast_dtype(h.device.type)
+    out = h.dtype
+    if torch.is_autocast_enabled(h.device.type):  # F.linear in the autocast dtype, cross_entropy in float32
+        dt, out = torch.get_autocast_dtype(h.device.type), torch.float32
         h, weight = h.to(dt), weight.to(dt)
     if h.dim() < 1 or tuple(target.shape) != tuple(h.shape[:-1]):
         raise ValueError(f"{OP}: target.shape={tuple(target.shape)} must be h's leading shape "
@@ -108,8 +111,10 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
     with dispatch.op_range(OP, chosen.name):
         route = dispatch.route(h2, weight)
         if route == dispatch.DIRECT_GRAD:
-            return _EagerLinearCrossEntropy.apply(h2, weight, t1, ii, ls, chosen.name)
-        if route == dispatch.DIRECT:
-            return chosen.fn(h2, weight, t1, ii, ls, False)[0]
-        grads = torch.is_grad_enabled() and (h2.requires_grad or weight.requires_grad)
-        return linear_cross_entropy_op(h2, weight, t1, ii, ls, grads, chosen.name)[0]
+            loss = _EagerLinearCrossEntropy.apply(h2, weight, t1, ii, ls, chosen.name)
+        elif route == dispatch.DIRECT:
+            loss = chosen.fn(h2, weight, t1, ii, ls, False)[0]
+        else:
+            grads = torch.is_grad_enabled() and (h2.requires_grad or weight.requires_grad)
+            loss = linear_cross_entropy_op(h2, weight, t1, ii, ls, grads, chosen.name)[0]
+    return loss.to(out)
