@@ -16,7 +16,7 @@ from xrt.device import DeviceInfo
 
 GPT = {"gpt_infer", "gpt_infer_compiled", "gpt_train", "gpt_train_compiled"}  # models of the routed ops
 OPS = sorted({"attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm",
-              "layernorm_bwd", "matmul", "softmax", "square", "vector_add", "window_sum"} | GPT)
+              "layernorm_bwd", "linear_cross_entropy", "matmul", "softmax", "square", "vector_add", "window_sum"} | GPT)
 
 
 def test_units_are_the_specs_ops_and_the_allocator():

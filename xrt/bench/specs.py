@@ -505,3 +505,53 @@ def _gpt_flops(shape: Shape, train: bool) -> int:
 for _def in defs.OPS.values():
     if _def.module == "gpt":
         register(_gpt_spec(_def.name))
+
+
+# -- linear_cross_entropy: the loss's forward and backward ------------------------------------------
+#
+# A shape is (N, d, V). Provider "torch" is F.cross_entropy(F.linear(h, w), target) through autograd
+# (the logits materialized), "triton" xp.ops.linear_cross_entropy (chunked); both timed forward +
+# backward, the gradients of h and w. One token in 16 is ignored (ignore_index -100).
+
+def _lce_inputs(shape: Shape, dtype: Any, device: str) -> tuple:
+    import torch
+
+    n, d, v = shape
+    h = _randn((n, d), dtype, device).requires_grad_()
+    w = (_randn((v, d), dtype, device) / d ** 0.5).requires_grad_()
+    target = torch.randint(0, v, (n,), device=device)
+    target[::16] = -100
+    return h, w, target
+
+
+def _call_lce(args: tuple, provider: str, config: dict | None):
+    import torch
+
+    h, w, target = args
+    if provider == "torch":
+        if config is not None:
+            raise ValueError("linear_cross_entropy provider 'torch' has no tuning configs")
+        loss = torch.nn.functional.cross_entropy(torch.nn.functional.linear(h, w), target)
+    elif config is None:
+        import xrt.pytorch as xp
+
+        loss = xp.ops.linear_cross_entropy(h, w, target, provider=provider)
+    else:
+        from xrt.kernels.triton.linear_cross_entropy import linear_cross_entropy
+
+        return linear_cross_entropy(h.detach(), w.detach(), target, -100, 0.0, True, config)
+    return torch.autograd.grad(loss, (h, w))
+
+
+def _lce_bytes(shape: Shape, esize: int) -> int:
+    n, d, v = shape
+    return (2 * n * d + 3 * v * d) * esize  # read h, w (twice); write grad_h, read + write grad_w
+
+
+def _lce_flops(shape: Shape) -> int:
+    n, d, v = shape
+    return 3 * 2 * n * d * v  # logits, grad_h, grad_w
+
+
+register(_spec("linear_cross_entropy", _lce_inputs, _call_lce, _lce_bytes, _lce_flops,
+               not_compiled="its call is a forward and backward through autograd"))

@@ -104,6 +104,11 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                                "CI_STEP": [16, 32, 64, 128], "KO_STEP": [16, 32, 64, 128],
                                "HALF_TILE": [False, True], "VEC": [1, 4, 8, 16], "num_warps": [2, 4, 8],
                                "num_stages": [1, 2, 3, 4]},
+    # linear_cross_entropy (xrt/kernels/triton/linear_cross_entropy.py): tokens a chunk ("auto": a chunk's
+    # logits about the size of h, at least 1024 tokens) and the row kernel's warps ("auto": 16 for
+    # vocabularies of 16k and more, else 8).
+    "linear_cross_entropy.triton": {"chunk": ["auto", 256, 512, 1024, 2048, 4096, 8192],
+                                    "num_warps": ["auto", 4, 8, 16, 32]},
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -150,6 +155,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                                "VEC": 8, "num_warps": 8, "num_stages": 3},
     "conv_bn_relu_s2.triton": {"path": "auto", "TILE": "auto", "CI_STEP": 64, "KO_STEP": 64, "HALF_TILE": False,
                                "VEC": 8, "num_warps": 4, "num_stages": 3},
+    # Untuned (no GPU measurement yet).
+    "linear_cross_entropy.triton": {"chunk": "auto", "num_warps": "auto"},
 }
 
 

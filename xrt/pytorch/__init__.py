@@ -18,6 +18,7 @@ from xrt.pytorch import ops
 from xrt.pytorch.allocator import allocator_settings, reset_allocator, set_allocator
 from xrt.pytorch.autocast import autocast, get_precision_hint
 from xrt.pytorch.graph import CUDAGraphWrapper, capture_graph
+from xrt.pytorch.losses import LinearCrossEntropy, linear_cross_entropy
 from xrt.pytorch.policy import (
     KernelPolicy,
     clear_kernel_policy,
@@ -44,4 +45,6 @@ __all__ = [
     "reset_allocator",
     "allocator_settings",
     "ops",
+    "linear_cross_entropy",
+    "LinearCrossEntropy",
 ]
