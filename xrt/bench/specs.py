@@ -464,3 +464,7 @@ def _cnn_spec(op: str, train: bool) -> BenchSpec:
 
 register(_cnn_spec("cnn_infer", train=False))
 register(_cnn_spec("cnn_train", train=True))
+
+
+# The fused transformer ops' specs live in their own module (it registers them here).
+from xrt.bench import specs_fused  # noqa: E402,F401

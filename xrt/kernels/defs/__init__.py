@@ -11,7 +11,8 @@ import importlib
 
 from xrt.kernels.opdef import OpDef
 
-MODULES = ("square", "vector_add", "window_sum", "softmax", "layernorm", "matmul", "attention", "conv_bn_relu")
+MODULES = ("square", "vector_add", "window_sum", "softmax", "layernorm", "add_layernorm", "matmul", "linear_gelu",
+           "attention", "conv_bn_relu")
 
 
 def _collect() -> dict[str, OpDef]:

@@ -11,6 +11,11 @@ Two kernels, picked by the config's ``kernel`` key:
   hardware). It needs a CUDA device of compute capability >= 9, row-major operands (last stride 1)
   and 16-byte-aligned base pointers and row strides; elsewhere the launch takes ``tiled``.
 
+Both kernels share an epilogue on the fp32 accumulator (constexprs, all off for ``matmul``):
+``HAS_BIAS`` adds a bias over N, ``ACT`` applies GELU (``ACT_GELU_TANH`` or ``ACT_GELU_ERF``) and
+``STORE_Z`` also writes the pre-activation ``z = acc + bias`` (what GELU's backward needs).
+``xrt.kernels.triton.linear_gelu`` launches them so.
+
 Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``, plus
 the C tile the TMA kernel stores from; a config over ``SMEM_BUDGET`` (fp32 with the 16-bit tiles,
 say) is shrunk by :func:`fit`: fewer stages first, then a smaller BLOCK_K.
@@ -18,7 +23,7 @@ say) is shrunk by :func:`fit`: fewer stages first, then a smaller BLOCK_K.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -27,6 +32,8 @@ import triton.language as tl
 from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv
 
+# ACT values of the epilogue: none, GELU's tanh approximation, exact GELU (erf).
+ACT_NONE, ACT_GELU_TANH, ACT_GELU_ERF = 0, 1, 2
 SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -43,16 +50,41 @@ def _tile_pid(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def gelu(z, ACT: tl.constexpr):
+    """GELU of fp32 ``z``: the tanh approximation (``ACT_GELU_TANH``) or exact (erf)."""
+    if ACT == 1:
+        u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        t = 1.0 - 2.0 / (1.0 + tl.exp(2.0 * u))  # tanh(u), finite at both ends
+        return 0.5 * z * (1.0 + t)
+    return 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
+
+
+@triton.jit
+def _epilogue(acc, bias_ptr, cn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """``(z, out)`` of an fp32 tile: z = acc + bias[cn] (when HAS_BIAS), out = act(z)."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
+    if ACT != 0:
+        return acc, gelu(acc, ACT)
+    return acc, acc
+
+
+@triton.jit
 def _matmul_kernel(
     a_ptr,  # [B, M, K] (or [M, K], B = 1), any strides
     b_ptr,  # [B, K, N] (or [K, N]), any strides
     c_ptr,  # [B, M, N] output, a's dtype, any strides (the launcher passes a contiguous one)
+    bias_ptr,  # [N] bias (read when HAS_BIAS; any pointer otherwise)
+    z_ptr,  # [B, M, N] pre-activation output, c's strides (written when STORE_Z; any pointer otherwise)
     M, N, K,
     stride_ab, stride_am, stride_ak,  # A's strides in elements (stride_ab 0 for matmul)
     stride_bb, stride_bk, stride_bn,
     stride_cb, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot input precision: "ieee" for fp32 (no tf32), "tf32" otherwise
+    HAS_BIAS: tl.constexpr,  # epilogue: add bias over N
+    ACT: tl.constexpr,  # epilogue: ACT_NONE, ACT_GELU_TANH or ACT_GELU_ERF
+    STORE_Z: tl.constexpr,  # epilogue: also store the pre-activation to z_ptr
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -78,8 +110,12 @@ def _matmul_kernel(
         b_ptrs += BLOCK_K * stride_bk
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+    offs = cm[:, None] * stride_cm + cn[None, :] * stride_cn
+    cmask = (cm[:, None] < M) & (cn[None, :] < N)
+    z, out = _epilogue(acc, bias_ptr, cn, N, HAS_BIAS, ACT)
+    if STORE_Z:
+        tl.store(z_ptr + batch * stride_cb + offs, z.to(z_ptr.dtype.element_ty), mask=cmask)
+    tl.store(c_ptr + offs, out.to(c_ptr.dtype.element_ty), mask=cmask)
 
 
 @triton.jit
@@ -87,10 +123,13 @@ def _matmul_tma_kernel(
     a_desc,  # TMA descriptor of A [B, M, K], row-major, block [1, BLOCK_M, BLOCK_K]
     b_desc,  # TMA descriptor of B [B, K, N], row-major, block [1, BLOCK_K, BLOCK_N]
     c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N]
+    bias_ptr,  # [N] bias (read when HAS_BIAS)
+    z_desc,  # TMA descriptor of the pre-activation [B, M, N] as C (written when STORE_Z; else c_desc)
     M, N, K, BATCH,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # programs launched, one per SM
     PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr,  # the epilogue, as _matmul_kernel's
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -107,7 +146,10 @@ def _matmul_tma_kernel(
             a = a_desc.load([batch, om, ok]).reshape(BLOCK_M, BLOCK_K)
             b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        c_desc.store([batch, om, on], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+        z, out = _epilogue(acc, bias_ptr, on + tl.arange(0, BLOCK_N), N, HAS_BIAS, ACT)
+        if STORE_Z:
+            z_desc.store([batch, om, on], z.to(z_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+        c_desc.store([batch, om, on], out.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
 
 _tiled = Launcher(_matmul_kernel)
@@ -163,7 +205,8 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
 
 
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
-               programs: int, precision: str, warps: int = 8, stages: int = 3) -> None:
+               programs: int, precision: str, warps: int = 8, stages: int = 3,
+               epilogue: Epilogue | None = None) -> None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
     programs (one per SM; fewer when there are fewer tiles). Also runs under the interpreter."""
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -172,33 +215,53 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     n = b.shape[2]
     sms = programs
     programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
+    ep = epilogue or NO_EPILOGUE
+    c_desc = TensorDescriptor.from_tensor(c, [1, bm, bn])
+    z_desc = TensorDescriptor.from_tensor(ep.z, [1, bm, bn]) if ep.z is not None else c_desc
     _tma((programs,),
          TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
-         TensorDescriptor.from_tensor(c, [1, bm, bn]), m, n, k, batch,
+         c_desc, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch,
          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
-         num_warps=warps, num_stages=stages)
+         HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
 
 
-def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
-    """C = A @ B for [B, M, K] x [B, K, N] views (batch strides may be 0)."""
+class Epilogue(NamedTuple):
+    """What the GEMM does to its fp32 tile before storing C: add ``bias`` ([N], or None), apply
+    ``act`` (``ACT_*``), and store the pre-activation into ``z`` (shaped as C, or None)."""
+
+    bias: torch.Tensor | None = None
+    act: int = ACT_NONE
+    z: torch.Tensor | None = None
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogue | None = None,
+        c: torch.Tensor | None = None) -> torch.Tensor:
+    """C = epilogue(A @ B) for [B, M, K] x [B, K, N] views (batch strides may be 0), into ``c``
+    ([B, M, N], contiguous; K > 0 and nothing empty) when given."""
     batch, m, k = a.shape
     n = b.shape[2]
-    c, done = checks.gemm_output(a, b)
-    if done:
-        return c
+    ep = epilogue or NO_EPILOGUE
+    if c is None:
+        c, done = checks.gemm_output(a, b)
+        if done:  # empty, or K = 0 (zeros): callers with an epilogue handle K = 0 themselves
+            return c
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
-    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
+    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c, *(() if ep.z is None else (ep.z,))):
         from xrt.kernels.cuda import sm_count
 
-        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages)
+        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, ep)
         return c
-    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
+    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, ep.bias if ep.bias is not None else c,
+           ep.z if ep.z is not None else c, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
            c.stride(0), c.stride(1), c.stride(2),
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
-           num_warps=warps, num_stages=stages)
+           HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
     return c
 
 
@@ -207,7 +270,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = Non
     contiguous, a's dtype; ``config`` from the ``matmul.triton`` space."""
     check_pair("matmul", a, b, 2)
     cfg = checks.effective_config("matmul.triton", a.shape[0], config)
-    return _run(a.unsqueeze(0), b.unsqueeze(0), cfg)[0]
+    return run(a.unsqueeze(0), b.unsqueeze(0), cfg)[0]
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
@@ -215,4 +278,4 @@ def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) 
     contiguous; ``config`` from the ``bmm.triton`` space."""
     check_pair("bmm", a, b, 3)
     cfg = checks.tuning("bmm.triton", config)
-    return _run(a, b, cfg)
+    return run(a, b, cfg)
