@@ -134,8 +134,9 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
     if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
         raise ValueError(f"add_layernorm: residual ({tuple(residual.shape)}, {residual.dtype}, {residual.device}) "
                          f"must match x ({tuple(x.shape)}, {x.dtype}, {x.device})")
-    if not ns or x.dim() < len(ns) or tuple(x.shape[x.dim() - len(ns):]) != ns:
-        raise ValueError(f"add_layernorm: x.shape={tuple(x.shape)} must end with normalized_shape={ns}")
+    if not ns or x.dim() < len(ns) or tuple(x.shape[x.dim() - len(ns):]) != ns or not math.prod(ns):
+        raise ValueError(f"add_layernorm: x.shape={tuple(x.shape)} must end with normalized_shape={ns} "
+                         "(of at least one element)")
     if weight is None:
         weight = torch.ones(ns, dtype=x.dtype, device=x.device)
     if bias is None:
@@ -149,8 +150,6 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
     chosen = dispatch.choose("add_layernorm", x, provider)
     weight, bias = weight.to(x.dtype), bias.to(x.dtype)
     eps = float(eps)
-    if math.prod(ns) == 0 or x.numel() == 0:
-        chosen = dispatch.get("add_layernorm", "torch")
     with dispatch.op_range("add_layernorm", chosen.name):
         route = dispatch.route(x, residual, weight, bias)
         if route == dispatch.DIRECT:

@@ -9,6 +9,8 @@ rather than recomputing it: see ``xrt/kernels/triton/linear_gelu.py``. Kernels s
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from xrt.pytorch.autocast import cast_for_hint
@@ -21,15 +23,17 @@ kernel_providers.register("linear_gelu_bwd", shape_args=lambda dy, x, w, *rest: 
 def _fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
          provider: str):
     k, n = weight.shape[1], weight.shape[0]
-    y, z = dispatch.get("linear_gelu", provider).fn(x.reshape(-1, k), weight, bias, approximate, save)
+    m = x.numel() // k if k else math.prod(x.shape[:-1])
+    y, z = dispatch.get("linear_gelu", provider).fn(x.reshape(m, k), weight, bias, approximate, save)
     shape = (*x.shape[:-1], n)
     return y.view(shape), (z.view(shape) if save else z)
 
 
 def _bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor, approximate: str, provider: str):
     k, n = weight.shape[1], weight.shape[0]
-    dx, dw, db = dispatch.get("linear_gelu_bwd", provider).fn(dy.reshape(-1, n), x.reshape(-1, k), weight,
-                                                              z.reshape(-1, n), approximate)
+    m = math.prod(x.shape[:-1])
+    dx, dw, db = dispatch.get("linear_gelu_bwd", provider).fn(dy.reshape(m, n), x.reshape(m, k), weight,
+                                                              z.reshape(m, n), approximate)
     return dx.view(x.shape), dw, db
 
 
