@@ -21,7 +21,14 @@ import triton.language as tl
 
 from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv
-from xrt.kernels.triton.matmul import ACT_GELU_ERF, ACT_GELU_TANH, Epilogue, check_pair, run
+from xrt.kernels.triton.matmul import (
+    ACT_GELU_ERF,
+    ACT_GELU_TANH,
+    Epilogue,
+    _matmul_kernel,  # noqa: F401  (`xrt kernels dump linear_gelu` compiles it)
+    check_pair,
+    run,
+)
 
 ACTS = {"tanh": ACT_GELU_TANH, "none": ACT_GELU_ERF}  # F.gelu's ``approximate`` -> the epilogue's ACT
 
