@@ -14,8 +14,9 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-OPS = ["attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm", "layernorm_bwd",
-       "matmul", "softmax", "square", "vector_add", "window_sum"]
+OPS = ["add_layernorm", "add_layernorm_bwd", "attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train",
+       "conv_bn_relu", "layernorm", "layernorm_bwd", "linear_gelu", "linear_gelu_bwd", "matmul", "softmax", "square",
+       "vector_add", "window_sum"]
 
 
 def test_units_are_the_specs_ops_and_the_allocator():
@@ -26,7 +27,10 @@ def test_units_are_the_specs_ops_and_the_allocator():
     (["docs/timing.md", "tests/test_x.py", "xrt/track/gate.py", "xrt/orchestrate/bisect.py", "README.md"], set()),
     (["xrt/kernels/triton/square.py"], {"square"}),
     (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"}),
-    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"}),  # one file, two ops (BenchSpec.module)
+    # one file, two ops (BenchSpec.module), and the fused op whose kernels import it (OpDef.uses)
+    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm", "linear_gelu", "linear_gelu_bwd"}),
+    (["xrt/kernels/triton/linear_gelu.py"], {"linear_gelu", "linear_gelu_bwd"}),
+    (["xrt/kernels/reference/layernorm.py"], {"layernorm", "layernorm_bwd", "add_layernorm", "add_layernorm_bwd"}),
     (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"}),
     (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
     (["xrt/kernels/defs/softmax.py"], {"softmax"}),

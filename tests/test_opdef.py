@@ -41,6 +41,8 @@ def test_definitions_name_existing_spaces_and_files():
         assert ("cuda" in d.providers) == (ROOT / "xrt" / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
         if d.shapes:
             assert set(d.shapes) == {"quick", "small", "large"} and d.dtypes, d.name
+        for stem in d.uses:  # another op's kernels, which xrt bench run --changed-only follows
+            assert (ROOT / "xrt" / "kernels" / "triton" / f"{stem}.py").is_file(), (d.name, stem)
 
 
 def test_the_policy_offers_every_op():

@@ -32,6 +32,8 @@ class BenchSpec:
     # The name of the op's kernel, launcher and op files when it is not ``op`` (layernorm_bwd lives
     # in layernorm's files): what ``xrt.bench.sources`` maps changed files by.
     module: str = ""
+    # Other ops' file stems whose kernels this op's import (its definition's ``uses``)
+    uses: tuple[str, ...] = ()
     # provider -> tuning-space key in xrt/kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
     # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
@@ -89,7 +91,7 @@ def _spec(op: str, make_inputs: Callable, call: Callable, bytes_moved: Callable[
     """The spec of ``op``: its definition's shape sets, dtypes, timed providers, spaces and file
     stem (``xrt/kernels/defs``), with the callables of timing."""
     d = defs.get(op)
-    return BenchSpec(op=op, module=d.module, shapes={k: list(v) for k, v in d.shapes.items()},
+    return BenchSpec(op=op, module=d.module, uses=d.uses, shapes={k: list(v) for k, v in d.shapes.items()},
                      dtypes=list(d.dtypes), providers=list(d.timed), make_inputs=make_inputs, call=call,
                      bytes_moved=bytes_moved, flops=flops, spaces=d.space_keys, check=check,
                      not_compiled=not_compiled)

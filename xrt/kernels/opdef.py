@@ -84,6 +84,9 @@ class OpDef:
     flat: bool = False  # its kernels see a flat tensor: tuned configs are bucketed by (numel,)
     model: bool = False  # a model's step (xrt.pytorch.modules), not one op: no entry in `xrt kernels list`
     dump: tuple[TritonKernel, ...] = ()  # what `xrt kernels dump OP` compiles
+    # The file stems of other ops whose Triton kernels or torch reference this op's own import
+    # (linear_gelu runs matmul's GEMM): ``xrt bench run --changed-only`` re-measures it when they change.
+    uses: tuple[str, ...] = ()
     # A model's own torch calls of it (F.linear, F.layer_norm, ...) go to its xrt providers when the
     # policy names one (xrt.pytorch.routing holds the torch functions it takes).
     routed: bool = False
