@@ -26,16 +26,19 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d: int, functional: bool) -> None:
+    def __init__(self, d: int) -> None:
         super().__init__()
-        self.functional = functional
         self.c_fc = nn.Linear(d, 4 * d)
         self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(4 * d, d)
 
     def forward(self, x):
-        h = F.gelu(self.c_fc(x)) if self.functional else self.gelu(self.c_fc(x))
-        return self.c_proj(h)
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class FunctionalMLP(MLP):
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
@@ -44,7 +47,7 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(d)
         self.attn = Attention(d, 2)
         self.ln_2 = nn.LayerNorm(d)
-        self.mlp = MLP(d, functional)
+        self.mlp = FunctionalMLP(d) if functional else MLP(d)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -139,8 +142,17 @@ class MyLinear(nn.Linear):
         return super().forward(x) * 2
 
 
+class Branchy(Block):
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        if self.training:  # a traced graph would keep this side only
+            x = x * 2
+        return x + self.mlp(self.ln_2(x))
+
+
 def test_fuse_leaves_unrecognised_code_alone():
     assert xp.fuse(Twice()) == []
+    assert xp.fuse(Branchy(8, False)) == ["mlp: linear_gelu(c_fc, gelu)"]  # the block itself: left alone
     assert xp.fuse(nn.Sequential(MyLinear(4, 4), nn.GELU())) == []
     assert xp.fuse(Attention(8, 2)) == []  # not traceable
 

@@ -16,18 +16,23 @@ What it recognises, between a module's direct children and its own operations:
   sum possibly used elsewhere too (the pre-norm block's residual stream) ->
   :func:`xrt.pytorch.ops.add_layernorm`, its ``h`` standing in for the sum everywhere.
 
-What it leaves alone: modules whose forward ``torch.fx`` cannot trace (control flow on tensor
-values, unpacking a shape: an attention module, typically; its children are still visited);
+What it leaves alone: forwards with a conditional (``if``, ``and`` / ``or``, ``assert``, a conditional
+expression), whose branch a traced graph would fix at the value it had when fused (``self.training``,
+an optional argument); modules whose forward ``torch.fx`` cannot trace (control flow on tensor
+values, unpacking a shape: an attention module, typically); their children are still visited;
 subclasses of Linear / LayerNorm / GELU that override ``forward``; a Linear whose output is used
 twice; pairs split across two modules' forwards (the add that ends block i and ``ln_1`` of block
 i + 1). At run time a recognised pair that the fused op cannot take exactly as torch would
 (operands of other shapes or dtypes, broadcasting, torch autocast on) runs unfused.
 The fused ops' providers follow the policy (``add_layernorm=``, ``linear_gelu=``) unless
-``provider`` is given. A deep copy of a fused model runs unfused (``fuse`` it again).
+``provider`` is given. A fused forward reads the module's non-tensor attributes (a scale, a head
+count) as they were when fused, and methods it calls are traced through, their conditionals
+included. A deep copy of a fused model runs unfused (``fuse`` it again).
 """
 
 from __future__ import annotations
 
+import dis
 import operator
 import types
 from typing import Any
@@ -136,8 +141,17 @@ def _add_layernorm_pairs(module: nn.Module, graph: fx.Graph, provider: str | Non
     return found
 
 
+def branches(fn: Any) -> bool:
+    """Does ``fn``'s own code hold a conditional jump (``if``, ``and`` / ``or``, ``assert``, ``x if c else
+    y``)? A traced graph keeps one side of it; loops over a fixed container are kept as unrolled."""
+    code = getattr(fn, "__code__", None)
+    return code is None or any("_IF_" in i.opname for i in dis.get_instructions(code))
+
+
 def _fuse_one(module: nn.Module, provider: str | None) -> list[str]:
     """Rewrite ``module``'s forward where its graph has a pair; what it fused (empty: left alone)."""
+    if branches(type(module).forward):
+        return []
     try:
         graph = _Shallow().trace(module)
     except Exception:  # noqa: BLE001  (any forward fx cannot trace is left as it is)
