@@ -175,14 +175,16 @@ def test_linear_gelu_bad_input_names_it():
         xp.ops.linear_gelu(x, torch.randn(3, 8), torch.randn(4))
 
 
-@pytest.mark.parametrize("approximate, act", [("tanh", 1), ("none", 2)])
-def test_gemm_epilogue_in_the_tma_kernel(interpreter, approximate, act):
-    """The persistent TMA GEMM (Hopper's default) runs the same epilogue: bias, GELU, z stored."""
+@pytest.mark.parametrize("approximate, act, b_t", [("tanh", 1, True), ("none", 2, False)])
+def test_gemm_epilogue_in_the_tma_kernel(interpreter, approximate, act, b_t):
+    """The persistent TMA GEMM (Hopper's default) runs the same epilogue: bias, GELU, z stored; and
+    reads B as a Linear's weight, [N, K] row-major, in place (``b_t``)."""
     from xrt.kernels.triton.matmul import Epilogue, launch_tma
 
-    a, bmat, bias = torch.randn(1, 70, 24), torch.randn(1, 24, 40) / 5, torch.randn(40)
+    a, bias = torch.randn(1, 70, 24), torch.randn(40)
+    bmat = (torch.randn(1, 40, 24) / 5).mT if b_t else torch.randn(1, 24, 40) / 5
     c, z = torch.full((1, 70, 40), float("nan")), torch.full((1, 70, 40), float("nan"))
-    launch_tma(a, bmat, c, 64, 32, 16, 8, 5, "ieee", epilogue=Epilogue(bias, act, z))
+    launch_tma(a, bmat, c, 64, 32, 16, 8, 5, "ieee", epilogue=Epilogue(bias, act, z), b_t=b_t)
     want_z = (a.double() @ bmat.double() + bias.double()).float()
     check(z, want_z, torch.float32, scale=want_z.abs() + 1, what="z")
     check(c, F.gelu(want_z, approximate=approximate), torch.float32, scale=want_z.abs() + 1, what="c")

@@ -126,9 +126,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
     "add_layernorm.triton": {"num_warps": "auto", "rows": "auto"},
     "add_layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto"},
-    # Untuned (no GPU measurement yet): matmul's tile, "tiled" since the weight is read transposed
-    # in place (TMA needs a row-major B; the launcher would fall back to "tiled" anyway).
-    "linear_gelu.triton": {"kernel": "tiled", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+    # Untuned (no GPU measurement yet): matmul's default, the TMA kernel reading the weight's K-major
+    # tiles (B_T).
+    "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                            "num_warps": 8, "num_stages": 3},
     "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
     # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.

@@ -1,7 +1,9 @@
 """``linear_gelu`` in Triton: ``gelu(x @ weight.T + bias)`` as one GEMM with its epilogue, and its backward.
 
 Forward: xrt's GEMM (xrt/kernels/triton/matmul.py) with the bias add and GELU in the epilogue on the
-fp32 tile, so the pre-activation never makes a round trip through memory before GELU. Training
+fp32 tile, so the pre-activation never makes a round trip through memory before GELU. The weight
+[N, K] is read as it is stored: the TMA kernel loads K-major tiles of it (``B_T``), the tiled kernel
+reads the transposed view through its strides. Training
 also stores the pre-activation ``z`` from the same epilogue (``STORE_Z``).
 
 Backward, from the saved ``z`` rather than by recomputing it: recomputing costs a second forward
@@ -92,7 +94,7 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             z.copy_(zt)
         return y.copy_(torch.nn.functional.gelu(zt, approximate=approximate)), z
     ep = Epilogue(bias.contiguous() if bias is not None else None, act, z[None] if save else None)
-    run(x[None], weight.mT[None], cfg, ep, y[None])
+    run(x[None], weight.mT[None], cfg, ep, y[None], b_t=True)
     return y, z
 
 

@@ -121,7 +121,8 @@ def _matmul_kernel(
 @triton.jit
 def _matmul_tma_kernel(
     a_desc,  # TMA descriptor of A [B, M, K], row-major, block [1, BLOCK_M, BLOCK_K]
-    b_desc,  # TMA descriptor of B [B, K, N], row-major, block [1, BLOCK_K, BLOCK_N]
+    b_desc,  # TMA descriptor of B [B, K, N], row-major, block [1, BLOCK_K, BLOCK_N]; with B_T of B's
+    # transpose [B, N, K], row-major, block [1, BLOCK_N, BLOCK_K] (a Linear's weight as it is stored)
     c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N]
     bias_ptr,  # [N] bias (read when HAS_BIAS)
     z_desc,  # TMA descriptor of the pre-activation [B, M, N] as C (written when STORE_Z; else c_desc)
@@ -130,6 +131,7 @@ def _matmul_tma_kernel(
     NUM_SMS: tl.constexpr,  # programs launched, one per SM
     PRECISION: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr,  # the epilogue, as _matmul_kernel's
+    B_T: tl.constexpr,  # b_desc holds B transposed (K-major B tiles, transposed in registers for the dot)
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -144,7 +146,10 @@ def _matmul_tma_kernel(
         for kt in range(k_tiles):
             ok = kt * BLOCK_K
             a = a_desc.load([batch, om, ok]).reshape(BLOCK_M, BLOCK_K)
-            b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
+            if B_T:
+                b = b_desc.load([batch, on, ok]).reshape(BLOCK_N, BLOCK_K).T
+            else:
+                b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         z, out = _epilogue(acc, bias_ptr, on + tl.arange(0, BLOCK_N), N, HAS_BIAS, ACT)
         if STORE_Z:
@@ -206,9 +211,10 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
 
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
                programs: int, precision: str, warps: int = 8, stages: int = 3,
-               epilogue: Epilogue | None = None) -> None:
+               epilogue: Epilogue | None = None, b_t: bool = False) -> None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
-    programs (one per SM; fewer when there are fewer tiles). Also runs under the interpreter."""
+    programs (one per SM; fewer when there are fewer tiles). ``b_t``: ``b`` is the transpose of a
+    row-major [B, N, K] tensor (``weight.mT``), read as it is stored. Also runs under the interpreter."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
@@ -219,10 +225,12 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     c_desc = TensorDescriptor.from_tensor(c, [1, bm, bn])
     z_desc = TensorDescriptor.from_tensor(ep.z, [1, bm, bn]) if ep.z is not None else c_desc
     _tma((programs,),
-         TensorDescriptor.from_tensor(a, [1, bm, bk]), TensorDescriptor.from_tensor(b, [1, bk, bn]),
+         TensorDescriptor.from_tensor(a, [1, bm, bk]),
+         TensorDescriptor.from_tensor(b.mT, [1, bn, bk]) if b_t else TensorDescriptor.from_tensor(b, [1, bk, bn]),
          c_desc, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch,
          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
-         HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
+         HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, B_T=b_t, num_warps=warps,
+         num_stages=stages)
 
 
 class Epilogue(NamedTuple):
@@ -238,9 +246,10 @@ NO_EPILOGUE = Epilogue()
 
 
 def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogue | None = None,
-        c: torch.Tensor | None = None) -> torch.Tensor:
+        c: torch.Tensor | None = None, b_t: bool = False) -> torch.Tensor:
     """C = epilogue(A @ B) for [B, M, K] x [B, K, N] views (batch strides may be 0), into ``c``
-    ([B, M, N], contiguous; K > 0 and nothing empty) when given."""
+    ([B, M, N], contiguous; K > 0 and nothing empty) when given. ``b_t``: the TMA kernel may read
+    a ``b`` that is a row-major tensor's transpose (``linear_gelu``'s weight) as it is stored."""
     batch, m, k = a.shape
     n = b.shape[2]
     ep = epilogue or NO_EPILOGUE
@@ -251,10 +260,12 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
-    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c, *(() if ep.z is None else (ep.z,))):
+    z = () if ep.z is None else (ep.z,)
+    transposed = b_t and b.stride(1) == 1 and b.stride(2) != 1
+    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b.mT if transposed else b, c, *z):
         from xrt.kernels.cuda import sm_count
 
-        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, ep)
+        launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, ep, transposed)
         return c
     _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, ep.bias if ep.bias is not None else c,
            ep.z if ep.z is not None else c, m, n, k,
