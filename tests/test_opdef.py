@@ -83,6 +83,24 @@ def test_bench_specs_gpucheck_and_tuner_derive_from_the_definitions():
     assert tunable_ops() == [d.name for d in defs.OPS.values() if d.space_keys]
 
 
+def test_a_backwards_spec_checks_its_own_providers():
+    """A backward's policy entry is its forward's, so the spec asks the provider registry itself
+    (``xrt bench measure layernorm_bwd`` once failed: no policy op 'layernorm_bwd')."""
+    import torch
+
+    import xrt.pytorch  # noqa: F401  (registers the providers)
+    from xrt.bench import specs
+
+    backwards = [d.name for d in defs.OPS.values() if d.shapes and not d.model and d.policy not in ("", "switch")]
+    assert {"layernorm_bwd", "add_layernorm_bwd", "linear_gelu_bwd"} <= set(backwards)
+    for name in backwards:
+        spec = specs.get(name)
+        args = spec.make_inputs(spec.shapes["quick"][0], torch.float32, "cpu")
+        spec.runnable(args, "torch")
+        with pytest.raises((RuntimeError, ValueError)):  # a CPU tensor, or no CUDA C for this op
+            spec.runnable(args, "cuda")
+
+
 def test_dump_signatures_match_the_triton_kernels():
     """``xrt kernels dump`` compiles each declared kernel with its declared signature: the runtime
     arguments in the kernel's order, and a value for each constexpr without a default."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xrt.kernels import defs
-from xrt.kernels.opdef import Shape
+from xrt.kernels.opdef import SWITCH, Shape
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,11 @@ class BenchSpec:
         if self.check is not None:
             self.check(args, provider)
             return
-        from xrt.pytorch.ops.dispatch import choose
+        from xrt.pytorch.ops.dispatch import choose, require
 
+        if defs.get(self.op).policy not in ("", SWITCH):  # a backward: the policy entry is its forward's
+            require(self.op, provider, args[0])
+            return
         choose(self.op, args[0], provider)
 
     def shape_set(self, name: str) -> list[Shape]:

@@ -68,16 +68,6 @@ def _lg_bwd_public(args: tuple, provider: str):
     return linear_gelu_bwd_op(*args, provider)
 
 
-def _backward_check(op: str):
-    """``runnable`` of a backward: its provider by name (the policy entry is the forward's)."""
-    def check(args: tuple, provider: str) -> None:
-        from xrt.pytorch.ops.dispatch import require
-
-        require(op, provider, args[0])
-
-    return check
-
-
 def _lg_bytes(shape: Shape, esize: int) -> int:
     m, n, k = shape
     return (m * k + n * k + m * n) * esize  # read x and weight, write y (the bias is negligible)
@@ -95,8 +85,7 @@ register(_kernel_spec(
     flops=lambda shape: 2 * shape[0] * shape[1] * shape[2], public=_lg_public))
 register(_kernel_spec(
     "linear_gelu_bwd", make_inputs=_lg_bwd_inputs, bytes_moved=_lg_bwd_bytes,
-    flops=lambda shape: 4 * shape[0] * shape[1] * shape[2], public=_lg_bwd_public,
-    check=_backward_check("linear_gelu_bwd")))
+    flops=lambda shape: 4 * shape[0] * shape[1] * shape[2], public=_lg_bwd_public))
 
 register(_kernel_spec(
     "add_layernorm", make_inputs=_add_ln_inputs,
@@ -105,4 +94,4 @@ register(_kernel_spec(
 register(_kernel_spec(
     "add_layernorm_bwd", make_inputs=_add_ln_bwd_inputs,
     bytes_moved=lambda shape, esize: 4 * numel(shape) * esize,  # read dy, dh and h, write dx
-    flops=lambda shape: 13 * numel(shape), public=_add_ln_bwd_public, check=_backward_check("add_layernorm_bwd")))
+    flops=lambda shape: 13 * numel(shape), public=_add_ln_bwd_public))
