@@ -15,12 +15,12 @@ DTYPES = [torch.float32, torch.float16]
 
 # -- add_layernorm --------------------------------------------------------------------------------
 
-def _add_ln(shape, dtype, provider, use_y=True, use_h=True):
+def _add_ln(shape, dtype, provider, use_y=True, use_h=True, device="cpu"):
     n = shape[-1]
-    x, r = ((torch.randn(shape) * 2 + 0.5).to(dtype) for _ in range(2))
-    w = (torch.rand(n) + 0.5).to(dtype)
-    b = torch.randn(n).to(dtype)
-    dy, dh = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    x, r = ((torch.randn(shape, device=device) * 2 + 0.5).to(dtype) for _ in range(2))
+    w = (torch.rand(n, device=device) + 0.5).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    dy, dh = torch.randn(shape, device=device).to(dtype), torch.randn(shape, device=device).to(dtype)
     ref = [t.double().requires_grad_() for t in (x, r, w, b)]
     hr = ref[0] + ref[1]
     yr = F.layer_norm(hr, (n,), ref[2], ref[3], 1e-5)
@@ -92,11 +92,11 @@ def test_add_layernorm_bad_input_names_it():
 
 # -- linear_gelu ----------------------------------------------------------------------------------
 
-def _linear_gelu(lead, n, k, dtype, provider, approximate, bias=True):
-    x = torch.randn(*lead, k).to(dtype)
-    w = (torch.randn(n, k) * k ** -0.5).to(dtype)
-    b = torch.randn(n).to(dtype) if bias else None
-    dy = torch.randn(*lead, n).to(dtype)
+def _linear_gelu(lead, n, k, dtype, provider, approximate, bias=True, device="cpu"):
+    x = torch.randn(*lead, k, device=device).to(dtype)
+    w = (torch.randn(n, k, device=device) * k ** -0.5).to(dtype)
+    b = torch.randn(n, device=device).to(dtype) if bias else None
+    dy = torch.randn(*lead, n, device=device).to(dtype)
     ref = [None if t is None else t.double().requires_grad_() for t in (x, w, b)]
     zr = F.linear(ref[0], ref[1], ref[2])
     yr = F.gelu(zr, approximate=approximate)
@@ -109,6 +109,7 @@ def _linear_gelu(lead, n, k, dtype, provider, approximate, bias=True):
     # to its result, which may cancel to zero. GELU's slope is at most 1.13.
     ax, aw, ady = x.double().abs(), w.double().abs(), dy.double().abs() * 1.13
     z_scale = ax @ aw.T + (b.double().abs() if bias else 0) + 1e-3
+    # bf16 / fp16 GEMMs on a GPU round z once more (the stored z, the tile) than the float64 path
     check(y, yr.detach(), dtype, scale=z_scale, what="y")
     check(mine[0].grad, ref[0].grad, dtype, scale=ady @ aw + 1e-3, what="dx")
     flat_dy, flat_x = ady.reshape(-1, n), ax.reshape(-1, k)
@@ -189,3 +190,20 @@ def test_gemm_epilogue_in_the_tma_kernel(interpreter, approximate, act, b_t):
     check(z, want_z, torch.float32, scale=want_z.abs() + 1, what="z")
     check(c, F.gelu(want_z, approximate=approximate), torch.float32, scale=want_z.abs() + 1, what="c")
     assert RTOL[torch.float32] < 1e-4
+
+
+# -- on a GPU (bf16 too; the shapes of a GPT block, and awkward ones) --------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(8192, 1024), (4, 512, 2048), (1023, 4097), (3, 5, 37)], ids=str)
+def test_add_layernorm_on_gpu(dtype, shape):
+    _add_ln(shape, dtype, "triton", device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("lead, n, k", [((8, 1024), 4096, 1024), ((1000,), 1030, 260), ((7,), 13, 33)], ids=str)
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_linear_gelu_on_gpu(dtype, lead, n, k, approximate):
+    _linear_gelu(lead, n, k, dtype, "triton", approximate, device="cuda")
