@@ -2,6 +2,7 @@
 ops, with the unfused model's outputs and gradients; what it does not recognise stays as it was."""
 
 import copy
+import io
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import xrt.pytorch as xp
+from xrt.pytorch import fusion
 
 
 class Attention(nn.Module):
@@ -119,6 +121,15 @@ def test_fuse_follows_the_policy_and_unfuse_restores():
         got = model(x)
     assert "xrt::add_layernorm[torch]" in {e.name for e in prof.events()}
     torch.testing.assert_close(got, want)
+    copied = copy.deepcopy(model)  # stays fused, bound to the copy's own modules
+    with torch.no_grad():
+        copied.blocks[0].mlp.c_fc.bias.add_(1)
+    assert fusion.fused(copied.blocks[0]) and not torch.allclose(copied(x), want)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)  # pickle binds the class's forward: fuse anew
+    assert not fusion.fused(loaded.blocks[0]) and len(xp.fuse(loaded)) == 2
     assert xp.unfuse(model) == 2
     assert "forward" not in model.blocks[0].__dict__
     torch.testing.assert_close(model(x), want)

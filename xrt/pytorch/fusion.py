@@ -27,7 +27,8 @@ i + 1). At run time a recognised pair that the fused op cannot take exactly as t
 The fused ops' providers follow the policy (``add_layernorm=``, ``linear_gelu=``) unless
 ``provider`` is given. A fused forward reads the module's non-tensor attributes (a scale, a head
 count) as they were when fused, and methods it calls are traced through, their conditionals
-included. A deep copy of a fused model runs unfused (``fuse`` it again).
+included. A deep copy of a fused model stays fused; one unpickled (``torch.load`` of the whole
+module) runs its class's forward again, and ``fuse`` fuses it anew.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ F = nn.functional
 _GELU_FNS = (F.gelu, torch._C._nn.gelu)
 _ADDS = (operator.add, torch.add)
 _MARK = "_xrt_fused"  # the instance attribute that lists what a fused module's forward fuses
+_FILE = "<xrt.fuse"  # how the generated forwards' code objects are named
 
 
 class _Shallow(fx.Tracer):
@@ -162,10 +164,17 @@ def _fuse_one(module: nn.Module, provider: str | None) -> list[str]:
     graph.lint()
     code = graph.python_code(root_module="self")
     scope = dict(code.globals)
-    exec(compile(code.src, f"<xrt.fuse {type(module).__name__}>", "exec"), scope)  # noqa: S102
+    exec(compile(code.src, f"{_FILE} {type(module).__name__}>", "exec"), scope)  # noqa: S102
     object.__setattr__(module, "forward", types.MethodType(scope["forward"], module))
     object.__setattr__(module, _MARK, tuple(found))
     return found
+
+
+def fused(module: nn.Module) -> bool:
+    """Does ``module`` run a forward that :func:`fuse` generated? (Unpickling binds the class's
+    forward instead: pickle keeps a bound method by its name.)"""
+    code = getattr(getattr(module.__dict__.get("forward"), "__func__", None), "__code__", None)
+    return code is not None and code.co_filename.startswith(_FILE)
 
 
 def fuse(model: nn.Module, *, provider: str | None = None) -> list[str]:
@@ -185,7 +194,7 @@ def fuse(model: nn.Module, *, provider: str | None = None) -> list[str]:
     """
     done = []
     for name, module in model.named_modules():
-        if getattr(module, _MARK, None) is not None or not any(True for _ in module.children()):
+        if fused(module) or not any(True for _ in module.children()):
             continue
         done += [f"{name}: {what}" for what in _fuse_one(module, provider)]
     return done
@@ -195,8 +204,8 @@ def unfuse(model: nn.Module) -> int:
     """Give every module that :func:`fuse` rewrote its class's forward again; how many it restored."""
     n = 0
     for module in model.modules():
-        if getattr(module, _MARK, None) is not None:
-            del module.__dict__["forward"]
+        if _MARK in module.__dict__:  # fuse set both (an unpickled module: the class's forward, bound)
+            n += fused(module)
+            module.__dict__.pop("forward", None)
             del module.__dict__[_MARK]
-            n += 1
     return n
