@@ -166,6 +166,8 @@ def test_fuse_leaves_unrecognised_code_alone():
     assert xp.fuse(Branchy(8, False)) == ["mlp: linear_gelu(c_fc, gelu)"]  # the block itself: left alone
     assert xp.fuse(nn.Sequential(MyLinear(4, 4), nn.GELU())) == []
     assert xp.fuse(Attention(8, 2)) == []  # not traceable
+    with pytest.raises(ValueError, match="'cuda'"):  # no CUDA C for the fused ops: said when fusing
+        xp.fuse(MLP(8), provider="cuda")
 
 
 class Broadcast(nn.Module):

@@ -42,6 +42,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from xrt.pytorch import policy
 from xrt.pytorch.ops.add_layernorm import add_layernorm
 from xrt.pytorch.ops.linear_gelu import linear_gelu
 
@@ -192,6 +193,9 @@ def fuse(model: nn.Module, *, provider: str | None = None) -> list[str]:
     >>> fuse(block)
     [': linear_gelu(0, 1)']
     """
+    if provider is not None:  # a ValueError naming the choices now, rather than at the first call
+        policy.resolve("add_layernorm", provider)
+        policy.resolve("linear_gelu", provider)
     done = []
     for name, module in model.named_modules():
         if fused(module) or not any(True for _ in module.children()):
