@@ -31,6 +31,7 @@ def test_units_are_the_specs_ops_and_the_allocator():
     (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm", "linear_gelu", "linear_gelu_bwd"}),
     (["xrt/kernels/triton/linear_gelu.py"], {"linear_gelu", "linear_gelu_bwd"}),
     (["xrt/kernels/reference/layernorm.py"], {"layernorm", "layernorm_bwd", "add_layernorm", "add_layernorm_bwd"}),
+    (["xrt/kernels/triton/softmax.py"], {"softmax", "add_layernorm", "add_layernorm_bwd"}),  # row_warps
     (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"}),
     (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"}),
     (["xrt/kernels/defs/softmax.py"], {"softmax"}),
