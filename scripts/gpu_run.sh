@@ -21,6 +21,8 @@
 # attnbwd  : the attention GPU tests, the defaults through the op at S 4096, 1024, 16384 (--defaults), the backward sweep (--bwd-sweep)
 # model    : the routing tests, then benchmarks/model_bench.py: an unmodified GPT-style model on torch and
 #            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-h100.json / .md)
+# fusion   : the fused ops' GPU tests (add_layernorm, linear_gelu, xp.fuse), then benchmarks/fusion_bench.py:
+#            torch vs the fused ops and a GPT before and after xp.fuse, bf16 (fusion-h100.json / .md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -142,6 +144,14 @@ for step in "$@"; do
       s=${PIPESTATUS[0]}
       python3 benchmarks/attention_bench.py --out "$OUT/attention-h100.json" --md "$OUT/attention-h100.md" \
         2>&1 | tee "$OUT/attn_bench.log" | tail -60
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      (exit "$s") ;;
+    fusion)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels_fused.py tests/test_fuse.py 2>&1 \
+        | tee "$OUT/fusion_tests.log" | tail -15
+      s=${PIPESTATUS[0]}
+      python3 benchmarks/fusion_bench.py --out "$OUT/fusion-h100.json" --md "$OUT/fusion-h100.md" \
+        2>&1 | tee "$OUT/fusion_bench.log" | tail -30
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     model)

@@ -15,8 +15,11 @@ from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
 GPT = {"gpt_infer", "gpt_infer_compiled", "gpt_train", "gpt_train_compiled"}  # models of the routed ops
+ADD_LN = {"add_layernorm", "add_layernorm_bwd"}  # uses layernorm's and softmax's kernels
+LIN_GELU = {"linear_gelu", "linear_gelu_bwd"}  # uses matmul's GEMM
 OPS = sorted({"attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm",
-              "layernorm_bwd", "linear_cross_entropy", "matmul", "softmax", "square", "vector_add", "window_sum"} | GPT)
+              "layernorm_bwd", "linear_cross_entropy", "matmul", "softmax", "square", "vector_add", "window_sum"}
+             | GPT | ADD_LN | LIN_GELU)
 
 
 def test_units_are_the_specs_ops_and_the_allocator():
@@ -26,16 +29,20 @@ def test_units_are_the_specs_ops_and_the_allocator():
 @pytest.mark.parametrize("changed,want", [
     (["docs/timing.md", "tests/test_x.py", "xrt/track/gate.py", "xrt/orchestrate/bisect.py", "README.md"], set()),
     (["xrt/kernels/triton/square.py"], {"square"}),
-    (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | GPT),  # the model uses layernorm
-    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"} | GPT),  # one file, two ops (BenchSpec.module)
+    # an op's own files, and those of the ops that use it (OpDef.uses: the fused ops, the model)
+    (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | ADD_LN | GPT),
+    (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"} | LIN_GELU | GPT),  # one file, two ops (BenchSpec.module)
+    (["xrt/kernels/triton/linear_gelu.py"], LIN_GELU),
+    (["xrt/kernels/reference/layernorm.py"], {"layernorm", "layernorm_bwd"} | ADD_LN | GPT),
+    (["xrt/kernels/triton/softmax.py"], {"softmax"} | ADD_LN | GPT),  # row_warps
     (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"} | GPT),
-    (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"} | GPT),
-    (["xrt/kernels/defs/softmax.py"], {"softmax"} | GPT),
+    (["xrt/pytorch/ops/softmax.py", "xrt/kernels/reference/window_sum.py"], {"softmax", "window_sum"} | ADD_LN | GPT),
+    (["xrt/kernels/defs/softmax.py"], {"softmax"} | ADD_LN | GPT),
     (["xrt/kernels/defs/gpt.py"], GPT),
     # a commit from before the kernels moved into the package: the same ops from the old paths
     (["kernels/triton/square.py"], {"square"}),
-    (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | GPT),
-    (["kernels/defs/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"} | GPT),
+    (["kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | ADD_LN | GPT),
+    (["kernels/defs/softmax.py", "kernels/reference/window_sum.py"], {"softmax", "window_sum"} | ADD_LN | GPT),
     (["kernels/triton/launch.py"], set(OPS) | {"allocator"}),
     # the move itself (git diff --no-renames: deleted at the old path, added at the new): the ops it moves
     (["kernels/triton/square.py", "xrt/kernels/triton/square.py"], {"square"}),

@@ -41,6 +41,8 @@ def test_definitions_name_existing_spaces_and_files():
         assert ("cuda" in d.providers) == (ROOT / "xrt" / "kernels" / "cuda" / f"{d.file}.cu").is_file(), d.name
         if d.shapes:
             assert set(d.shapes) == {"quick", "small", "large"} and d.dtypes, d.name
+        for stem in d.uses:  # another op's kernels, which xrt bench run --changed-only follows
+            assert (ROOT / "xrt" / "kernels" / "triton" / f"{stem}.py").is_file(), (d.name, stem)
 
 
 def test_the_policy_offers_every_op():
@@ -79,6 +81,24 @@ def test_bench_specs_gpucheck_and_tuner_derive_from_the_definitions():
         assert (spec.dtypes, spec.providers, spec.spaces) == (list(d.dtypes), list(d.timed), d.space_keys)
     assert gpucheck.OPS == [d.name for d in defs.OPS.values() if d.gpucheck]
     assert tunable_ops() == [d.name for d in defs.OPS.values() if d.space_keys]
+
+
+def test_a_backwards_spec_checks_its_own_providers():
+    """A backward's policy entry is its forward's, so the spec asks the provider registry itself
+    (``xrt bench measure layernorm_bwd`` once failed: no policy op 'layernorm_bwd')."""
+    import torch
+
+    import xrt.pytorch  # noqa: F401  (registers the providers)
+    from xrt.bench import specs
+
+    backwards = [d.name for d in defs.OPS.values() if d.shapes and not d.model and d.policy not in ("", "switch")]
+    assert {"layernorm_bwd", "add_layernorm_bwd", "linear_gelu_bwd"} <= set(backwards)
+    for name in backwards:
+        spec = specs.get(name)
+        args = spec.make_inputs(spec.shapes["quick"][0], torch.float32, "cpu")
+        spec.runnable(args, "torch")
+        with pytest.raises((RuntimeError, ValueError)):  # a CPU tensor, or no CUDA C for this op
+            spec.runnable(args, "cuda")
 
 
 def test_dump_signatures_match_the_triton_kernels():

@@ -12,7 +12,8 @@ A unit is an op of :data:`xrt.bench.specs.SPECS` (its ``bench_ops``, ``bench_hos
 * not measured (:data:`NOT_MEASURED`: docs, tests, the dashboard, the database and tracker code,
   scripts, stored results except the tuner's): it changes no unit;
 * one unit's own (:func:`own_files`: its kernels, launchers, reference, definition, op file,
-  tuned configs; the kernels under :data:`KERNEL_DIRS`, in either layout): it changes that unit;
+  tuned configs; the kernels under :data:`KERNEL_DIRS`, in either layout; and the Triton kernels and
+  reference of the ops its definition ``uses``): it changes that unit (and the others that own it);
 * anything else (the timer, the suites, the specs, the launch helpers, the runtime, the build,
   a file this module does not know): it changes *every* unit. Unknown means re-measure: a unit
   is only ever carried when every changed file is known not to touch it.
@@ -39,6 +40,7 @@ _KERNEL_FILES = ("triton/{f}.py", "cuda/{f}.cu", "cuda/{f}.py", "reference/{f}.p
 _OP_FILES = (
     *(f"{d}/{k}" for d in KERNEL_DIRS for k in _KERNEL_FILES), "xrt/pytorch/ops/{f}.py", "results/tuned/{op}.json",
 )
+# The files of an op that another op ``uses`` (its definition's ``uses``: the kernels it imports).
 _ALLOCATOR_FILES = ("xrt/pytorch/allocator.py", "benchmarks/bench_allocator.py")
 ALLOCATOR_BENCHMARKS = ("bench_allocator.AllocatorFragmentation.track_peak_allocated",
                         "bench_allocator.AllocatorFragmentation.track_peak_reserved")
@@ -58,10 +60,8 @@ def own_files(unit: str) -> list[str]:
     if unit not in units():
         raise ValueError(f"no benchmarked unit {unit!r}; known: {', '.join(units())}")
     from xrt.bench import specs
-    from xrt.kernels import defs
 
-    d = defs.OPS.get(unit)
-    used = [u for u in (d.uses if d is not None else ()) if u in specs.SPECS]
+    used = [u for u in specs.SPECS[unit].uses if u in specs.SPECS]
     return [p.format(f=specs.SPECS[u].module or u, op=u) for u in (unit, *used) for p in _OP_FILES]
 
 

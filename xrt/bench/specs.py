@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xrt.kernels import defs
-from xrt.kernels.opdef import Shape
+from xrt.kernels.opdef import SWITCH, Shape
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class BenchSpec:
     # The name of the op's kernel, launcher and op files when it is not ``op`` (layernorm_bwd lives
     # in layernorm's files): what ``xrt.bench.sources`` maps changed files by.
     module: str = ""
+    # Other ops whose files change its measurements (its definition's ``uses``)
+    uses: tuple[str, ...] = ()
     # provider -> tuning-space key in xrt/kernels/spaces.py (providers without one have no configs)
     spaces: dict[str, str] = field(default_factory=dict)
     # (args, provider) -> None or raise: ``runnable``'s check where the policy's own choice does not
@@ -46,8 +48,11 @@ class BenchSpec:
         if self.check is not None:
             self.check(args, provider)
             return
-        from xrt.pytorch.ops.dispatch import choose
+        from xrt.pytorch.ops.dispatch import choose, require
 
+        if defs.get(self.op).policy not in ("", SWITCH):  # a backward: the policy entry is its forward's
+            require(self.op, provider, args[0])
+            return
         choose(self.op, args[0], provider)
 
     def shape_set(self, name: str) -> list[Shape]:
@@ -89,7 +94,7 @@ def _spec(op: str, make_inputs: Callable, call: Callable, bytes_moved: Callable[
     """The spec of ``op``: its definition's shape sets, dtypes, timed providers, spaces and file
     stem (``xrt/kernels/defs``), with the callables of timing."""
     d = defs.get(op)
-    return BenchSpec(op=op, module=d.module, shapes={k: list(v) for k, v in d.shapes.items()},
+    return BenchSpec(op=op, module=d.module, uses=d.uses, shapes={k: list(v) for k, v in d.shapes.items()},
                      dtypes=list(d.dtypes), providers=list(d.timed), make_inputs=make_inputs, call=call,
                      bytes_moved=bytes_moved, flops=flops, spaces=d.space_keys, check=check,
                      not_compiled=not_compiled)
@@ -555,3 +560,5 @@ def _lce_flops(shape: Shape) -> int:
 
 register(_spec("linear_cross_entropy", _lce_inputs, _call_lce, _lce_bytes, _lce_flops,
                not_compiled="its call is a forward and backward through autograd"))
+# The fused transformer ops' specs live in their own module (it registers them here).
+from xrt.bench import specs_fused  # noqa: E402,F401

@@ -84,12 +84,13 @@ class OpDef:
     flat: bool = False  # its kernels see a flat tensor: tuned configs are bucketed by (numel,)
     model: bool = False  # a model's step (xrt.pytorch.modules), not one op: no entry in `xrt kernels list`
     dump: tuple[TritonKernel, ...] = ()  # what `xrt kernels dump OP` compiles
+    # Other ops whose files change this op's measurements (linear_gelu runs matmul's GEMM, a model's
+    # step runs the ops the policy routes): ``xrt bench run --changed-only`` re-measures it when any of
+    # their own files change.
+    uses: tuple[str, ...] = ()
     # A model's own torch calls of it (F.linear, F.layer_norm, ...) go to its xrt providers when the
     # policy names one (xrt.pytorch.routing holds the torch functions it takes).
     routed: bool = False
-    # A model's step: the ops whose files change its measurements besides its own (gpt_train uses
-    # matmul's kernels: ``xrt bench run --changed-only`` re-measures it when they change).
-    uses: tuple[str, ...] = ()
 
     @property
     def file(self) -> str:

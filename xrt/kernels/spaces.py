@@ -46,6 +46,16 @@ SPACES: dict[str, dict[str, list[Any]]] = {
                              "path": ["auto", "rows", "tiled"]},
     "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
                            "programs_per_sm": ["auto", 1, 2, 4]},
+    # add_layernorm (xrt/kernels/triton/add_layernorm.py): layernorm's knobs; the backward has no
+    # column-tiled path (rows up to 16384 elements).
+    "add_layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32], "rows": ["auto", 1, 2]},
+    "add_layernorm_bwd.triton": {"num_warps": ["auto", 4, 8, 16, 32], "programs_per_sm": ["auto", 1, 2, 4]},
+    # linear_gelu (xrt/kernels/triton/linear_gelu.py): the GEMM's space (its epilogue adds no knob);
+    # the backward's own kernel is the elementwise GELU gradient (its GEMMs take matmul.triton's).
+    "linear_gelu.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
+                           "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
+                           "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+    "linear_gelu_bwd.triton": {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
     # GEMM, Triton (xrt/kernels/triton/matmul.py): the C tile one program computes, the K step, the
     # rows of tiles walked together (L2 reuse), warps, pipeline depth, and the kernel: "tiled" (a
     # program per tile, any strides) or "persistent_tma" (a program per SM, TMA loads; Hopper,
@@ -124,6 +134,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm.cuda": {"block": "auto", "version": "v2"},
     "layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto", "path": "auto"},
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
+    "add_layernorm.triton": {"num_warps": "auto", "rows": "auto"},
+    "add_layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto"},
+    # Untuned (no GPU measurement yet): matmul's default, the TMA kernel reading the weight's K-major
+    # tiles (B_T).
+    "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                           "num_warps": 8, "num_stages": 3},
+    "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
     # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.
     "matmul.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                       "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False},
@@ -167,6 +184,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
     "matmul.triton": [(64, {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                             "num_warps": 4, "num_stages": 4})],
+    "linear_gelu.triton": [(64, {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                                 "num_warps": 4, "num_stages": 4})],
     # attention: the bound is the head dim
     "attention.triton": [(64, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
                                "warp_specialize": False, "tma": True})],
@@ -436,7 +455,9 @@ CONSTRAINTS: dict[str, list] = {
     "square.cuda": [_block], "vector_add.cuda": [_block], "window_sum.cuda": [_block, _window_smem],
     "softmax.triton": [_warps], "softmax.cuda": [_block], "layernorm.triton": [_warps], "layernorm.cuda": [_block],
     "layernorm_bwd.triton": [_warps], "layernorm_bwd.cuda": [_block],
-    "matmul.triton": _GEMM, "bmm.triton": _GEMM,
+    "matmul.triton": _GEMM, "bmm.triton": _GEMM, "linear_gelu.triton": _GEMM,
+    "add_layernorm.triton": [_warps], "add_layernorm_bwd.triton": [_warps],
+    "linear_gelu_bwd.triton": [_warps, _block_size_vs_threads],
     "matmul.cuda": [_cuda_gemm_tiles], "bmm.cuda": [_cuda_gemm_tiles],
     "attention.triton": [_warps, _attention_smem], "attention_bwd.triton": [_warps, _attention_bwd_same],
 }

@@ -17,6 +17,7 @@ except ImportError as e:  # pragma: no cover - exercised in a venv without torch
 from xrt.pytorch import ops
 from xrt.pytorch.allocator import allocator_settings, reset_allocator, set_allocator
 from xrt.pytorch.autocast import autocast, get_precision_hint
+from xrt.pytorch.fusion import fuse, unfuse
 from xrt.pytorch.graph import CUDAGraphWrapper, capture_graph
 from xrt.pytorch.losses import LinearCrossEntropy, linear_cross_entropy
 from xrt.pytorch.policy import (
@@ -41,6 +42,8 @@ __all__ = [
     "CUDAGraphWrapper",
     "profile",
     "routed",
+    "fuse",
+    "unfuse",
     "set_allocator",
     "reset_allocator",
     "allocator_settings",

@@ -11,8 +11,8 @@ import importlib
 
 from xrt.kernels.opdef import OpDef
 
-MODULES = ("square", "vector_add", "window_sum", "softmax", "layernorm", "matmul", "attention", "conv_bn_relu",
-           "linear_cross_entropy", "gpt")
+MODULES = ("square", "vector_add", "window_sum", "softmax", "layernorm", "add_layernorm", "matmul", "linear_gelu",
+           "attention", "conv_bn_relu", "linear_cross_entropy", "gpt")
 
 
 def _collect() -> dict[str, OpDef]:

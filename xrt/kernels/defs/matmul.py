@@ -11,10 +11,11 @@ _DTYPES = ("bfloat16", "float32")
 # descriptors, which a signature string cannot describe.
 _GEMM = (TritonKernel(
     "_matmul_kernel",
-    {"a_ptr": "*T", "b_ptr": "*T", "c_ptr": "*T", **{n: "i32" for n in (
+    {"a_ptr": "*T", "b_ptr": "*T", "c_ptr": "*T", "bias_ptr": "*T", "z_ptr": "*T", **{n: "i32" for n in (
         "M", "N", "K", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb",
         "stride_cm", "stride_cn")}},
-    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "PRECISION": "tf32"},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "PRECISION": "tf32", "HAS_BIAS": False, "ACT": 0,
+     "STORE_Z": False},
     fp32={"BLOCK_K": 16, "PRECISION": "ieee"}),)
 
 # A GPT-style linear's GEMMs (d = 1024, batch x seq = 8192; xrt/kernels/spaces.py LINEAR_FEATURES): the

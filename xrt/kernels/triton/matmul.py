@@ -17,6 +17,11 @@ Two kernels, picked by the config's ``kernel`` key:
 With no config given, :func:`matmul` takes the layout table's config for the problem
 (``spaces.gemm_default``: by layout and (M, N, K) bucket), else the skinny or square default.
 
+Both kernels share an epilogue on the fp32 accumulator (constexprs, all off for ``matmul``):
+``HAS_BIAS`` adds a bias over N, ``ACT`` applies GELU (``ACT_GELU_TANH`` or ``ACT_GELU_ERF``) and
+``STORE_Z`` also writes the pre-activation ``z = acc + bias`` (what GELU's backward needs).
+``xrt.kernels.triton.linear_gelu`` launches them so.
+
 Shared memory per program is ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * element size``, plus
 the C tile the TMA kernel stores from (half of it with ``EPILOGUE_SUBTILE``); a config over
 ``SMEM_BUDGET`` (fp32 with the 16-bit tiles, say) is shrunk by :func:`fit`: fewer stages first,
@@ -25,7 +30,7 @@ then a smaller BLOCK_K.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -34,6 +39,8 @@ import triton.language as tl
 from xrt.kernels import checks, spaces
 from xrt.kernels.triton.launch import Launcher, cdiv
 
+# ACT values of the epilogue: none, GELU's tanh approximation, exact GELU (erf).
+ACT_NONE, ACT_GELU_TANH, ACT_GELU_ERF = 0, 1, 2
 SMEM_BUDGET = 220 * 1024  # bytes of tiles per program (H100: 227 KiB a block; the rest for barriers)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -50,16 +57,41 @@ def _tile_pid(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def gelu(z, ACT: tl.constexpr):
+    """GELU of fp32 ``z``: the tanh approximation (``ACT_GELU_TANH``) or exact (erf)."""
+    if ACT == 1:
+        u = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        t = 1.0 - 2.0 / (1.0 + tl.exp(2.0 * u))  # tanh(u), finite at both ends
+        return 0.5 * z * (1.0 + t)
+    return 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
+
+
+@triton.jit
+def _epilogue(acc, bias_ptr, cn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """``(z, out)`` of an fp32 tile: z = acc + bias[cn] (when HAS_BIAS), out = act(z)."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
+    if ACT != 0:
+        return acc, gelu(acc, ACT)
+    return acc, acc
+
+
+@triton.jit
 def _matmul_kernel(
     a_ptr,  # [B, M, K] (or [M, K], B = 1), any strides
     b_ptr,  # [B, K, N] (or [K, N]), any strides
     c_ptr,  # [B, M, N] output, a's dtype, any strides (the launcher passes a contiguous one)
+    bias_ptr,  # [N] bias (read when HAS_BIAS; any pointer otherwise)
+    z_ptr,  # [B, M, N] pre-activation output, c's strides (written when STORE_Z; any pointer otherwise)
     M, N, K,
     stride_ab, stride_am, stride_ak,  # A's strides in elements (stride_ab 0 for matmul)
     stride_bb, stride_bk, stride_bn,
     stride_cb, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot input precision: "ieee" for fp32 (no tf32), "tf32" otherwise
+    HAS_BIAS: tl.constexpr,  # epilogue: add bias over N
+    ACT: tl.constexpr,  # epilogue: ACT_NONE, ACT_GELU_TANH or ACT_GELU_ERF
+    STORE_Z: tl.constexpr,  # epilogue: also store the pre-activation to z_ptr
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -85,8 +117,12 @@ def _matmul_kernel(
         b_ptrs += BLOCK_K * stride_bk
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+    offs = cm[:, None] * stride_cm + cn[None, :] * stride_cn
+    cmask = (cm[:, None] < M) & (cn[None, :] < N)
+    z, out = _epilogue(acc, bias_ptr, cn, N, HAS_BIAS, ACT)
+    if STORE_Z:
+        tl.store(z_ptr + batch * stride_cb + offs, z.to(z_ptr.dtype.element_ty), mask=cmask)
+    tl.store(c_ptr + offs, out.to(c_ptr.dtype.element_ty), mask=cmask)
 
 
 @triton.jit
@@ -94,6 +130,8 @@ def _matmul_tma_kernel(
     a_desc,  # TMA descriptor of A [B, M, K] row-major, block [1, BLOCK_M, BLOCK_K]; A_T: of A^T [B, K, M]
     b_desc,  # TMA descriptor of B [B, K, N] row-major, block [1, BLOCK_K, BLOCK_N]; B_T: of B^T [B, N, K]
     c_desc,  # TMA descriptor of C [B, M, N], row-major, block [1, BLOCK_M, BLOCK_N] (subtiled: BLOCK_N // 2)
+    bias_ptr,  # [N] bias (read when HAS_BIAS)
+    z_desc,  # TMA descriptor of the pre-activation [B, M, N], blocks as C's (written when STORE_Z; else c_desc)
     M, N, K, BATCH,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # programs launched, one per SM
@@ -102,6 +140,7 @@ def _matmul_tma_kernel(
     B_T: tl.constexpr,  # B is a column-major view (W.T of a linear): its tile is loaded [N, K]
     EPILOGUE_SUBTILE: tl.constexpr,  # store C in two [BLOCK_M, BLOCK_N / 2] halves (a smaller C buffer)
     WARP_SPECIALIZE: tl.constexpr,  # producer / consumer warps on the tile loop (where Triton does it)
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr,  # the epilogue, as _matmul_kernel's
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -126,13 +165,19 @@ def _matmul_tma_kernel(
             else:
                 b = b_desc.load([batch, ok, on]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        z, out = _epilogue(acc, bias_ptr, on + tl.arange(0, BLOCK_N), N, HAS_BIAS, ACT)
         if EPILOGUE_SUBTILE:
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            acc0, acc1 = tl.split(halves)
-            c_desc.store([batch, om, on], acc0.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
-            c_desc.store([batch, om, on + BLOCK_N // 2], acc1.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+            out0, out1 = tl.split(tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            c_desc.store([batch, om, on], out0.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+            c_desc.store([batch, om, on + BLOCK_N // 2], out1.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+            if STORE_Z:
+                z0, z1 = tl.split(tl.permute(tl.reshape(z, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+                z_desc.store([batch, om, on], z0.to(z_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
+                z_desc.store([batch, om, on + BLOCK_N // 2], z1.to(z_desc.dtype).reshape(1, BLOCK_M, BLOCK_N // 2))
         else:
-            c_desc.store([batch, om, on], acc.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+            if STORE_Z:
+                z_desc.store([batch, om, on], z.to(z_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
+            c_desc.store([batch, om, on], out.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
 
 _tiled = Launcher(_matmul_kernel)
@@ -209,11 +254,12 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
 
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
                programs: int, precision: str, warps: int = 8, stages: int = 3, subtile: bool = False,
-               warp_specialize: bool = False) -> None:
-    """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``c`` [B, M, N], ``programs``
+               warp_specialize: bool = False, epilogue: Epilogue | None = None) -> None:
+    """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``epilogue(c)`` [B, M, N], ``programs``
     programs (one per SM; fewer when there are fewer tiles). ``a`` and ``b`` may each be row-major
     or a column-major view (:func:`major`): the descriptor then spans the stored tensor and the
-    kernel transposes the tile, so no copy is made. Also runs under the interpreter."""
+    kernel transposes the tile, so no copy is made (a Linear's weight is read as it is stored).
+    Also runs under the interpreter."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
@@ -221,45 +267,72 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     a_t, b_t = major(a) == "t", major(b) == "t"
     sms = programs
     programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
+    ep = epilogue or NO_EPILOGUE
+    block_n = bn // 2 if subtile else bn
     a_desc = TensorDescriptor.from_tensor(a.mT, [1, bk, bm]) if a_t else TensorDescriptor.from_tensor(a, [1, bm, bk])
     b_desc = TensorDescriptor.from_tensor(b.mT, [1, bn, bk]) if b_t else TensorDescriptor.from_tensor(b, [1, bk, bn])
-    c_desc = TensorDescriptor.from_tensor(c, [1, bm, bn // 2 if subtile else bn])
-    _tma((programs,), a_desc, b_desc, c_desc, m, n, k, batch,
+    c_desc = TensorDescriptor.from_tensor(c, [1, bm, block_n])
+    z_desc = TensorDescriptor.from_tensor(ep.z, [1, bm, block_n]) if ep.z is not None else c_desc
+    _tma((programs,), a_desc, b_desc, c_desc, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch,
          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
          A_T=a_t, B_T=b_t, EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=warp_specialize and c.is_cuda,
+         HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None,
          num_warps=warps, num_stages=stages)
 
 
-def _run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
-    """C = A @ B for [B, M, K] x [B, K, N] views (batch strides may be 0)."""
+class Epilogue(NamedTuple):
+    """What the GEMM does to its fp32 tile before storing C: add ``bias`` ([N], or None), apply
+    ``act`` (``ACT_*``), and store the pre-activation into ``z`` (shaped as C, or None)."""
+
+    bias: torch.Tensor | None = None
+    act: int = ACT_NONE
+    z: torch.Tensor | None = None
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogue | None = None,
+        c: torch.Tensor | None = None) -> torch.Tensor:
+    """C = epilogue(A @ B) for [B, M, K] x [B, K, N] views (batch strides may be 0), into ``c``
+    ([B, M, N], contiguous; K > 0 and nothing empty) when given. A transposed view (``weight.mT``)
+    is read as it is stored (:func:`launch_tma`)."""
     batch, m, k = a.shape
     n = b.shape[2]
-    c, done = checks.gemm_output(a, b)
-    if done:
-        return c
+    ep = epilogue or NO_EPILOGUE
+    if c is None:
+        c, done = checks.gemm_output(a, b)
+        if done:  # empty, or K = 0 (zeros): callers with an epilogue handle K = 0 themselves
+            return c
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
-    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c):
+    z = () if ep.z is None else (ep.z,)
+    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c, *z):
         from xrt.kernels.cuda import sm_count
 
-        ws = bool(cfg["warp_specialize"]) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+        # linear_gelu's space has neither knob: off
+        subtile = bool(cfg.get("EPILOGUE_SUBTILE", False))
+        ws = bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
         try:
             launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
-                       cfg["EPILOGUE_SUBTILE"], ws)
+                       subtile, ws, ep)
         except Exception:
             if not ws:
                 raise
             # Triton's warp specialization does not compile this config here: the plain loop from now on.
             _WS_BROKEN.add((a.device, tuple(cfg.items())))
             launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
-                       cfg["EPILOGUE_SUBTILE"], False)
+                       subtile, False, ep)
         return c
-    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, m, n, k,
+    # Unused epilogue pointers take the inputs, never c: a trace (torch.compile) must not see the
+    # output passed as three arguments, or its functional copy of c may not be the one written.
+    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, ep.bias if ep.bias is not None else b,
+           ep.z if ep.z is not None else a, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
            c.stride(0), c.stride(1), c.stride(2),
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
-           num_warps=warps, num_stages=stages)
+           HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
     return c
 
 
@@ -289,7 +362,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = Non
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N] (fp16, bf16 or fp32, any strides) -> [M, N]
     contiguous, a's dtype; ``config`` from the ``matmul.triton`` space (default: the layout table's)."""
     check_pair("matmul", a, b, 2)
-    return _run(a.unsqueeze(0), b.unsqueeze(0), default_config(a, b, config))[0]
+    return run(a.unsqueeze(0), b.unsqueeze(0), default_config(a, b, config))[0]
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
@@ -297,4 +370,4 @@ def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) 
     contiguous; ``config`` from the ``bmm.triton`` space."""
     check_pair("bmm", a, b, 3)
     cfg = checks.tuning("bmm.triton", config)
-    return _run(a, b, cfg)
+    return run(a, b, cfg)

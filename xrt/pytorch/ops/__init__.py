@@ -1,15 +1,17 @@
 """xrt's custom ops. Each is a ``torch.library`` custom op with providers chosen by the policy."""
 
+from xrt.pytorch.ops.add_layernorm import add_layernorm
 from xrt.pytorch.ops.attention import fused_attention
 from xrt.pytorch.ops.conv_bn_relu import conv_bn_relu
 from xrt.pytorch.ops.dispatch import providers
 from xrt.pytorch.ops.layernorm import fused_layernorm
 from xrt.pytorch.ops.linear_cross_entropy import linear_cross_entropy
+from xrt.pytorch.ops.linear_gelu import linear_gelu
 from xrt.pytorch.ops.matmul import bmm, matmul
 from xrt.pytorch.ops.softmax import softmax
 from xrt.pytorch.ops.square import square
 from xrt.pytorch.ops.vector_add import vector_add
 from xrt.pytorch.ops.window_sum import window_sum
 
-__all__ = ["bmm", "conv_bn_relu", "fused_attention", "fused_layernorm", "linear_cross_entropy", "matmul", "providers",
-           "softmax", "square", "vector_add", "window_sum"]
+__all__ = ["add_layernorm", "bmm", "conv_bn_relu", "fused_attention", "fused_layernorm", "linear_cross_entropy",
+           "linear_gelu", "matmul", "providers", "softmax", "square", "vector_add", "window_sum"]

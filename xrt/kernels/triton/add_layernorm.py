@@ -1,0 +1,170 @@
+"""``add_layernorm`` in Triton: ``h = x + residual``, ``y = layer_norm(h)`` in one pass, and its backward.
+
+Forward: as layernorm's (xrt/kernels/triton/layernorm.py), one program a row (several for short
+rows), the row in registers: x and residual read once, h and y written once (12 bytes an element
+in bf16 where the unfused pair moves 18). The statistics are taken of h rounded to its dtype, the
+tensor the residual stream carries on, so y equals ``layer_norm`` of the stored h.
+
+Backward: layernorm's row-group design (Liger-Kernel's), reading the saved h in place of x, plus
+``dh``, the gradient that reaches h from the rest of the residual stream: ``dx = dresidual =
+dh + layernorm_backward(dy)``, written once and returned for both inputs. It reads dy, h and dh
+and writes one tensor; x and residual are not saved. dweight / dbias partials are summed by
+layernorm's ``_sum_partials_kernel``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from xrt.kernels import checks
+from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
+from xrt.kernels.triton.layernorm import SUM_BLOCK_G, SUM_BLOCK_N, _sum, bwd_programs_per_sm, fwd_plan, partial_programs
+from xrt.kernels.triton.softmax import row_warps
+
+MAX_N = 16384  # longest row (elements) kept in registers; the backward holds five rows' worth
+
+
+@triton.jit
+def _add_layernorm_fwd_kernel(
+    x_ptr,  # [M, N] input, row-major, contiguous
+    r_ptr,  # [M, N] residual, row-major, contiguous, x's dtype
+    w_ptr,  # [N] weight
+    b_ptr,  # [N] bias
+    h_ptr,  # [M, N] output x + residual, row-major, contiguous, x's dtype
+    y_ptr,  # [M, N] output layer_norm(h), row-major, contiguous, x's dtype
+    mean_ptr,  # [M] fp32, saved for the backward
+    rstd_ptr,  # [M] fp32, saved for the backward
+    M,  # rows
+    N,  # row length
+    eps,
+    ROWS: tl.constexpr,  # rows per program
+    BLOCK: tl.constexpr,  # next_power_of_2(N)
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    cmask = cols < N
+    rmask = rows < M
+    mask = rmask[:, None] & cmask[None, :]
+    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    h = (x + r).to(h_ptr.dtype.element_ty)
+    tl.store(h_ptr + offs, h, mask=mask)
+    h = h.to(tl.float32)
+    mean = tl.sum(h, 1) / N
+    d = tl.where(mask, h - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + eps)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + rows, mean, mask=rmask)
+    tl.store(rstd_ptr + rows, rstd, mask=rmask)
+
+
+@triton.jit
+def _add_layernorm_bwd_kernel(
+    dy_ptr,  # [M, N] gradient of y, row-major, contiguous, h's dtype
+    dh_ptr,  # [M, N] gradient of h from the residual stream, as dy (read when HAS_DH)
+    h_ptr,  # [M, N] the forward's h, row-major, contiguous
+    w_ptr,  # [N] weight
+    mean_ptr,  # [M] fp32 from the forward
+    rstd_ptr,  # [M] fp32 from the forward
+    dx_ptr,  # [M, N] output: the gradient of x and of residual, h's dtype
+    dw_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy * hhat
+    db_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy
+    M,  # rows
+    N,  # row length
+    rows_per_program,  # rows of each program, ceil(M / G)
+    HAS_DH: tl.constexpr,  # h's own gradient is there (else zero: h unused downstream)
+    BLOCK: tl.constexpr,  # next_power_of_2(N)
+):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    start = tl.program_id(0) * rows_per_program
+    end = tl.minimum(start + rows_per_program, M)
+    dw_acc = tl.zeros([BLOCK], tl.float32)
+    db_acc = tl.zeros([BLOCK], tl.float32)
+    off = start.to(tl.int64) * N + cols
+    for row in range(start, end):
+        h = tl.load(h_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        hhat = tl.where(mask, (h - tl.load(mean_ptr + row)) * rstd, 0.0)
+        wdy = w * dy
+        c1 = tl.sum(hhat * wdy, 0) / N
+        c2 = tl.sum(wdy, 0) / N
+        dx = (wdy - (hhat * c1 + c2)) * rstd
+        if HAS_DH:
+            dx += tl.load(dh_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw_acc += dy * hhat
+        db_acc += dy
+        off += N
+    pid = tl.program_id(0).to(tl.int64)
+    tl.store(dw_part_ptr + pid * N + cols, dw_acc, mask=mask)
+    tl.store(db_part_ptr + pid * N + cols, db_acc, mask=mask)
+
+
+_fwd = Launcher(_add_layernorm_fwd_kernel)
+_bwd = Launcher(_add_layernorm_bwd_kernel)
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[int, int]:
+    m, n = checks.rows_and_vectors(x, weight=weight, bias=bias)
+    if n > MAX_N:
+        raise ValueError(f"Triton add_layernorm keeps a row in registers: x.shape[-1]={n} must be <= {MAX_N}")
+    return m, n
+
+
+def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                  config: dict[str, Any] | None = None):
+    """``(y, h, mean, rstd)`` for ``x`` and ``residual`` ``[M, N]``, ``weight`` / ``bias`` ``[N]``:
+    ``h = x + residual``, ``y = layer_norm(h)``; config from ``add_layernorm.triton``."""
+    m, n = _check(x, weight, bias)
+    if residual.shape != x.shape:
+        raise ValueError(f"residual.shape={tuple(residual.shape)} must equal x.shape={tuple(x.shape)}")
+    cfg = checks.tuning("add_layernorm.triton", config)
+    x, weight, bias, y, mean, rstd = checks.layernorm_outputs(x, weight, bias)
+    residual = residual.contiguous()
+    h = torch.empty_like(x)
+    if m == 0 or n == 0:
+        return y, h, mean, rstd
+    block = next_power_of_2(n)
+    rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
+    _fwd((cdiv(m, rows),), x, residual, weight, bias, h, y, mean, rstd, m, n, float(eps),
+         ROWS=rows, BLOCK=block, num_warps=warps)
+    return y, h, mean, rstd
+
+
+def add_layernorm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
+                      mean: torch.Tensor, rstd: torch.Tensor, config: dict[str, Any] | None = None):
+    """``(dx, dweight, dbias)``: ``dx`` is the gradient of both ``x`` and ``residual``; ``dh`` the
+    gradient of ``h`` (``None``: zero); shapes as :func:`add_layernorm`; config from
+    ``add_layernorm_bwd.triton``."""
+    m, n = _check(h, weight)
+    for name, t in (("dy", dy), ("dh", dh)):
+        if t is not None and t.shape != h.shape:
+            raise ValueError(f"{name}.shape={tuple(t.shape)} must equal h.shape={tuple(h.shape)}")
+    cfg = checks.tuning("add_layernorm_bwd.triton", config)
+    dy, h, weight = dy.contiguous(), h.contiguous(), weight.contiguous()
+    dh = dh.contiguous() if dh is not None else None
+    dx = torch.empty_like(h)
+    dw = torch.empty_like(weight)
+    db = torch.empty_like(weight)
+    if m == 0 or n == 0:
+        return dx, dw.zero_(), db.zero_()
+    block = next_power_of_2(n)
+    g = partial_programs(h, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
+    part = torch.empty(2, g, n, dtype=torch.float32, device=h.device)
+    warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
+    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part[0],
+         part[1], m, n, cdiv(m, g), HAS_DH=dh is not None, BLOCK=block, num_warps=warps)
+    _sum((cdiv(n, SUM_BLOCK_N),), part[0], part[1], dw, db, 0, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
+         num_warps=4)
+    return dx, dw, db

@@ -1,0 +1,161 @@
+"""``xrt.pytorch.ops.add_layernorm``: the pre-norm residual step ``h = x + residual``, ``y = layer_norm(h)``.
+
+Two custom ops: ``xrt::add_layernorm`` -> ``(y, h, mean, rstd)`` and ``xrt::add_layernorm_bwd`` ->
+``(dx, dweight, dbias)``; the first's autograd calls the second with the same provider. The
+backward saves only ``h`` (an output the caller keeps anyway), weight and the fp32 statistics; it
+adds h's own gradient (the residual stream's) into dx, which is the gradient of both x and
+residual. Kernels see the rows as ``[M, N]``, ``N`` the number of elements of ``normalized_shape``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers
+
+kernel_providers.register("add_layernorm")
+kernel_providers.register("add_layernorm_bwd")
+
+
+def _fwd(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+         provider: str):
+    n = weight.numel()
+    y, h, mean, rstd = dispatch.get("add_layernorm", provider).fn(x.reshape(-1, n), residual.reshape(-1, n),
+                                                                  weight.reshape(n), bias.reshape(n), eps)
+    return y.view(x.shape), h.view(x.shape), mean, rstd
+
+
+def _bwd(dy: torch.Tensor | None, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
+         mean: torch.Tensor, rstd: torch.Tensor, provider: str):
+    n = weight.numel()
+    if dy is None:  # y unused downstream: its gradient is zero
+        dy = torch.zeros_like(h)
+    dx, dw, db = dispatch.get("add_layernorm_bwd", provider).fn(
+        dy.reshape(-1, n), None if dh is None else dh.reshape(-1, n), h.reshape(-1, n), weight.reshape(n), mean, rstd)
+    return dx.view(h.shape), dw.view(weight.shape), db.view(weight.shape)
+
+
+@torch.library.custom_op("xrt::add_layernorm", mutates_args=())
+def add_layernorm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                     provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _fwd(x, residual, weight, bias, eps, provider)
+
+
+@add_layernorm_op.register_fake
+def _(x, residual, weight, bias, eps, provider):
+    stat = x.new_empty((x.numel() // max(weight.numel(), 1),), dtype=torch.float32)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return out, torch.empty_like(out), stat, torch.empty_like(stat)
+
+
+@torch.library.custom_op("xrt::add_layernorm_bwd", mutates_args=())
+def add_layernorm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
+                         mean: torch.Tensor, rstd: torch.Tensor, provider: str
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _bwd(dy, dh, h, weight, mean, rstd, provider)
+
+
+@add_layernorm_bwd_op.register_fake
+def _(dy, dh, h, weight, mean, rstd, provider):
+    return (torch.empty_like(h, memory_format=torch.contiguous_format),
+            torch.empty_like(weight, memory_format=torch.contiguous_format),
+            torch.empty_like(weight, memory_format=torch.contiguous_format))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    *_, weight, _, _, provider = inputs
+    _, h, mean, rstd = output
+    ctx.provider = provider
+    ctx.mark_non_differentiable(mean, rstd)
+    ctx.save_for_backward(h, weight, mean, rstd)
+
+
+def _backward(ctx, dy, dh, _dmean, _drstd):
+    h, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = add_layernorm_bwd_op(dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
+    return dx, dx, dw, db, None, None
+
+
+add_layernorm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAddLayerNorm(torch.autograd.Function):
+    """The custom op's forward and backward for eager training, without its dispatch. Gradients are
+    not materialized: an unused h costs no read of a zero tensor in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, eps, provider):
+        y, h, mean, rstd = _fwd(x, residual, weight, bias, eps, provider)
+        ctx.provider = provider
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(mean, rstd)
+        ctx.save_for_backward(h, weight, mean, rstd)
+        return y, h, mean, rstd
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy, dh, _dmean, _drstd):
+        h, weight, mean, rstd = ctx.saved_tensors
+        if dy is None and dh is None:
+            return None, None, None, None, None, None
+        dx, dw, db = _bwd(None if dy is None else dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
+        return dx, dx, dw, db, None, None
+
+
+def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int | Sequence[int],
+                  weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
+                  provider: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(layer_norm(x + residual), x + residual)`` in one kernel: a pre-norm block's residual add
+    and the next LayerNorm.
+
+    Args:
+        x, residual: floating tensors of one shape ``[..., *normalized_shape]``, dtype and device.
+        normalized_shape: the trailing dims normalised over (an int or a sequence).
+        weight, bias: ``normalized_shape``-shaped, or ``None`` (ones / zeros); cast to x's dtype.
+        eps: added to the variance.
+        provider: ``"torch"`` (the unfused pair), ``"triton"``, ``"xpu"`` or ``"auto"``; overrides
+            the policy (``add_layernorm=``).
+
+    Returns:
+        ``(y, h)``: contiguous, x's shape and dtype; ``h`` is the sum the residual stream carries
+        on. Differentiable in x, residual, weight and bias, through both outputs.
+
+    >>> y, h = add_layernorm(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 1.0]]), 2)
+    >>> h
+    tensor([[1., 3.]])
+    """
+    x = cast_for_hint(_checks.floating("x", "add_layernorm", x))
+    residual = cast_for_hint(_checks.floating("residual", "add_layernorm", residual))
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
+    if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
+        raise ValueError(f"add_layernorm: residual ({tuple(residual.shape)}, {residual.dtype}, {residual.device}) "
+                         f"must match x ({tuple(x.shape)}, {x.dtype}, {x.device})")
+    if not ns or x.dim() < len(ns) or tuple(x.shape[x.dim() - len(ns):]) != ns or not math.prod(ns):
+        raise ValueError(f"add_layernorm: x.shape={tuple(x.shape)} must end with normalized_shape={ns} "
+                         "(of at least one element)")
+    if weight is None:
+        weight = torch.ones(ns, dtype=x.dtype, device=x.device)
+    if bias is None:
+        bias = torch.zeros(ns, dtype=x.dtype, device=x.device)
+    for name, t in (("weight", weight), ("bias", bias)):
+        _checks.floating(name, "add_layernorm", t)
+        if tuple(t.shape) != ns:
+            raise ValueError(f"add_layernorm: {name}.shape={tuple(t.shape)} must equal normalized_shape={ns}")
+        if t.device != x.device:
+            raise ValueError(f"add_layernorm: {name} is on {t.device} but x is on {x.device}")
+    chosen = dispatch.choose("add_layernorm", x, provider)
+    weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    eps = float(eps)
+    with dispatch.op_range("add_layernorm", chosen.name):
+        route = dispatch.route(x, residual, weight, bias)
+        if route == dispatch.DIRECT:
+            y, h, _, _ = _fwd(x, residual, weight, bias, eps, chosen.name)
+        elif route == dispatch.DIRECT_GRAD:
+            y, h, _, _ = _EagerAddLayerNorm.apply(x, residual, weight, bias, eps, chosen.name)
+        else:
+            y, h, _, _ = add_layernorm_op(x, residual, weight, bias, eps, chosen.name)
+    return y, h
