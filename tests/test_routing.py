@@ -383,7 +383,7 @@ def test_direct_op_calls_keep_their_provider_and_route_under_a_routing_policy(in
 
     x, a, b = torch.randn(3, 8), torch.randn(4, 8), torch.randn(8, 5)
     with xp.kernel_policy(**ALL_TRITON):
-        assert dispatch.route(x) == dispatch.DIRECT  # the routing mode is not a mode to the ops
+        assert dispatch.route(x) == dispatch.DIRECT  # routing puts no mode on the stack
         with torch.device("cpu"):
             assert dispatch.route(x) == dispatch.OP  # a mode of the user's is
         # the torch provider's own torch.softmax / torch.mm are not routed back to xrt
