@@ -345,6 +345,20 @@ def test_runtime_auto_picks_by_training_times_for_a_tensor_that_requires_grad(tm
     auto.clear()
 
 
+def test_routed_calls_are_training_calls_when_any_tensor_argument_requires_grad():
+    from xrt.pytorch import routing
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    assert routing._layer_norm_measured((x, (8,), w), {})[2] is False
+    w.requires_grad_()  # the input does not, the weight does: autograd records the call
+    assert routing._layer_norm_measured((x, (8,), w), {}) == ("layernorm", (4, 8), True)
+    with torch.no_grad():
+        assert routing._layer_norm_measured((x, (8,), w), {})[2] is False
+    q = torch.randn(1, 2, 16, 64)
+    assert routing._sdpa_measured((q, q, q.requires_grad_()), {"is_causal": True}) == (
+        "attention", (1, 2, 16, 64, 1), True)
+
+
 def test_auto_policy_installs_only_the_ops_a_table_can_route(tmp_path, monkeypatch):
     """``auto`` wraps the torch functions of an op only where this machine's table names an xrt
     provider for it; leaving the policy puts torch's own functions back."""
