@@ -171,6 +171,7 @@ def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch,
     # a measured auto plugs in at auto_provider: layernorm=auto then runs xrt's op
     monkeypatch.setattr(routing, "auto_provider",
                         lambda op, t, shape=None, train=None: "torch" if op != "layernorm" else "triton")
+    monkeypatch.setattr(routing, "auto_device", lambda t: True)  # as on a GPU
     with xp.kernel_policy(layernorm="auto"):
         _, seen = _xrt_events(lambda: F.layer_norm(x, (8,)))
     assert seen == {"xrt::layernorm[triton]"}

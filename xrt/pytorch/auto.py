@@ -73,7 +73,7 @@ def pick(op: str, x: torch.Tensor, shape: Sequence[int], train: bool | None = No
     """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (xrt/kernels/defs):
     the table's for this GPU where it has one, else torch. Off CUDA: torch. ``train``: the call
     runs a backward too (by default: ``x`` requires grad and grad mode is on)."""
-    if x.device.type != "cuda":
+    if not x.is_cuda:
         return TORCH
     if train is None:
         train = x.requires_grad and torch.is_grad_enabled()

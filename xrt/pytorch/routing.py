@@ -89,6 +89,12 @@ def _records(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(type(t) in _PLAIN and t.requires_grad for t in tensors)
 
 
+def auto_device(x: torch.Tensor) -> bool:
+    """Can ``auto`` name an xrt provider for a tensor on ``x``'s device? Only on CUDA
+    (:mod:`xrt.pytorch.auto`); a seam for the tests."""
+    return x.is_cuda
+
+
 def provider(op: str, x: torch.Tensor, measured: Callable[[], Measured] | None = None) -> str:
     """The provider a routed call of policy op ``op`` on ``x`` goes to: ``"torch"`` (torch's own
     function, untouched) or one of xrt's that can run ``x`` here. The one place routing asks the
@@ -97,6 +103,8 @@ def provider(op: str, x: torch.Tensor, measured: Callable[[], Measured] | None =
     it is called only for ``auto``."""
     choice = policy.resolve(op)
     if choice == policy.AUTO:
+        if not auto_device(x):  # no need to measure the call
+            return TORCH
         which = measured() if measured is not None else (op, None, _records(x))
         choice = TORCH if which is None else auto_provider(which[0], x, which[1], which[2])
     if choice not in XRT_CHOICES[op]:
