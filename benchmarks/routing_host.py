@@ -1,6 +1,7 @@
 """Host cost of routing: one forward of a small model under each policy, side by side in one process.
 
-    python benchmarks/routing_host.py [--device cpu] [--calls 2000] [--repeats 7] [--out host.json]
+    python benchmarks/routing_host.py [--device cpu] [--calls 2000] [--repeats 7] [--clock wall|cpu]
+        [--out host.json]
 
 The model is plain PyTorch: 4 pre-norm blocks of ``nn.LayerNorm``, ``nn.Linear`` (qkv, proj, MLP),
 ``F.scaled_dot_product_attention`` and GELU at tiny sizes (B1 S8 d32 fp32), so the host's time is all
@@ -15,7 +16,8 @@ a model it routes nothing of. The policies:
 
 Each repeat runs the policies in turns (none, auto, triton, then the reverse order) so that the
 host's drift moves them alike; µs per forward is the median over repeats of each turn's mean over
-``--calls`` forwards.
+``--calls`` forwards. ``--clock cpu`` times this thread's CPU time instead of the wall clock: on a
+host shared with other work it leaves out the time the thread waited for a core.
 """
 
 from __future__ import annotations
@@ -69,19 +71,23 @@ def scope(policy: dict[str, str] | None) -> Any:
     return xp.kernel_policy(**policy) if policy else contextlib.nullcontext()
 
 
-def turn(net: Any, x: Any, policy: dict[str, str] | None, calls: int) -> float:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def turn(net: Any, x: Any, policy: dict[str, str] | None, calls: int, clock: str = "wall") -> float:
     """Mean µs per forward of ``calls`` forwards under ``policy`` (the scope entered once, outside)."""
     import torch
 
+    now = CLOCKS[clock]
     with torch.no_grad(), scope(policy):
         net(x)  # warm-up inside the scope
-        t0 = time.perf_counter()
+        t0 = now()
         for _ in range(calls):
             net(x)
-        return (time.perf_counter() - t0) / calls * 1e6
+        return (now() - t0) / calls * 1e6
 
 
-def measure(device: str = "cpu", calls: int = 2000, repeats: int = 7) -> dict[str, float]:
+def measure(device: str = "cpu", calls: int = 2000, repeats: int = 7, clock: str = "wall") -> dict[str, float]:
     """Median µs per forward for each policy of :data:`POLICIES`."""
     import torch
 
@@ -94,7 +100,7 @@ def measure(device: str = "cpu", calls: int = 2000, repeats: int = 7) -> dict[st
     order = list(POLICIES)
     for r in range(repeats):
         for name in order if r % 2 == 0 else reversed(order):
-            samples[name].append(turn(net, x, POLICIES[name], calls))
+            samples[name].append(turn(net, x, POLICIES[name], calls, clock))
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda)")
     ap.add_argument("--calls", type=int, default=2000, help="forwards per turn")
     ap.add_argument("--repeats", type=int, default=7, help="turns per policy")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall clock or this thread's CPU time")
     ap.add_argument("--out", type=Path, help="also write the figures here as JSON")
     args = ap.parse_args(argv)
     if args.calls < 1 or args.repeats < 1:
@@ -113,13 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"routing_host: --device {args.device} needs a CUDA GPU", file=sys.stderr)
         return 2
-    us = measure(args.device, args.calls, args.repeats)
+    if args.device.startswith("cuda") and args.clock == "cpu":
+        print("routing_host: --clock cpu leaves out the waits for the GPU; use --clock wall with --device cuda",
+              file=sys.stderr)
+        return 2
+    us = measure(args.device, args.calls, args.repeats, args.clock)
     base = us["none"]
     for name, v in us.items():
         print(f"{name:8s} {v:9.1f} µs per forward  {v / base:5.2f} x none")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"device": args.device, "torch": torch.__version__,
+        args.out.write_text(json.dumps({"device": args.device, "clock": args.clock, "torch": torch.__version__,
                                         "us_per_forward": us}, indent=1) + "\n")
     return 0
 
