@@ -351,6 +351,36 @@ def test_other_threads_route_inside_routed(interpreter):
     assert {w.xrt_routed for w in routing.patched().values()} == {"layernorm"}  # this thread's, still
 
 
+def test_threads_entering_and_leaving_scopes_together_leave_torch_as_it_was():
+    """Scopes on several threads at once: each routes its own op while its scope lasts, and
+    torch's own functions are back when the last one leaves."""
+    x = torch.randn(3, 8)
+    calls = {"softmax": ("softmax", lambda f: f(x, dim=-1)), "layernorm": ("layer_norm", lambda f: f(x, (8,)))}
+    errors, barrier = [], threading.Barrier(4)
+
+    def worker(op):
+        name, call = calls[op]
+        try:
+            barrier.wait()
+            for _ in range(30):
+                with xp.kernel_policy(**{op: "cuda"}):  # cannot run a CPU tensor: each call stays torch's
+                    assert routing._tls.ops == {op}
+                    f = getattr(F, name)
+                    assert f.__wrapped__ is TORCH_FUNCTIONS[(F, name)][1]
+                    assert torch.equal(call(f), call(f.__wrapped__))
+                assert not routing.active()
+        except Exception as e:  # reported below, with the thread's op
+            errors.append(f"{op}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(op,)) for op in ("softmax", "layernorm") * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert routing.patched() == {} and _torch_functions() == TORCH_FUNCTIONS
+
+
 def test_torch_compile_fullgraph_puts_xrt_ops_in_the_graph(interpreter):
     from torch._dynamo.testing import CompileCounterWithBackend
 
