@@ -182,6 +182,50 @@ def test_unmeasured_shapes_follow_the_documented_rule():
     assert t.pick("layernorm", "float32", (64, 1024)) == ("torch", autotable.FALLBACK)
 
 
+def _medians(by_bucket: dict[str, dict[str, float]]) -> dict:
+    return {b: {"provider": autotable.fastest(m), "median_s": m, "commit": NEW, "date": "2026-01-01"}
+            for b, m in by_bucket.items()}
+
+
+# layernorm: triton wins the forward of both buckets; its backward is slow at 64x1024, so training
+# there is torch's. attention has no backward measured in bfloat16: the forward decides.
+TRAIN = {"schema": autotable.SCHEMA, "gpu": GPU, "ops": {
+    "layernorm": {"float16": _medians({"64x1024": {"torch": 10.0, "triton": 5.0},
+                                       "4096x4096": {"torch": 10.0, "triton": 5.0, "cuda": 4.0}})},
+    "layernorm_bwd": {"float16": _medians({"64x1024": {"torch": 10.0, "triton": 20.0},
+                                           "4096x4096": {"torch": 10.0, "triton": 9.0}})},
+    "attention": {"bfloat16": _medians({"1x16x512x64x0": {"torch": 10.0, "triton": 5.0}})},
+    "softmax": {"float32": _medians({"64x1024": {"torch": 10.0, "triton": 10.0}})},
+}}
+
+
+def test_training_calls_pick_by_forward_plus_backward_where_the_backward_was_measured():
+    t = autotable.Table(TRAIN)
+    assert t.pick("layernorm", "float16", (64, 1024)) == ("triton", autotable.MEASURED)
+    assert t.pick("layernorm", "float16", (64, 1024), train=True) == ("torch", autotable.MEASURED)  # 25 > 20
+    # providers timed both ways only: cuda's forward alone does not make it the training pick
+    assert t.pick("layernorm", "float16", (4096, 4096), train=True) == ("triton", autotable.MEASURED)  # 14 < 20
+    assert t.pick("layernorm", "float16", (4096, 4096)) == ("cuda", autotable.MEASURED)
+    # a memory-bound op's nearest measured bucket, summed too
+    assert t.pick("layernorm", "float16", (100, 2000), train=True) == ("torch", autotable.NEAREST)
+    # no backward measured: the forward's times
+    assert t.pick("attention", "bfloat16", (1, 16, 512, 64, 0), train=True) == ("triton", autotable.MEASURED)
+    assert autotable.BACKWARD == {"layernorm": "layernorm_bwd", "attention": "attention_bwd"}
+
+
+def test_routes_says_whether_a_table_names_an_xrt_provider_for_an_op():
+    t = autotable.Table(TRAIN)
+    assert t.routes(["layernorm"]) and t.routes(["attention"])
+    assert not t.routes(["softmax"])  # a tie: torch's in every entry
+    assert not t.routes(["matmul", "bmm"])  # not in the table
+
+
+def test_the_default_tables_are_the_checkouts():
+    from conftest import ROOT
+
+    assert autotable.DEFAULT_DIR == ROOT / "results" / "auto" and autotable.DEFAULT_DIR.is_dir()
+
+
 def test_fastest_needs_a_margin_over_torch():
     assert autotable.fastest({"torch": 1.0, "triton": 0.99, "cuda": 1.5}) == "torch"
     assert autotable.fastest({"torch": 1.0, "triton": 0.9, "cuda": 0.8}) == "cuda"
@@ -284,6 +328,63 @@ def test_routing_auto_takes_the_table_and_never_a_provider_that_cannot_run(fake_
         causal = {"is_causal": True}
         assert routing.provider("attention", q, lambda: routing._sdpa_measured((q, q, q), causal)) == "torch"
     xp.clear_kernel_policy()
+
+
+def test_runtime_auto_picks_by_training_times_for_a_tensor_that_requires_grad(tmp_path, monkeypatch):
+    from xrt.pytorch import auto
+
+    (tmp_path / f"{autotable.model_key(GPU)}.json").write_text(json.dumps(TRAIN))
+    monkeypatch.setenv(autotable.ENV, str(tmp_path))
+    monkeypatch.setattr(auto, "gpu_name", lambda index: GPU)
+    auto.clear()
+    x = cuda(64, 1024, dtype=torch.float16)
+    assert auto.pick("layernorm", x, (64, 1024)) == "triton"
+    assert auto.pick("layernorm", x.requires_grad_(), (64, 1024)) == "torch"
+    with torch.no_grad():
+        assert auto.pick("layernorm", x, (64, 1024)) == "triton"  # nothing recorded: the forward's
+    auto.clear()
+
+
+def test_routed_calls_are_training_calls_when_any_tensor_argument_requires_grad():
+    from xrt.pytorch import routing
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    assert routing._layer_norm_measured((x, (8,), w), {})[2] is False
+    w.requires_grad_()  # the input does not, the weight does: autograd records the call
+    assert routing._layer_norm_measured((x, (8,), w), {}) == ("layernorm", (4, 8), True)
+    with torch.no_grad():
+        assert routing._layer_norm_measured((x, (8,), w), {})[2] is False
+    q = torch.randn(1, 2, 16, 64)
+    assert routing._sdpa_measured((q, q, q.requires_grad_()), {"is_causal": True}) == (
+        "attention", (1, 2, 16, 64, 1), True)
+
+
+def test_auto_policy_installs_only_the_ops_a_table_can_route(tmp_path, monkeypatch):
+    """``auto`` wraps the torch functions of an op only where this machine's table names an xrt
+    provider for it; leaving the policy puts torch's own functions back."""
+    import torch.nn.functional as F
+
+    import xrt.pytorch as xp
+    from xrt.pytorch import auto, routing
+
+    (tmp_path / f"{autotable.model_key(GPU)}.json").write_text(json.dumps(TRAIN))
+    monkeypatch.setenv(autotable.ENV, str(tmp_path))
+    monkeypatch.setattr(auto, "gpu_name", lambda index: GPU)
+    monkeypatch.setattr(auto, "devices", lambda: range(1))
+    auto.clear()
+    xp.clear_kernel_policy()
+    before = (F.linear, F.layer_norm, F.softmax, F.scaled_dot_product_attention, torch.matmul)
+    try:
+        with xp.kernel_policy(matmul="auto", layernorm="auto", softmax="auto", attention="auto"):
+            ops = {w.xrt_routed for w in routing.patched().values()}
+            assert ops == {"layernorm", "attention"}
+            assert F.linear is before[0] and F.softmax is before[2] and torch.matmul is before[4]
+            assert F.layer_norm.__wrapped__ is before[1]
+        assert routing.patched() == {}
+        assert (F.linear, F.layer_norm, F.softmax, F.scaled_dot_product_attention, torch.matmul) == before
+    finally:
+        xp.clear_kernel_policy()
+        auto.clear()
 
 
 def test_direct_ops_auto_takes_the_table(fake_gpu, interpreter):

@@ -19,14 +19,23 @@ ALL_TRITON = {"matmul": "triton", "layernorm": "triton", "softmax": "triton"}
 FLOOR = 1e-5
 
 
+def _torch_functions():
+    """Every routed attribute as it is now: (owner, name) -> (an attribute of the owner's own?, the object)."""
+    return {(o, n): (n in vars(o), getattr(o, n)) for targets in routing.TARGETS.values() for o, n, _ in targets}
+
+
+TORCH_FUNCTIONS = _torch_functions()  # torch's own, before any policy
+
+
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
     monkeypatch.delenv("XRT_KERNEL_POLICY", raising=False)
     xp.clear_kernel_policy()
-    assert torch._C._len_torch_function_stack() == 0
+    assert _torch_functions() == TORCH_FUNCTIONS
     yield
     xp.clear_kernel_policy()
-    assert torch._C._len_torch_function_stack() == 0, "a routing mode was left on the stack"
+    assert routing.patched() == {} and _torch_functions() == TORCH_FUNCTIONS, "a wrapper was left in torch"
+    assert torch._C._len_torch_function_stack() == 0
 
 
 class Block(nn.Module):
@@ -90,13 +99,56 @@ def test_outside_the_policy_torch_runs_untouched():
     model, x = Block(), torch.randn(2, 5, 16)
     before = model(x)
     with xp.kernel_policy(**ALL_TRITON):
-        assert routing.active() and torch._C._len_torch_function_stack() == 1
-    assert not routing.active() and torch._C._len_torch_function_stack() == 0
+        assert routing.active() and set(routing.patched()) == {
+            f for (o, n), (_, f) in TORCH_FUNCTIONS.items() if n != "scaled_dot_product_attention"}
+        assert torch._C._len_torch_function_stack() == 0  # no mode: torch's other calls pay nothing
+    # leaving the scope puts back torch's very functions (and no class attribute of its own)
+    assert not routing.active() and routing.patched() == {} and _torch_functions() == TORCH_FUNCTIONS
+    assert "matmul" not in vars(torch.Tensor) and "__matmul__" not in vars(torch.Tensor)
     after, seen = _xrt_events(lambda: model(x))
     assert seen == set() and torch.equal(before, after)
-    # a policy that names no xrt provider of a routed op puts no mode on the stack
+    # a policy that names no xrt provider of a routed op installs nothing
     with xp.kernel_policy(square="triton", layernorm="torch", matmul="default", attention="math"):
-        assert torch._C._len_torch_function_stack() == 0 and not routing.active()
+        assert routing.patched() == {} and not routing.active()
+
+
+def test_no_route_installs_nothing_and_calls_torchs_function_itself(monkeypatch):
+    """``auto`` where no table names an xrt provider (here: no GPU) installs nothing: a model's
+    ``F.linear`` is torch's own function object, not a wrapper that forwards to it."""
+    from xrt.pytorch import auto
+
+    monkeypatch.setattr(auto, "devices", lambda: range(0))
+    auto.clear()
+    calls = []
+    real = F.linear
+    monkeypatch.setattr(F, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))  # the function torch has
+    mine = F.linear
+    with xp.kernel_policy(matmul="auto", layernorm="auto", softmax="auto", attention="auto"):
+        assert routing.patched() == {} and not routing.active()
+        assert F.linear is mine and torch.matmul is TORCH_FUNCTIONS[(torch, "matmul")][1]
+        nn.Linear(8, 3)(torch.randn(2, 8))
+    assert calls == [1]
+    # naming a provider installs the wrapper in front of whatever F.linear was, and puts it back
+    with xp.kernel_policy(matmul="triton"):
+        assert F.linear is not mine and F.linear.__wrapped__ is mine
+    assert F.linear is mine
+    monkeypatch.undo()
+    auto.clear()
+
+
+def test_wrapper_of_an_op_the_thread_does_not_route_calls_torch_with_the_arguments_as_given(monkeypatch):
+    seen = []
+    real = torch.Tensor.softmax
+    with xp.kernel_policy(softmax="triton"):
+        wrapper = torch.Tensor.softmax
+        assert wrapper.__wrapped__ is real
+        routing._tls.ops = frozenset({"layernorm"})  # as on a thread whose policy routes only layernorm
+        try:
+            monkeypatch.setattr(routing, "_route", lambda *a: seen.append(a))
+            x = torch.randn(3, 4)
+            assert torch.equal(x.softmax(-1), real(x, -1)) and seen == []
+        finally:
+            routing._tls.ops = frozenset({"softmax"})
 
 
 def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch, interpreter):
@@ -109,12 +161,17 @@ def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch,
         return real(op, t, measured)
 
     monkeypatch.setattr(routing, "provider", spy)
-    with xp.kernel_policy(softmax="triton", layernorm="auto"):  # matmul: nothing named, auto -> torch
+    from xrt.pytorch import auto
+
+    monkeypatch.setattr(auto, "routes", lambda ops: True)  # as where a table names an xrt provider
+    with xp.kernel_policy(softmax="triton", layernorm="auto"):  # matmul: nothing named, not routed
         y, seen = _xrt_events(lambda: (F.linear(x, w), F.layer_norm(x, (8,))))
-    assert seen == set() and calls == ["matmul", "layernorm"]
+    assert seen == set() and calls == ["layernorm"]  # F.layer_norm's wrapper asked once (not torch.layer_norm's)
     assert torch.equal(y[0], F.linear(x, w)) and torch.equal(y[1], F.layer_norm(x, (8,)))
     # a measured auto plugs in at auto_provider: layernorm=auto then runs xrt's op
-    monkeypatch.setattr(routing, "auto_provider", lambda op, t, shape=None: "torch" if op != "layernorm" else "triton")
+    monkeypatch.setattr(routing, "auto_provider",
+                        lambda op, t, shape=None, train=None: "torch" if op != "layernorm" else "triton")
+    monkeypatch.setattr(routing, "auto_device", lambda t: True)  # as on a GPU
     with xp.kernel_policy(layernorm="auto"):
         _, seen = _xrt_events(lambda: F.layer_norm(x, (8,)))
     assert seen == {"xrt::layernorm[triton]"}
@@ -249,21 +306,23 @@ def test_sdpa_routes_to_the_triton_attention(interpreter):
 
 
 def test_nested_scopes_and_global_policy_restore():
-    depth = torch._C._len_torch_function_stack
+    def ops():
+        return {w.xrt_routed for w in routing.patched().values()}
+
     xp.set_kernel_policy(layernorm="triton")
-    assert depth() == 1
+    assert ops() == {"layernorm"} and F.layer_norm is not TORCH_FUNCTIONS[(F, "layer_norm")][1]
     with xp.kernel_policy(softmax="triton"):
-        assert depth() == 1  # one mode, whoever asked for it
+        assert ops() == {"layernorm", "softmax"}  # one wrapper per function, whoever asked for it
         with xp.kernel_policy(layernorm="torch", softmax="torch"):
-            assert depth() == 0 and not routing.active()  # every routed op is torch's here
-        assert depth() == 1
-    assert depth() == 1
-    with torch.device("cpu"):  # a mode of the user's own, above routing's
-        assert depth() == 2
+            assert ops() == set() and not routing.active()  # every routed op is torch's here
+            assert _torch_functions() == TORCH_FUNCTIONS
+        assert ops() == {"layernorm", "softmax"}
+    assert ops() == {"layernorm"}
+    with torch.device("cpu"):  # a mode of the user's own stays where it is
         xp.clear_kernel_policy()
-        assert depth() == 1 and isinstance(torch.overrides._get_current_function_mode_stack()[0],
-                                           torch.utils._device.DeviceContext)
-    assert depth() == 0
+        assert ops() == set() and isinstance(torch.overrides._get_current_function_mode_stack()[0],
+                                             torch.utils._device.DeviceContext)
+    assert torch._C._len_torch_function_stack() == 0
 
 
 def test_a_rejected_policy_installs_nothing():
@@ -271,7 +330,7 @@ def test_a_rejected_policy_installs_nothing():
         pytest.skip("matmul=cublasLt is accepted on a CUDA build")
     with pytest.raises(RuntimeError, match="cublasLt"):
         xp.set_kernel_policy(matmul="cublasLt", layernorm="triton")
-    assert torch._C._len_torch_function_stack() == 0 and xp.get_kernel_policy() is None
+    assert routing.patched() == {} and xp.get_kernel_policy() is None
 
 
 def test_other_threads_route_inside_routed(interpreter):
@@ -283,12 +342,43 @@ def test_other_threads_route_inside_routed(interpreter):
         _, seen["plain"] = _xrt_events(lambda: F.layer_norm(x, (8,)))
         with xp.routed():
             _, seen["routed"] = _xrt_events(lambda: F.layer_norm(x, (8,)))
-        seen["depth"] = torch._C._len_torch_function_stack()
+        seen["after"] = routing.active()
 
     t = threading.Thread(target=worker)
     t.start()
     t.join()
-    assert seen == {"plain": set(), "routed": {"xrt::layernorm[triton]"}, "depth": 0}
+    assert seen == {"plain": set(), "routed": {"xrt::layernorm[triton]"}, "after": False}
+    assert {w.xrt_routed for w in routing.patched().values()} == {"layernorm"}  # this thread's, still
+
+
+def test_threads_entering_and_leaving_scopes_together_leave_torch_as_it_was():
+    """Scopes on several threads at once: each routes its own op while its scope lasts, and
+    torch's own functions are back when the last one leaves."""
+    x = torch.randn(3, 8)
+    calls = {"softmax": ("softmax", lambda f: f(x, dim=-1)), "layernorm": ("layer_norm", lambda f: f(x, (8,)))}
+    errors, barrier = [], threading.Barrier(4)
+
+    def worker(op):
+        name, call = calls[op]
+        try:
+            barrier.wait()
+            for _ in range(30):
+                with xp.kernel_policy(**{op: "cuda"}):  # cannot run a CPU tensor: each call stays torch's
+                    assert routing._tls.ops == {op}
+                    f = getattr(F, name)
+                    assert f.__wrapped__ is TORCH_FUNCTIONS[(F, name)][1]
+                    assert torch.equal(call(f), call(f.__wrapped__))
+                assert not routing.active()
+        except Exception as e:  # reported below, with the thread's op
+            errors.append(f"{op}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(op,)) for op in ("softmax", "layernorm") * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert routing.patched() == {} and _torch_functions() == TORCH_FUNCTIONS
 
 
 def test_torch_compile_fullgraph_puts_xrt_ops_in_the_graph(interpreter):
@@ -307,8 +397,9 @@ def test_torch_compile_fullgraph_puts_xrt_ops_in_the_graph(interpreter):
 
     with xp.kernel_policy(**ALL_TRITON):
         got = _train_step(compiled, x, dy)
-    assert {"xrt.matmul.default", "xrt.bmm.default", "xrt.layernorm.default", "xrt.softmax.default"} <= targets(
-        counter.graphs[0])
+    # F.linear, F.layer_norm, F.softmax are routed in the graph; a @ b and tensor methods are graph
+    # ops that Dynamo does not look up on the class (torch's under compile)
+    assert {"xrt.matmul.default", "xrt.layernorm.default", "xrt.softmax.default"} <= targets(counter.graphs[0])
     for g, t in zip(got, theirs):
         torch.testing.assert_close(g, t, rtol=1e-4, atol=1e-5)
     # outside the scope Dynamo's guard on the mode stack fails: a recompile, with torch's ops
@@ -323,7 +414,7 @@ def test_direct_op_calls_keep_their_provider_and_route_under_a_routing_policy(in
 
     x, a, b = torch.randn(3, 8), torch.randn(4, 8), torch.randn(8, 5)
     with xp.kernel_policy(**ALL_TRITON):
-        assert dispatch.route(x) == dispatch.DIRECT  # the routing mode is not a mode to the ops
+        assert dispatch.route(x) == dispatch.DIRECT  # routing puts no mode on the stack
         with torch.device("cpu"):
             assert dispatch.route(x) == dispatch.OP  # a mode of the user's is
         # the torch provider's own torch.softmax / torch.mm are not routed back to xrt

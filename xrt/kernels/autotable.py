@@ -16,6 +16,12 @@ The rule, in the order it is tried:
 3. anything else is torch's: an unmeasured GEMM or attention shape, an op or dtype the table does
    not hold, a GPU that has no table. cuBLAS and SDPA are tuned for every shape; xrt's GEMM and
    attention kernels only for the shapes the suites time.
+
+Training: a call that autograd records runs the op's backward too (``layernorm_bwd`` after
+``layernorm``, with the forward's provider). Where the table measured the op's backward
+(:data:`BACKWARD`) for the dtype, the rule above is applied to the sum of each provider's forward
+and backward medians, over the buckets measured both ways and the providers timed both ways. Where
+it did not (``matmul``, ``softmax``), the forward's times decide.
 """
 
 from __future__ import annotations
@@ -37,9 +43,13 @@ TORCH = "torch"
 MARGIN = 0.02
 NEAR = 1  # rule 2: powers of two each dim of the nearest measured bucket may be away
 ENV = "XRT_AUTO_TABLES"  # a directory of tables that replaces the checkout's results/auto
-# The checkout's tables (kernels/ sits at the repository root; a wheel has no results/ and so no table).
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "results" / "auto"
+# The checkout's tables (xrt/kernels/ is two levels below the repository root; a wheel has no results/
+# and so no table).
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "results" / "auto"
 BUCKET_RULE = "each dim of the op's suite shape rounded up to a power of two; 0 and 1 kept (attention's causal flag)"
+
+# op -> its backward's measured op: the definitions whose policy entry is the op's (xrt/kernels/defs).
+BACKWARD: dict[str, str] = {d.policy: d.name for d in defs.OPS.values() if d.name == f"{d.policy}_bwd"}
 
 # What the runtime and the writer call a decision: rule 1, 2 or 3 above.
 MEASURED, NEAREST, FALLBACK = "measured", "nearest", "fallback"
@@ -125,6 +135,7 @@ class Table:
             raise ValueError(f"schema {doc.get('schema')!r} is not {SCHEMA!r}")
         self.gpu: str = str(doc.get("gpu", ""))
         self.entries: dict[tuple[str, str], dict[str, Entry]] = {}
+        self._summed: dict[tuple[str, str], dict[str, Entry]] = {}  # training's entries (_train)
         for op, by_dtype in dict(doc.get("ops", {})).items():
             for dtype, by_bucket in dict(by_dtype).items():
                 self.entries[(op, dtype)] = {
@@ -132,9 +143,14 @@ class Table:
                              str(e.get("commit", "")), str(e.get("date", "")))
                     for b, e in dict(by_bucket).items()}
 
-    def pick(self, op: str, dtype: str, shape: Sequence[int]) -> tuple[str, str]:
-        """(provider, why): why is :data:`MEASURED`, :data:`NEAREST` or :data:`FALLBACK`."""
+    def pick(self, op: str, dtype: str, shape: Sequence[int], train: bool = False) -> tuple[str, str]:
+        """(provider, why): why is :data:`MEASURED`, :data:`NEAREST` or :data:`FALLBACK`. ``train``: the
+        call runs the backward too (the module docstring's training rule)."""
         measured = self.entries.get((op, dtype))
+        if train and op in BACKWARD:
+            both = self._train(op, dtype)
+            if both:
+                measured = both
         if not measured:
             return TORCH, FALLBACK
         b = bucket(shape)
@@ -147,6 +163,30 @@ class Table:
             if dist <= NEAR:
                 return measured[near].provider, NEAREST
         return TORCH, FALLBACK
+
+    def _train(self, op: str, dtype: str) -> dict[str, Entry]:
+        """``op``'s buckets measured forward and backward, each an entry of the summed medians of the
+        providers timed both ways (computed once per (op, dtype))."""
+        key = (op, dtype)
+        if key not in self._summed:
+            fwd, bwd = self.entries.get(key, {}), self.entries.get((BACKWARD[op], dtype), {})
+            summed = {}
+            for b in fwd.keys() & bwd.keys():
+                med = {p: s + bwd[b].median_s[p] for p, s in fwd[b].median_s.items() if p in bwd[b].median_s}
+                summed[b] = Entry(fastest(med), med, fwd[b].shapes, fwd[b].commit, fwd[b].date)
+            self._summed[key] = summed
+        return self._summed[key]
+
+    def routes(self, ops: Sequence[str]) -> bool:
+        """Can :meth:`pick` name a provider other than torch for any of ``ops`` (forward or training)?"""
+        for op in ops:
+            for dtype in {d for o, d in self.entries if o == op}:
+                entries = [*self.entries[(op, dtype)].values()]
+                if op in BACKWARD:
+                    entries += self._train(op, dtype).values()
+                if any(e.provider != TORCH for e in entries):
+                    return True
+        return False
 
 
 def load(path: str | os.PathLike) -> Table:

@@ -3,7 +3,9 @@
 The table of this GPU model (``results/auto/<model>.json``, :mod:`xrt.kernels.autotable`) is read
 once per process and GPU; each answer is memoized per (op, GPU, dtype, suite shape). Where the table
 holds nothing for a call (another GPU, an unmeasured GEMM shape...), the answer is torch's: see the
-rule in :mod:`xrt.kernels.autotable`. The caller checks that the provider can run the input.
+rule in :mod:`xrt.kernels.autotable`. A call that autograd records (an input that requires grad,
+grad mode on) is a training call: where the table measured the op's backward, the providers' forward
+plus backward times decide. The caller checks that the provider can run the input.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ TORCH = autotable.TORCH
 _lock = threading.Lock()
 _tables: dict[int, autotable.Table | None] = {}  # CUDA device index -> its model's table
 _memo: dict[tuple, str] = {}
+_routes: dict[tuple[str, ...], bool] = {}
+
+
+def devices() -> range:
+    """This process's CUDA device indices (a seam for the tests)."""
+    return range(torch.cuda.device_count()) if torch.cuda.is_available() else range(0)
 
 
 def gpu_name(index: int) -> str:
@@ -47,20 +55,35 @@ def clear() -> None:
     with _lock:
         _tables.clear()
         _memo.clear()
+        _routes.clear()
 
 
-def pick(op: str, x: torch.Tensor, shape: Sequence[int]) -> str:
+def routes(ops: Sequence[str]) -> bool:
+    """Can ``auto`` name a provider other than torch for any of the measured ``ops`` on one of this
+    process's GPUs? Read when a policy changes (the GPUs' tables are read then, which initialises
+    CUDA); no GPU, no table, or a table that names torch for every entry: ``False``."""
+    key = tuple(ops)
+    hit = _routes.get(key)
+    if hit is None:
+        hit = _routes[key] = any(t is not None and t.routes(ops) for t in map(table, devices()))
+    return hit
+
+
+def pick(op: str, x: torch.Tensor, shape: Sequence[int], train: bool | None = None) -> str:
     """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (xrt/kernels/defs):
-    the table's for this GPU where it has one, else torch. Off CUDA: torch."""
-    if x.device.type != "cuda":
+    the table's for this GPU where it has one, else torch. Off CUDA: torch. ``train``: the call
+    runs a backward too (by default: ``x`` requires grad and grad mode is on)."""
+    if not x.is_cuda:
         return TORCH
+    if train is None:
+        train = x.requires_grad and torch.is_grad_enabled()
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    key = (op, index, x.dtype, tuple(shape))
+    key = (op, index, x.dtype, tuple(shape), train)
     hit = _memo.get(key)
     if hit is None:
         t = table(index)
         dtype = str(x.dtype).removeprefix("torch.")
-        hit = TORCH if t is None else t.pick(op, dtype, shape)[0]
+        hit = TORCH if t is None else t.pick(op, dtype, shape, train)[0]
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = hit

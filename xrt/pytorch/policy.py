@@ -459,7 +459,7 @@ _SAVED: dict[str, Any] = {}  # switch op -> PyTorch's setting before xrt took it
 
 
 # Called on the changing thread after each policy change (set, clear, scope enter and exit):
-# xrt.pytorch.routing puts its torch-function mode on that thread's stack or takes it off.
+# xrt.pytorch.routing installs or restores the wrappers of the ops that thread routes.
 ON_CHANGE: list[Callable[[], None]] = []
 
 

@@ -1,7 +1,8 @@
 """Routing unmodified models: torch's own calls sent to xrt's kernels by the kernel policy.
 
-While a policy names one of xrt's providers for a routed op, a ``TorchFunctionMode`` sits on the
-thread's torch-function stack and sends these calls to ``xp.ops``:
+While a policy routes an op (names one of xrt's providers for it, or ``auto`` where this machine's
+table can pick one), that op's torch functions are replaced by wrappers that send these calls to
+``xp.ops``:
 
 =================================================  ==============  =========================
 torch call                                         policy op       xrt op
@@ -16,13 +17,19 @@ torch call                                         policy op       xrt op
 ``Tensor.softmax``
 =================================================  ==============  =========================
 
-Why a torch-function mode (and not aten registration or patching): it is per thread and scoped,
-like ``kernel_policy``; it sees every Python spelling of a call (``F.linear``, ``a @ b``, a method)
-without replacing anything in torch; it runs above autograd, so the xrt op's own backward runs;
-Dynamo traces it, so ``torch.compile`` puts the xrt custom ops in its graph. Registering kernels
-for ``aten::linear`` would be process-wide, below autograd (torch's formula, not xrt's backward)
-and bypassed by Inductor's decompositions; patching ``F.linear`` (Liger-Kernel's way) is
-process-wide, and misses callers that bound the function before the patch.
+Why wrappers in torch's namespace (Liger-Kernel's way) and not a ``TorchFunctionMode``: a mode's
+Python hook runs for every torch call of the thread (views, adds, GELU), and cost a GPT-style model
+10 % (train) and 22 % (inference) on the H100 with every call left to torch. A wrapper runs only for
+its own function; torch's other calls pay nothing. The wrappers are process-wide but the routing is
+per thread: a wrapper on a thread that does not route its op calls torch's function at once. They
+run above autograd, so the xrt op's own backward runs, and Dynamo inlines them, so
+``torch.compile`` puts the xrt custom ops in its graph. Leaving the policy puts back the very
+objects torch had. Registering kernels for ``aten::linear`` would be process-wide, below autograd
+(torch's formula, not xrt's backward) and bypassed by Inductor's decompositions.
+
+Not seen: code that bound a function before the policy (``from torch.nn.functional import
+linear``), and, under ``torch.compile``, ``a @ b`` and the tensor methods (Dynamo takes them as
+graph ops without looking them up on the class).
 
 Every call that the xrt op cannot take exactly as torch would goes to torch's own function with
 its arguments untouched: a policy choice of torch's, a provider that cannot run the tensor here,
@@ -40,7 +47,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from xrt.kernels import autotable, defs
 from xrt.pytorch import auto, ops, policy
@@ -62,19 +68,31 @@ _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False
 _forward_ad = importlib.import_module("torch.autograd.forward_ad")
 
 
-def auto_provider(op: str, x: torch.Tensor, shape: Sequence[int] | None = None) -> str:
+def auto_provider(op: str, x: torch.Tensor, shape: Sequence[int] | None = None, train: bool | None = None) -> str:
     """What ``auto`` routes ``op`` on ``x`` to: the provider that measured fastest on this GPU for
     ``op``'s (dtype, shape bucket), from the committed table (:mod:`xrt.pytorch.auto`), else torch
     (the rule in :mod:`xrt.kernels.autotable`). ``op`` is the measured op (``bmm`` for a batched
-    ``matmul``) and ``shape`` its suite shape (xrt/kernels/defs); by default the rows of ``x``."""
+    ``matmul``) and ``shape`` its suite shape (xrt/kernels/defs); by default the rows of ``x``.
+    ``train``: autograd records the call (forward plus backward times decide where measured)."""
     if shape is None:
         shape = autotable.row_shape(x.shape, defs.get(op).flat)
-    return auto.pick(op, x, shape)
+    return auto.pick(op, x, shape, train)
 
 
-# A routed call's measured op and suite shape (what auto looks up), from the call's arguments; None
-# when they do not give one (then auto leaves the call to torch).
-Measured = tuple[str, Sequence[int]] | None
+# A routed call's measured op, its suite shape (what auto looks up) and whether autograd records it,
+# from the call's arguments; None when they do not give one (then auto leaves the call to torch).
+Measured = tuple[str, Sequence[int], bool] | None
+
+
+def _records(*tensors: Any) -> bool:
+    """Does autograd record a call on these arguments (one requires grad, grad mode on)?"""
+    return torch.is_grad_enabled() and any(type(t) in _PLAIN and t.requires_grad for t in tensors)
+
+
+def auto_device(x: torch.Tensor) -> bool:
+    """Can ``auto`` name an xrt provider for a tensor on ``x``'s device? Only on CUDA
+    (:mod:`xrt.pytorch.auto`); a seam for the tests."""
+    return x.is_cuda
 
 
 def provider(op: str, x: torch.Tensor, measured: Callable[[], Measured] | None = None) -> str:
@@ -85,8 +103,10 @@ def provider(op: str, x: torch.Tensor, measured: Callable[[], Measured] | None =
     it is called only for ``auto``."""
     choice = policy.resolve(op)
     if choice == policy.AUTO:
-        which = measured() if measured is not None else (op, None)
-        choice = TORCH if which is None else auto_provider(which[0], x, which[1])
+        if not auto_device(x):  # no need to measure the call
+            return TORCH
+        which = measured() if measured is not None else (op, None, _records(x))
+        choice = TORCH if which is None else auto_provider(which[0], x, which[1], which[2])
     if choice not in XRT_CHOICES[op]:
         return TORCH
     if dispatch.get(op, choice).missing(x) is not None:
@@ -101,7 +121,7 @@ def _plain(*tensors: Any) -> bool:
 
 def _eager_safe(x: torch.Tensor) -> bool:
     """Does this call's context leave xrt's ops free to run? Not under autocast (its casts are the
-    dispatcher's, below this mode), a functorch transform or forward-mode AD (no rules for them)."""
+    dispatcher's, below the wrappers), a functorch transform or forward-mode AD (no rules for them)."""
     if torch.is_autocast_enabled(x.device.type):
         return False
     # Dynamo handles transforms itself, and would put these checks into its graph.
@@ -178,8 +198,8 @@ def _linear_measured(args: tuple, kwargs: dict) -> Measured:
     bound = _bind(_linear_sig, args, kwargs)
     if bound is None or not _dims(bound[0], 1) or not _dims(bound[1], 2) or bound[0].shape[-1] == 0:
         return None
-    input, weight, _ = bound
-    return "matmul", (input.numel() // input.shape[-1], weight.shape[0], weight.shape[1])
+    input, weight, bias = bound
+    return "matmul", (input.numel() // input.shape[-1], weight.shape[0], weight.shape[1]), _records(input, weight, bias)
 
 
 def _matmul_measured(args: tuple, kwargs: dict) -> Measured:
@@ -188,9 +208,9 @@ def _matmul_measured(args: tuple, kwargs: dict) -> Measured:
     a, b = args
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if b.dim() == 2:
-        return "matmul", (a.numel() // k if k else 0, n, k)
+        return "matmul", (a.numel() // k if k else 0, n, k), _records(a, b)
     if a.dim() == b.dim() and a.shape[:-2] == b.shape[:-2]:
-        return "bmm", (math.prod(a.shape[:-2]), m, n, k)
+        return "bmm", (math.prod(a.shape[:-2]), m, n, k), _records(a, b)
     return None
 
 
@@ -198,12 +218,12 @@ def _layer_norm_measured(args: tuple, kwargs: dict) -> Measured:
     bound = _bind(_layer_norm_sig, args, kwargs)
     if bound is None or type(bound[0]) not in _PLAIN:
         return None
-    input, ns = bound[0], bound[1]
+    input, ns, weight, bias = bound[:4]
     try:
         n = int(ns) if isinstance(ns, int) else math.prod(int(d) for d in ns)
     except (TypeError, ValueError):
         return None  # torch's function raises its own error
-    return "layernorm", (input.numel() // n if n else 0, n)
+    return "layernorm", (input.numel() // n if n else 0, n), _records(input, weight, bias)
 
 
 def _sdpa_measured(args: tuple, kwargs: dict) -> Measured:
@@ -211,7 +231,7 @@ def _sdpa_measured(args: tuple, kwargs: dict) -> Measured:
     if bound is None or not _dims(bound[0], 4) or bound[0].dim() != 4:
         return None
     q, is_causal = bound[0], bound[5]
-    return "attention", (*q.shape, int(bool(is_causal)))
+    return "attention", (*q.shape, int(bool(is_causal))), _records(*bound[:3])
 
 
 # Each handler asks the policy first, so a call that stays torch's costs the lookup and no more.
@@ -313,110 +333,170 @@ def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
 _MM = (torch.mm, torch.Tensor.mm)
 _BMM = (torch.bmm, torch.Tensor.bmm)
 
-# The routed torch functions. Python-level functions (F.layer_norm, F.softmax) are listed beside
-# the builtins they call: the mode sees the outer one in eager mode, and its fallback calls it
-# with the mode off.
-HANDLERS: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
-    F.linear: _linear,
-    torch.matmul: _matmul, torch.Tensor.matmul: _matmul,  # a @ b reaches the mode as Tensor.matmul
-    torch.mm: _matmul, torch.Tensor.mm: _matmul,
-    torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
-    F.layer_norm: _layer_norm, torch.layer_norm: _layer_norm,
-    F.softmax: _f_softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
-    F.scaled_dot_product_attention: _sdpa,
+Handler = Callable[[Callable, tuple, dict], Any]
+
+# The routed torch functions, by policy op: (owner, attribute, handler). ``F.layer_norm`` calls
+# ``torch.layer_norm`` and ``F.softmax`` ``Tensor.softmax``: both are patched, since Dynamo takes
+# the ``F`` functions as graph ops without looking inside. ``a @ b`` is ``Tensor.__matmul__``;
+# ``b.__rmatmul__`` calls ``torch.matmul``.
+TARGETS: dict[str, tuple[tuple[Any, str, Handler], ...]] = {
+    "matmul": ((F, "linear", _linear), (torch, "matmul", _matmul), (torch.Tensor, "matmul", _matmul),
+               (torch.Tensor, "__matmul__", _matmul), (torch, "mm", _matmul), (torch.Tensor, "mm", _matmul),
+               (torch, "bmm", _matmul), (torch.Tensor, "bmm", _matmul)),
+    "layernorm": ((F, "layer_norm", _layer_norm), (torch, "layer_norm", _layer_norm)),
+    "softmax": ((F, "softmax", _f_softmax), (torch, "softmax", _softmax), (torch.Tensor, "softmax", _softmax)),
+    "attention": ((F, "scaled_dot_product_attention", _sdpa),),
 }
+# Each routed torch function (as torch defines it) and its handler.
+HANDLERS: dict[Any, Handler] = {getattr(o, n): h for targets in TARGETS.values() for o, n, h in targets}
 
 
-class RoutingMode(TorchFunctionMode):
-    """Sends the calls of :data:`HANDLERS` to xrt's ops where :func:`provider` says so; every
-    other torch call, and every call the xrt op cannot take, runs torch's function as given."""
-
-    xrt_routing = True  # dispatch.foreign_modes: this mode leaves xrt ops' direct route open
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        handler = HANDLERS.get(func)
-        # (Dynamo folds is_compiling() to True and never reads the thread-local counter)
-        if handler is None or (not torch.compiler.is_compiling() and dispatch.ROUTING.paused):
-            return func(*args, **kwargs)
-        return handler(func, args, kwargs)
-
-
-# -- when the mode is on the stack ----------------------------------------------------------------
+# -- the wrappers: torch's function, replaced while some thread's policy routes its op -------------
 
 class _ThreadState(threading.local):
     def __init__(self) -> None:
-        self.mode: RoutingMode | None = None  # the mode the policy put on this thread's stack
+        self.ops: frozenset[str] = frozenset()  # the policy ops whose calls this thread routes now
+        self.policy_ops: frozenset[str] = frozenset()  # those its policy routes (sync)
         self.explicit = 0  # open routed() blocks
 
 
 _tls = _ThreadState()
 
 
-def wanted() -> bool:
-    """Does the policy this thread set (its scopes, the global policy) name an xrt provider, or
-    ``auto``, for a routed op? ``XRT_KERNEL_POLICY`` alone does not install the mode."""
+def _route(func: Callable, handler: Handler, args: tuple, kwargs: dict) -> Any:
+    """A call of a routed op on a thread that routes it: the handler decides. While it runs, the
+    routed functions called inside it (the xrt op's own, torch's fallback) are torch's."""
+    if torch.compiler.is_compiling():  # Dynamo traces the handler; the pause is eager's
+        return handler(func, args, kwargs)
+    st = dispatch.ROUTING
+    if st.paused:
+        return func(*args, **kwargs)
+    st.paused += 1
+    try:
+        return handler(func, args, kwargs)
+    finally:
+        st.paused -= 1
+
+
+def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
+    """What replaces ``func`` while it is routed. On a thread that does not route ``op`` it costs
+    one thread-local lookup before calling ``func`` with the arguments as given."""
+    def routed_call(*args: Any, **kwargs: Any) -> Any:
+        if op not in _tls.ops:
+            return func(*args, **kwargs)
+        return _route(func, handler, args, kwargs)
+
+    routed_call.__name__ = getattr(func, "__name__", op)
+    routed_call.__qualname__ = getattr(func, "__qualname__", routed_call.__name__)
+    routed_call.__doc__ = getattr(func, "__doc__", None)
+    routed_call.__wrapped__ = func  # type: ignore[attr-defined]
+    routed_call.xrt_routed = op  # type: ignore[attr-defined]
+    return routed_call
+
+
+_lock = threading.Lock()  # serialises installing and restoring the wrappers
+_wants: dict[int, frozenset[str]] = {}  # thread ident -> the ops it routes (non-empty)
+# (owner, attribute) -> (its own attribute before?, torch's function, the wrapper in its place)
+_patched: dict[tuple[Any, str], tuple[bool, Any, Callable]] = {}
+
+
+def _apply(ops: frozenset[str]) -> None:
+    """Install the wrappers of ``ops``' functions and restore torch's own for every other op.
+    Restoring puts back the very object that was there (or removes the class attribute that
+    shadowed ``TensorBase``'s); a function someone replaced after xrt is left as they set it."""
+    if ops and not _patched:
+        # Dynamo maps torch's functions to its rules by object, once, when it is imported: imported
+        # while the wrappers are in place, it would not know torch's own (the wrappers' fallback).
+        importlib.import_module("torch._dynamo.trace_rules").get_torch_obj_rule_map()
+    for op, targets in TARGETS.items():
+        for owner, name, handler in targets:
+            key = (owner, name)
+            if op in ops and key not in _patched:
+                own, func = name in vars(owner), getattr(owner, name)
+                wrapper = _wrapper(op, func, handler)
+                setattr(owner, name, wrapper)
+                _patched[key] = (own, func, wrapper)
+            elif op not in ops and key in _patched:
+                own, func, wrapper = _patched.pop(key)
+                if vars(owner).get(name) is wrapper:
+                    if own:
+                        setattr(owner, name, func)
+                    else:
+                        delattr(owner, name)
+    dispatch.PATCHED[0] = bool(_patched)
+
+
+def _set_ops(ops: frozenset[str]) -> None:
+    """This thread routes ``ops`` from now on; the wrappers installed follow every thread's wish."""
+    _tls.ops = ops
+    with _lock:
+        if ops:
+            _wants[threading.get_ident()] = ops
+        else:
+            _wants.pop(threading.get_ident(), None)
+        _apply(frozenset().union(*_wants.values()))
+
+
+def patched() -> dict[Any, Callable]:
+    """The wrappers installed now: torch's function -> its wrapper."""
+    with _lock:
+        return {func: wrapper for _, func, wrapper in _patched.values()}
+
+
+# -- which ops this thread routes -------------------------------------------------------------------
+
+# The measured ops auto looks up for a routed op's calls (xrt/kernels/defs): a batched matmul is bmm.
+MEASURED_OPS = {"matmul": ("matmul", "bmm")}
+
+
+def wanted() -> frozenset[str]:
+    """The routed ops the policy this thread set (its scopes, the global policy) routes: those it
+    names an xrt provider for, and those at ``auto`` whose table on this machine names one for some
+    entry (:func:`xrt.pytorch.auto.routes`). ``XRT_KERNEL_POLICY`` alone routes nothing."""
     merged: dict[str, str] = {}
     layers = list(policy._tls.scopes)  # innermost last
     if policy._global_policy is not None:
         layers.insert(0, policy._global_policy)
     for layer in layers:
         merged.update(layer.choices)
-    return any(merged.get(op) in XRT_CHOICES[op] + (policy.AUTO,) for op in XRT_CHOICES)
+    return frozenset(op for op in XRT_CHOICES if merged.get(op) in XRT_CHOICES[op]
+                     or merged.get(op) == policy.AUTO and auto.routes(MEASURED_OPS.get(op, (op,))))
 
 
-def _remove(mode: TorchFunctionMode) -> None:
-    """Take ``mode`` off this thread's torch-function stack, wherever it is (a mode the user
-    entered after it, ``with torch.device(...)`` say, stays where it was)."""
-    above = []
-    while torch._C._len_torch_function_stack() > 0:
-        top = torch._C._pop_torch_function_stack()
-        if top is mode:
-            break
-        above.append(top)
-    for m in reversed(above):
-        torch._C._push_on_torch_function_stack(m)
+def _refresh() -> None:
+    ops = frozenset(XRT_CHOICES) if _tls.explicit else _tls.policy_ops
+    if ops != _tls.ops:
+        _set_ops(ops)
 
 
 def sync() -> None:
-    """Put the mode on this thread's stack, or take it off, as :func:`wanted` says (called by the
-    policy after each change made on this thread)."""
+    """Route this thread's calls of the ops :func:`wanted` names (called by the policy after each
+    change made on this thread)."""
     if torch.compiler.is_compiling():
         return
-    want = wanted()
-    mode = _tls.mode
-    if want and mode is None:
-        _tls.mode = RoutingMode()
-        torch._C._push_on_torch_function_stack(_tls.mode)
-    elif not want and mode is not None:
-        _tls.mode = None
-        _remove(mode)
+    _tls.policy_ops = wanted()
+    _refresh()
 
 
 def active() -> bool:
-    """Is a routing mode on this thread's torch-function stack?"""
-    return _tls.mode is not None or _tls.explicit > 0
+    """Does this thread route any op's calls now?"""
+    return bool(_tls.ops)
 
 
 @contextlib.contextmanager
 def routed() -> Iterator[None]:
     """Route this thread's torch calls by the policy in force, whichever thread set it.
 
-    A policy puts the mode on the stack of the thread that sets it or enters the scope; a worker
-    thread that runs the model under the global policy set elsewhere enters this block.
+    A policy routes the calls of the thread that sets it or enters the scope; a worker thread that
+    runs the model under the global policy set elsewhere enters this block.
     """
-    if active():  # one routing mode on a stack is enough
-        yield
-        return
-    mode = RoutingMode()
-    torch._C._push_on_torch_function_stack(mode)
     _tls.explicit += 1
+    _refresh()
     try:
         yield
     finally:
         _tls.explicit -= 1
-        _remove(mode)
+        _refresh()
 
 
 policy.ON_CHANGE.append(sync)

@@ -97,8 +97,6 @@ def choose(op: str, x: torch.Tensor, explicit: str | None = None,
 
 _is_compiling = torch.compiler.is_compiling
 _function_modes = torch._C._is_torch_function_mode_enabled
-_function_stack_len = torch._C._len_torch_function_stack
-_function_stack_at = torch._C._get_function_stack_at
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 _profiling = torch._C._autograd._profiler_enabled
@@ -115,11 +113,11 @@ def route(*tensors: torch.Tensor | None) -> int:
     or ``OP`` (through the custom op).
 
     Direct only in plain eager PyTorch: not while torch.compile traces, not under a torch-function
-    mode other than xrt's routing mode (``with torch.device(...)``) or a dispatch mode
+    mode (``with torch.device(...)``) or a dispatch mode
     (FakeTensorMode, functionalization), not inside a functorch transform (vmap, grad), not under
     forward-mode AD (``dual_level``), and only for plain tensors and parameters.
     """
-    if (_is_compiling() or (_function_modes() and foreign_modes()) or _dispatch_modes() or _functorch()
+    if (_is_compiling() or _function_modes() or _dispatch_modes() or _functorch()
             or _forward_ad._current_level >= 0):
         return OP
     grad = False
@@ -141,19 +139,14 @@ class _Routing(threading.local):
 ROUTING = _Routing()
 
 
-def foreign_modes() -> bool:
-    """Is a torch-function mode other than xrt's routing mode on this thread's stack? (Routing's
-    mode leaves the direct route open: it only passes the ops' own torch calls through.)"""
-    for i in range(_function_stack_len()):
-        if not getattr(_function_stack_at(i), "xrt_routing", False):
-            return True
-    return False
+# Set by xrt.pytorch.routing while some of torch's functions are its wrappers.
+PATCHED = [False]
 
 
 def unrouted(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, torch's own op run by an op's torch provider: a routing policy in force does
-    not send it to xrt's kernels (``provider="torch"`` stays torch). Free without a mode."""
-    if _is_compiling() or not _function_modes():
+    not send it to xrt's kernels (``provider="torch"`` stays torch). Free while nothing is routed."""
+    if _is_compiling() or not PATCHED[0]:
         return fn(*args)
     ROUTING.paused += 1
     try:
