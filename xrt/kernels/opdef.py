@@ -88,9 +88,16 @@ class OpDef:
     # step runs the ops the policy routes): ``xrt bench run --changed-only`` re-measures it when any of
     # their own files change.
     uses: tuple[str, ...] = ()
-    # A model's own torch calls of it (F.linear, F.layer_norm, ...) go to its xrt providers when the
-    # policy names one (xrt.pytorch.routing holds the torch functions it takes).
-    routed: bool = False
+    # The torch functions of a model (``"torch.nn.functional.linear"``, ``"torch.Tensor.__matmul__"``)
+    # that go to its xrt providers when the policy names one (xrt.pytorch.routing wraps them).
+    routes: tuple[str, ...] = ()
+    # The op ``auto`` looks up for a routed call's batched form (matmul's 3-d calls: bmm).
+    batched: str = ""
+
+    @property
+    def routed(self) -> bool:
+        """A model's own torch calls of it are routed (it has ``routes``)."""
+        return bool(self.routes)
 
     @property
     def file(self) -> str:

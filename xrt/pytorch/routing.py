@@ -335,18 +335,39 @@ _BMM = (torch.bmm, torch.Tensor.bmm)
 
 Handler = Callable[[Callable, tuple, dict], Any]
 
-# The routed torch functions, by policy op: (owner, attribute, handler). ``F.layer_norm`` calls
-# ``torch.layer_norm`` and ``F.softmax`` ``Tensor.softmax``: both are patched, since Dynamo takes
-# the ``F`` functions as graph ops without looking inside. ``a @ b`` is ``Tensor.__matmul__``;
-# ``b.__rmatmul__`` calls ``torch.matmul``.
-TARGETS: dict[str, tuple[tuple[Any, str, Handler], ...]] = {
-    "matmul": ((F, "linear", _linear), (torch, "matmul", _matmul), (torch.Tensor, "matmul", _matmul),
-               (torch.Tensor, "__matmul__", _matmul), (torch, "mm", _matmul), (torch.Tensor, "mm", _matmul),
-               (torch, "bmm", _matmul), (torch.Tensor, "bmm", _matmul)),
-    "layernorm": ((F, "layer_norm", _layer_norm), (torch, "layer_norm", _layer_norm)),
-    "softmax": ((F, "softmax", _f_softmax), (torch, "softmax", _softmax), (torch.Tensor, "softmax", _softmax)),
-    "attention": ((F, "scaled_dot_product_attention", _sdpa),),
+# Each routed torch function's handler, by the name the op definitions route (OpDef.routes).
+# ``F.layer_norm`` calls ``torch.layer_norm`` and ``F.softmax`` ``Tensor.softmax``: both are
+# routed, since Dynamo takes the ``F`` functions as graph ops without looking inside. ``a @ b`` is
+# ``Tensor.__matmul__``; ``b.__rmatmul__`` calls ``torch.matmul``.
+_HANDLER_OF: dict[str, Handler] = {
+    "torch.nn.functional.linear": _linear,
+    **dict.fromkeys(("torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__", "torch.mm", "torch.Tensor.mm",
+                     "torch.bmm", "torch.Tensor.bmm"), _matmul),
+    **dict.fromkeys(("torch.nn.functional.layer_norm", "torch.layer_norm"), _layer_norm),
+    "torch.nn.functional.softmax": _f_softmax,
+    **dict.fromkeys(("torch.softmax", "torch.Tensor.softmax"), _softmax),
+    "torch.nn.functional.scaled_dot_product_attention": _sdpa,
 }
+
+
+def _owner(path: str) -> tuple[Any, str]:
+    """``"torch.nn.functional.linear"`` -> ``(torch.nn.functional, "linear")``."""
+    where, name = path.rsplit(".", 1)
+    owner: Any = torch
+    for part in where.split(".")[1:]:
+        owner = getattr(owner, part)
+    return owner, name
+
+
+def _targets(d: Any) -> tuple[tuple[Any, str, Handler], ...]:
+    if any(path not in _HANDLER_OF for path in d.routes):
+        raise RuntimeError(f"op {d.name!r} routes {[p for p in d.routes if p not in _HANDLER_OF]}, which "
+                           "xrt.pytorch.routing has no handler for")
+    return tuple((*_owner(path), _HANDLER_OF[path]) for path in d.routes)
+
+
+# The routed torch functions, by policy op: (owner, attribute, handler), from the op definitions.
+TARGETS: dict[str, tuple[tuple[Any, str, Handler], ...]] = {d.name: _targets(d) for d in defs.OPS.values() if d.routes}
 # Each routed torch function (as torch defines it) and its handler.
 HANDLERS: dict[Any, Handler] = {getattr(o, n): h for targets in TARGETS.values() for o, n, h in targets}
 
@@ -446,7 +467,7 @@ def patched() -> dict[Any, Callable]:
 # -- which ops this thread routes -------------------------------------------------------------------
 
 # The measured ops auto looks up for a routed op's calls (xrt/kernels/defs): a batched matmul is bmm.
-MEASURED_OPS = {"matmul": ("matmul", "bmm")}
+MEASURED_OPS = {d.name: (d.name, d.batched) if d.batched else (d.name,) for d in defs.OPS.values() if d.routes}
 
 
 def wanted() -> frozenset[str]:

@@ -15,7 +15,8 @@ _SHAPES = {"quick": ((1, 1, 16, 64, 0),),
            "large": ((4, 16, 4096, 128, 0), (4, 16, 4096, 128, 1), (4, 16, 4096, 64, 0), (4, 16, 16384, 128, 1))}
 
 DEFS = (
-    OpDef("attention", "softmax(q k^T * scale) v, causal or not", providers=_PROVIDERS, policy=SWITCH, routed=True,
+    OpDef("attention", "softmax(q k^T * scale) v, causal or not", providers=_PROVIDERS, policy=SWITCH,
+          routes=("torch.nn.functional.scaled_dot_product_attention",),
           shapes=_SHAPES, dtypes=_DTYPES),
     OpDef("attention_bwd", "attention's dq, dk, dv", module="attention", providers=_PROVIDERS,
           policy="attention", shapes=_SHAPES, dtypes=_DTYPES),

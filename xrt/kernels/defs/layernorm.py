@@ -8,7 +8,8 @@ from xrt.kernels.opdef import ROW_SHAPES, OpDef, TritonKernel
 _DTYPES = ("bfloat16", "float16", "float32")
 
 DEFS = (
-    OpDef("layernorm", "LayerNorm forward: y, and the rows' mean and rstd", gpucheck=True, routed=True,
+    OpDef("layernorm", "LayerNorm forward: y, and the rows' mean and rstd", gpucheck=True,
+          routes=("torch.nn.functional.layer_norm", "torch.layer_norm"),
           shapes=ROW_SHAPES, dtypes=_DTYPES,
           dump=(TritonKernel("_layernorm_fwd_kernel",
                              {"x_ptr": "*T", "w_ptr": "*T", "b_ptr": "*T", "y_ptr": "*T", "mean_ptr": "*fp32",

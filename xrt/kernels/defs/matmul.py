@@ -22,8 +22,11 @@ _GEMM = (TritonKernel(
 # QKV projection (d -> 3d), the MLP's up (d -> 4d) and down (4d -> d) projections, as [M, K] x [K, N].
 _LINEAR = ((8192, 3072, 1024), (8192, 4096, 1024), (8192, 1024, 4096))
 
+_ROUTES = ("torch.nn.functional.linear", "torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__", "torch.mm",
+           "torch.Tensor.mm", "torch.bmm", "torch.Tensor.bmm")
+
 DEFS = (
-    OpDef("matmul", "C = A @ B", policy=SWITCH, routed=True, dtypes=_DTYPES, dump=_GEMM,
+    OpDef("matmul", "C = A @ B", policy=SWITCH, routes=_ROUTES, batched="bmm", dtypes=_DTYPES, dump=_GEMM,
           shapes={"quick": ((16, 8, 32),), "small": ((16, 4096, 4096), (1024, 1024, 1024)),
                   "large": ((4096, 4096, 4096), (8192, 8192, 8192), (4097, 4096, 4096), *_LINEAR)}),
     OpDef("bmm", "C[b] = A[b] @ B[b]", module="matmul", policy="matmul", dtypes=_DTYPES, dump=_GEMM,
