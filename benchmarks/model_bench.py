@@ -14,15 +14,17 @@ Each variant runs the same model object:
   where nothing was measured.
 
 Times: ``triton.testing.do_bench`` of a train step (forward, backward, gradients set to None) and of an
-inference step (``no_grad`` forward), as a user would time them; the ratio to torch is of medians taken in
-this one process. Each variant's output is checked against torch's (largest difference relative to the
-largest magnitude), and the profiler names the xrt ops one routed step ran.
+inference step (``no_grad`` forward), as a user would time them, the variants taking turns three times;
+each time is the median of its three, and the ratio to torch is of those medians, all in this one process.
+Each variant's output is checked against torch's (largest difference relative to the largest magnitude),
+and the profiler names the xrt ops one routed step ran.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from xrt.bench.sidebyside import parse_args, rel_err, save  # noqa: E402
 
+ROUNDS = 3  # turns of every variant (quick: 1)
 SHAPES = [  # (batch, sequence, model width, heads, blocks)
     (8, 1024, 1024, 16, 4),
     (4, 2048, 2048, 16, 4),
@@ -73,30 +76,42 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     x = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     with torch.no_grad():
         ref = model(x)
-    rows = []
-    for name, policy in POLICIES.items():
-        row: dict[str, Any] = {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name}
-        try:
-            with scope(policy):
-                def train() -> None:
-                    model(x).float().pow(2).mean().backward()
-                    model.zero_grad(set_to_none=True)
-                    x.grad = None
+    rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name, "train": [], "infer": []}
+            for name in POLICIES}
+    rep = 50 if quick else 200
+    # The variants take turns, ROUNDS times: the host's speed drifts within a process, and a variant
+    # timed only after another's would carry that drift in its ratio. Each time is the rounds' median.
+    for _ in range(1 if quick else ROUNDS):
+        for name, policy in POLICIES.items():
+            row = rows[name]
+            if "error" in row:
+                continue
+            try:
+                with scope(policy):
+                    def train() -> None:
+                        model(x).float().pow(2).mean().backward()
+                        model.zero_grad(set_to_none=True)
+                        x.grad = None
 
-                def infer() -> None:
-                    with torch.no_grad():
-                        model(x)
+                    def infer() -> None:
+                        with torch.no_grad():
+                            model(x)
 
-                with torch.no_grad():
-                    row["err"] = rel_err(model(x), ref)
-                rep = 50 if quick else 200
-                row["train_ms"] = do_bench(train, warmup=25, rep=rep)
-                row["infer_ms"] = do_bench(infer, warmup=25, rep=rep)
-            row["xrt_ops"] = xrt_ops(model, x, policy)
-        except Exception as e:  # a variant that fails is a row, not the end of the run
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        rows.append(row)
+                    if "err" not in row:
+                        with torch.no_grad():
+                            row["err"] = rel_err(model(x), ref)
+                    row["train"].append(do_bench(train, warmup=25, rep=rep))
+                    row["infer"].append(do_bench(infer, warmup=25, rep=rep))
+                if "xrt_ops" not in row:
+                    row["xrt_ops"] = xrt_ops(model, x, policy)
+            except Exception as e:  # a variant that fails is a row, not the end of the run
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    for row in rows.values():
+        for k in ("train", "infer"):
+            if row[k]:
+                row[f"{k}_ms"] = statistics.median(row[k])
         print(json.dumps(row), flush=True)
+    rows = list(rows.values())
     base = rows[0]
     for r in rows:
         for k in ("train", "infer"):
