@@ -63,34 +63,37 @@ def run_ingest(args: argparse.Namespace) -> int:
     tuned = None if args.tuned == "none" else args.tuned
     if tuned not in (None, "auto") and not Path(tuned, "journal").is_dir():
         raise ValueError(f"--tuned {tuned}: no journal/ folder in it (xrt tune writes <out>/journal/)")
-    from xrt.db import store
-
-    store.check_path(args.db, write=True)
-    # one writer from the first read to the judgement: another ingest waits, then sees all of this one
-    with store.writing(args.db):
-        rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev, tuned=tuned)
-        print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
-              file=sys.stderr)
-        if not args.no_judge and Path(args.db).exists():
-            _judge_newest(args.db, rep.wrote)
+    # one write from the first read to the judgement: another ingest waits, then sees all of this one
+    rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev, tuned=tuned,
+                 then=None if args.no_judge else _judge_newest())
+    print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
+          file=sys.stderr)
     if args.strict and rep.errors:
         print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
         return 1
     return 0
 
 
-def _judge_newest(db: str, wrote: bool) -> None:
-    """The newest commit of every series, judged by the gate's rules (xrt.track.newest), after a
-    write, or whenever the stored judgements do not cover every series' newest commit (an ingest
-    killed before it judged). The results are in: a failure here is reported, the ingest succeeded."""
-    try:
-        from xrt.track import newest
+def _judge_newest():
+    """The newest commit of every series, judged by the gate's rules (xrt.track.newest) in the
+    ingest's own write: after new rows, or whenever the stored judgements do not cover every series'
+    newest commit (an ingest run with --no-judge). A judgement that fails on its own is reported and
+    the ingest still commits; a database error aborts the whole write (the file stays as it was)."""
+    import duckdb
 
-        if wrote or newest.pending(db):
-            newest.after_ingest(db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
-    except Exception as e:  # noqa: BLE001 - one line, whatever it was
-        print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
-              "`xrt regressions` still detects every step", file=sys.stderr)
+    from xrt.db.ingest import Then
+    from xrt.track import newest
+
+    def run(con, rep) -> None:
+        try:
+            newest.after_ingest(con, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
+        except duckdb.Error:
+            raise
+        except Exception as e:  # noqa: BLE001 - one line, whatever it was
+            print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
+                  "`xrt regressions` still detects every step", file=sys.stderr)
+
+    return Then(due=newest.pending, run=run)
 
 
 def run_query(args: argparse.Namespace) -> int:
