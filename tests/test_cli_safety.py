@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
-from conftest import ro
+from conftest import ro, rw
 from markdown_checks import outside_code  # noqa: E402
 
 from xrt.cli import main  # noqa: E402
@@ -239,7 +239,7 @@ def test_explain_markdown_and_the_gate_show_hostile_names_from_the_database(tmp_
     md = explain.render_markdown(payload)
     assert_inert(md)
     db = tmp_path / "x.duckdb"
-    explain.save(db, payload, "# stored <script>alert(1)</script> ![x](http://evil/x)")  # Markdown not ours
+    rw(db, lambda con: explain.save(con, payload, "# stored <script>alert(1)</script> ![x](http://evil/x)"))
     [shown] = explain.for_gate(ro(db), "b" * 40, [{"benchmark": EVIL["benchmark"], "param_key": EVIL["param_key"]}])
     assert shown == md  # rendered again from the payload, not the stored text
 

@@ -234,7 +234,7 @@ def test_saved_explanation_is_replaced_not_duplicated(tmp_path):
     assert len(rows) == 1 and rows[0]["markdown"] == "second" and rows[0]["machine"] == "h100"
     assert rows[0]["payload"]["changes"][0]["what"] == "kernel replaced"
     q = _payload(None)
-    explain.save(db, q, explain.render_markdown(q))  # an ad hoc explanation (no regression) is its own row
+    rw(db, lambda con: explain.save(con, q, explain.render_markdown(q)))  # ad hoc (no regression): its own row
     assert len(explain.stored(ro(db), head="b" * 40)) == 2 and explain.stored(ro(db), regression_id="nope") == []
 
 

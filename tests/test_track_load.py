@@ -44,9 +44,9 @@ def test_the_detector_finds_the_same_steps_batch_by_batch(tmp_path, monkeypatch)
                        WHERE benchmark IN ('ops.Op2.time_op', 'ops.Op4.time_op') AND param_index = 1
                        AND commit_hash IN (SELECT hash FROM commits WHERE position >= 50)""")
     monkeypatch.setattr(load, "BATCH_VALUES", 10**9)
-    whole = detect_db(db)
+    whole = detect_db(ro(db))
     monkeypatch.setattr(load, "BATCH_VALUES", 120)
-    batched = detect_db(db)
+    batched = detect_db(ro(db))
     assert {(r.machine, r.benchmark) for r in whole if r.kind == "regression"} == {
         (m, f"ops.Op{b}.time_op") for m in ("synthetic-0", "synthetic-1") for b in (2, 4)}
     assert batched == whole
