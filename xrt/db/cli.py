@@ -11,7 +11,7 @@ from xrt.db.store import DEFAULT_DB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="the results database: ingest, query, export, stats",
+    p = sub.add_parser("db", help="the results database: ingest, query, export, stats, migrate",
                        description="The results database (DuckDB): asv results and git history.")
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
     dsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
@@ -46,6 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=run_stats)
+
+    m = dsub.add_parser("migrate", help="bring the database file to this xrt's schema version (one write)")
+    m.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
+    m.set_defaults(func=run_migrate)
 
     f = dsub.add_parser("perf", help="measure ingest speed and the dashboard's queries (prints Markdown)")
     f.add_argument("--corpus", help="asv results dir or .tar.gz of one, for the ingest timings "
@@ -117,6 +121,16 @@ def run_stats(args: argparse.Namespace) -> int:
 
     s = stats(args.db)
     sys.stdout.write(json.dumps(s, default=str, indent=1) + "\n" if args.json else format_stats(s))
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """Every writer migrates; this writes nothing else. Readers of an older file read a migrated copy
+    each time the file changes, so migrating once saves them that copy."""
+    from xrt.db import schema, store
+
+    store.using(args.db, lambda con: None, write=True)
+    print(f"xrt db migrate: {args.db}: at schema version {schema.LATEST}", file=sys.stderr)
     return 0
 
 

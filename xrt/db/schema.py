@@ -1,8 +1,8 @@
 """The database's tables, its schema version and the migrations that bring an older file up to date.
 
 Every migration runs inside the writer's transaction (DuckDB DDL is transactional), so a
-database is either at the old version or at the new one, never in between. Readers never
-migrate: a reader of an older file sees the older (still valid) tables.
+database is either at the old version or at the new one, never in between. A reader of an older
+file reads a migrated private copy (:func:`xrt.db.store.read`): every reader sees the latest tables.
 """
 
 from __future__ import annotations
