@@ -184,7 +184,7 @@ def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike, 
             name = '"' + sch.replace('"', '""') + '"."' + t.replace('"', '""') + '"'
             parts.append("SELECT max(block_id) AS b FROM pragma_storage_info('" + name.replace("'", "''") +
                          "') WHERE persistent")
-        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
+        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchall()[0][0]
         size = ident[2]
         if _identity(os.fspath(path)) != ident:
             return  # replaced while we looked: the next open checks the new file
@@ -205,7 +205,7 @@ def _check_version(db_path: str | os.PathLike, con: Any, *, write: bool) -> int:
     if v > schema.LATEST:
         raise DatabaseError(db_path, f"schema version {v} is newer than this xrt ({schema.LATEST}); upgrade xrt")
     if v == 0:
-        n = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchone()[0]
+        (n,), = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchall()
         if n:
             raise DatabaseError(db_path, f"not an xrt database ({n} table(s) but no schema_version table)")
         if not write:
