@@ -12,6 +12,10 @@ both. So the live file is never opened for writing:
   opens after it reads the new one. (Not ``duckdb.connect(path, read_only=True)``: DuckDB's
   per-process instance cache hands a second connection to the same path the instance that is
   already open, i.e. the OLD inode while any connection to it is still open in this process.)
+- A reader of a file at an older schema version reads a private copy of it migrated to the latest
+  version (:func:`_migrated_copy`; the file itself is left as it is), so every reader sees one
+  schema. A file of a newer version is refused.
+- A command opens the database once (:func:`using`) and passes the connection down.
 - Both validate the path first and raise :class:`DatabaseError` with one line naming it and what
   is wrong (a directory, not a DuckDB file, no xrt tables, a newer schema, no space left, ...);
   ``xrt``'s main prints that line and exits 2.
@@ -504,7 +508,7 @@ def using(db_path: str | os.PathLike, fn: Callable[[Connection], T], *, write: b
         with read(db_path) as con:
             return fn(con)
     check_path(db_path)
-    return write_(db_path, fn, create=False)
+    return _writer(db_path, fn, create=False)
 
 
-write_ = write  # `write` the function, under the name :func:`using`'s argument does not hide
+_writer = write  # :func:`write`, by a name that :func:`using`'s ``write`` argument does not hide
