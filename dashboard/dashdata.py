@@ -5,7 +5,7 @@ opens a short-lived ``read_only=True`` connection and closes it: the dashboard n
 file open, so an ingest (which swaps a new file in, see ``xrt.db.store``) is never blocked. Results
 are cached with :func:`st.cache_data` under a key that includes the file's inode, mtime and size,
 so a swapped-in database is read at the next rerun. The only write, acknowledging a regression,
-goes through ``xrt.track.regressions.set_status`` (``xrt.db.store.write``: a copy, then a swap).
+goes through ``xrt.track.regressions.set_status`` in one ``xrt.db.store.write`` (a copy, then a swap).
 """
 
 from __future__ import annotations
@@ -61,21 +61,11 @@ class Reader:
         d = self.df(sql, params)
         return d.iat[0, 0] if len(d) else None
 
-    # ------------------------------------------------------------------ shape of the file
-
-    def tables(self) -> set[str]:
-        d = self.df("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                    "UNION SELECT view_name FROM duckdb_views() WHERE database_name = current_database()")
-        return set(d.iloc[:, 0]) if len(d) else set()
-
-    def columns(self, table: str) -> set[str]:
-        d = self.df("SELECT column_name FROM duckdb_columns() WHERE table_name = $t "
-                    "AND database_name = current_database()", {"t": table})
-        return set(d.iloc[:, 0]) if len(d) else set()
+    # ------------------------------------------------------------------ the file
+    # Every reader sees the latest schema (xrt.db.store.read migrates a copy of an older file), so no
+    # query asks which tables or columns the file has.
 
     def n_results(self) -> int:
-        if "results" not in self.tables():
-            return 0
         return int(self.scalar("SELECT count(*) FROM (SELECT 1 FROM results LIMIT 1)") or 0)
 
     def order(self) -> str:
@@ -87,14 +77,12 @@ class Reader:
 
     def machines(self) -> pd.DataFrame:
         """Per machine, its last run (by when it ran, then commit order) and what it found."""
-        has_gpu = "gpu_model" in self.columns("machines")
-        gpu = "coalesce(u.gpu_model, m.gpu_model)" if has_gpu else "u.gpu_model"
-        return self.df(f"""
+        return self.df("""
             WITH last AS (
                 SELECT u.machine, arg_max(u.run_id, (coalesce(u.started_at, u.commit_date, u.ingested_at),
                                                      c.position)) AS run_id, count(*) AS runs
                 FROM runs u LEFT JOIN commits c ON c.hash = u.commit_hash GROUP BY u.machine)
-            SELECT u.machine, {gpu} AS gpu, u.commit_hash, c.message, c.author_date,
+            SELECT u.machine, coalesce(u.gpu_model, m.gpu_model) AS gpu, u.commit_hash, c.message, c.author_date,
                    coalesce(u.started_at, u.commit_date) AS ran_at, u.n_ok, u.n_failed, u.n_skipped,
                    u.throttle_share, last.runs
             FROM last JOIN runs u ON u.run_id = last.run_id LEFT JOIN commits c ON c.hash = u.commit_hash
@@ -103,13 +91,9 @@ class Reader:
 
     def has_regressions(self) -> bool:
         """Whether `xrt regressions` has stored its results here (an empty table is not that: the
-        schema creates it); databases from before ``detection_runs`` only had the table once it ran."""
-        tables = self.tables()
-        if "newest_judgements" in tables and self.scalar("SELECT count(*) FROM (SELECT 1 FROM newest_judgements "
-                                                         "LIMIT 1)"):
-            return True  # the newest commits were judged at ingest (xrt.track.newest)
-        if "detection_runs" not in tables:
-            return "regressions" in tables
+        schema creates it), or the ingest judged the newest commits (xrt.track.newest)."""
+        if self.scalar("SELECT count(*) FROM (SELECT 1 FROM newest_judgements LIMIT 1)"):
+            return True
         return bool(self.df("SELECT count(*) AS n FROM detection_runs")["n"].iloc[0])
 
     def regressions(self, statuses: list[str], kinds: list[str], machines: list[str] | None = None) -> pd.DataFrame:
@@ -119,10 +103,9 @@ class Reader:
         if machines:
             where.append("list_contains($machines, g.machine)")
             args["machines"] = list(machines)
-        sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
         return self.df(f"""
-            SELECT g.id, g.status, g.kind, {sus} AS suspected, g.machine, g.benchmark, g.param_key, g.ratio,
-                   g.before, g.after,
+            SELECT g.id, g.status, g.kind, coalesce(g.suspected, false) AS suspected, g.machine, g.benchmark,
+                   g.param_key, g.ratio, g.before, g.after,
                    g.unit, g.p_value, g."commit", g.previous_commit, g.fixed_by, g.note, g.detected_at,
                    c.author_date AS commit_date, c.message, c.position
             FROM regressions g LEFT JOIN commits c ON c.hash = g."commit"
@@ -143,8 +126,6 @@ class Reader:
     def explanation(self, rec: dict) -> dict | None:
         """The newest stored ``xrt explain`` result of a regression: by its id, else of its case at
         its commit (an explanation made with --base/--head/--bench/--params); None without one."""
-        if "explanations" not in self.tables():
-            return None
         d = self.df("""SELECT regression_id, machine, benchmark, param_key, base_commit, head_commit, created_at,
                               host, payload FROM explanations
                        WHERE regression_id = $id OR (benchmark = $b AND param_key = $p AND head_commit = $c)
@@ -173,20 +154,17 @@ class Reader:
         """Every series (machine x benchmark x parameters): its ok per-commit values among its machine's
         last ``last`` commits (oldest first, for a sparkline), the latest and the first of them, its
         unit, its open regressions and the ingest's judgement of its newest commit (``newest_judgements``)."""
-        o, tables = self.order(), self.tables()
+        o = self.order()
         judged = ("LEFT JOIN newest_judgements j ON j.machine = meta.machine AND j.benchmark = meta.benchmark "
-                  "AND j.param_key = meta.param_key" if "newest_judgements" in tables else "")
-        jcols = "j.verdict, j.reason" if judged else "NULL::VARCHAR AS verdict, NULL::VARCHAR AS reason"
-        sus = "coalesce(g.suspected, false)" if "suspected" in self.columns("regressions") else "false"
+                  "AND j.param_key = meta.param_key")
+        jcols = "j.verdict, j.reason"
         regs = (f"""LEFT JOIN (SELECT machine, benchmark, param_key, count(*) AS open_regressions,
                            max(ratio) AS worst, arg_max("commit", ratio) AS worst_commit,
-                           bool_and({sus}) AS all_suspected
+                           bool_and(coalesce(g.suspected, false)) AS all_suspected
                            FROM regressions g WHERE status IN ({_OPEN_SQL}) AND kind = 'regression'
                            GROUP BY ALL) g ON g.machine = meta.machine AND g.benchmark = meta.benchmark
-                       AND g.param_key = meta.param_key""" if "regressions" in tables else "")
-        gcols = "g.open_regressions, g.worst, g.worst_commit, g.all_suspected" if regs else \
-            ("NULL::BIGINT AS open_regressions, NULL::DOUBLE AS worst, NULL::VARCHAR AS worst_commit, "
-             "NULL::BOOLEAN AS all_suspected")
+                       AND g.param_key = meta.param_key""")
+        gcols = "g.open_regressions, g.worst, g.worst_commit, g.all_suspected"
         # Only each machine's last N commits are read (one pass over 1M values, grouped by commit,
         # took 2 s; this takes 0.1 s): a series not measured in them has no sparkline and says so.
         return self.df(f"""
@@ -232,8 +210,6 @@ class Reader:
                           FROM results GROUP BY ALL ORDER BY benchmark, param_key, machine""")
 
     def param_names(self) -> dict[str, list[str]]:
-        if "benchmarks" not in self.tables():
-            return {}
         d = self.df("SELECT name, param_names FROM benchmarks WHERE len(param_names) > 0")
         return {n: list(p) for n, p in zip(d["name"], d["param_names"])} if len(d) else {}
 
@@ -282,26 +258,12 @@ class Reader:
     # ------------------------------------------------------------------ tuning
 
     def tuning_table(self) -> pd.DataFrame:
-        """The tuner's evaluations: one row per config tried (status, error and search order where the
-        file has them: version 8 on; older rows count as timed)."""
-        cols = self.columns("tuning_results")
-        dev = next((c for c in ("device", "machine", "gpu") if c in cols), None)
-        need = {"op", "shape", "dtype", "provider", "config", "median_s"}
-        if dev is None or not need <= cols:
-            return pd.DataFrame()
-
-        def opt(c: str, typ: str) -> str:
-            return f"{c}::{typ}" if c in cols else f"NULL::{typ}"
-
-        gbps = "gbps" if "gbps" in cols else "NULL::DOUBLE"
-        status = "coalesce(status, CASE WHEN median_s IS NOT NULL THEN 'timed' END)" if "status" in cols \
-            else "CASE WHEN median_s IS NOT NULL THEN 'timed' END"
-        return self.df(f"""SELECT op, {dev}::VARCHAR AS device, shape::VARCHAR AS shape, dtype::VARCHAR AS dtype,
-                                  provider::VARCHAR AS provider, config::VARCHAR AS config, median_s,
-                                  {gbps} AS gbps, {status}::VARCHAR AS status, {opt('error', 'VARCHAR')} AS error,
-                                  {opt('eval', 'INTEGER')} AS eval, {opt('is_default', 'BOOLEAN')} AS is_default,
-                                  {opt('space_hash', 'VARCHAR')} AS space_hash,
-                                  {opt('strategy', 'VARCHAR')} AS strategy FROM tuning_results""")
+        """The tuner's evaluations: one row per config tried (rows from before version 8 of the
+        schema have no status: timed where they have a time)."""
+        return self.df("""SELECT op, device::VARCHAR AS device, shape::VARCHAR AS shape, dtype::VARCHAR AS dtype,
+                                 provider::VARCHAR AS provider, config::VARCHAR AS config, median_s, gbps,
+                                 coalesce(status, CASE WHEN median_s IS NOT NULL THEN 'timed' END)::VARCHAR AS status,
+                                 error, eval, is_default, space_hash, strategy FROM tuning_results""")
 
     def tuned_from_results(self, benchmarks: list[str]) -> pd.DataFrame:
         """The latest value of every series of these benchmarks (configs tried by the suites)."""

@@ -25,7 +25,7 @@ APP = Path(__file__).resolve().parent / "app.py"
 def build(db: Path) -> None:
     from xrt.db import store
     from xrt.db.perf import build_synthetic
-    from xrt.track import regressions
+    from xrt.track import newest, regressions
 
     build_synthetic(db, 1_000_000)
 
@@ -40,12 +40,10 @@ def build(db: Path) -> None:
                 for o in range(5) for m in range(4) for s in range(3) for b in range(8) for w in range(4)
                 for st in range(2)]
         con.executemany("INSERT INTO tuning_results VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        newest.after_ingest(con, echo=lambda s: None)  # what `xrt db ingest` does last: the grid's statuses
+        regressions.save(con, regressions.detect_db(con))
 
     store.write(db, fn)
-    from xrt.track import newest
-
-    newest.after_ingest(db, echo=lambda s: None)  # what `xrt db ingest` does last: the grid's statuses
-    regressions.save(db, regressions.detect_db(db))
 
 
 def measure(db: Path, repeat: int = 3) -> list[tuple[str, float, float, float]]:

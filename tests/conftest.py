@@ -108,3 +108,32 @@ def nvcc():
     if path is None:
         pytest.skip("nvcc (the CUDA toolkit) is not on PATH")
     return path
+
+
+_readers: list = []  # the read-only connections ro() opened; closed when the test ends
+
+
+def ro(db):
+    """A read-only connection to ``db`` (``xrt.db.store.read``) for a test's calls of the functions that
+    take one; closed after the test."""
+    from xrt.db import store
+
+    cm = store.read(db)
+    con = cm.__enter__()
+    _readers.append(cm)
+    return con
+
+
+def rw(db, fn):
+    """``fn(con)`` in one write to ``db`` (``xrt.db.store.write``): the functions that write take its connection."""
+    from xrt.db import store
+
+    return store.write(db, fn)
+
+
+@pytest.fixture(autouse=True)
+def _close_readers():
+    yield
+    while _readers:
+        with contextlib.suppress(Exception):
+            _readers.pop().__exit__(None, None, None)

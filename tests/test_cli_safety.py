@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import ro, rw
 from markdown_checks import outside_code  # noqa: E402
 
 from xrt.cli import main  # noqa: E402
@@ -38,7 +39,7 @@ def saved(tmp_path_factory):
                         synth.samples(rng, 5e-6), i, 1980)
     ingest(root, db, repo=str(repo), echo=lambda s: None)
     assert main(["regressions", "--db", str(db)]) == 0
-    stored = regressions.stored(db)
+    stored = regressions.stored(ro(db))
     assert [(r["kind"], r["status"], r["commit"]) for r in stored.values()] == [("regression", "new", commits[STEP])]
     return db, commits
 
@@ -53,7 +54,7 @@ def db(saved, tmp_path):
 
 def _table(db) -> dict:
     """What a listing must leave alone: every stored row's status and whether it is still detected."""
-    return {k: (r["status"], r["still_detected"], r["note"]) for k, r in regressions.stored(db).items()}
+    return {k: (r["status"], r["still_detected"], r["note"]) for k, r in regressions.stored(ro(db)).items()}
 
 
 def _one_line(err: str, *names: str) -> None:
@@ -76,7 +77,7 @@ def test_a_min_effect_that_is_no_fraction_is_one_line_and_stores_nothing(db, cap
 
 
 def test_min_effect_and_effects_change_the_listing_not_the_stored_table(db, capsys, tmp_path):
-    rid = next(iter(regressions.stored(db)))
+    rid = next(iter(regressions.stored(ro(db))))
     assert main(["regressions", "ack", rid, "--db", str(db), "--note", "seen"]) == 0
     before = _table(db)
     assert main(["regressions", "--db", str(db), "--min-effect", "0.5"]) == 0
@@ -118,7 +119,7 @@ def test_a_bad_since_is_found_before_anything_is_stored(saved, tmp_path, capsys)
     store.write(p, lambda con: con.execute("DELETE FROM regressions"))
     assert main(["regressions", "--db", str(p), "--since", "ffff0000"]) == 2
     _one_line(capsys.readouterr().err, "'ffff0000'")
-    assert regressions.stored(p) == {}
+    assert regressions.stored(ro(p)) == {}
 
 
 # ---------------------------------------------------------------------- xrt gate: exit 2, never a traceback or 1
@@ -238,8 +239,8 @@ def test_explain_markdown_and_the_gate_show_hostile_names_from_the_database(tmp_
     md = explain.render_markdown(payload)
     assert_inert(md)
     db = tmp_path / "x.duckdb"
-    explain.save(db, payload, "# stored <script>alert(1)</script> ![x](http://evil/x)")  # Markdown not ours
-    [shown] = explain.for_gate(db, "b" * 40, [{"benchmark": EVIL["benchmark"], "param_key": EVIL["param_key"]}])
+    rw(db, lambda con: explain.save(con, payload, "# stored <script>alert(1)</script> ![x](http://evil/x)"))
+    [shown] = explain.for_gate(ro(db), "b" * 40, [{"benchmark": EVIL["benchmark"], "param_key": EVIL["param_key"]}])
     assert shown == md  # rendered again from the payload, not the stored text
 
 

@@ -23,6 +23,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
+from conftest import ro, rw  # noqa: E402
 from dashboard_checks import APP, CHROMIUM, launch_chromium, open_app, steps_table  # noqa: E402
 from markdown_checks import outside_code  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -89,8 +90,8 @@ def xdb(tmp_path_factory):
 
     db = tmp_path_factory.mktemp("dash") / "xrt.duckdb"
     hashes = build(db)
-    recs = regressions.detect_db(db)
-    regressions.save(db, recs)
+    recs = regressions.detect_db(ro(db))
+    rw(db, lambda con: regressions.save(con, recs))
     return db, hashes
 
 
@@ -113,7 +114,7 @@ def charts(at: AppTest) -> list:
 def stepped_id(db: Path) -> str:
     from xrt.track import regressions
 
-    (rid,) = [k for k, v in regressions.stored(db).items()
+    (rid,) = [k for k, v in regressions.stored(ro(db)).items()
               if v["kind"] == "regression" and (v["machine"], v["param_key"]) == STEPPED]
     return rid
 
@@ -169,7 +170,7 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
                         "? AS ratio) FROM regressions WHERE id = ?", [new_id, machine, pk, ratio, rid])
 
     store.write(db, more)
-    assert len(regressions.stored(db)) >= 3
+    assert len(regressions.stored(ro(db))) >= 3
     at = app()
     labels = [e.label for e in at.expander]
     assert len(labels) == 2, labels
@@ -182,7 +183,7 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
     by_len = sorted(inside, key=len)
     assert [len(d) for d in by_len] == [1, 2]
     assert sorted(by_len[1]["params"]) == sorted([STEPPED[1], other])
-    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(regressions.stored(db)[rid]["ratio"], 3), 1.5]
+    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(regressions.stored(ro(db))[rid]["ratio"], 3), 1.5]
     assert len(frames[last]) == 3  # the flat table keeps every step
 
 
@@ -221,7 +222,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     at.button[0].click().run()
     assert not at.exception
     assert "is now ignored" in at.success[0].value and at.metric[4].value == "ignored"
-    row = regressions.stored(db)[rid]
+    row = regressions.stored(ro(db))[rid]
     assert row["status"] == "ignored" and row["note"] == "driver update on gpu-a"
     assert not list(db.parent.glob(".xrt.duckdb.tmp-*"))  # the single-writer path swapped its copy in
     over = app()
@@ -229,7 +230,7 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     # and it can be reopened
     at.radio[0].set_value("new")
     at.button[0].click().run()
-    assert regressions.stored(db)[rid]["status"] == "new"
+    assert regressions.stored(ro(db))[rid]["status"] == "new"
 
 
 def test_detail_shows_the_stored_explanation(db):
@@ -241,7 +242,7 @@ def test_detail_shows_the_stored_explanation(db):
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert f"xrt explain {rid} --db" in ex.caption[0].value and not ex.dataframe
-    rec = regressions.stored(db)[rid]
+    rec = regressions.stored(ro(db))[rid]
     fx = Path(__file__).resolve().parent / "explain_fixtures"
     sides = {}
     for label, f, version in (("base", "ncu_square_v2.csv", "v2"), ("head", "ncu_square_v1.csv", "v1")):
@@ -253,7 +254,7 @@ def test_detail_shows_the_stored_explanation(db):
                "machine": rec["machine"], "ratio": rec["ratio"], "base": rec["previous_commit"], "head": rec["commit"],
                "host": "gpu-host", "gpu": "NVIDIA H100 80GB HBM3", "ncu": {"clock_control": "none"},
                "sides": sides, "changes": explain.compare(sides["base"], sides["head"])}
-    explain.save(db, payload, explain.render_markdown(payload))
+    rw(db, lambda con: explain.save(con, payload, explain.render_markdown(payload)))
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert "collected on gpu-host" in ex.caption[0].value and "` none `" in ex.caption[0].value
@@ -273,7 +274,7 @@ def test_detail_shows_the_culprit_and_the_measured_commits(db):
     from xrt.track import regressions
 
     rid = stepped_id(db)
-    rec = regressions.stored(db)[rid]
+    rec = regressions.stored(ro(db))[rid]
     at = app("detail", id=rid)
     assert not any("Culprit" in m for m in markdown_strings(at))  # nothing stored: no section
     r = regressions.Record(**{k: rec[k] for k in regressions.Record.__dataclass_fields__})
@@ -282,11 +283,12 @@ def test_detail_shows_the_culprit_and_the_measured_commits(db):
               "seconds": 20.0},
              {"commit": good, "good_value": 4e-6, "value": 4.01e-6, "ratio": 1.0025, "p_value": 0.4, "bad": False,
               "seconds": 21.0}]
-    regressions.save_culprit(db, [r], culprit, {"good": good, "bad": culprit, "status": "found", "steps": steps,
+    evidence = {"good": good, "bad": culprit, "status": "found", "steps": steps,
                                                  "subject": "evil <b>[x](http://e)</b> *subject*",
                                                  "explanation": {"rows": [{"group": "settings", "what": "block",
                                                                            "kernel": "-", "base": "128", "head": "256",
-                                                                           "change": ""}], "n_rows": 1}})
+                                                                           "change": ""}], "n_rows": 1}}
+    rw(db, lambda con: regressions.save_culprit(con, [r], culprit, evidence))
     at = app("detail", id=rid)
     text = markdown_strings(at)
     assert any(f"culprit ` {culprit[:12]} `" in m and "` evil <b>[x](http://e)</b> *subject* `" in m
@@ -296,8 +298,8 @@ def test_detail_shows_the_culprit_and_the_measured_commits(db):
     assert measured["commit"].tolist() == [culprit[:10], good[:10]] and measured["verdict"].tolist() == ["bad", "good"]
     assert any("what" in t.columns and t.iloc[0]["head"] == "256" for t in tables)
     # a later detection run keeps the row and its culprit
-    regressions.save(db, regressions.detect_db(db))
-    assert regressions.stored(db)[rid]["culprit"] == culprit
+    rw(db, lambda con: regressions.save(con, regressions.detect_db(con)))
+    assert regressions.stored(ro(db))[rid]["culprit"] == culprit
 
 
 def test_detail_unknown_id_offers_the_open_ones(db):
@@ -819,7 +821,7 @@ def test_note_is_shown_as_text(db, served_at):
 
     served_at("127.0.0.1")
     rid = stepped_id(db)
-    regressions.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    rw(db, lambda con: regressions.set_status(con, rid, "acknowledged", EVIL_NOTE))
     at = app("detail", id=rid)
     assert any(EVIL_NOTE in t.value for t in at.text)  # literally, as typed
     assert at.text_input[0].value == EVIL_NOTE  # the form keeps it for editing
@@ -841,10 +843,10 @@ def evil_db(tmp_path_factory):
                          for b in (64, 128) for w in (2, 4)])
 
     store.write(db, tuning)
-    recs = regressions.detect_db(db)
-    regressions.save(db, recs)
+    recs = regressions.detect_db(ro(db))
+    rw(db, lambda con: regressions.save(con, recs))
     (rid,) = [r.id for r in recs if r.kind == "regression"]
-    regressions.set_status(db, rid, "acknowledged", EVIL_NOTE)
+    rw(db, lambda con: regressions.set_status(con, rid, "acknowledged", EVIL_NOTE))
     return db, hashes, rid
 
 

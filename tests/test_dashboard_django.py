@@ -18,7 +18,7 @@ pytest.importorskip("streamlit")
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
-from conftest import extract_django  # noqa: E402
+from conftest import extract_django, ro, rw  # noqa: E402
 from dashboard_checks import APP, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
@@ -37,8 +37,9 @@ def django_db(tmp_path_factory) -> Path:
     out = extract_django(tmp_path_factory.mktemp("django-dash"), skip_machines=SKIP_MACHINES)
     db = out / "django.duckdb"
     ingest(out, db, echo=lambda s: None)
-    recs = regressions.detect_db(db)  # what `xrt regressions --db DB` stores
-    regressions.save(db, recs, diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
+    recs = regressions.detect_db(ro(db))  # what `xrt regressions --db DB` stores
+    rw(db, lambda con: regressions.save(con, recs,
+                                        diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(con, rs)]))
     assert any(r.kind == "regression" and r.status == "new" for r in recs)
     return db
 

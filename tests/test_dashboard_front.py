@@ -18,6 +18,7 @@ pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
+from conftest import rw  # noqa: E402
 from dashboard_checks import APP, grid_of, open_app, steps_table  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -55,8 +56,8 @@ def large_db(tmp_path_factory):
         "UPDATE results SET value = value * 1.3, samples = list_transform(samples, lambda x: x * 1.3) "
         "WHERE machine = 'synthetic-0' AND benchmark = 'ops.Op3.time_op' AND param_index = 1 "
         "AND commit_hash IN (SELECT hash FROM commits WHERE position >= 240)"))
-    newest.after_ingest(db, echo=lambda s: None)
-    regressions.save(db, regressions.detect_db(db))
+    rw(db, lambda con: newest.after_ingest(con, echo=lambda s: None))
+    rw(db, lambda con: regressions.save(con, regressions.detect_db(con)))
     return db
 
 

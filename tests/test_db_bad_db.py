@@ -23,6 +23,7 @@ pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen  # noqa: E402
+from conftest import rw  # noqa: E402
 
 from xrt.cli import main as xrt_main  # noqa: E402
 from xrt.db import schema, store  # noqa: E402
@@ -237,11 +238,11 @@ def test_full_disk_leaves_the_database_intact(where, tmp_path, capsys, monkeypat
     else:  # DuckDB's own write of the copy fails (its IOException, not an OSError)
         real = store._write_locked
 
-        def fails_in_duckdb(duck, dbp, fn, fresh):
+        def fails_in_duckdb(duck, dbp, fn, *rest):
             def fn2(con):
                 fn(con)
                 raise duck.IOException('IO Error: Could not write file "x": No space left on device')
-            return real(duck, dbp, fn2, fresh)
+            return real(duck, dbp, fn2, *rest)
 
         monkeypatch.setattr(store, "_write_locked", fails_in_duckdb)
     assert xrt_main(["db", "ingest", str(root), "--db", str(db)]) == 2
@@ -322,8 +323,8 @@ def test_export_to_any_folder_name_and_regressions_go_too(name, tmp_path, capsys
     ingest(root, db, echo=lambda s: None)
     rec = regressions.Record("abc123def456", "m1", "suite.time_plain", [], "", asvgen.sha(2), asvgen.sha(1),
                              1.0, 2.0, 2.0, 1e-4, 5.0, "regression", "new", "seconds", 10, 10, None, None)
-    regressions.save(db, [rec])
-    regressions.set_status(db, "abc123", "acknowledged", "known: new allocator")
+    rw(db, lambda con: regressions.save(con, [rec]))
+    rw(db, lambda con: regressions.set_status(con, "abc123", "acknowledged", "known: new allocator"))
     out = tmp_path / "exports" / name
     out.parent.mkdir()
     assert xrt_main(["db", "export", "--db", str(db), "--parquet", str(out)]) == 0

@@ -14,6 +14,7 @@ pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen  # noqa: E402
+from conftest import ro
 
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.db.query import query  # noqa: E402
@@ -122,7 +123,7 @@ def test_the_gate_never_judges_a_bad_value(head_row, tmp_path):
                                           results={"suite.time_a": head_row})}, benchmarks=BENCH)
     db = tmp_path / "x.duckdb"
     ingest(root, db, echo=lambda s: None)
-    v = gate.judge(db, asvgen.sha(1), asvgen.sha(2), history=False)
+    v = gate.judge(ro(db), asvgen.sha(1), asvgen.sha(2), history=False)
     ratios = [r["ratio"] for r in v.regressions + v.clock]
     assert ratios == [] and v.compared == 0
     assert v.code == gate.CANNOT_JUDGE  # fails closed: the head value is no measurement

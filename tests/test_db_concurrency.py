@@ -19,6 +19,7 @@ pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen  # noqa: E402
+from conftest import ro  # noqa: E402
 
 from xrt.db import store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -305,6 +306,49 @@ def test_the_next_ingest_judges_what_an_interrupted_one_left(tmp_path, capsys):
     assert "(nothing to write)" in err and "newest commits judged" in err
     with store.read(db) as con:
         assert con.execute('SELECT DISTINCT "commit" FROM newest_judgements').fetchall() == [(asvgen.sha(3),)]
-    assert not newest.pending(db)
+    assert not newest.pending(ro(db))
     assert xrt_main(_ingest_argv(root, db)) == 0  # judged: not judged again
     assert "newest commits judged" not in capsys.readouterr().err
+
+
+def test_one_ingest_is_one_write_and_a_crash_in_it_leaves_the_old_file(tmp_path, monkeypatch, capsys):
+    """`xrt db ingest` with new results, a carried-forward unit and a slowdown at the newest commit: the
+    results, the carried table, the newest commits' judgement and the suspected regression go in one
+    copy-and-swap write. A crash in its last step (the judgement) leaves the old file byte for byte."""
+    from xrt.cli import main as xrt_main
+    from xrt.db.ingest import Then
+
+    root = tmp_path / "results"
+    _write_files(root, "m0", range(2))
+    db = tmp_path / "x.duckdb"
+    assert xrt_main(_ingest_argv(root, db)) == 0
+    _write_files(root, "m0", range(12), slow_at=11)
+    _write_files(root, "m1", range(3))
+    asvgen.write_json(root / "m1" / f"{asvgen.sha(2)}.carried", {
+        "commit": asvgen.sha(2), "machine": "m1", "carried": {"square": {"from": asvgen.sha(1)}}})
+    old_bytes, old = db.read_bytes(), _state(db, {**PRIMARY, **DERIVED})
+
+    def boom(con, rep):
+        raise KeyboardInterrupt  # stands for a crash after every row was written, before the commit
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(root, db, then=Then(due=lambda con: True, run=boom), echo=lambda s: None)
+    assert db.read_bytes() == old_bytes and _state(db, {**PRIMARY, **DERIVED}) == old
+
+    writes = []
+    real = store._write_locked
+
+    def counted(*a, **k):
+        writes.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(store, "_write_locked", counted)
+    capsys.readouterr()
+    assert xrt_main(_ingest_argv(root, db)) == 0
+    assert "newest commits judged" in capsys.readouterr().err
+    assert writes == [db]
+    got = _state(db, {**PRIMARY, **DERIVED})
+    assert got["carried"] and got["newest_judgements"] and got != old
+    with store.read(db) as con:
+        assert con.execute("SELECT count(*) FROM regressions WHERE suspected AND \"commit\" = ?",
+                           [asvgen.sha(11)]).fetchone()[0] > 0

@@ -76,9 +76,12 @@ def test_migration_10_fills_in_the_commit_of_older_errors(tmp_path):
         ("m1/renamed-run.json", A)]
 
 
-def test_an_older_database_is_still_searched_by_file_name(tmp_path):
-    """Readers never migrate: the gate on a file at version 9 matches asv's file names, as before."""
+def test_an_older_database_is_read_with_the_commit_its_migration_fills_in(tmp_path):
+    """A file at version 9 (no ingest_errors.commit_hash): a reader reads its migrated copy, where
+    migration 10 filled the column from asv's file name, so the gate finds the error by commit."""
     import duckdb
+
+    from xrt.db import store
 
     p = tmp_path / "v9.duckdb"
     con = duckdb.connect(str(p))
@@ -86,8 +89,10 @@ def test_an_older_database_is_still_searched_by_file_name(tmp_path):
     schema.migrate(con, upto=9)
     con.execute("INSERT INTO ingest_errors VALUES (?, 'truncated', 'r', 1, now()::TIMESTAMP)", [f"m1/{B[:8]}-e.json"])
     con.execute("COMMIT")
-    assert gate._errors(con, B) == [f"ingest error in m1/{B[:8]}-e.json: truncated: r"] and gate._errors(con, A) == []
     con.close()
+    with store.read(p) as con:
+        assert gate._errors(con, B) == [f"ingest error in m1/{B[:8]}-e.json: truncated: r"]
+        assert gate._errors(con, A) == []
 
 
 def test_result_files_are_asvs_own():

@@ -246,8 +246,10 @@ def test_migration_keeps_an_old_database_usable(tmp_path, two_schemas):
     con.execute("COMMIT")
     con.close()
     with store.read(db) as c:
-        assert schema.current_version(c) == 1  # readers do not migrate, and still read
-        assert c.execute("SELECT value FROM results").fetchall() == [(3.5,)]
+        assert schema.current_version(c) == schema.LATEST  # readers read a migrated copy...
+        assert c.execute("SELECT value, ref_samples FROM results").fetchall() == [(3.5, None)]
+    with duckdb.connect(str(db), read_only=True) as raw:  # ...and leave the file at its version
+        assert raw.execute("SELECT max(version) FROM schema_version").fetchall() == [(1,)]
     run_ingest(root, db)
     assert q(db, "SELECT max(version) FROM schema_version") == [(schema.LATEST,)]
     assert q(db, "SELECT value FROM results WHERE machine = 'old'") == [(3.5,)]

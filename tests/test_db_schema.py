@@ -12,6 +12,7 @@ pytest.importorskip("pyarrow")
 
 sys.path.insert(0, str(Path(__file__).parent / "db_fixtures"))
 import asvgen  # noqa: E402
+from conftest import ro, rw  # noqa: E402
 
 from xrt.db import schema, store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -75,9 +76,70 @@ def test_version_3_file_without_them_gets_them(tmp_path):
     schema.migrate(con, upto=3)
     con.execute("COMMIT")
     con.close()
-    assert "regressions" not in _tables(db)  # readers do not migrate
-    store.write(db, lambda con: None)
+    assert {"regressions", "tuning_results"} <= _tables(db)  # a reader reads a migrated copy...
+    assert _file_version(db) == 3  # ...and leaves the file as it was
+    from xrt.cli import main
+
+    assert main(["db", "migrate", "--db", str(db)]) == 0
+    assert _file_version(db) == schema.LATEST
     assert {"regressions", "tuning_results"} <= _tables(db)
+
+
+def _file_version(db) -> int:
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("ATTACH ? AS f (READ_ONLY)", [str(db)])
+        return con.execute("SELECT max(version) FROM f.schema_version").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_the_oldest_version_is_read_at_the_latest_schema_and_the_file_left_alone(tmp_path):
+    """A file of version 1 (the oldest) with results in it: readers rely on the version the file records
+    and see every column of the latest schema (NULL where the old file had none); the file stays at 1."""
+    from xrt.track import gate, regressions
+
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("BEGIN")
+    schema.migrate(con, upto=1)
+    con.execute("INSERT INTO commits (hash, position) VALUES ('a' || repeat('0', 39), 1), ('b' || repeat('0', 39), 2)")
+    con.execute("INSERT INTO runs (run_id, file, machine, commit_hash, env_name) VALUES "
+                "(1, 'm/a.json', 'm', 'a' || repeat('0', 39), 'e'), (2, 'm/b.json', 'm', 'b' || repeat('0', 39), 'e')")
+    con.execute("INSERT INTO results (run_id, machine, commit_hash, env_name, benchmark, param_key, value, status, "
+                "samples, unit) VALUES (1, 'm', 'a' || repeat('0', 39), 'e', 'b.T.time_x', '', 1.0, 'ok', "
+                "[1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.03, 0.97], 'seconds'), (2, 'm', 'b' || repeat('0', 39), 'e', "
+                "'b.T.time_x', '', 2.0, 'ok', [2.0, 2.02, 1.98, 2.04, 1.96, 2.0, 2.06, 1.94], 'seconds')")
+    con.execute("COMMIT")
+    con.close()
+    base, head = "a" + "0" * 39, "b" + "0" * 39
+    with store.read(db) as con:
+        assert schema.current_version(con) == schema.LATEST
+        assert regressions.stored(con) == {}  # a table version 1 did not have
+        assert regressions.resolve_in_db(con, "b000") == head  # `carried` (version 6) is read without a probe
+        v = gate.judge(con, base, head, history=False)
+        (side,) = gate.rows(con, head, "m").values()
+    assert [r["benchmark"] for r in v.regressions] == ["b.T.time_x"], v.problems
+    assert side.samples == [2.0, 2.02, 1.98, 2.04, 1.96, 2.0, 2.06, 1.94]
+    assert side.paired is None  # ref_samples (version 11): NULL, not probed
+    assert _file_version(db) == 1
+
+
+def test_a_file_of_a_newer_version_is_refused_in_one_line(tmp_path, capsys):
+    from xrt.cli import main
+
+    db = tmp_path / "new.duckdb"
+    store.write(db, lambda con: con.execute("INSERT INTO schema_version VALUES (?, now()::TIMESTAMP, 'future')",
+                                            [schema.LATEST + 1]))
+    with pytest.raises(store.DatabaseError, match=rf"schema version {schema.LATEST + 1} is newer than this xrt"):
+        with store.read(db):
+            pass
+    with pytest.raises(store.DatabaseError, match="newer than this xrt"):
+        store.write(db, lambda con: None)
+    capsys.readouterr()
+    assert main(["regressions", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "newer than this xrt" in err and "Traceback" not in err
 
 
 def test_regressions_save_and_ack_need_no_create_of_their_own(tmp_path):
@@ -87,9 +149,9 @@ def test_regressions_save_and_ack_need_no_create_of_their_own(tmp_path):
     store.write(db, lambda con: None)
     rec = regressions.Record("abc123def456", "m1", "b", [], "", "c2", "c1", 1.0, 2.0, 2.0, 1e-4, 5.0, "regression",
                              "new", "seconds", 10, 10, None, None)
-    regressions.save(db, [rec])
-    assert regressions.set_status(db, "abc", "ignored", "noise")["status"] == "ignored"
-    assert regressions.stored(db)["abc123def456"]["note"] == "noise"
+    rw(db, lambda con: regressions.save(con, [rec]))
+    assert rw(db, lambda con: regressions.set_status(con, "abc", "ignored", "noise"))["status"] == "ignored"
+    assert regressions.stored(ro(db))["abc123def456"]["note"] == "noise"
     assert not hasattr(regressions, "TABLE")  # one definition: the migration
 
 
@@ -157,7 +219,7 @@ def test_detection_runs_mark_a_detection_that_found_nothing(tmp_path):
     store.write(db, lambda con: None)
     with store.read(db) as con:
         assert con.execute("SELECT count(*) FROM detection_runs").fetchone()[0] == 0
-    regressions.save(db, [])
+    rw(db, lambda con: regressions.save(con, []))
     with store.read(db) as con:
         assert con.execute("SELECT machine, steps FROM detection_runs").fetchall() == [(None, 0)]
 

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import ro
+
 from xrt.db.ingest import ingest  # noqa: E402
 from xrt.orchestrate.bisect import bisect  # noqa: E402
 from xrt.track import synth  # noqa: E402
@@ -145,12 +147,12 @@ def test_culprit_bisects_each_failing_group_worst_first_explains_and_stores(tmp_
     assert md.count("| settings |") == culprit.EXPLAIN_ROWS and "first 5 of 7 rows" in md
     assert "Not bisected" not in md
     assert culprit.report(out).splitlines()[0].startswith(f"culprit {commits[3]} commit 3")
-    stored = {r["machine"]: r for r in regressions.stored(db).values()}
+    stored = {r["machine"]: r for r in regressions.stored(ro(db)).values()}
     assert stored["h200"]["culprit"] == stored["h100"]["culprit"] == commits[3]
     ev = json.loads(stored["h200"]["bisection"])
     assert [s["commit"] for s in ev["steps"]] == [c for m, c in calls if m == "h200"]
     assert len(ev["explanation"]["rows"]) == culprit.EXPLAIN_ROWS
-    assert [e["head_commit"] for e in explain.stored(db)] == [commits[3]]  # only the worst series' culprit
+    assert [e["head_commit"] for e in explain.stored(ro(db))] == [commits[3]]  # only the worst series' culprit
 
 
 def test_culprit_within_its_budget_says_what_was_not_bisected(tmp_path):

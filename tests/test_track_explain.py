@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ro, rw
 
 from xrt.orchestrate import explain_collect
 from xrt.track import explain
@@ -227,14 +228,14 @@ def _payload(rid: str | None, head: str = "b" * 40) -> dict:
 def test_saved_explanation_is_replaced_not_duplicated(tmp_path):
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    explain.save(db, p, explain.render_markdown(p))
-    explain.save(db, p, "second")
-    rows = explain.stored(db, regression_id="r1")
+    rw(db, lambda con: explain.save(con, p, explain.render_markdown(p)))
+    rw(db, lambda con: explain.save(con, p, "second"))
+    rows = explain.stored(ro(db), regression_id="r1")
     assert len(rows) == 1 and rows[0]["markdown"] == "second" and rows[0]["machine"] == "h100"
     assert rows[0]["payload"]["changes"][0]["what"] == "kernel replaced"
     q = _payload(None)
-    explain.save(db, q, explain.render_markdown(q))  # an ad hoc explanation (no regression) is its own row
-    assert len(explain.stored(db, head="b" * 40)) == 2 and explain.stored(db, regression_id="nope") == []
+    rw(db, lambda con: explain.save(con, q, explain.render_markdown(q)))  # ad hoc (no regression): its own row
+    assert len(explain.stored(ro(db), head="b" * 40)) == 2 and explain.stored(ro(db), regression_id="nope") == []
 
 
 def test_gate_summary_shows_the_stored_explanation_of_a_slower_series(tmp_path):
@@ -242,15 +243,15 @@ def test_gate_summary_shows_the_stored_explanation_of_a_slower_series(tmp_path):
 
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    explain.save(db, p, explain.render_markdown(p))
+    rw(db, lambda con: explain.save(con, p, explain.render_markdown(p)))
     item = {"machine": "h100", "benchmark": "bench_ops.Square.time_op", "param_key": p["param_key"],
             "params": p["case"] and ["'16777216'", "'float32'", "'cuda'", "'default'"], "before": 4.1e-5,
             "after": 4.9e-5, "ratio": 1.2, "p_value": 1e-4, "z": None, "cycles_ratio": 1.2}
-    assert explain.for_gate(db, "b" * 40, [item]) == [explain.render_markdown(p)]
-    assert explain.for_gate(db, "c" * 40, [item]) == []  # another head
+    assert explain.for_gate(ro(db), "b" * 40, [item]) == [explain.render_markdown(p)]
+    assert explain.for_gate(ro(db), "c" * 40, [item]) == []  # another head
     v = gate.Verdict(base="a" * 40, head="b" * 40)
     v.regressions.append(item)
-    md = gate.summary_markdown(v, explain.for_gate(db, v.head, v.regressions))
+    md = gate.summary_markdown(v, explain.for_gate(ro(db), v.head, v.regressions))
     assert "What changed (xrt explain)" in md and "| 1 | kernel list | kernel replaced |" in md
     plain = gate.summary_markdown(v)  # nothing stored: the command that would explain the slowest case
     assert "What changed" not in plain
@@ -271,7 +272,7 @@ def xrt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_unknown_regression_id_is_one_line_and_exit_2(tmp_path):
     db = tmp_path / "x.duckdb"
     p = _payload("r1")
-    explain.save(db, p, "x")  # a database with the tables, and no regression
+    rw(db, lambda con: explain.save(con, p, "x"))  # a database with the tables, and no regression
     r = xrt("explain", "deadbeef", "--db", str(db))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["xrt explain: error: regression 'deadbeef': 0 stored regressions match "
@@ -331,7 +332,7 @@ def test_cpu_run_names_the_changed_tuning_default_and_skips_the_gpu_parts(tmp_pa
         assert (out / sd["change"]).is_file() and payload["changes"][-1] == sd
     else:
         assert "nvcc" in payload["sides"]["head"]["parts"]["compiled"]
-    (row,) = explain.stored(db, head=g("rev-parse", "HEAD"))
+    (row,) = explain.stored(ro(db), head=g("rev-parse", "HEAD"))
     assert row["regression_id"] is None and row["markdown"] == r.stdout
     assert not [w for w in g("worktree", "list").splitlines() if "xrt-explain" in w]  # worktrees removed
 
@@ -394,7 +395,7 @@ def test_gate_summary_file_carries_the_stored_explanation(gated, tmp_path, capsy
     repo, commits, db, synth = gated
     case = explain.make_case(synth.OP, [p[0] for p in synth.OP_PARAMS])
     p = {**_payload(None, head=commits[-1]), "case": case.__dict__, "param_key": case.param_key, "base": commits[-2]}
-    explain.save(db, p, explain.render_markdown(p))
+    rw(db, lambda con: explain.save(con, p, explain.render_markdown(p)))
     summary = tmp_path / "summary.md"
     code = main(["gate", "--db", str(db), "--repo", str(repo), "--base", commits[-2], "--head", commits[-1],
                  "--summary", str(summary)])
@@ -415,8 +416,8 @@ def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, 
     item = {"machine": "h100", "benchmark": synth.OP, "param_key": ", ".join(params), "params": params,
             "before": 50e-6, "after": 60e-6, "ratio": 1.2, "p_value": 1e-4, "z": None}
     (rec,) = regressions.gate_records(commits[-2], commits[-1], [item])
-    regressions.save(db, [rec])  # stored as `xrt regressions` stores a step
-    (rid,) = [k for k, v in regressions.stored(db).items() if v["kind"] == "regression"]
+    rw(db, lambda con: regressions.save(con, [rec]))  # stored as `xrt regressions` stores a step
+    (rid,) = [k for k, v in regressions.stored(ro(db)).items() if v["kind"] == "regression"]
     out = tmp_path / "out"
     code = main(["explain", rid[:8], "--db", str(db), "--repo", str(repo), "--no-ncu", "--out", str(out)])
     assert code == 0
@@ -428,7 +429,7 @@ def test_a_stored_regression_of_a_commit_without_xrt_is_refused_per_side(gated, 
         assert side["parts"]["collect"].startswith("refused: the side imported xrt from")
         assert "settings" not in side and "compiled" not in side
     assert payload["changes"] == []
-    (row,) = explain.stored(db, regression_id=rid)
+    (row,) = explain.stored(ro(db), regression_id=rid)
     assert "refused" in row["markdown"]
 
 

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import ro
+
 from xrt.cli import main  # noqa: E402
 from xrt.db import store  # noqa: E402
 from xrt.db.ingest import ingest  # noqa: E402
@@ -55,7 +57,7 @@ def test_carried_from_base_is_its_own_outcome_and_passes(world, capsys):
     code, out = _gate(capsys, db, base, head)
     assert code == 0, out
     assert "1 series carried forward at head" in out and f"1 from {base[:10]} (base)" in out, out
-    v = gate.judge(db, base, head, history=False)
+    v = gate.judge(ro(db), base, head, history=False)
     assert v.counts["carried"] == 1 and v.counts["compared"] == 1 and v.carried_compared == 0
     assert v.carried_from == {base: 1}
     with store.read(db) as con:
@@ -83,7 +85,7 @@ def test_a_slowdown_carried_from_a_later_commit_is_a_regression(world, capsys):
     ingest(root, db, repo=str(repo), echo=lambda s: None)
     code, out = _gate(capsys, db, base, head)
     assert code == 1 and f"REGRESSION {synth.OP}" in out and f"1 from {mid[:10]}" in out, out
-    assert gate.judge(db, base, head, history=False).carried_compared == 1
+    assert gate.judge(ro(db), base, head, history=False).carried_compared == 1
 
 
 def test_a_carried_failure_never_passes(world, capsys):

@@ -9,6 +9,8 @@ import pytest
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from conftest import rw
+
 from xrt.cli import main  # noqa: E402
 from xrt.db import store  # noqa: E402
 from xrt.track import newest, synth  # noqa: E402
@@ -145,11 +147,11 @@ def test_store_judgements_replaces_the_scope_withdraws_what_is_no_longer_suspect
 
     first = [j("a", "c1", newest.REGRESSION), j("b", "c1", newest.REGRESSION), j("c", "c1", newest.REGRESSION),
              j("d", "c1", newest.OK)]
-    s = newest.store_judgements(db, first, diag_for=lambda rs: [None] * len(rs))
+    s = rw(db, lambda con: newest.store_judgements(con, first, diag_for=lambda rs: [None] * len(rs)))
     assert (s["series"], s["added"], s["withdrawn"]) == (4, 3, 0)
     store.write(db, lambda con: con.execute("UPDATE regressions SET suspected = false WHERE benchmark = 'b'"))
     again = [j("a", "c1", newest.OK), j("b", "c1", newest.OK), j("c", "c2", newest.OK), j("d", "c1", newest.OK)]
-    s = newest.store_judgements(db, again, diag_for=lambda rs: [None] * len(rs))
+    s = rw(db, lambda con: newest.store_judgements(con, again, diag_for=lambda rs: [None] * len(rs)))
     assert (s["series"], s["added"], s["withdrawn"]) == (4, 0, 1)
     # a withdrawn; b confirmed, kept; c judged at another commit: its c1 row is not this judgement's to take back
     assert _rows(db, "SELECT benchmark, suspected FROM regressions ORDER BY 1") == [("b", False), ("c", True)]

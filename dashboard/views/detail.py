@@ -238,10 +238,12 @@ else:
                           help="acknowledged: known, being worked on; ignored: not a real regression; new: reopen")
         note = st.text_input("Note", value=rec.get("note") or "", placeholder="why (kept with the regression)")
         if st.form_submit_button("Save"):
+            from xrt.db import store
             from xrt.track.regressions import set_status
 
             try:
-                out = set_status(r.path, rec["id"], choice, note.strip() or None)
+                out = store.using(r.path, lambda con: set_status(con, rec["id"], choice, note.strip() or None),
+                                  write=True)
             except (ValueError, RuntimeError, OSError) as e:
                 st.error(f"Not saved: {dashui.lit(e, 300, code=True)}")
             else:

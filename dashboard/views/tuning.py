@@ -52,7 +52,7 @@ def from_results() -> pd.DataFrame:
 
 
 src = "tuning_results table"
-t = r.tuning_table() if "tuning_results" in r.tables() else pd.DataFrame()
+t = r.tuning_table()
 if t.empty:
     t, src = from_results(), "benchmark results with a tuned config"
 if t.empty:

@@ -11,7 +11,7 @@ from xrt.db.store import DEFAULT_DB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="the results database: ingest, query, export, stats",
+    p = sub.add_parser("db", help="the results database: ingest, query, export, stats, migrate",
                        description="The results database (DuckDB): asv results and git history.")
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
     dsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=run_stats)
 
+    m = dsub.add_parser("migrate", help="bring the database file to this xrt's schema version (one write)")
+    m.add_argument("--db", default=DEFAULT_DB, help=f"the database file [{DEFAULT_DB}]")
+    m.set_defaults(func=run_migrate)
+
     f = dsub.add_parser("perf", help="measure ingest speed and the dashboard's queries (prints Markdown)")
     f.add_argument("--corpus", help="asv results dir or .tar.gz of one, for the ingest timings "
                    "(e.g. a public project's asv results; without it only the query timings run)")
@@ -63,34 +67,37 @@ def run_ingest(args: argparse.Namespace) -> int:
     tuned = None if args.tuned == "none" else args.tuned
     if tuned not in (None, "auto") and not Path(tuned, "journal").is_dir():
         raise ValueError(f"--tuned {tuned}: no journal/ folder in it (xrt tune writes <out>/journal/)")
-    from xrt.db import store
-
-    store.check_path(args.db, write=True)
-    # one writer from the first read to the judgement: another ingest waits, then sees all of this one
-    with store.writing(args.db):
-        rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev, tuned=tuned)
-        print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
-              file=sys.stderr)
-        if not args.no_judge and Path(args.db).exists():
-            _judge_newest(args.db, rep.wrote)
+    # one write from the first read to the judgement: another ingest waits, then sees all of this one
+    rep = ingest(args.results_dir, args.db, args.repo, jobs=args.jobs, rev=args.rev, tuned=tuned,
+                 then=None if args.no_judge else _judge_newest())
+    print(f"xrt db ingest: {rep.summary()} -> {args.db}" + ("" if rep.wrote else " (nothing to write)"),
+          file=sys.stderr)
     if args.strict and rep.errors:
         print(f"xrt db ingest: --strict: {len(rep.errors)} error(s)", file=sys.stderr)
         return 1
     return 0
 
 
-def _judge_newest(db: str, wrote: bool) -> None:
-    """The newest commit of every series, judged by the gate's rules (xrt.track.newest), after a
-    write, or whenever the stored judgements do not cover every series' newest commit (an ingest
-    killed before it judged). The results are in: a failure here is reported, the ingest succeeded."""
-    try:
-        from xrt.track import newest
+def _judge_newest():
+    """The newest commit of every series, judged by the gate's rules (xrt.track.newest) in the
+    ingest's own write: after new rows, or whenever the stored judgements do not cover every series'
+    newest commit (an ingest run with --no-judge). A judgement that fails on its own is reported and
+    the ingest still commits; a database error aborts the whole write (the file stays as it was)."""
+    import duckdb
 
-        if wrote or newest.pending(db):
-            newest.after_ingest(db, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
-    except Exception as e:  # noqa: BLE001 - one line, whatever it was
-        print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
-              "`xrt regressions` still detects every step", file=sys.stderr)
+    from xrt.db.ingest import Then
+    from xrt.track import newest
+
+    def run(con, rep) -> None:
+        try:
+            newest.after_ingest(con, echo=lambda s: print(f"xrt db ingest: {s}", file=sys.stderr))
+        except duckdb.Error:
+            raise
+        except Exception as e:  # noqa: BLE001 - one line, whatever it was
+            print(f"xrt db ingest: warning: the newest commits were not judged ({type(e).__name__}: {e}); "
+                  "`xrt regressions` still detects every step", file=sys.stderr)
+
+    return Then(due=newest.pending, run=run)
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -114,6 +121,16 @@ def run_stats(args: argparse.Namespace) -> int:
 
     s = stats(args.db)
     sys.stdout.write(json.dumps(s, default=str, indent=1) + "\n" if args.json else format_stats(s))
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """Every writer migrates; this writes nothing else. Readers of an older file read a migrated copy
+    each time the file changes, so migrating once saves them that copy."""
+    from xrt.db import schema, store
+
+    store.using(args.db, lambda con: None, write=True)
+    print(f"xrt db migrate: {args.db}: at schema version {schema.LATEST}", file=sys.stderr)
     return 0
 
 

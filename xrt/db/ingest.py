@@ -4,18 +4,20 @@ Three steps on one state object (:class:`_Ingest`): :func:`_scan` hashes every f
 those whose hash the database does not hold yet; :func:`_parse` turns them (in worker processes
 where there are many) into Arrow tables; :func:`_commit`, in one writer transaction on a private
 copy of the database (:func:`xrt.db.store.write`), replaces the rows of every changed file, records
-the refused files in ``ingest_errors`` (with the commit each is about) and swaps the copy in.
-Nothing changed: nothing is written.
+the refused files in ``ingest_errors`` (with the commit each is about) and swaps the copy in. The
+carried-forward units, the tuner's journals and the caller's last step (:class:`Then`) go into the
+same transaction: one ingest is one write. Nothing changed: nothing is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -146,50 +148,89 @@ def scan(root: Path) -> dict[str, list]:
     return out
 
 
-def _previous(db: Path) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], list[tuple]]:
+def _previous(con: Any | None) -> tuple[dict[str, tuple[str, str, int | None]], dict[str, set], list[tuple]]:
     """ingest_files (file: (content hash, status, run_id)), the ingest_errors of each file, and the
-    runs (file, machine, commit, environment)."""
-    if not db.exists():
+    runs (file, machine, commit, environment), from the database open on ``con`` (None: none yet)."""
+    if con is None:
         return {}, {}, []
-    with store.read(db, empty_ok=True) as con:
-        if schema.current_version(con) == 0:
-            return {}, {}, []
-        files = {f: (h, s, r) for f, h, s, r in con.execute(
-            "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
-        errs: dict[str, set] = {}
-        for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
-            errs.setdefault(f, set()).add((k, r))
-        runs = con.execute("SELECT file, machine, commit_hash, env_name FROM runs").fetchall()
+    files = {f: (h, s, r) for f, h, s, r in con.execute(
+        "SELECT file, content_hash, status, run_id FROM ingest_files").fetchall()}
+    errs: dict[str, set] = {}
+    for f, k, r in con.execute("SELECT file, kind, reason FROM ingest_errors").fetchall():
+        errs.setdefault(f, set()).add((k, r))
+    runs = con.execute("SELECT file, machine, commit_hash, env_name FROM runs").fetchall()
     return files, errs, runs
 
 
+@dataclass
+class Then:
+    """A step of the caller's in ingest's one write transaction, after the rows are in (``xrt db
+    ingest`` judges each series' newest commit there; the database layer does not know how).
+    ``due(con)``: on the database as it was, whether the step must run although nothing else changed;
+    ``run(con, rep)``: the step, on the write connection."""
+
+    due: Callable[[Any], bool]
+    run: Callable[[Any, Report], None]
+
+
+@contextlib.contextmanager
+def _before(db: Path) -> Iterator[Any | None]:
+    """One read-only connection to the database as it is before the ingest (None: no file, or an
+    empty DuckDB file not initialised yet)."""
+    if not db.exists():
+        yield None
+        return
+    with store.read(db, empty_ok=True) as con:
+        yield con if schema.current_version(con) else None
+
+
 def ingest(results_dir: str | Path, db_path: str | Path, repo: str | None = None, *, jobs: int | None = None,
-           echo: Callable[[str], None] | None = None, rev: str = "HEAD", tuned: str | Path | None = "auto") -> Report:
+           echo: Callable[[str], None] | None = None, rev: str = "HEAD", tuned: str | Path | None = "auto",
+           then: Then | None = None) -> Report:
     """Ingest an asv results directory into ``db_path``. Prints errors and notices through ``echo``.
 
     ``tuned``: the tuner's folder whose ``journal/`` to load into ``tuning_results`` ("auto": a
-    ``tuned/`` next to or inside ``results_dir``, when there is one; None: none).
+    ``tuned/`` next to or inside ``results_dir``, when there is one; None: none). ``then``: the
+    caller's last step, in the same write (:class:`Then`).
+
+    The database is read once (what is there already) and written at most once: the results, the
+    carried-forward units, the journals and ``then`` in one transaction on one copy
+    (:func:`xrt.db.store.write`), so a crash at any point leaves the old file whole.
     """
     from xrt.db import tuning
 
     db = store.check_path(db_path, write=True)  # a --db that cannot be written: say so before any parsing
     root = find_root(results_dir)
-    # The writers' lock is held from before the database is read until the last write: what is new
-    # is decided against what is committed, and no other writer commits in between (two ingests at
+    say = echo or (lambda s: print(s, file=sys.stderr))
+    where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
+    # The writers' lock is held from before the database is read until the write: what is new is
+    # decided against what is committed, and no other writer commits in between (two ingests at
     # once give what one ingest of both gives).
     with store.writing(db):
-        rep = _ingest(root, db, repo, jobs=jobs, echo=echo, rev=rev)
-        t0 = time.perf_counter()
-        say = echo or (lambda s: print(s, file=sys.stderr))
-        if sync_carried(root, db, say, rep):
-            rep.wrote = True
-        where = tuning.find_tuned(results_dir) if tuned == "auto" else (Path(tuned) if tuned else None)
-        if where is not None:
-            loaded, unchanged, rows, wrote = tuning.sync(where, db, say)
-            rep.journals = (loaded, unchanged, rows)
-            rep.wrote = rep.wrote or wrote
-    rep.seconds += time.perf_counter() - t0
-    return rep
+        with _before(db) as con:
+            st = _ingest(root, db, con, repo, jobs=jobs, echo=say, rev=rev)
+            t0 = time.perf_counter()
+            writes = [_commit(st, repo)] if _changed(st) or not db.exists() else []
+            carried = carried_changes(root, con, say, st.rep)
+            if carried is not None:
+                writes.append(carried)
+            if where is not None:
+                j = tuning.changes(where, con, say)
+                st.rep.journals = (j.loaded, j.unchanged, j.rows)
+                if j.write is not None:
+                    writes.append(j.write)
+            due = then is not None and con is not None and then.due(con)
+        if writes or due:
+            def fn(con: Any) -> None:
+                for w in writes:
+                    w(con)
+                if then is not None:
+                    then.run(con, st.rep)
+
+            store.write(db, fn, fresh=not db.exists())
+            st.rep.wrote = bool(writes)
+    st.rep.seconds += time.perf_counter() - t0
+    return st.rep
 
 
 _HASH = re.compile(r"[0-9a-f]{40}")
@@ -232,33 +273,26 @@ def _carried_commit(rel: str) -> str | None:
     return commit if _HASH.fullmatch(commit) else None
 
 
-def sync_carried(root: Path, db_path: str | Path, echo: Callable[[str], None], rep: Report | None = None) -> bool:
-    """Make the ``carried`` table (and the ingest errors of ``.carried`` files) what the files say.
-
-    Writes only when something differs; returns whether it wrote.
-    """
+def carried_changes(root: Path, con: Any | None, echo: Callable[[str], None],
+                    rep: Report | None = None) -> Callable[[Any], None] | None:
+    """What makes the ``carried`` table (and the ingest errors of ``.carried`` files) what the files
+    say, against the database open on ``con`` (None: none yet): a function for the caller's write,
+    or None when nothing differs."""
     rows, errors = read_carried_files(root)
     for f, k, r in errors:
         echo(f"xrt db ingest: {f}: {r}")
         if rep is not None:
             rep.errors.append((f, k, r))
-    db = Path(db_path)
-    if not db.exists():
+    if con is None:
         if not rows and not errors:
-            return False
-        have_rows, have_errs = None, None
+            return None
     else:
-        with store.read(db) as con:
-            if "carried" not in {t for (t,) in con.execute(
-                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
-                have_rows = [] if not rows else None  # an older file: migrated by the write below
-            else:
-                have_rows = sorted(tuple(r) for r in con.execute("SELECT machine, commit_hash, unit, from_commit, "
-                                                                 "since_commit, reason, file FROM carried").fetchall())
-            have_errs = sorted(tuple(r) for r in con.execute(
-                "SELECT file, kind, reason FROM ingest_errors WHERE kind = 'bad-carried'").fetchall())
-    if have_rows == sorted(rows) and have_errs == sorted(errors):
-        return False
+        have_rows = sorted(tuple(r) for r in con.execute("SELECT machine, commit_hash, unit, from_commit, "
+                                                         "since_commit, reason, file FROM carried").fetchall())
+        have_errs = sorted(tuple(r) for r in con.execute(
+            "SELECT file, kind, reason FROM ingest_errors WHERE kind = 'bad-carried'").fetchall())
+        if have_rows == sorted(rows) and have_errs == sorted(errors):
+            return None
 
     def write(con) -> None:
         con.execute("DELETE FROM carried")
@@ -269,8 +303,7 @@ def sync_carried(root: Path, db_path: str | Path, echo: Callable[[str], None], r
             con.executemany("INSERT INTO ingest_errors (file, kind, reason, recorded_at, commit_hash) "
                             "VALUES (?, ?, ?, now()::TIMESTAMP, ?)", [(*e, _carried_commit(e[0])) for e in errors])
 
-    store.write(db, write, fresh=not db.exists())
-    return True
+    return write
 
 
 @dataclass
@@ -325,29 +358,28 @@ class _Ingest:
                 for f, k, r in self.rep.errors if f in touched]
 
 
-def _ingest(root: Path, db: Path, repo: str | None, *, jobs: int | None,
-            echo: Callable[[str], None] | None, rev: str) -> Report:
-    st = _Ingest(root=root, db=db, echo=echo or (lambda s: print(s, file=sys.stderr)))
-    _scan(st)
+def _ingest(root: Path, db: Path, con: Any | None, repo: str | None, *, jobs: int | None,
+            echo: Callable[[str], None], rev: str) -> _Ingest:
+    """Scan, parse and check: everything but the write. ``con``: the database as it is (or None)."""
+    st = _Ingest(root=root, db=db, echo=echo)
+    _scan(st, con)
     _parse(st, jobs)
     if repo is not None:
-        _check_commits(st, repo, rev)
+        _check_commits(st, repo, rev, con)
     elif st.todo:
         st.rep.notices.append("no --repo: commits ordered by the dates in the results files")
     for n in st.rep.notices:
         st.echo(f"xrt db ingest: {n}")
     _say_outcomes(st)
-    if _changed(st) or not db.exists():
-        _commit(st, repo)
     st.rep.seconds = time.perf_counter() - st.t0
-    return st.rep
+    return st
 
 
-def _scan(st: _Ingest) -> None:
+def _scan(st: _Ingest, con: Any | None) -> None:
     """List the files, read and hash them; keep the bytes of the changed ones (a refused file is always retried)."""
     rep, root = st.rep, st.root
     st.found = found = scan(root)
-    st.prev, st.prev_errs, st.prev_runs = _previous(st.db)
+    st.prev, st.prev_errs, st.prev_runs = _previous(con)
     rep.files_total = sum(len(v) for k, v in found.items() if k not in ("sidecars", "problems"))
     sidecars = set(found["sidecars"])
     # files that could not be scanned or read, and copies of ingested files: named, skipped
@@ -446,12 +478,11 @@ def _machine_json_order(rel: str, data: bytes) -> tuple[int, str]:
     return (0 if says == rel.split("/")[0] else 1, rel)
 
 
-def _check_commits(st: _Ingest, repo: str, rev: str) -> None:
+def _check_commits(st: _Ingest, repo: str, rev: str, con: Any | None) -> None:
     """Commits from the repository; a run whose commit it does not have is refused."""
     wanted = {o.run["commit_hash"] for o in st.outcomes if o.run}
-    if st.db.exists() and st.prev:
-        with store.read(st.db) as con:
-            wanted |= {h for (h,) in con.execute("SELECT DISTINCT commit_hash FROM runs").fetchall()}
+    if con is not None:
+        wanted |= {h for (h,) in con.execute("SELECT DISTINCT commit_hash FROM runs").fetchall()}
     st.git_commits, missing = git.from_repo(repo, wanted, rev)
     for o in st.outcomes:
         if o.run and o.run["commit_hash"] in missing:
@@ -534,8 +565,8 @@ def _changed(st: _Ingest) -> bool:
     return bool(st.rep.ingested) or not same_errors or bool(st.meta_new)
 
 
-def _commit(st: _Ingest, repo: str | None) -> None:
-    """One writer transaction on a private copy of the database (:func:`xrt.db.store.write`)."""
+def _commit(st: _Ingest, repo: str | None) -> Callable[[Any], None]:
+    """The rows of this ingest, as a function for the ingest's one write."""
     import pyarrow as pa
 
     values = pa.concat_tables(st.tables) if st.tables else batch.empty_table()
@@ -546,8 +577,7 @@ def _commit(st: _Ingest, repo: str | None) -> None:
         keep = np.zeros(len(st.outcomes), dtype=bool)
         keep[good] = True
         values = values.filter(pa.array(keep[values["file_idx"].to_numpy()]))
-    store.write(st.db, lambda con: _write(con, st, values, repo), fresh=not st.db.exists())
-    st.rep.wrote = True
+    return lambda con: _write(con, st, values, repo)
 
 
 def _copies(todo: list[str], kept: dict, prev: dict) -> tuple[list[str], dict[str, str]]:

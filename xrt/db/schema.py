@@ -1,8 +1,8 @@
 """The database's tables, its schema version and the migrations that bring an older file up to date.
 
 Every migration runs inside the writer's transaction (DuckDB DDL is transactional), so a
-database is either at the old version or at the new one, never in between. Readers never
-migrate: a reader of an older file sees the older (still valid) tables.
+database is either at the old version or at the new one, never in between. A reader of an older
+file reads a migrated private copy (:func:`xrt.db.store.read`): every reader sees the latest tables.
 """
 
 from __future__ import annotations
@@ -164,12 +164,13 @@ LATEST = MIGRATIONS[-1][0]
 
 
 def current_version(con: Any) -> int:
-    """The file's schema version; 0 for an empty database."""
+    """The file's schema version; 0 for an empty database. (Every result fetched whole: DuckDB refuses
+    ``con.sql`` on a connection with an unfinished result.)"""
     has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version' "
-                      "AND database_name = current_database()").fetchone()[0]
+                      "AND database_name = current_database()").fetchall()[0][0]
     if not has:
         return 0
-    v = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    v = con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
     return int(v or 0)
 
 

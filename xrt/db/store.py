@@ -12,6 +12,10 @@ both. So the live file is never opened for writing:
   opens after it reads the new one. (Not ``duckdb.connect(path, read_only=True)``: DuckDB's
   per-process instance cache hands a second connection to the same path the instance that is
   already open, i.e. the OLD inode while any connection to it is still open in this process.)
+- A reader of a file at an older schema version reads a private copy of it migrated to the latest
+  version (:func:`_migrated_copy`; the file itself is left as it is), so every reader sees one
+  schema. A file of a newer version is refused.
+- A command opens the database once (:func:`using`) and passes the connection down.
 - Both validate the path first and raise :class:`DatabaseError` with one line naming it and what
   is wrong (a directory, not a DuckDB file, no xrt tables, a newer schema, no space left, ...);
   ``xrt``'s main prints that line and exits 2.
@@ -28,6 +32,7 @@ Later layers (e.g. acknowledging a regression from the dashboard) write through 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -36,13 +41,19 @@ import shutil
 import stat
 import struct
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xrt.db import schema
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection as Connection
+else:
+    Connection = Any  # the handle a command opens once (:func:`read`, or :func:`write`'s) and passes down
 
 T = TypeVar("T")
 
@@ -177,7 +188,7 @@ def check_blocks(db_path: str | os.PathLike, con: Any, path: str | os.PathLike, 
             name = '"' + sch.replace('"', '""') + '"."' + t.replace('"', '""') + '"'
             parts.append("SELECT max(block_id) AS b FROM pragma_storage_info('" + name.replace("'", "''") +
                          "') WHERE persistent")
-        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
+        top = con.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchall()[0][0]
         size = ident[2]
         if _identity(os.fspath(path)) != ident:
             return  # replaced while we looked: the next open checks the new file
@@ -198,7 +209,7 @@ def _check_version(db_path: str | os.PathLike, con: Any, *, write: bool) -> int:
     if v > schema.LATEST:
         raise DatabaseError(db_path, f"schema version {v} is newer than this xrt ({schema.LATEST}); upgrade xrt")
     if v == 0:
-        n = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchone()[0]
+        (n,), = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchall()
         if n:
             raise DatabaseError(db_path, f"not an xrt database ({n} table(s) but no schema_version table)")
         if not write:
@@ -299,12 +310,14 @@ def _clean_stale(db: Path) -> None:
 
 
 def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = False,
-          lock_timeout: float | None = None) -> T:
+          lock_timeout: float | None = None, create: bool = True) -> T:
     """Run ``fn(con)`` on a private copy of the database and swap it in atomically.
 
     ``fn`` runs inside one transaction on a read-write connection to the copy, after the schema
     has been migrated to the latest version. If it raises, nothing changes. ``fresh=True`` starts
-    from an empty database instead of a copy. Returns what ``fn`` returns.
+    from an empty database instead of a copy. ``create=False``: a file with no xrt tables yet is
+    refused as a reader refuses it (a command that updates a database never initialises one).
+    Returns what ``fn`` returns.
     """
     duckdb = _duckdb()
     db = check_path(db_path, write=True)
@@ -315,7 +328,7 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
     try:
         with writing(db, lock_timeout):
             check_path(db, write=True)  # again: it may have changed while we waited for the lock
-            return _write_locked(duckdb, db, fn, fresh)
+            return _write_locked(duckdb, db, fn, fresh, create)
     except DatabaseError:
         raise
     except (OSError, duckdb.Error) as e:
@@ -325,7 +338,7 @@ def write(db_path: str | os.PathLike, fn: Callable[[Any], T], *, fresh: bool = F
         raise
 
 
-def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) -> T:
+def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool, create: bool = True) -> T:
     _clean_stale(db)
     tmp = db.parent / f".{db.name}.tmp-{os.getpid()}"
     try:
@@ -334,7 +347,7 @@ def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool) ->
         con = duckdb.connect(str(tmp))
         try:
             con.execute("BEGIN")
-            _check_version(db, con, write=True)
+            _check_version(db, con, write=create)
             if not fresh:
                 check_blocks(db, con, tmp)  # the copy is the live file, byte for byte
             schema.migrate(con)
@@ -436,11 +449,66 @@ def read(db_path: str | os.PathLike, *, retries: int = 20, empty_ok: bool = Fals
                 delay = min(delay * 2, 0.2)
     try:
         try:
-            _check_version(db, con, write=empty_ok)
+            v = _check_version(db, con, write=empty_ok)
             check_blocks(db, con, path, before)
+            if 0 < v < schema.LATEST:  # an older file: read its migrated copy, so readers see one schema
+                con.close()
+                con = _attach(duckdb, _migrated_copy(duckdb, db, before))
         except BaseException:
             con.close()
             raise
         yield con
     finally:
         con.close()
+
+
+# An older file read many times (the dashboard) is migrated once per version of it: the path of its
+# migrated copy, by the source's identity (inode, device, size, mtime). One per source path at most.
+_copies: dict[str, tuple[tuple | None, Path]] = {}
+_copies_lock = threading.Lock()
+
+
+def _migrated_copy(duckdb: Any, db: Path, ident: tuple | None) -> str:
+    """A private copy of the older file ``db``, migrated to :data:`schema.LATEST`, in a temporary
+    folder (removed at exit). The live file is never written: it stays at its version until a writer
+    (``xrt db ingest``, ``xrt db migrate``) migrates it."""
+    key = _lock_key(db)
+    with _copies_lock:
+        have = _copies.get(key)
+        if have is not None and ident is not None and have[0] == ident and have[1].exists():
+            return str(have[1])
+        folder = Path(tempfile.mkdtemp(prefix="xrt-migrated-"))
+        atexit.register(shutil.rmtree, folder, True)
+        tmp = folder / db.name
+        try:
+            shutil.copyfile(db, tmp)
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute("BEGIN")
+                schema.migrate(con)
+                con.execute("COMMIT")
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+        except OSError as e:
+            shutil.rmtree(folder, True)
+            raise DatabaseError(db, f"schema version older than this xrt's ({schema.LATEST}) and no room to "
+                                f"migrate a copy to read ({e.strerror or e}); run `xrt db migrate --db {db}`") from None
+        if have is not None:
+            shutil.rmtree(have[1].parent, True)
+        _copies[key] = (ident, tmp)
+        return str(tmp)
+
+
+def using(db_path: str | os.PathLike, fn: Callable[[Connection], T], *, write: bool = False) -> T:
+    """A command's one connection: ``fn(con)`` on a read-only connection (:func:`read`), or with
+    ``write`` inside one :func:`write` (a copy, swapped in when ``fn`` returns). The database must
+    exist either way: a command that updates one never creates it (only ``xrt db ingest`` does)."""
+    if not write:
+        with read(db_path) as con:
+            return fn(con)
+    check_path(db_path)
+    return _writer(db_path, fn, create=False)
+
+
+_writer = write  # :func:`write`, by a name that :func:`using`'s ``write`` argument does not hide

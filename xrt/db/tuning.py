@@ -1,7 +1,7 @@
 """The tuner's journals into ``tuning_results``: one row per evaluation, incrementally.
 
 ``xrt tune`` appends every evaluation to ``<tuned>/journal/<machine>/<space>-<dtype>-<shape>.jsonl``
-(``results/tuned`` by default). ``xrt db ingest`` loads them (:func:`sync`): a journal whose content
+(``results/tuned`` by default). ``xrt db ingest`` loads them (:func:`changes`): a journal whose content
 hash the database holds (``ingest_files``, kind ``tuning-journal``) is skipped; a changed one has its
 rows replaced; a file that is not a journal is named in ``ingest_errors`` and skipped. Torn lines
 (a tuner killed mid-write) are skipped and counted, as the tuner does.
@@ -13,11 +13,12 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xrt.db import store
+from xrt.db import schema, store
 
 KIND = "tuning-journal"
 _NAME = re.compile(r"(?P<space>[A-Za-z0-9_]+\.[A-Za-z0-9_]+)-(?P<dtype>[a-z0-9]+)-(?P<shape>\d+(?:x\d+)*)\.jsonl")
@@ -91,8 +92,20 @@ def parse(rel: str, data: bytes) -> tuple[list[tuple], str | None]:
     return rows, problem
 
 
-def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple[int, int, int, bool]:
-    """Load the changed journals under ``tuned/journal``; returns (journals loaded, unchanged, rows, wrote)."""
+@dataclass
+class Journals:
+    """What loading the journals changes: the counts :func:`sync` reports, and ``write`` (None when
+    nothing changed) for the caller's write transaction."""
+
+    loaded: int
+    unchanged: int
+    rows: int
+    write: Callable[[Any], None] | None
+
+
+def changes(tuned: Path, con: Any | None, echo: Callable[[str], None]) -> Journals:
+    """The changed journals under ``tuned/journal``, against the database open on ``con`` (None: no
+    database yet), parsed; their rows are written by the returned ``write``."""
     root = tuned / "journal"
     if not root.is_dir():
         raise FileNotFoundError(f"--tuned {tuned}: no journal/ folder in it (xrt tune writes <out>/journal/)")
@@ -101,17 +114,12 @@ def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple
         if p.is_file():
             found["journal/" + p.relative_to(root).as_posix()] = p.read_bytes()
     hashes = {rel: hashlib.sha256(b).hexdigest() for rel, b in found.items()}
-    db = Path(db_path)
     prev: dict[str, str] = {}
-    if db.exists():
-        with store.read(db, empty_ok=True) as con:
-            if "ingest_files" in {t for (t,) in con.execute(
-                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
-                prev = dict(con.execute("SELECT file, content_hash FROM ingest_files WHERE kind = ?",
-                                        [KIND]).fetchall())
+    if con is not None:
+        prev = dict(con.execute("SELECT file, content_hash FROM ingest_files WHERE kind = ?", [KIND]).fetchall())
     todo = [rel for rel in found if prev.get(rel) != hashes[rel]]
     if not todo:
-        return 0, len(found), 0, False
+        return Journals(0, len(found), 0, None)
     rows: list[tuple] = []
     errors: list[tuple[str, str]] = []
     ok: list[str] = []
@@ -144,5 +152,19 @@ def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple
             con.executemany("INSERT INTO ingest_errors (file, kind, reason, recorded_at) VALUES (?, ?, ?, ?)",
                             [(rel, KIND, why, now) for rel, why in errors])
 
-    store.write(db, write, fresh=not db.exists())
-    return len(ok), len(found) - len(todo), len(rows), True
+    return Journals(len(ok), len(found) - len(todo), len(rows), write)
+
+
+def sync(tuned: Path, db_path: str | Path, echo: Callable[[str], None]) -> tuple[int, int, int, bool]:
+    """Load the changed journals under ``tuned/journal`` into the database file (a path: for callers
+    outside an ingest); returns (journals loaded, unchanged, rows, wrote). ``xrt db ingest`` uses
+    :func:`changes` in its own write."""
+    db = Path(db_path)
+    if db.exists():
+        with store.read(db, empty_ok=True) as con:
+            j = changes(tuned, con if schema.current_version(con) else None, echo)
+    else:
+        j = changes(tuned, None, echo)
+    if j.write is not None:
+        store.write(db, j.write, fresh=not db.exists())
+    return j.loaded, j.unchanged, j.rows, j.write is not None

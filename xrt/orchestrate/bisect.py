@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from xrt.db import store
+from xrt.db.store import Connection
 from xrt.track import gate, stats
 from xrt.track.detect import higher_is_better
 
@@ -81,18 +82,17 @@ def subject(repo: Path, commit: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def pick_series(db: Path, benchmark: str, good: str, bad: str, machine: str | None,
+def pick_series(con: Connection, benchmark: str, good: str, bad: str, machine: str | None,
                 param_key: str | None = None) -> tuple[str, str, str]:
     """(machine, benchmark, param_key) of the matching series that moved most from GOOD to BAD."""
-    with store.read(db) as con:
-        rows = con.execute(
-            "SELECT g.machine, g.benchmark, g.param_key, abs(ln(b.value / g.value)) AS d FROM results g "
-            "JOIN results b USING (machine, benchmark, param_key) WHERE g.commit_hash = ? AND b.commit_hash = ? "
-            "AND g.status = 'ok' AND b.status = 'ok' AND g.value > 0 AND b.value > 0 "
-            "AND (g.benchmark = ? OR regexp_matches(g.benchmark, ?))" + (" AND g.machine = ?" if machine else "")
-            + (" AND g.param_key = ?" if param_key is not None else "") + " ORDER BY d DESC LIMIT 1",
-            [good, bad, benchmark, benchmark] + ([machine] if machine else [])
-            + ([param_key] if param_key is not None else [])).fetchall()
+    rows = con.execute(
+        "SELECT g.machine, g.benchmark, g.param_key, abs(ln(b.value / g.value)) AS d FROM results g "
+        "JOIN results b USING (machine, benchmark, param_key) WHERE g.commit_hash = ? AND b.commit_hash = ? "
+        "AND g.status = 'ok' AND b.status = 'ok' AND g.value > 0 AND b.value > 0 "
+        "AND (g.benchmark = ? OR regexp_matches(g.benchmark, ?))" + (" AND g.machine = ?" if machine else "")
+        + (" AND g.param_key = ?" if param_key is not None else "") + " ORDER BY d DESC LIMIT 1",
+        [good, bad, benchmark, benchmark] + ([machine] if machine else [])
+        + ([param_key] if param_key is not None else [])).fetchall()
     if not rows:
         raise BisectError(f"no series of {benchmark!r} is measured at both {good[:10]} and {bad[:10]}"
                           + (f" on {machine}" if machine else ""))
@@ -103,11 +103,10 @@ class NotASlowdown(BisectError):
     """GOOD..BAD holds an improvement, or nothing moved: ``xrt bisect`` refuses (exit 2)."""
 
 
-def _profile(db: Path, machine: str, commit: str) -> str | None:
+def _profile(con: Connection, machine: str, commit: str) -> str | None:
     """The suite profile (quick, full) the series' machine measured ``commit`` with, where recorded."""
-    with store.read(db) as con:
-        row = con.execute("SELECT any_value(json_extract_string(facts, '$.profile')) FROM runs "
-                          "WHERE machine = ? AND commit_hash = ?", [machine, commit]).fetchone()
+    row = con.execute("SELECT any_value(json_extract_string(facts, '$.profile')) FROM runs "
+                      "WHERE machine = ? AND commit_hash = ?", [machine, commit]).fetchone()
     return row[0] if row else None
 
 
@@ -167,8 +166,8 @@ def measure_pair(repo: Path, good: str, candidate: str, series: tuple[str, str, 
     results, db = work / "asv", work / "pair.duckdb"
     runner(repo, [good, candidate], results, bench_regex(benchmark), machine, profile)
     ingest(results, db, repo=str(repo), echo=lambda s: None)
-    v = gate.judge(db, good, candidate, machine=machine, history=False)
-    with store.read(db) as con:
+    with store.read(db) as con:  # the pair's own database, opened once
+        v = gate.judge(con, good, candidate, machine=machine, history=False)
         rows = gate.rows_of(con, [(good, machine), (candidate, machine)])
     sides = (rows[good, machine].get(series), rows[candidate, machine].get(series))  # None: no rows there
     g, x = (np.asarray(s.samples if s else [], float) for s in sides)
@@ -182,12 +181,11 @@ def measure_pair(repo: Path, good: str, candidate: str, series: tuple[str, str, 
                 bad, round(time.time() - t0, 1), flagged=bad)
 
 
-def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) -> tuple[bool, float, str]:
+def stored_verdict(con: Connection, series: tuple[str, str, str], good: str, bad: str) -> tuple[bool, float, str]:
     """(moved, ratio, why) of the stored GOOD and BAD of ``series`` by the gate's rules. ``moved``:
     the gate flags BAD as a regression of the series; raises :class:`NotASlowdown` for an improvement."""
     m, bn, pk = series
-    with store.read(db) as con:
-        rows = gate.rows_of(con, [(good, m), (bad, m)])
+    rows = gate.rows_of(con, [(good, m), (bad, m)])
     gs, bs = rows[good, m].get(series), rows[bad, m].get(series)  # None: no rows there
     g, b = (np.asarray(s.samples if s else [], float) for s in (gs, bs))
     unit = gs.unit if gs else None
@@ -202,7 +200,7 @@ def stored_verdict(db: Path, series: tuple[str, str, str], good: str, bad: str) 
         raise NotASlowdown(f"{bn} [{pk or '-'}] on {m} is an improvement from GOOD to BAD ({ratio:.3f}x{hib}), "
                            "not a slowdown: nothing to bisect (to find the commit that made it faster, swap GOOD "
                            "and BAD)")
-    v = gate.judge(db, good, bad, machine=m, history=False)
+    v = gate.judge(con, good, bad, machine=m, history=False)
     moved = any((r["machine"], r["benchmark"], r["param_key"]) == series for r in v.regressions)
     why = "" if moved else (f"{ratio:.3f}x, within the gate's threshold or its noise "
                             f"(p {stats.mannwhitney(g, b)[0]:.1e})" if len(g) and len(b) else "no samples")
@@ -229,21 +227,21 @@ def bisect(db: str | os.PathLike, repo: str | os.PathLike, benchmark: str, good:
     chain = first_parent_between(repo, good, bad)
     if not chain or chain[-1] != bad:
         raise BisectError(f"{bad[:10]} is not a first-parent descendant of {good[:10]}")
-    series = pick_series(db, benchmark, good, bad, machine, param_key)
-    m, bn, pk = series
-    moved, ratio, why = stored_verdict(db, series, good, bad)
+    with store.read(db) as con:  # the stored results, read once before the measuring starts
+        series = pick_series(con, benchmark, good, bad, machine, param_key)
+        m, bn, pk = series
+        moved, ratio, why = stored_verdict(con, series, good, bad)
+        row = con.execute("SELECT any_value(unit) FROM results WHERE benchmark = ?", [bn]).fetchone()
+        profile = _profile(con, m, good)
     log(f"xrt bisect: {bn} [{pk or '-'}] on {m}: bad {bad[:10]} is {ratio:.3f}x good {good[:10]} (stored); "
         f"{len(chain) - 1} commit(s) between")
     out = Bisection(None, series, good=good, bad=bad, last_good=good, first_bad=bad)
-    with store.read(db) as con:
-        row = con.execute("SELECT any_value(unit) FROM results WHERE benchmark = ?", [bn]).fetchone()
     out.unit = row[0] if row else None
     if not moved:
         out.status = "nothing moved"
         log(f"xrt bisect: nothing moved: {bn} [{pk or '-'}] on {m} at {bad[:10]} is not a regression of "
             f"{good[:10]} by the gate's rules ({why}); nothing to bisect")
         return out
-    profile = _profile(db, m, good)
     keep = Path(results) if results else None
     work_root = Path(tempfile.mkdtemp(prefix="xrt-bisect-"))
     lo, hi = -1, len(chain) - 1  # chain[lo] is good (-1: GOOD itself), chain[hi] is bad

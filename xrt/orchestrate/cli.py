@@ -112,8 +112,8 @@ def run_bisect(args: argparse.Namespace) -> int:
     from xrt.track import gate
 
     store.check_path(args.db)  # a bad --db is one line and exit 2 (xrt.cli), before any git or bench work
-    good = gate.resolve(args.repo, args.good, args.db)
-    bad = gate.resolve(args.repo, args.bad, args.db)
+    good = gate.resolve(args.repo, args.good, None)  # --repo (default .): git resolves
+    bad = gate.resolve(args.repo, args.bad, None)
     if args.budget is not None and not args.budget > 0:
         raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
     res = bisect.bisect(args.db, args.repo, args.benchmark, good, bad, results=args.results, machine=args.machine,
@@ -134,7 +134,7 @@ def run_culprit(args: argparse.Namespace) -> int:
     store.check_path(args.db)
     if not args.budget > 0:
         raise ValueError(f"--budget {args.budget!r}: need a number of seconds above 0")
-    base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
+    base, head = gate.resolve(args.repo, args.base, None), gate.resolve(args.repo, args.head, None)
     out = culprit.find(args.db, args.repo, base, head, budget_s=args.budget, explain=not args.no_explain,
                        log=lambda s: print(s, file=sys.stderr, flush=True))
     print(culprit.report(out))
@@ -168,8 +168,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.id:
         from xrt.db import store
 
-        store.check_path(db)
-        _, regression = track_cli.find_regression(db, args.id)
+        _, regression = store.using(db, lambda con: track_cli.find_regression(con, args.id))
         case = explain.make_case(regression["benchmark"], list(regression["params"] or []) or regression["param_key"])
         base_rev, head_rev = regression["previous_commit"], regression["commit"]
     else:
@@ -187,7 +186,9 @@ def run_explain(args: argparse.Namespace) -> int:
         (args.out / "explain.md").write_text(md)
     saved = not args.no_save and (args.id is not None or args.db is not None or Path(db).is_file())
     if saved:
-        explain.save(db, payload, md)
+        from xrt.db import store
+
+        store.write(db, lambda con: explain.save(con, payload, md))
     print(json.dumps(payload, indent=1, default=str) if args.json else md, end="" if args.json else "")
     if saved:
         print(f"stored in {db} (explanations)", file=sys.stderr)

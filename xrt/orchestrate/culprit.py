@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xrt.db import store as dbstore
 from xrt.orchestrate import bisect as bisectmod
 from xrt.track import gate
 from xrt.track import regressions as regmod
@@ -91,7 +92,8 @@ def find(db: str | os.PathLike, repo: str | os.PathLike, base: str, head: str, *
     out = Outcome(base, head)
     chain = bisectmod.first_parent_between(repo, base, head)
     out.commits = len(chain)
-    v = gate.judge(db, base, head, history=False)
+    with dbstore.read(db) as con:
+        v = gate.judge(con, base, head, history=False)
     out.gate_code = v.code
     if not v.regressions:
         out.note = "the gate found no regression between base and head: nothing to bisect"
@@ -129,19 +131,21 @@ def find(db: str | os.PathLike, repo: str | os.PathLike, base: str, head: str, *
         else:
             g.not_bisected = f"bisect: {b.status}"
     found = [g for g in out.groups if g.bisection and g.bisection.culprit]
+    saved = None
     if explain and found:
         g = found[0]  # the worst group with a culprit: its worst series
         if time.time() - t0 > budget_s:
             g.explanation = {"error": f"not explained: time budget of {budget_s:g} s spent"}
         else:
-            g.explanation = _explain(db, repo, g, explainer, log)
-    store(db, out)
+            g.explanation, saved = _explain(repo, g, explainer, log)
+    store(db, out, saved)
     return out
 
 
-def _explain(db: str | os.PathLike, repo: Path, g: Group, explainer: Callable[..., dict] | None,
-             log: Callable[[str], None]) -> dict:
-    """``xrt explain`` of the group's worst series: the culprit's first parent against the culprit."""
+def _explain(repo: Path, g: Group, explainer: Callable[..., dict] | None,
+             log: Callable[[str], None]) -> tuple[dict, tuple[dict, str] | None]:
+    """``xrt explain`` of the group's worst series: the culprit's first parent against the culprit.
+    Returns the summary's part and (payload, Markdown) to store (None when not explained)."""
     from xrt.bench import worktrees
     from xrt.track import explain
 
@@ -159,24 +163,33 @@ def _explain(db: str | os.PathLike, repo: Path, g: Group, explainer: Callable[..
         payload = explainer(repo, parent, b.culprit, case,
                             regression={"id": rid, "machine": w["machine"], "ratio": w["ratio"]}, log=log)
         text = explain.render_markdown(payload, heading="####")
-        explain.save(db, payload, text)
     except (ValueError, RuntimeError, OSError) as e:
         log(f"xrt culprit: not explained: {e}")
-        return {"error": f"not explained: {e}"}
-    return {"markdown": text, "rows": (payload.get("changes") or [])[:EXPLAIN_ROWS],
-            "n_rows": len(payload.get("changes") or [])}
+        return {"error": f"not explained: {e}"}, None
+    return ({"markdown": text, "rows": (payload.get("changes") or [])[:EXPLAIN_ROWS],
+             "n_rows": len(payload.get("changes") or [])}, (payload, text))
 
 
-def store(db: str | os.PathLike, out: Outcome) -> None:
-    """Each bisected group's culprit and evidence on its series' regressions (the gate's records at
-    HEAD, and the detector's steps of those series inside BASE..HEAD)."""
-    for g in out.groups:
-        if g.bisection is None:
-            continue
-        recs = regmod.gate_records(out.base, out.head, g.items)
-        evidence = {**g.bisection.as_json(), "subject": g.subject, "bisected_series": len(g.items),
-                    "explanation": g.explanation}
-        regmod.save_culprit(db, recs, g.bisection.culprit, evidence)
+def store(db: str | os.PathLike, out: Outcome, explained: tuple[dict, str] | None = None) -> None:
+    """In one write: each bisected group's culprit and evidence on its series' regressions (the gate's
+    records at HEAD, and the detector's steps of those series inside BASE..HEAD), and the culprit's
+    explanation (``explained``: payload and Markdown) where there is one."""
+    from xrt.track import explain
+
+    todo = [g for g in out.groups if g.bisection is not None]
+    if not todo and explained is None:
+        return
+
+    def fn(con) -> None:
+        if explained is not None:
+            explain.save(con, *explained)
+        for g in todo:
+            recs = regmod.gate_records(out.base, out.head, g.items)
+            evidence = {**g.bisection.as_json(), "subject": g.subject, "bisected_series": len(g.items),
+                        "explanation": g.explanation}
+            regmod.save_culprit(con, recs, g.bisection.culprit, evidence)
+
+    dbstore.write(db, fn)
 
 
 def summary_markdown(out: Outcome) -> str:

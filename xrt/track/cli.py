@@ -8,6 +8,7 @@ from there (tests/test_layering.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -145,25 +146,35 @@ def run_regressions(args: argparse.Namespace) -> int:
     """Detect, store and list. Every input is checked before anything is stored; the table is written
     only by a run of the default detection over every benchmark: --min-effect, --effects and
     --benchmark change what this run sees, not what is stored."""
+    from xrt.db import store
+
+    cfg = _config(args)
+    custom = args.min_effect is not None or args.effects is not None
+    saving = not args.no_save and args.benchmark is None and not custom
+    # one connection: a write when the table is stored (detected on the copy that is swapped in)
+    text = store.using(db_path(args), lambda con: _regressions(con, args, cfg, saving), write=saving)
+    sys.stdout.write(text)
+    return 0
+
+
+def _regressions(con: Any, args: argparse.Namespace, cfg: Any, saving: bool) -> str:
+    """``xrt regressions``'s work on its connection: detect, store when ``saving``, render."""
     from xrt.track import diag, regressions
 
-    db = db_path(args)
-    cfg = _config(args)
     since = None
     if args.since:
-        order = regressions.commit_order(db)
-        since = order.get(full := regressions.resolve_in_db(db, args.since))
+        order = regressions.commit_order(con)
+        since = order.get(full := regressions.resolve_in_db(con, args.since))
         if since is None:
             raise ValueError(f"--since {args.since!r}: commit {full[:10]} is off the history the steps are "
                              "ordered by (not on the first-parent chain)")
     with _quiet_numbers():
-        recs = regressions.detect_db(db, cfg, machine=args.machine, benchmark=args.benchmark)
-    regressions.apply_lifecycle(recs, regressions.stored(db))
-    custom = args.min_effect is not None or args.effects is not None
-    if not args.no_save and args.benchmark is None and not custom:
-        regressions.save(db, recs, scope_machine=args.machine,
-                         diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(db, rs)])
-    recs = regressions.with_suspected(recs, db, args.machine, args.benchmark)
+        recs = regressions.detect_db(con, cfg, machine=args.machine, benchmark=args.benchmark)
+    regressions.apply_lifecycle(recs, regressions.stored(con))
+    if saving:
+        regressions.save(con, recs, scope_machine=args.machine,
+                         diag_for=lambda rs: [diag.as_json(c) for c in diag.checklists(con, rs)])
+    recs = regressions.with_suspected(recs, con, args.machine, args.benchmark)
     if since is not None:
         recs = [r for r in recs if order.get(r.commit, -1) >= since]
     if args.kind != "all":
@@ -172,17 +183,16 @@ def run_regressions(args: argparse.Namespace) -> int:
         recs = [r for r in recs if r.status in labels.OPEN]
     elif args.status != "all":
         recs = [r for r in recs if r.status == args.status]
-    sys.stdout.write(regressions.render(recs, args.format) if args.flat
-                     else regressions.render_alerts(regressions.alerts(db, recs), args.format))
-    return 0
+    return (regressions.render(recs, args.format) if args.flat
+            else regressions.render_alerts(regressions.alerts(con, recs), args.format))
 
 
-def find_regression(db: str, rid: str) -> tuple[Any, dict[str, Any]]:
+def find_regression(con: Any, rid: str) -> tuple[Any, dict[str, Any]]:
     """The stored regression whose id starts with ``rid``, as a Record and as its stored row; a prefix
     that matches none or several is a ValueError naming it."""
     from xrt.track import regressions
 
-    rows = [row for k, row in regressions.stored(db).items() if k.startswith(rid)]
+    rows = [row for k, row in regressions.stored(con).items() if k.startswith(rid)]
     if len(rows) != 1:
         raise ValueError(f"regression {rid!r}: {len(rows)} stored regressions match (run `xrt regressions` first)")
     row = rows[0]
@@ -191,20 +201,23 @@ def find_regression(db: str, rid: str) -> tuple[Any, dict[str, Any]]:
 
 
 def run_ack(args: argparse.Namespace) -> int:
+    from xrt.db import store
     from xrt.track import regressions
 
-    out = regressions.set_status(db_path(args), args.id, args.new_status, args.note)
+    if args.new_status not in labels.STATUSES:  # bad input named before the database is copied
+        raise ValueError(f"status {args.new_status!r}: expected one of {', '.join(labels.STATUSES)}")
+    out = store.using(db_path(args), lambda con: regressions.set_status(con, args.id, args.new_status, args.note),
+                      write=True)
     print(f"{out['id']}: {out['status']}" + (f" ({out['note']})" if out.get("note") else ""))
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from xrt.db import store
     from xrt.track import diag
     from xrt.track.units import fmt_ratio
 
-    db = db_path(args)
-    rec, row = find_regression(db, args.id)
-    checks = diag.checklist(db, rec)
+    rec, checks = store.using(db_path(args), lambda con: _show(con, args.id))
     if args.json:
         print(json.dumps({**rec.as_json(), "diag": diag.as_json(checks)}, indent=1, default=str))
         return 0
@@ -216,10 +229,18 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(con: Any, rid: str) -> tuple[Any, list]:
+    from xrt.track import diag
+
+    rec, _ = find_regression(con, rid)
+    return rec, diag.checklist(con, rec)
+
+
 def run_gate(args: argparse.Namespace) -> int:
     """Exit 0 pass, 1 regression, 2 cannot judge. Whatever goes wrong (bad input, a database that
     cannot be read, a --summary that cannot be written, a bug) is one line and exit 2: CI reads
     exit 1 as a regression, so nothing but a judged slowdown may give it."""
+    from xrt.db import store
     from xrt.db.store import DatabaseError
     from xrt.track import gate, markdown
 
@@ -246,24 +267,28 @@ def run_gate(args: argparse.Namespace) -> int:
     try:  # fail closed: whatever goes wrong, nothing was judged, and that is exit 2 (never 0, never 1)
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
         repo = args.repo if args.repo is not None or not args.paired else Path(".")
-        base, head = gate.resolve(repo, args.base, args.db), gate.resolve(repo, args.head, args.db)
-        db = _paired(args)(args, repo, base, head) if args.paired else args.db
-        if db is None:
-            msg = "no op's sources changed between base and head (--changed-only): nothing to measure or judge"
-            print(f"xrt gate: pass: {msg}")
-            if args.summary:
-                with args.summary.open("a") as f:
-                    f.write(f"## xrt gate: ✅ pass\n\n{msg}\n")
-            return gate.PASS
-        with _quiet_numbers():
-            v = gate.judge(db, base, head, threshold=cfg.threshold, alpha=cfg.alpha, min_samples=cfg.min_samples,
-                           machine=args.machine, history=not (args.no_history or args.paired),
-                           noise_db=args.noise_db or (args.db if args.paired else None))
-        if args.paired:
-            v.notes.insert(0, f"paired mode: base and head measured here in {args.rounds} interleaved round(s) "
-                              f"({db.parent}); these runs alone were judged")
-        text = gate.report(v)
-        md = gate.summary_markdown(v, explanations=_explanations(args.db, v)) if args.summary else ""
+        with contextlib.ExitStack() as stack:  # each database opened once, read-only
+            main = stack.enter_context(store.read(args.db)) if not args.paired or Path(args.db).is_file() else None
+            base, head = gate.resolve(repo, args.base, main), gate.resolve(repo, args.head, main)
+            db = _paired(args)(args, repo, base, head) if args.paired else None
+            if args.paired and db is None:
+                msg = "no op's sources changed between base and head (--changed-only): nothing to measure or judge"
+                print(f"xrt gate: pass: {msg}")
+                if args.summary:
+                    with args.summary.open("a") as f:
+                        f.write(f"## xrt gate: ✅ pass\n\n{msg}\n")
+                return gate.PASS
+            con = stack.enter_context(store.read(db)) if args.paired else main
+            noise = main if args.paired else _open_noise(stack, args.noise_db)
+            with _quiet_numbers():
+                v = gate.judge(con, base, head, threshold=cfg.threshold, alpha=cfg.alpha,
+                               min_samples=cfg.min_samples, machine=args.machine,
+                               history=not (args.no_history or args.paired), noise=noise)
+            if args.paired:
+                v.notes.insert(0, f"paired mode: base and head measured here in {args.rounds} interleaved "
+                                  f"round(s) ({db.parent}); these runs alone were judged")
+            text = gate.report(v)
+            md = gate.summary_markdown(v, explanations=_explanations(main, v)) if args.summary else ""
     except DatabaseError as e:  # a bad --db is bad input, on stderr like every command's
         return cannot_judge(str(e), sys.stderr)
     except (ValueError, OSError) as e:
@@ -281,6 +306,14 @@ def run_gate(args: argparse.Namespace) -> int:
     return v.code
 
 
+def _open_noise(stack: contextlib.ExitStack, path: str | None) -> Any:
+    """A read-only connection to ``--noise-db`` where it names a file (None otherwise: the judged
+    database's own history is used)."""
+    from xrt.db import store
+
+    return stack.enter_context(store.read(path)) if path and Path(path).is_file() else None
+
+
 def _paired(args: argparse.Namespace):
     """The measuring step of ``--paired``: (args, repo, base, head) -> the database of the rounds, or None
     when ``--changed-only`` finds nothing to measure."""
@@ -291,16 +324,18 @@ def _paired(args: argparse.Namespace):
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from xrt.db import store
     from xrt.db.store import DatabaseError
     from xrt.track import gate, report
 
     try:
         report.check_out(args.out)
         cfg = gate.Settings.from_text(args.threshold, args.alpha, args.min_samples)
-        base, head = gate.resolve(args.repo, args.base, args.db), gate.resolve(args.repo, args.head, args.db)
-        with _quiet_numbers():
-            v = report.write(args.db, base, head, args.out, cfg, machine=args.machine,
-                             history=not args.no_history, noise_db=args.noise_db)
+        with contextlib.ExitStack() as stack, _quiet_numbers():
+            con = stack.enter_context(store.read(args.db))
+            base, head = gate.resolve(args.repo, args.base, con), gate.resolve(args.repo, args.head, con)
+            v = report.write(con, base, head, args.out, cfg, machine=args.machine,
+                             history=not args.no_history, noise=_open_noise(stack, args.noise_db))
     except (DatabaseError, ValueError, OSError) as e:
         print(f"xrt report: {(str(e).strip().splitlines() or ['(no message)'])[0]}", file=sys.stderr)
         return 2
@@ -322,14 +357,14 @@ def _quiet_numbers():
     return np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore")
 
 
-def _explanations(db: str, v) -> list[str]:
+def _explanations(con: Any, v) -> list[str]:
     """The stored `xrt explain` results of the gate's slower series at head (none when reading fails:
     they are context, never part of the verdict)."""
-    if not v.regressions:
+    if not v.regressions or con is None:
         return []
     try:
         from xrt.track import explain
 
-        return explain.for_gate(db, v.head, v.regressions)
+        return explain.for_gate(con, v.head, v.regressions)
     except Exception:
         return []

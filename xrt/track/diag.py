@@ -11,7 +11,6 @@ database holds, with the ``xrt diag`` command that checks them live on the GPU.
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -19,8 +18,7 @@ import numpy as np
 
 from xrt.bench.diag import INFO, OK, WARN, Check, check_tiles, render  # noqa: F401  (render: re-exported)
 from xrt.bench.suite import SERIES
-from xrt.db import store
-from xrt.track.load import columns
+from xrt.db.store import Connection
 
 VERSION_KEYS = ("driver", "cuda", "torch", "triton", "python")
 SETTING_KEYS = re.compile(r"polic|tun|config|profile|lock_clocks|env|XRT_|TRITON_", re.I)
@@ -28,8 +26,7 @@ IGNORED_FACTS = {"written_at", "host", "cpu_load", "machine", "schema", "device_
 
 
 def _runs(con: Any, machine: str, commit: str) -> dict:
-    rc = columns(con, "runs")
-    keys = [k for k in (*VERSION_KEYS, "gpu_model", "sm_clock_mhz", "throttle_share", "facts") if k in rc]
+    keys = [*VERSION_KEYS, "gpu_model", "sm_clock_mhz", "throttle_share", "facts"]
     row = con.execute(f"SELECT {', '.join(keys)} FROM runs WHERE machine = ? AND commit_hash = ? "
                       "ORDER BY run_id DESC LIMIT 1", [machine, commit]).fetchall()
     if not row:
@@ -43,8 +40,7 @@ def _runs(con: Any, machine: str, commit: str) -> dict:
 
 
 def _result(con: Any, rec: Any, commit: str) -> dict:
-    rc = columns(con, "results")
-    keys = ["samples"] + [k for k in ("sm_mhz", "throttled_share", "cycles_median") if k in rc]
+    keys = ["samples", "sm_mhz", "throttled_share", "cycles_median"]
     row = con.execute(f"SELECT {', '.join(keys)} FROM results WHERE machine = ? AND commit_hash = ? AND "
                       "benchmark = ? AND param_key = ? LIMIT 1",
                       [rec.machine, commit, rec.benchmark, rec.param_key]).fetchall()
@@ -95,12 +91,12 @@ def op_params(benchmark: str, params: list[str]) -> dict[str, Any]:
     return {"op": op, "shape": shape, "dtype": dtype, "provider": provider, "config": config}
 
 
-def checklist(db: str | os.PathLike, rec: Any) -> list[Check]:
-    return checklists(db, [rec])[0]
+def checklist(con: Connection, rec: Any) -> list[Check]:
+    return checklists(con, [rec])[0]
 
 
-def checklists(db: str | os.PathLike, recs: list[Any]) -> list[list[Check]]:
-    """The checklist of each record, on one read-only connection (runs' facts read once per run)."""
+def checklists(con: Connection, recs: list[Any]) -> list[list[Check]]:
+    """The checklist of each record, on the command's connection (runs' facts read once per run)."""
     memo: dict[tuple[str, str], dict] = {}
 
     def runs(con: Any, machine: str, commit: str) -> dict:
@@ -108,9 +104,8 @@ def checklists(db: str | os.PathLike, recs: list[Any]) -> list[list[Check]]:
             memo[machine, commit] = _runs(con, machine, commit)
         return memo[machine, commit]
 
-    with store.read(db) as con:
-        return [_checklist(rec, runs(con, rec.machine, rec.previous_commit), runs(con, rec.machine, rec.commit),
-                           _result(con, rec, rec.previous_commit), _result(con, rec, rec.commit)) for rec in recs]
+    return [_checklist(rec, runs(con, rec.machine, rec.previous_commit), runs(con, rec.machine, rec.commit),
+                       _result(con, rec, rec.previous_commit), _result(con, rec, rec.commit)) for rec in recs]
 
 
 def _checklist(rec: Any, before: dict, after: dict, rb: dict, ra: dict) -> list[Check]:

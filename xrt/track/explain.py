@@ -37,7 +37,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -695,59 +694,45 @@ def render_markdown(payload: dict, heading: str = "###") -> str:
 
 # ---------------------------------------------------------------------------------------- storing
 
-def save(db: str | os.PathLike, payload: dict, markdown: str) -> None:
-    """Store (replace) the explanation of this case and commit pair (and regression, if any)."""
-    from xrt.db import store
-
+def save(con: Any, payload: dict, markdown: str) -> None:
+    """Store (replace) the explanation of this case and commit pair (and regression, if any), on a
+    write connection (:func:`xrt.db.store.write`)."""
     c = payload["case"]
     key = [payload.get("regression_id") or "", c["benchmark"], payload["param_key"], payload["base"], payload["head"]]
 
-    def fn(con: Any) -> None:
-        con.execute("DELETE FROM explanations WHERE coalesce(regression_id, '') = ? AND benchmark = ? AND "
-                    "param_key = ? AND base_commit = ? AND head_commit = ?", key)
-        con.execute("INSERT INTO explanations VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?)",
-                    [payload.get("regression_id"), payload.get("machine"), c["benchmark"], payload["param_key"],
-                     payload["base"], payload["head"], payload.get("host"), json.dumps(payload, default=str),
-                     markdown])
-
-    store.write(db, fn)
+    con.execute("DELETE FROM explanations WHERE coalesce(regression_id, '') = ? AND benchmark = ? AND "
+                "param_key = ? AND base_commit = ? AND head_commit = ?", key)
+    con.execute("INSERT INTO explanations VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP, ?, ?, ?)",
+                [payload.get("regression_id"), payload.get("machine"), c["benchmark"], payload["param_key"],
+                 payload["base"], payload["head"], payload.get("host"), json.dumps(payload, default=str),
+                 markdown])
 
 
-def _has_table(con: Any) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'explanations' "
-                            "AND database_name = current_database()").fetchone()[0])
-
-
-def stored(db: str | os.PathLike, *, regression_id: str | None = None, head: str | None = None) -> list[dict]:
+def stored(con: Any, *, regression_id: str | None = None, head: str | None = None) -> list[dict]:
     """Stored explanations (newest first), of one regression or of cases whose head is ``head``."""
-    from xrt.db import store
-
-    with store.read(db) as con:
-        if not _has_table(con):
-            return []
-        where, args = [], []
-        if regression_id is not None:
-            where.append("regression_id = ?")
-            args.append(regression_id)
-        if head is not None:
-            where.append("head_commit = ?")
-            args.append(head)
-        cur = con.execute("SELECT * FROM explanations" + (f" WHERE {' AND '.join(where)}" if where else "")
-                          + " ORDER BY created_at DESC", args)
-        names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    where, args = [], []
+    if regression_id is not None:
+        where.append("regression_id = ?")
+        args.append(regression_id)
+    if head is not None:
+        where.append("head_commit = ?")
+        args.append(head)
+    cur = con.execute("SELECT * FROM explanations" + (f" WHERE {' AND '.join(where)}" if where else "")
+                      + " ORDER BY created_at DESC", args)
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, r)) for r in cur.fetchall()]
     for r in rows:
         r["payload"] = json.loads(r["payload"]) if r.get("payload") else {}
     return rows
 
 
-def for_gate(db: str | os.PathLike, head: str, items: list[dict]) -> list[str]:
+def for_gate(con: Any, head: str, items: list[dict]) -> list[str]:
     """Markdown of the stored explanations of the gate's slower series at ``head`` (newest each),
     rendered again from the stored payload: the stored Markdown is text anyone with the file could
     have written, and the summary goes to a pull request."""
     want = {(r["benchmark"], r["param_key"]) for r in items}
     seen, out = set(), []
-    for row in stored(db, head=head):
+    for row in stored(con, head=head):
         key = (row["benchmark"], row["param_key"])
         if key in want and key not in seen:
             seen.add(key)

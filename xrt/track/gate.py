@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from xrt.bench.sources import unit_of_benchmark
-from xrt.db import git, store
+from xrt.db import git
+from xrt.db.store import Connection
 from xrt.track import env as envmod
 from xrt.track import regressions
 from xrt.track.gate_compare import COMPARE_STEPS, compare, round_ratios, run_gap
@@ -95,17 +95,17 @@ __all__ = ["CANNOT_JUDGE", "CARRIED", "COMPARED", "COMPARE_STEPS", "FAILED_AT_BA
            "round_ratios", "rows_of", "run_gap", "several_runs", "summary_markdown"]
 
 
-def resolve(repo: str | os.PathLike | None, rev: str, db: str | os.PathLike) -> str:
-    """A full hash: ``git rev-parse`` in REPO when given; else a unique prefix in the database, or
-    failing that a name (``HEAD~1``, a branch, a tag) of the git checkout in the current directory,
-    as ``xrt explain`` reads its ``--repo .``."""
+def resolve(repo: str | os.PathLike | None, rev: str, con: Connection | None) -> str:
+    """A full hash: ``git rev-parse`` in REPO when given; else a unique prefix in the database open
+    on ``con``, or failing that a name (``HEAD~1``, a branch, a tag) of the git checkout in the
+    current directory, as ``xrt explain`` reads its ``--repo .``."""
     if repo is not None:
         full = _rev_parse(repo, rev)
         if full is None:
             raise ValueError(f"{rev!r} is not a commit of {repo}")
         return full
     try:
-        return regressions.resolve_in_db(db, rev)
+        return regressions.resolve_in_db(con, rev)
     except ValueError as e:
         full = _rev_parse(".", rev)
         if full is None:
@@ -120,13 +120,15 @@ def _rev_parse(repo: str | os.PathLike, rev: str) -> str | None:
 
 
 
-def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.05, alpha: float = 0.002,
+def judge(con: Connection, base: str, head: str, *, threshold: float = 0.05, alpha: float = 0.002,
           min_samples: int = 5, machine: str | None = None, history: bool = True,
-          noise_db: str | os.PathLike | None = None) -> Verdict:
-    """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all).
+          noise: Connection | None = None) -> Verdict:
+    """Judge every series of ``base`` and ``head`` (full hashes) on ``machine`` (default: all), on the
+    database open on ``con``.
 
-    ``noise_db``: where each series' run-to-run noise is learnt from (its history up to ``base``),
-    when not ``db`` itself (a paired measurement's database holds only its own runs)."""
+    ``noise``: a connection to the database each series' run-to-run noise is learnt from (its
+    history up to ``base``), when not ``con``'s (a paired measurement's database holds only its own
+    runs)."""
     cfg = Settings(threshold, alpha, min_samples)
     v = Verdict(base=base, head=head, counts={o.name: 0 for o in OUTCOMES})
     if base == head:
@@ -134,7 +136,7 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
                           "(identical results on both sides are not evidence of anything)")
         v.code = CANNOT_JUDGE
         return v
-    b_rows, h_rows, hist = _load(v, db, machine, noise_db)
+    b_rows, h_rows, hist = _load(v, con, machine, noise)
     changed = _scope(v, b_rows, h_rows, machine)
     eff = np.log1p(cfg.threshold)
     v.drift = machine_drift(b_rows, h_rows, eff)
@@ -148,29 +150,23 @@ def judge(db: str | os.PathLike, base: str, head: str, *, threshold: float = 0.0
         judge_series(p, ctx)
     _sum_up(v, bool(b_rows and h_rows))
     if history and b_rows and h_rows:
-        v.history = _history(db, base, head, machine)
+        v.history = _history(con, base, head, machine)
     v.code = REGRESSION if v.regressions else (CANNOT_JUDGE if v.problems else PASS)
     return v
 
 
-def _load(v: Verdict, db: str | os.PathLike, machine: str | None,
-          noise_db: str | os.PathLike | None) -> tuple[dict[tuple, Side], dict[tuple, Side], dict[str, dict]]:
+def _load(v: Verdict, con: Connection, machine: str | None,
+          noise: Connection | None) -> tuple[dict[tuple, Side], dict[tuple, Side], dict[str, dict]]:
     """Both sides of every series (carried series included), the ingest errors and the recorded
-    environments into ``v``, and the noise models' history (from ``noise_db`` where given)."""
+    environments into ``v``, and the noise models' history (from ``noise`` where given)."""
     base, head = v.base, v.head
-    hist: dict[str, dict] = {}
-    with store.read(db) as con:
-        b_rows, h_rows = rows(con, base, machine), rows(con, head, machine)
-        v.problems += _carry(con, b_rows, base, machine, "base") + _carry(con, h_rows, head, machine, "head")
-        for c in (base, head):
-            v.problems += _errors(con, c)
-        v.envs = envmod.environments(con, machine, commits=[base, head])
-        several_envs = any(len(per_env(b_rows.get(k), h_rows.get(k))) > 1 for k in set(b_rows) | set(h_rows))
-        if noise_db is None:
-            hist = histories(con, base, machine, several_envs)
-    if noise_db is not None and Path(noise_db).is_file():
-        with store.read(noise_db) as con:
-            hist = histories(con, base, machine, several_envs)
+    b_rows, h_rows = rows(con, base, machine), rows(con, head, machine)
+    v.problems += _carry(con, b_rows, base, machine, "base") + _carry(con, h_rows, head, machine, "head")
+    for c in (base, head):
+        v.problems += _errors(con, c)
+    v.envs = envmod.environments(con, machine, commits=[base, head])
+    several_envs = any(len(per_env(b_rows.get(k), h_rows.get(k))) > 1 for k in set(b_rows) | set(h_rows))
+    hist = histories(noise if noise is not None else con, base, machine, several_envs)
     return b_rows, h_rows, hist
 
 
@@ -235,13 +231,13 @@ def _sum_up(v: Verdict, both_sides: bool) -> None:
         v.problems.append("no series was compared (nothing ran at both base and head)")
 
 
-def _history(db: str | os.PathLike, base: str, head: str, machine: str | None) -> list[Any]:
+def _history(con: Connection, base: str, head: str, machine: str | None) -> list[Any]:
     """The detector's regressions whose first slow commit lies in (base, head]: context for the summary."""
-    order = regressions.commit_order(db)
+    order = regressions.commit_order(con)
     lo, hi = order.get(base), order.get(head)
     if lo is None or hi is None:
         return []
-    return [r for r in regressions.detect_db(db, machine=machine)
+    return [r for r in regressions.detect_db(con, machine=machine)
             if r.kind == "regression" and lo < order.get(r.commit, -1) <= hi]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from xrt.bench.suite import series_of
 from xrt.db import result_names
 from xrt.track import noise as noisemod
-from xrt.track.load import LOOKBACK, USABLE, columns, order_expr, recent_commits_sql
+from xrt.track.load import LOOKBACK, USABLE, order_expr, recent_commits_sql
 
 
 @dataclass
@@ -113,18 +113,12 @@ def rows(con: Any, commit: str, machine: str | None) -> dict[tuple, Side]:
 
 def rows_of(con: Any, wanted: list[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict[tuple, Side]]:
     """:func:`rows` of several (commit, machine or None) pairs, read in one scan of ``results``."""
-    rc, runc = columns(con, "results"), columns(con, "runs")
-    cyc = "r.cycles" if "cycles" in rc else "NULL::DOUBLE[]"
-    sm = [x for x, ok in (("r.sm_mhz", "sm_mhz" in rc), ("ru.sm_clock_mhz", "sm_clock_mhz" in runc)) if ok]
-    sm_sql = f"coalesce({', '.join(sm)})" if sm else "NULL::DOUBLE"
-    ver = "r.version" if "version" in rc else "NULL::VARCHAR"
-    ref = "r.ref_samples" if "ref_samples" in rc else "NULL::DOUBLE[]"
     out: dict[tuple[str, str | None], dict[tuple, Side]] = {w: {} for w in wanted}
     if not wanted:
         return out
     commits = sorted({c for c, _ in wanted})
     sql = (f"SELECT r.commit_hash, r.machine, r.benchmark, r.param_key, r.params, r.status, r.value, r.samples, "
-           f"{cyc}, {sm_sql}, coalesce(r.unit, b.unit), {ver}, {ref}, "
+           "r.cycles, coalesce(r.sm_mhz, ru.sm_clock_mhz), coalesce(r.unit, b.unit), r.version, r.ref_samples, "
            f"coalesce(try_cast(regexp_extract(ru.file, '{result_names.ROUND_RE}', 1) AS INTEGER), 0), r.run_id, "
            f"ru.file, ru.env_name, coalesce(regexp_matches(ru.file, '{result_names.PROCESS_RE}'), false) "
            "FROM results r "
@@ -195,8 +189,6 @@ def history_values(con: Any, base: str, machine: str | None,
     if row is None or row[0] is None:
         return {}
     recent = recent_commits_sql(con, machine=bool(machine), upto=True, lookback=max(LOOKBACK, window))
-    if "ref_samples" not in columns(con, "results") and paired:
-        return {}
     val, smp = (f"list_median({_PAIRED})", _PAIRED) if paired else ("r.value", "r.samples")
     only = " AND len(r.ref_samples) = len(r.samples)" if paired else ""
     sql = (f"SELECT machine, benchmark, param_key, ord, v, lo, hi{env.replace('r.', '')} FROM ("
@@ -223,8 +215,6 @@ def _valid(x: Any) -> bool:
 def carried(con: Any, commit: str, machine: str | None) -> list[tuple[str, str, str]]:
     """The units ``commit`` carries forward (``carried`` table), as (machine, unit, the commit it was
     measured at); :func:`xrt.track.gate.judge` takes their series from that commit."""
-    if "from_commit" not in columns(con, "carried"):
-        return []  # an older database: nothing was ever carried
     sql = "SELECT machine, unit, from_commit FROM carried WHERE commit_hash = ?" + (
         " AND machine = ?" if machine else "")
     return con.execute(sql, [commit] + ([machine] if machine else [])).fetchall()
@@ -232,12 +222,8 @@ def carried(con: Any, commit: str, machine: str | None) -> list[tuple[str, str, 
 
 def ingest_errors(con: Any, commit: str) -> list[str]:
     """The ingest errors recorded for ``commit``'s result files, one line each."""
-    if "commit_hash" in columns(con, "ingest_errors"):  # by the commit ingest recorded (schema 10)
-        rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE starts_with(?, commit_hash) "
-                           "OR starts_with(commit_hash, ?)", [commit, commit]).fetchall()
-    else:  # a database not written since: by asv's file name
-        rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE contains(file, ?)",
-                           [f"/{result_names.result_file_prefix(commit)}"]).fetchall()
+    rows = con.execute("SELECT file, kind, reason FROM ingest_errors WHERE starts_with(?, commit_hash) "
+                       "OR starts_with(commit_hash, ?)", [commit, commit]).fetchall()
     return [f"ingest error in {f}: {k}: {r}" for f, k, r in rows]
 
 

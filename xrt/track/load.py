@@ -1,27 +1,19 @@
 """Series out of the results database, in first-parent commit order, as numpy arrays.
 
 One query (DuckDB aggregates several environments of one commit into one point, pooling their
-samples), fetched as Arrow and cut into series without a Python loop over rows. Works on
-databases with or without the clock columns of migration 3 (``results.sm_mhz``,
-``results.cycles``): what is missing is treated as not recorded.
+samples), fetched as Arrow and cut into series without a Python loop over rows. Clock columns
+(``results.sm_mhz``, ``results.cycles``) that a run did not record are NULL: treated as not recorded.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from xrt.db import store
+from xrt.db.store import Connection
 from xrt.track.detect import Series
-
-
-def columns(con: Any, table: str) -> set[str]:
-    rows = con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
-                       "AND database_name = current_database()", [table]).fetchall()
-    return {r[0] for r in rows}
 
 
 def order_expr(con: Any) -> tuple[str, str]:
@@ -91,7 +83,7 @@ def check_regex(pattern: str, what: str = "--benchmark") -> None:
         raise ValueError(f"{what} {pattern!r}: not a regular expression ({why})") from None
 
 
-def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None,
+def iter_series(con: Connection, machine: str | None = None, benchmark: str | None = None,
                 param_key: str | None = None, batch_values: int | None = None) -> Iterator[Series]:
     """Every series (optionally of one machine / benchmark regex / parameter combination), a batch
     at a time: the (machine, benchmark) pairs are packed into batches
@@ -101,43 +93,38 @@ def iter_series(db: str | os.PathLike, machine: str | None = None, benchmark: st
     batch_values = batch_values or BATCH_VALUES
     if benchmark:
         check_regex(benchmark)
-    with store.read(db) as con:
-        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")  # its cache of the file's pages included
-        rcols, runcols = columns(con, "results"), columns(con, "runs")
-        order, where_order = order_expr(con)
-        cyc = "flatten(list(r.cycles) FILTER (r.cycles IS NOT NULL))" if "cycles" in rcols else "NULL::DOUBLE[]"
-        sm_parts = [p for p, ok in (("r.sm_mhz", "sm_mhz" in rcols), ("ru.sm_clock_mhz", "sm_clock_mhz" in runcols))
-                    if ok]
-        sm = f"median(coalesce({', '.join(sm_parts)}))" if sm_parts else "NULL::DOUBLE"
-        where = [USABLE]
-        args: list[Any] = []
-        if machine:
-            where.append("r.machine = ?")
-            args.append(machine)
-        if benchmark:
-            where.append("regexp_matches(r.benchmark, ?)")
-            args.append(benchmark)
-        if param_key is not None:
-            where.append("r.param_key = ?")
-            args.append(param_key)
-        pairs = con.execute(f"SELECT r.machine, r.benchmark, count(*) FROM results r WHERE {' AND '.join(where)} "
-                            "GROUP BY ALL ORDER BY 1, 2", args).fetchall()
-        sql = f"""
-            SELECT r.machine, r.benchmark, r.param_key, any_value(r.params) AS params, r.commit_hash,
-                   {order} AS ord, median(r.value) AS value,
-                   flatten(list(r.samples) FILTER (r.samples IS NOT NULL)) AS samples,
-                   {cyc} AS cycles, {sm} AS sm, coalesce(any_value(r.unit), any_value(b.unit)) AS unit
-            FROM results r JOIN commits c ON c.hash = r.commit_hash
-                 LEFT JOIN runs ru ON ru.run_id = r.run_id LEFT JOIN benchmarks b ON b.name = r.benchmark
-            WHERE {' AND '.join(where + [where_order])}
-              AND (r.machine, r.benchmark) IN (SELECT * FROM (VALUES {{pairs}}) v(m, b))
-            GROUP BY r.machine, r.benchmark, r.param_key, r.commit_hash, {order}
-            ORDER BY r.machine, r.benchmark, r.param_key, ord, r.commit_hash"""
-        for batch in _pack(pairs, batch_values):
-            values_sql = ", ".join("(?, ?)" for _ in batch)
-            flat_args = args + [x for pair in batch for x in pair]
-            tbl = con.sql(sql.replace("{pairs}", values_sql), params=flat_args).to_arrow_table()
-            yield from _cut(tbl)
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")  # its cache of the file's pages included
+    order, where_order = order_expr(con)
+    where = [USABLE]
+    args: list[Any] = []
+    if machine:
+        where.append("r.machine = ?")
+        args.append(machine)
+    if benchmark:
+        where.append("regexp_matches(r.benchmark, ?)")
+        args.append(benchmark)
+    if param_key is not None:
+        where.append("r.param_key = ?")
+        args.append(param_key)
+    pairs = con.execute(f"SELECT r.machine, r.benchmark, count(*) FROM results r WHERE {' AND '.join(where)} "
+                        "GROUP BY ALL ORDER BY 1, 2", args).fetchall()
+    sql = f"""
+        SELECT r.machine, r.benchmark, r.param_key, any_value(r.params) AS params, r.commit_hash,
+               {order} AS ord, median(r.value) AS value,
+               flatten(list(r.samples) FILTER (r.samples IS NOT NULL)) AS samples,
+               flatten(list(r.cycles) FILTER (r.cycles IS NOT NULL)) AS cycles,
+               median(coalesce(r.sm_mhz, ru.sm_clock_mhz)) AS sm, coalesce(any_value(r.unit), any_value(b.unit)) AS unit
+        FROM results r JOIN commits c ON c.hash = r.commit_hash
+             LEFT JOIN runs ru ON ru.run_id = r.run_id LEFT JOIN benchmarks b ON b.name = r.benchmark
+        WHERE {' AND '.join(where + [where_order])}
+          AND (r.machine, r.benchmark) IN (SELECT * FROM (VALUES {{pairs}}) v(m, b))
+        GROUP BY r.machine, r.benchmark, r.param_key, r.commit_hash, {order}
+        ORDER BY r.machine, r.benchmark, r.param_key, ord, r.commit_hash"""
+    for batch in _pack(pairs, batch_values):
+        values_sql = ", ".join("(?, ?)" for _ in batch)
+        flat_args = args + [x for pair in batch for x in pair]
+        tbl = con.sql(sql.replace("{pairs}", values_sql), params=flat_args).to_arrow_table()
+        yield from _cut(tbl)
 
 
 def _pack(pairs: list[tuple[str, str, int]], limit: int) -> Iterator[list[tuple[str, str]]]:

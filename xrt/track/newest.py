@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from xrt.db import store
+from xrt.db.store import Connection
 from xrt.track import diag, gate, labels, regressions
 from xrt.track import env as envmod
 from xrt.track import noise as noisemod
@@ -88,55 +88,54 @@ def _heads(con: Any, machine: str | None) -> list[tuple]:
     return con.execute(sql, [machine, machine] if machine else []).fetchall()
 
 
-def judge(db: str | os.PathLike, machine: str | None = None, *, threshold: float = 0.05, alpha: float = 0.002,
+def judge(con: Connection, machine: str | None = None, *, threshold: float = 0.05, alpha: float = 0.002,
           min_samples: int = 5) -> list[Judgement]:
     """Every series' newest commit against the one before it (on its machine), by the gate's rules."""
     cfg = gate.Settings(threshold, alpha, min_samples)
     eff = float(np.log1p(cfg.threshold))
     out: list[Judgement] = []
-    with store.read(db) as con:
-        hist_memo: dict[tuple, dict] = {}
-        env_memo: dict[tuple[str, str, str], list[str] | None] = {}
-        heads = _heads(con, machine)
-        # every (commit, machine) judged, read at once
-        rows = gate.rows_of(con, sorted({(h, m) for m, _, _, h, _, _ in heads} |
-                                         {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
-        for m, bn, pk, head, base, n_hist in heads:
-            h = rows[head, m].get((m, bn, pk))
-            params, unit = (h.params or [], h.unit) if h is not None else ([], None)
-            j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
-            out.append(j)
-            if base is None:
-                j.reason = ("first commit of this series on this machine: nothing before it to compare with"
-                            if h is not None and "ok" in h.status else
-                            "no earlier commit with a value on this machine")
-                if h is None or "ok" not in h.status:
-                    j.verdict = FAILED
-                continue
-            b = rows[base, m].get((m, bn, pk))
-            if (base, m) not in hist_memo:
-                hist_memo[base, m] = gate.history_values(con, base, m)
-            if (m, base, head) not in env_memo:
-                envs = envmod.environments(con, m, commits=[base, head])
-                env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
-            units = gate.per_env(b, h)
-            if len(units) == 1:
-                _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []),
-                           bool(env_memo[m, base, head]), int(n_hist))
-                continue
-            # asv environments are judged apart (their samples never pooled); the worst one is stored
-            if (base, m, "env") not in hist_memo:
-                hist_memo[base, m, "env"] = gate.history_values(con, base, m, by_env=True)
-            subs = []
-            for env, be, he in units:
-                sj = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
-                _judge_one(sj, cfg, eff, be, he, hist_memo[base, m, "env"].get((m, bn, pk, env), []),
-                           bool(env_memo[m, base, head]), int(n_hist))
-                subs.append((env, sj))
-            env, worst = min(subs, key=lambda es: (_SEVERITY.index(es[1].verdict), -(es[1].ratio or 0)))
-            for k in ("verdict", "ratio", "z", "p_value", "before", "after", "n_before", "n_after", "cycles_ratio"):
-                setattr(j, k, getattr(worst, k))
-            j.reason = f"environment {env} (the worst of {len(subs)} judged apart): {worst.reason}"
+    hist_memo: dict[tuple, dict] = {}
+    env_memo: dict[tuple[str, str, str], list[str] | None] = {}
+    heads = _heads(con, machine)
+    # every (commit, machine) judged, read at once
+    rows = gate.rows_of(con, sorted({(h, m) for m, _, _, h, _, _ in heads} |
+                                     {(b, m) for m, _, _, _, b, _ in heads if b is not None}))
+    for m, bn, pk, head, base, n_hist in heads:
+        h = rows[head, m].get((m, bn, pk))
+        params, unit = (h.params or [], h.unit) if h is not None else ([], None)
+        j = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
+        out.append(j)
+        if base is None:
+            j.reason = ("first commit of this series on this machine: nothing before it to compare with"
+                        if h is not None and "ok" in h.status else
+                        "no earlier commit with a value on this machine")
+            if h is None or "ok" not in h.status:
+                j.verdict = FAILED
+            continue
+        b = rows[base, m].get((m, bn, pk))
+        if (base, m) not in hist_memo:
+            hist_memo[base, m] = gate.history_values(con, base, m)
+        if (m, base, head) not in env_memo:
+            envs = envmod.environments(con, m, commits=[base, head])
+            env_memo[m, base, head] = envmod.changes(envs.get((m, base)), envs.get((m, head)))
+        units = gate.per_env(b, h)
+        if len(units) == 1:
+            _judge_one(j, cfg, eff, b, h, hist_memo[base, m].get((m, bn, pk), []),
+                       bool(env_memo[m, base, head]), int(n_hist))
+            continue
+        # asv environments are judged apart (their samples never pooled); the worst one is stored
+        if (base, m, "env") not in hist_memo:
+            hist_memo[base, m, "env"] = gate.history_values(con, base, m, by_env=True)
+        subs = []
+        for env, be, he in units:
+            sj = Judgement(m, bn, pk, list(params), unit, head, base, NOT_JUDGED, "")
+            _judge_one(sj, cfg, eff, be, he, hist_memo[base, m, "env"].get((m, bn, pk, env), []),
+                       bool(env_memo[m, base, head]), int(n_hist))
+            subs.append((env, sj))
+        env, worst = min(subs, key=lambda es: (_SEVERITY.index(es[1].verdict), -(es[1].ratio or 0)))
+        for k in ("verdict", "ratio", "z", "p_value", "before", "after", "n_before", "n_after", "cycles_ratio"):
+            setattr(j, k, getattr(worst, k))
+        j.reason = f"environment {env} (the worst of {len(subs)} judged apart): {worst.reason}"
     return out
 
 
@@ -214,78 +213,72 @@ def records(js: list[Judgement]) -> list[Any]:
             for j in js if j.verdict == REGRESSION]
 
 
-def store_judgements(db: str | os.PathLike, js: list[Judgement], scope_machine: str | None = None,
+def store_judgements(con: Connection, js: list[Judgement], scope_machine: str | None = None,
                      diag_for: Callable[[list[Any]], list[Any]] | None = None) -> dict[str, int]:
     """Write the judgements (replacing the scope's previous ones) and the suspected regressions.
     A suspected regression already stored keeps its status, note and checklist (and a confirmed one
-    stays confirmed); one no longer suspected at the same commit, still ``new``, is withdrawn."""
+    stays confirmed); one no longer suspected at the same commit, still ``new``, is withdrawn.
+    ``con``: a write connection (:func:`xrt.db.store.write`)."""
     recs = records(js)
-    known = regressions.stored(db)
+    known = regressions.stored(con)
     fresh = [r for r in recs if r.id not in known]
     if diag_for is None:
         def diag_for(rs):
-            return [diag.as_json(c) for c in diag.checklists(db, rs)]
+            return [diag.as_json(c) for c in diag.checklists(con, rs)]
     diags = dict(zip((r.id for r in fresh), diag_for(fresh))) if fresh else {}
     jrows = [[j.machine, j.benchmark, j.param_key, j.commit, j.previous_commit, j.verdict, j.reason, _f(j.ratio),
               _f(j.z), _f(j.p_value)] for j in js]
-
-    def fn(con: Any) -> dict[str, int]:
-        scope = "TRUE" if scope_machine is None else "machine = ?"
-        sargs = [] if scope_machine is None else [scope_machine]
-        con.execute(f"DELETE FROM newest_judgements WHERE {scope}", sargs)
-        store.insert_rows(con, "newest_judgements", jrows, extra=("now()::TIMESTAMP",))
-        # withdrawn: suspected at a series' newest commit, not suspected any more there
-        flagged = {r.id for r in recs}
-        gone = [regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, labels.REGRESSION)
-                for j in js if j.verdict != REGRESSION]
-        withdrawn = len(con.execute("DELETE FROM regressions WHERE id IN (SELECT unnest(?::VARCHAR[])) AND suspected "
-                                    "AND status = 'new' RETURNING id", [gone]).fetchall()) if gone else 0
-        added = 0
-        for r in recs:
-            row = [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
-                   r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
-                   r.fixed_by, r.status, r.note]
-            if r.id in known:  # update the figures of a still-suspected row; leave confirmed / acked rows be
-                con.execute("UPDATE regressions SET before = ?, after = ?, ratio = ?, p_value = ?, z = ?, "
-                            "n_before = ?, n_after = ?, updated_at = now()::TIMESTAMP WHERE id = ? AND suspected",
-                            [r.before, r.after, r.ratio, r.p_value, r.z, r.n_before, r.n_after, r.id])
-                continue
-            d = diags.get(r.id)
-            con.execute("INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, \"commit\", "
-                        "previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, "
-                        "fixed_by, status, note, detected_at, updated_at, still_detected, diag, suspected) VALUES ("
-                        + ", ".join("?" * len(row)) + ", now()::TIMESTAMP, now()::TIMESTAMP, true, ?, true)",
-                        row + [json.dumps(d) if d is not None else None])
-            added += 1
-        return {"series": len(js), "suspected": len(flagged), "added": added, "withdrawn": withdrawn,
-                "not_judged": sum(j.verdict == NOT_JUDGED for j in js)}
-
-    return store.write(db, fn)
+    scope = "TRUE" if scope_machine is None else "machine = ?"
+    sargs = [] if scope_machine is None else [scope_machine]
+    con.execute(f"DELETE FROM newest_judgements WHERE {scope}", sargs)
+    store.insert_rows(con, "newest_judgements", jrows, extra=("now()::TIMESTAMP",))
+    # withdrawn: suspected at a series' newest commit, not suspected any more there
+    flagged = {r.id for r in recs}
+    gone = [regressions.record_id(j.machine, j.benchmark, j.param_key, j.commit, labels.REGRESSION)
+            for j in js if j.verdict != REGRESSION]
+    withdrawn = len(con.execute("DELETE FROM regressions WHERE id IN (SELECT unnest(?::VARCHAR[])) AND suspected "
+                                "AND status = 'new' RETURNING id", [gone]).fetchall()) if gone else 0
+    added = 0
+    for r in recs:
+        row = [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
+               r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
+               r.fixed_by, r.status, r.note]
+        if r.id in known:  # update the figures of a still-suspected row; leave confirmed / acked rows be
+            con.execute("UPDATE regressions SET before = ?, after = ?, ratio = ?, p_value = ?, z = ?, "
+                        "n_before = ?, n_after = ?, updated_at = now()::TIMESTAMP WHERE id = ? AND suspected",
+                        [r.before, r.after, r.ratio, r.p_value, r.z, r.n_before, r.n_after, r.id])
+            continue
+        d = diags.get(r.id)
+        con.execute("INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, \"commit\", "
+                    "previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, "
+                    "fixed_by, status, note, detected_at, updated_at, still_detected, diag, suspected) VALUES ("
+                    + ", ".join("?" * len(row)) + ", now()::TIMESTAMP, now()::TIMESTAMP, true, ?, true)",
+                    row + [json.dumps(d) if d is not None else None])
+        added += 1
+    return {"series": len(js), "suspected": len(flagged), "added": added, "withdrawn": withdrawn,
+            "not_judged": sum(j.verdict == NOT_JUDGED for j in js)}
 
 
 def _f(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def pending(db: str | os.PathLike) -> bool:
+def pending(con: Connection) -> bool:
     """Whether ``newest_judgements`` lacks the newest commit of some series (or holds a series that
     is gone): an ingest was stopped after its results were committed and before they were judged,
     or ran with ``--no-judge``. The next ingest then judges even if it has nothing new to write."""
-    with store.read(db) as con:
-        if "newest_judgements" not in {t for (t,) in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}:
-            return True  # an older file: the judging write migrates it
-        heads = {(m, b, pk, h) for m, b, pk, h, _, _ in _heads(con, None)}
-        have = set(con.execute('SELECT machine, benchmark, param_key, "commit" FROM newest_judgements').fetchall())
+    heads = {(m, b, pk, h) for m, b, pk, h, _, _ in _heads(con, None)}
+    have = set(con.execute('SELECT machine, benchmark, param_key, "commit" FROM newest_judgements').fetchall())
     return heads != have
 
 
-def after_ingest(db: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, int] | None:
-    """``xrt db ingest``'s last step: judge and store every series' newest commit; one line said."""
-    js = judge(db)
+def after_ingest(con: Connection, echo: Callable[[str], None] = print) -> dict[str, int] | None:
+    """``xrt db ingest``'s last step, on its write connection: judge and store every series' newest
+    commit; one line said."""
+    js = judge(con)
     if not js:
         return None
-    s = store_judgements(db, js)
+    s = store_judgements(con, js)
     sus = [j for j in js if j.verdict == REGRESSION]
     head = ", ".join(f"{j.benchmark} [{j.param_key or '-'}] {j.ratio:.3f}x on {j.machine}" for j in
                      sorted(sus, key=lambda j: -(j.ratio or 0))[:3])

@@ -1,7 +1,7 @@
 """``xrt regressions``: every step of every series, as records; and their lifecycle.
 
 The ``regressions`` table is defined by xrt.db's schema (migration 4, ``xrt.db.schema``): every
-:func:`xrt.db.store.write` has it; a reader of an older file may not (:func:`stored`). A row is one
+connection :mod:`xrt.db.store` opens is at the latest version, so it is always there. A row is one
 step: a regression, an improvement or a clock change. Status: ``new`` → ``acknowledged`` /
 ``ignored`` (by hand, ``xrt regressions ack ID``) and ``fixed`` (set by every detection run when
 the series came back to its old level; ``fixed_by`` names the commit).
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xrt.db import alerts as dbalerts
-from xrt.db import store
+from xrt.db.store import Connection
 from xrt.track import env as envmod
 from xrt.track import markdown
 from xrt.track.detect import DetectConfig, Step, detect
@@ -117,14 +116,12 @@ def gate_records(base: str, head: str, items: list[dict]) -> list[Record]:
     return out
 
 
-def alerts(db: str | os.PathLike, records: list[Record]) -> list[Alert]:
+def alerts(con: Connection, records: list[Record]) -> list[Alert]:
     """:func:`group` with the environments read from the database."""
     if not records:
         return []
     commits = {r.commit for r in records} | {r.previous_commit for r in records}
-    with store.read(db) as con:
-        envs = envmod.environments(con, commits=commits)
-    return group(records, envs)
+    return group(records, envmod.environments(con, commits=commits))
 
 
 def record_id(machine: str, benchmark: str, param_key: str, commit: str, kind: str) -> str:
@@ -139,60 +136,48 @@ def _record(s: Any, st: Step) -> Record:
                   st.n_before, st.n_after, st.cycles_ratio, fixed)
 
 
-def detect_db(db: str | os.PathLike, cfg: DetectConfig | None = None, machine: str | None = None,
+def detect_db(con: Connection, cfg: DetectConfig | None = None, machine: str | None = None,
               benchmark: str | None = None) -> list[Record]:
     """Run the detector over every series of the database (or one machine / benchmark regex), a
     batch of series at a time (:func:`~xrt.track.load.iter_series`: memory holds one batch)."""
     out: list[Record] = []
-    for s in iter_series(db, machine=machine, benchmark=benchmark):
+    for s in iter_series(con, machine=machine, benchmark=benchmark):
         out += [_record(s, st) for st in detect(s, cfg)]
     return out
 
 
-def commit_order(db: str | os.PathLike) -> dict[str, int]:
-    with store.read(db) as con:
-        order, where = order_expr(con)
-        return {h: o for h, o in con.execute(f"SELECT c.hash, {order} FROM commits c WHERE {where}").fetchall()}
+def commit_order(con: Connection) -> dict[str, int]:
+    order, where = order_expr(con)
+    return {h: o for h, o in con.execute(f"SELECT c.hash, {order} FROM commits c WHERE {where}").fetchall()}
 
 
-def resolve_in_db(db: str | os.PathLike, rev: str) -> str:
+def resolve_in_db(con: Connection, rev: str) -> str:
     """A full hash from the database's commits (a unique prefix is enough), or of a commit whose every
     unit ``xrt bench run --changed-only`` carried forward (it has no results of its own)."""
-    with store.read(db) as con:
-        sql = "SELECT hash FROM commits WHERE starts_with(hash, ?)"
-        if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'carried' "
-                       "AND database_name = current_database()").fetchone()[0]:
-            sql += " UNION SELECT DISTINCT commit_hash FROM carried WHERE starts_with(commit_hash, ?)"
-        rows = con.execute(sql, [rev.lower()] * sql.count("?")).fetchall()
+    rows = con.execute("SELECT hash FROM commits WHERE starts_with(hash, ?) UNION "
+                       "SELECT DISTINCT commit_hash FROM carried WHERE starts_with(commit_hash, ?)",
+                       [rev.lower()] * 2).fetchall()
     if len(rows) != 1:
         raise ValueError(f"{rev!r} matches {len(rows)} commits in the database" +
                          ("" if rows else " (pass --repo to resolve a branch or tag)"))
     return rows[0][0]
 
 
-def _has_table(con: Any) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'regressions' "
-                            "AND database_name = current_database()").fetchone()[0])
+def stored(con: Connection) -> dict[str, dict]:
+    """The regressions table, by id."""
+    cur = con.execute("SELECT * FROM regressions")
+    names = [d[0] for d in cur.description]
+    return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
 
 
-def stored(db: str | os.PathLike) -> dict[str, dict]:
-    """The regressions table, by id ({} when it does not exist yet)."""
-    with store.read(db) as con:
-        if not _has_table(con):
-            return {}
-        cur = con.execute("SELECT * FROM regressions")
-        names = [d[0] for d in cur.description]
-        return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
-
-
-def suspected(db: str | os.PathLike, machine: str | None = None, benchmark: str | None = None) -> list[Record]:
+def suspected(con: Connection, machine: str | None = None, benchmark: str | None = None) -> list[Record]:
     """The stored suspected regressions (``suspected = true``: a series' newest commit, flagged at
     ingest), as records: the rows the front page lists as "new (suspected)". ``benchmark`` is a regex."""
     import re
 
     fields = Record.__dataclass_fields__
     out = []
-    for row in stored(db).values():
+    for row in stored(con).values():
         if not row.get("suspected") or (machine and row["machine"] != machine) or (
                 benchmark and not re.search(benchmark, row["benchmark"])):
             continue
@@ -205,12 +190,12 @@ def suspected(db: str | os.PathLike, machine: str | None = None, benchmark: str 
     return out
 
 
-def with_suspected(records: list[Record], db: str | os.PathLike, machine: str | None = None,
+def with_suspected(records: list[Record], con: Connection, machine: str | None = None,
                    benchmark: str | None = None) -> list[Record]:
     """``records`` (the detector's) and the stored suspected rows it did not find itself (yet), so that
     ``xrt regressions`` lists what the front page lists."""
     seen = {r.id for r in records}
-    return records + [r for r in suspected(db, machine, benchmark) if r.id not in seen]
+    return records + [r for r in suspected(con, machine, benchmark) if r.id not in seen]
 
 
 def apply_lifecycle(records: list[Record], previous: dict[str, dict]) -> None:
@@ -224,10 +209,11 @@ def apply_lifecycle(records: list[Record], previous: dict[str, dict]) -> None:
             r.status = old["status"]
 
 
-def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None = None,
+def save(con: Connection, records: list[Record], scope_machine: str | None = None,
          diag_for: Any = None) -> None:
-    """Upsert the detected records. Rows of the scope no longer detected: dropped if still ``new``,
-    kept (``still_detected = false``) if someone acknowledged or ignored them."""
+    """Upsert the detected records (``con``: a write connection, :func:`xrt.db.store.write`). Rows of
+    the scope no longer detected: dropped if still ``new``, kept (``still_detected = false``) if
+    someone acknowledged or ignored them."""
     rows = []
     # the checklist is computed once, when a step is first seen as new (not for improvements)
     need = [r for r in records if r.status == "new" and r.kind != "improvement"] if diag_for else []
@@ -238,80 +224,67 @@ def save(db: str | os.PathLike, records: list[Record], scope_machine: str | None
                      r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
                      r.fixed_by, r.status, r.note, json.dumps(d) if d is not None else None])
 
-    def fn(con: Any) -> None:  # store.write migrated the file: the regressions table exists
-        con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected, "
-                    "suspected, culprit, bisection) FROM regressions LIMIT 0")
-        if rows:
-            con.executemany("INSERT INTO new_rows VALUES (" + ", ".join("?" * 21) + ")", rows)
-        scope = "TRUE" if scope_machine is None else "machine = ?"
-        sargs = [] if scope_machine is None else [scope_machine]
-        # suspected rows (the newest commit, judged at ingest: xrt.track.newest) are left to settle()
-        keep = "AND NOT coalesce(suspected, false)"
-        # a row `xrt culprit` stored a culprit on is kept like an acknowledged one: the evidence outlives a run
-        con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND culprit IS NULL "
-                    "AND id NOT IN (SELECT id FROM new_rows)", sargs)
-        con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} {keep} AND id NOT IN "
-                    "(SELECT id FROM new_rows)", sargs)
-        con.execute("""INSERT INTO regressions
-            SELECT n.* EXCLUDE (diag), now()::TIMESTAMP, now()::TIMESTAMP, true,
-                   coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id)), false, NULL, NULL
-            FROM new_rows n
-            ON CONFLICT (id) DO UPDATE SET before = EXCLUDED.before, after = EXCLUDED.after,
-                ratio = EXCLUDED.ratio, p_value = EXCLUDED.p_value, z = EXCLUDED.z,
-                cycles_ratio = EXCLUDED.cycles_ratio, n_before = EXCLUDED.n_before, n_after = EXCLUDED.n_after,
-                fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
-                updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag, suspected = false""")
-        con.execute("DROP TABLE new_rows")
-        settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
-        con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
-
-    store.write(db, fn)
+    con.execute("CREATE TEMP TABLE new_rows AS SELECT * EXCLUDE (detected_at, updated_at, still_detected, "
+                "suspected, culprit, bisection) FROM regressions LIMIT 0")
+    if rows:
+        con.executemany("INSERT INTO new_rows VALUES (" + ", ".join("?" * 21) + ")", rows)
+    scope = "TRUE" if scope_machine is None else "machine = ?"
+    sargs = [] if scope_machine is None else [scope_machine]
+    # suspected rows (the newest commit, judged at ingest: xrt.track.newest) are left to settle()
+    keep = "AND NOT coalesce(suspected, false)"
+    # a row `xrt culprit` stored a culprit on is kept like an acknowledged one: the evidence outlives a run
+    con.execute(f"DELETE FROM regressions WHERE {scope} AND status = 'new' {keep} AND culprit IS NULL "
+                "AND id NOT IN (SELECT id FROM new_rows)", sargs)
+    con.execute(f"UPDATE regressions SET still_detected = false WHERE {scope} {keep} AND id NOT IN "
+                "(SELECT id FROM new_rows)", sargs)
+    con.execute("""INSERT INTO regressions
+        SELECT n.* EXCLUDE (diag), now()::TIMESTAMP, now()::TIMESTAMP, true,
+               coalesce(n.diag, (SELECT o.diag FROM regressions o WHERE o.id = n.id)), false, NULL, NULL
+        FROM new_rows n
+        ON CONFLICT (id) DO UPDATE SET before = EXCLUDED.before, after = EXCLUDED.after,
+            ratio = EXCLUDED.ratio, p_value = EXCLUDED.p_value, z = EXCLUDED.z,
+            cycles_ratio = EXCLUDED.cycles_ratio, n_before = EXCLUDED.n_before, n_after = EXCLUDED.n_after,
+            fixed_by = EXCLUDED.fixed_by, status = EXCLUDED.status, still_detected = true,
+            updated_at = EXCLUDED.updated_at, diag = EXCLUDED.diag, suspected = false""")
+    con.execute("DROP TABLE new_rows")
+    settle(con, scope_machine)  # withdraw suspected rows the detector could see and did not find
+    con.execute("INSERT INTO detection_runs VALUES (now()::TIMESTAMP, ?, ?)", [scope_machine, len(rows)])
 
 
-def save_culprit(db: str | os.PathLike, records: list[Record], culprit: str | None, evidence: dict) -> None:
+def save_culprit(con: Connection, records: list[Record], culprit: str | None, evidence: dict) -> None:
     """``xrt culprit``: store the commit to blame and the bisect's evidence on ``records`` (the gate's
     slower series at head: inserted as new regressions where not stored yet) and on the detector's
     steps of the same series inside the bisected range."""
     text = json.dumps(evidence, default=str)
     at = [c for c in (culprit, evidence.get("bad")) if c]  # the detector's step at the culprit, or at head
-
-    def fn(con: Any) -> None:
-        for r in records:
-            con.execute("""INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, "commit",
-                previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, fixed_by,
-                status, note, detected_at, updated_at, still_detected, suspected, culprit, bisection)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'new', NULL, now()::TIMESTAMP,
-                        now()::TIMESTAMP, true, false, ?, ?)
-                ON CONFLICT (id) DO UPDATE SET culprit = EXCLUDED.culprit, bisection = EXCLUDED.bisection,
-                    updated_at = EXCLUDED.updated_at""",
-                        [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
-                         r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
-                         culprit, text])
-            con.execute("""UPDATE regressions SET culprit = ?, bisection = ?, updated_at = now()::TIMESTAMP
-                WHERE machine = ? AND benchmark = ? AND param_key = ? AND kind = 'regression' AND id <> ?
-                AND "commit" IN (SELECT unnest(?::VARCHAR[]))""",
-                        [culprit, text, r.machine, r.benchmark, r.param_key, r.id, at])
-
-    store.write(db, fn)
+    for r in records:
+        con.execute("""INSERT INTO regressions (id, machine, benchmark, param_key, params, kind, "commit",
+            previous_commit, before, after, ratio, p_value, z, cycles_ratio, unit, n_before, n_after, fixed_by,
+            status, note, detected_at, updated_at, still_detected, suspected, culprit, bisection)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'new', NULL, now()::TIMESTAMP,
+                    now()::TIMESTAMP, true, false, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET culprit = EXCLUDED.culprit, bisection = EXCLUDED.bisection,
+                updated_at = EXCLUDED.updated_at""",
+                    [r.id, r.machine, r.benchmark, r.param_key, r.params, r.kind, r.commit, r.previous_commit,
+                     r.before, r.after, r.ratio, r.p_value, r.z, r.cycles_ratio, r.unit, r.n_before, r.n_after,
+                     culprit, text])
+        con.execute("""UPDATE regressions SET culprit = ?, bisection = ?, updated_at = now()::TIMESTAMP
+            WHERE machine = ? AND benchmark = ? AND param_key = ? AND kind = 'regression' AND id <> ?
+            AND "commit" IN (SELECT unnest(?::VARCHAR[]))""",
+                    [culprit, text, r.machine, r.benchmark, r.param_key, r.id, at])
 
 
-def set_status(db: str | os.PathLike, rid: str, status: str, note: str | None) -> dict:
+def set_status(con: Connection, rid: str, status: str, note: str | None) -> dict:
     """``xrt regressions ack ID``: set a stored regression's status (and note). A unique id prefix works."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r}: expected one of {', '.join(STATUSES)}")
-
-    def fn(con: Any) -> dict:
-        if not _has_table(con):
-            raise ValueError("no stored regressions yet: run `xrt regressions --db DB` first")
-        hits = con.execute("SELECT id FROM regressions WHERE starts_with(id, ?)", [rid]).fetchall()
-        if len(hits) != 1:
-            raise ValueError(f"regression {rid!r}: {len(hits)} stored regressions match")
-        con.execute("UPDATE regressions SET status = ?, note = coalesce(?, note), updated_at = now()::TIMESTAMP "
-                    "WHERE id = ?", [status, note, hits[0][0]])
-        cur = con.execute("SELECT id, status, note FROM regressions WHERE id = ?", [hits[0][0]])
-        return dict(zip([d[0] for d in cur.description], cur.fetchone()))
-
-    return store.write(db, fn)
+    hits = con.execute("SELECT id FROM regressions WHERE starts_with(id, ?)", [rid]).fetchall()
+    if len(hits) != 1:
+        raise ValueError(f"regression {rid!r}: {len(hits)} stored regressions match")
+    con.execute("UPDATE regressions SET status = ?, note = coalesce(?, note), updated_at = now()::TIMESTAMP "
+                "WHERE id = ?", [status, note, hits[0][0]])
+    cur = con.execute("SELECT id, status, note FROM regressions WHERE id = ?", [hits[0][0]])
+    return dict(zip([d[0] for d in cur.description], cur.fetchone()))
 
 
 def _status(r: Record) -> str:

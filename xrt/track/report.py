@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xrt.db import store
+from xrt.db.store import Connection
 from xrt.track import gate
 from xrt.track.detect import higher_is_better
 from xrt.track.units import fmt_ratio, fmt_value
@@ -37,7 +37,7 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _pairs(db: str | os.PathLike, base: str, head: str, machine: str | None) -> list[dict[str, Any]]:
+def _pairs(con: Connection, base: str, head: str, machine: str | None) -> list[dict[str, Any]]:
     """Every series with a row at base or head: median value and status on each side."""
     sql = """
         SELECT r.machine, r.benchmark, r.param_key, r.commit_hash = ? AS at_head,
@@ -48,8 +48,7 @@ def _pairs(db: str | os.PathLike, base: str, head: str, machine: str | None) -> 
         WHERE r.commit_hash IN (?, ?)""" + (" AND r.machine = ?" if machine else "") + """
         GROUP BY ALL ORDER BY ALL"""
     args: list[Any] = [head, base, head] + ([machine] if machine else [])
-    with store.read(db) as con:
-        rows = con.execute(sql, args).fetchall()
+    rows = con.execute(sql, args).fetchall()
     out: dict[tuple, dict[str, Any]] = {}
     for m, bn, pk, at_head, v, status, unit in rows:
         d = out.setdefault((m, bn, pk), {"machine": m, "benchmark": bn, "param_key": pk, "unit": unit})
@@ -123,14 +122,14 @@ def render(v: gate.Verdict, pairs: list[dict[str, Any]], settings: gate.Settings
     return "\n".join(out) + "\n"
 
 
-def write(db: str | os.PathLike, base: str, head: str, out: str | os.PathLike, settings: gate.Settings,
-          machine: str | None = None, history: bool = True, noise_db: str | None = None) -> gate.Verdict:
+def write(con: Connection, base: str, head: str, out: str | os.PathLike, settings: gate.Settings,
+          machine: str | None = None, history: bool = True, noise: Connection | None = None) -> gate.Verdict:
     """Judge head against base as ``xrt gate`` does and write the page to ``out`` (atomically: a
     temporary file beside it, renamed over it; removed again when anything fails)."""
     check_out(out)
-    v = gate.judge(db, base, head, threshold=settings.threshold, alpha=settings.alpha,
-                   min_samples=settings.min_samples, machine=machine, history=history, noise_db=noise_db)
-    page = render(v, _pairs(db, base, head, machine), settings)
+    v = gate.judge(con, base, head, threshold=settings.threshold, alpha=settings.alpha,
+                   min_samples=settings.min_samples, machine=machine, history=history, noise=noise)
+    page = render(v, _pairs(con, base, head, machine), settings)
     target = Path(out)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # open(): the umask's mode, as any file
     try:
