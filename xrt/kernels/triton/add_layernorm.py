@@ -22,7 +22,19 @@ import triton.language as tl
 
 from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
-from xrt.kernels.triton.layernorm import SUM_BLOCK_G, SUM_BLOCK_N, _sum, bwd_programs_per_sm, fwd_plan, partial_programs
+from xrt.kernels.triton.layernorm import (
+    SUM_BLOCK_G,
+    SUM_BLOCK_N,
+    _dx,
+    _dy_xhat,
+    _normalize,
+    _row_group,
+    _store_partials,
+    _sum,
+    bwd_programs_per_sm,
+    fwd_plan,
+    partial_programs,
+)
 from xrt.kernels.triton.softmax import row_warps
 
 MAX_N = 16384  # longest row (elements) kept in registers; the backward holds five rows' worth
@@ -54,13 +66,7 @@ def _add_layernorm_fwd_kernel(
     r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     h = (x + r).to(h_ptr.dtype.element_ty)
     tl.store(h_ptr + offs, h, mask=mask)
-    h = h.to(tl.float32)
-    mean = tl.sum(h, 1) / N
-    d = tl.where(mask, h - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + eps)
-    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    mean, rstd, y = _normalize(h.to(tl.float32), mask, cmask, cols, w_ptr, b_ptr, N, eps)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(mean_ptr + rows, mean, mask=rmask)
     tl.store(rstd_ptr + rows, rstd, mask=rmask)
@@ -86,29 +92,20 @@ def _add_layernorm_bwd_kernel(
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    start = tl.program_id(0) * rows_per_program
-    end = tl.minimum(start + rows_per_program, M)
+    start, end = _row_group(M, rows_per_program)
     dw_acc = tl.zeros([BLOCK], tl.float32)
     db_acc = tl.zeros([BLOCK], tl.float32)
     off = start.to(tl.int64) * N + cols
     for row in range(start, end):
-        h = tl.load(h_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + row)
-        hhat = tl.where(mask, (h - tl.load(mean_ptr + row)) * rstd, 0.0)
-        wdy = w * dy
-        c1 = tl.sum(hhat * wdy, 0) / N
-        c2 = tl.sum(wdy, 0) / N
-        dx = (wdy - (hhat * c1 + c2)) * rstd
+        dy, hhat, rstd = _dy_xhat(h_ptr + off, dy_ptr + off, mask, mean_ptr, rstd_ptr, 0, row)
+        dx = _dx(w, dy, hhat, rstd, N)
         if HAS_DH:
             dx += tl.load(dh_ptr + off, mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw_acc += dy * hhat
         db_acc += dy
         off += N
-    pid = tl.program_id(0).to(tl.int64)
-    tl.store(dw_part_ptr + pid * N + cols, dw_acc, mask=mask)
-    tl.store(db_part_ptr + pid * N + cols, db_acc, mask=mask)
+    _store_partials(dw_part_ptr, db_part_ptr, 0, cols, N, dw_acc, db_acc, mask)
 
 
 _fwd = Launcher(_add_layernorm_fwd_kernel)

@@ -63,6 +63,27 @@ def bwd_programs_per_sm(n: int, programs_per_sm: Any) -> int:
 
 
 @triton.jit
+def _normalize(x, mask, cmask, cols, w_ptr, b_ptr, N, eps):
+    """``(mean, rstd, y)`` of fp32 rows ``x`` [ROWS, BLOCK] (``mask`` the valid elements, ``cmask``
+    the valid columns): ``y = (x - mean) * rstd * weight + bias``."""
+    mean = tl.sum(x, 1) / N
+    d = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + eps)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    return mean, rstd, d * rstd[:, None] * w[None, :] + b[None, :]
+
+
+@triton.jit
+def _dx(w, dy, xhat, rstd, N):
+    """A row's input gradient from ``w * dy``'s two row means (fp32)."""
+    wdy = w * dy
+    c1 = tl.sum(xhat * wdy, 0) / N
+    c2 = tl.sum(wdy, 0) / N
+    return (wdy - (xhat * c1 + c2)) * rstd
+
+
+@triton.jit
 def _layernorm_fwd_kernel(
     x_ptr,  # [M, N] input, row-major, contiguous
     w_ptr,  # [N] weight
@@ -85,12 +106,7 @@ def _layernorm_fwd_kernel(
     mask = rmask[:, None] & cmask[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, 1) / N
-    d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + eps)
-    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    mean, rstd, y = _normalize(x, mask, cmask, cols, w_ptr, b_ptr, N, eps)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
     if STATS:
         tl.store(mean_ptr + rows, mean, mask=rmask)
@@ -152,10 +168,7 @@ def _layernorm_bwd_kernel(
     off = start.to(tl.int64) * N + cols  # advanced row by row, in 64 bits
     for row in range(start, end):
         dy, xhat, rstd = _dy_xhat(x_ptr + off, dy_ptr + off, mask, mean_ptr, rstd_ptr, rstd_off, row)
-        wdy = w * dy
-        c1 = tl.sum(xhat * wdy, 0) / N
-        c2 = tl.sum(wdy, 0) / N
-        dx = (wdy - (xhat * c1 + c2)) * rstd
+        dx = _dx(w, dy, xhat, rstd, N)
         tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw_acc += dy * xhat
         db_acc += dy
