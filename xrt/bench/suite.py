@@ -46,6 +46,7 @@ from typing import Any
 
 from xrt import device_env
 from xrt.bench import specs, suite_env
+from xrt.kernels import defs
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
 MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
@@ -368,6 +369,9 @@ class Case(_Inputs):
             "series": "device",
             "bytes": self.spec.bytes_moved(self.shape, esize),
             "flops": self.spec.flops(self.shape),
+            # a model's step: the tokens or images it processes (its definition's step_items), for throughput
+            "items": defs.get(self.spec.op).items_per_step(self.shape),
+            "item_unit": defs.get(self.spec.op).step_items or None,
             "graph": self.graph,
             "graph_error": self.graph_error,  # why a small shape was not timed in graph mode
             "calls_per_sample": self.per,
