@@ -148,6 +148,7 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     assert rec["benchmark"] == "bench_ops.Square.time_op" and rec["samples_s"] == want
     assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
     assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= len(want)
+    assert rec["items"] is None and rec["item_unit"] is None  # a kernel, not a model's step: no throughput
     assert len(rec["sm_mhz"]) == len(rec["reasons"]) == len(want)
     # A provider that cannot run here is an asv skip (NotImplementedError), not a failure.
     assert "cannot run here" in cache[("device", "square", "4096", "bfloat16", "triton", "default")]["skip"]
