@@ -153,7 +153,9 @@ class Reader:
     def grid(self, last: int = 20) -> pd.DataFrame:
         """Every series (machine x benchmark x parameters): its ok per-commit values among its machine's
         last ``last`` commits (oldest first, for a sparkline), the latest and the first of them, its
-        unit, its open regressions and the ingest's judgement of its newest commit (``newest_judgements``)."""
+        unit, its open regressions and the ingest's judgement of its newest commit (``newest_judgements``);
+        for a model's step, its latest throughput (``latest_per_s`` ``item_unit``/s: the tokens or images
+        a step processes, ``results.items``, over its time)."""
         o = self.order()
         judged = ("LEFT JOIN newest_judgements j ON j.machine = meta.machine AND j.benchmark = meta.benchmark "
                   "AND j.param_key = meta.param_key")
@@ -174,16 +176,18 @@ class Reader:
                 FROM (SELECT DISTINCT machine, commit_hash FROM runs) u JOIN commits c ON c.hash = u.commit_hash
                 WHERE c.{o} IS NOT NULL),
             pc AS (
-                SELECT r.machine, r.benchmark, r.param_key, mc.ord, median(r.value) AS v
+                SELECT r.machine, r.benchmark, r.param_key, mc.ord, median(r.value) AS v,
+                       median(r.items / r.value) AS tp
                 FROM results r JOIN mc ON mc.machine = r.machine AND mc.commit_hash = r.commit_hash AND mc.k <= $n
                 WHERE r.status = 'ok' AND r.value IS NOT NULL GROUP BY ALL),
             s AS (SELECT machine, benchmark, param_key, list(v ORDER BY ord) AS spark, arg_max(v, ord) AS latest,
-                         arg_min(v, ord) AS earlier, count(*) AS commits
+                         arg_min(v, ord) AS earlier, count(*) AS commits, arg_max(tp, ord) AS latest_per_s
                   FROM pc GROUP BY ALL),
-            meta AS (SELECT machine, benchmark, param_key, any_value(params) AS params, any_value(unit) AS unit
+            meta AS (SELECT machine, benchmark, param_key, any_value(params) AS params, any_value(unit) AS unit,
+                            any_value(item_unit) AS item_unit
                      FROM results GROUP BY ALL)
             SELECT meta.machine, meta.benchmark, meta.param_key, meta.params, meta.unit, s.spark, s.latest,
-                   s.earlier, coalesce(s.commits, 0) AS commits, {jcols}, {gcols}
+                   s.earlier, coalesce(s.commits, 0) AS commits, s.latest_per_s, meta.item_unit, {jcols}, {gcols}
             FROM meta LEFT JOIN s USING (machine, benchmark, param_key) {judged} {regs}
             ORDER BY meta.benchmark, meta.param_key, meta.machine""", {"n": int(last)})
 
@@ -197,16 +201,17 @@ class Reader:
             SELECT c.{o} AS ord, r.commit_hash, any_value(c.author_date) AS commit_date,
                    any_value(c.message) AS message, median(r.value) AS value, {smp} AS samples,
                    median(r.gbps) AS gbps, median(r.tflops) AS tflops, median(r.pct_sol) AS pct_sol,
-                   any_value(r.unit) AS unit
+                   median(r.items / r.value) AS per_s, any_value(r.unit) AS unit
             FROM results r JOIN commits c ON c.hash = r.commit_hash
             WHERE r.machine = $m AND r.benchmark = $b AND r.param_key = $p AND r.status = 'ok'
               AND c.{o} IS NOT NULL
             GROUP BY c.{o}, r.commit_hash ORDER BY ord""", {"m": machine, "b": benchmark, "p": param_key})
 
     def catalog(self) -> pd.DataFrame:
-        """Every series: machine, benchmark, param_key, params (one row each)."""
+        """Every series: machine, benchmark, param_key, params, unit, its ok values, and what a step
+        processes (``item_unit``: tokens, images) where it is a model's (one row each)."""
         return self.df("""SELECT machine, benchmark, param_key, any_value(params) AS params, any_value(unit) AS unit,
-                                 count(value) AS n
+                                 count(value) AS n, any_value(item_unit) AS item_unit
                           FROM results GROUP BY ALL ORDER BY benchmark, param_key, machine""")
 
     def param_names(self) -> dict[str, list[str]]:
@@ -219,6 +224,7 @@ class Reader:
             SELECT r.machine, r.param_key, c.{o} AS ord, r.commit_hash, any_value(c.author_date) AS commit_date,
                    any_value(c.message) AS message, median(r.value) AS value, median(r.gbps) AS gbps,
                    median(r.tflops) AS tflops, median(r.pct_sol) AS pct_sol, any_value(r.unit) AS unit,
+                   median(r.items / r.value) AS per_s, any_value(r.item_unit) AS item_unit,
                    median(r.q25) AS q25, median(r.q75) AS q75, median(r.ci_99_a) AS ci_a, median(r.ci_99_b) AS ci_b
             FROM results r JOIN commits c ON c.hash = r.commit_hash
             WHERE list_contains($m, r.machine) AND r.benchmark = $b AND list_contains($p, r.param_key)
@@ -317,6 +323,14 @@ def time_scale(unit: str | None, values: pd.Series) -> tuple[float, str]:
         if med * f < 1000:
             return f, lab
     return 1.0, "s"
+
+
+def fmt_rate(v: Any, item_unit: Any) -> str:
+    """A model's throughput: ``v`` tokens (images, ...) per second, as "1,234,567 tokens/s"; "—"
+    where there is none (a kernel's series, or no ok value)."""
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float) or v != v or not isinstance(item_unit, str):
+        return "—"
+    return f"{v:,.0f} {item_unit}/s" if abs(v) >= 100 else f"{v:.3g} {item_unit}/s"
 
 
 def short(h: Any, n: int = 10) -> str:

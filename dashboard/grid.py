@@ -1,7 +1,8 @@
 """Every benchmark at a glance (the front page's lower half), like ``asv publish``'s grid: one row
 per series (op x parameters x machine) with a sparkline of its last N commits, its latest value in
-its unit, the change over those N commits and its status (open regressions first, then the ingest's
-judgement of its newest commit, with the reason where it could not be judged)."""
+its unit (a model's step also its throughput: tokens/s or images/s), the change over those N commits
+and its status (open regressions first, then the ingest's judgement of its newest commit, with the
+reason where it could not be judged)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def show(r: dashdata.Reader) -> None:
         "op": g["op"], "params": g["param_key"].replace("", "—"), "machine": g["machine"],
         "trend": [list(s) if s is not None else [] for s in g["spark"]],
         "latest": [dashdata.fmt_value(v, u) for v, u in zip(g["latest"], g["unit"])],
+        "throughput": [dashdata.fmt_rate(v, u) for v, u in zip(g["latest_per_s"], g["item_unit"])],
         "change": [(a / b - 1.0) if b and a == a and b == b else None for a, b in zip(g["latest"], g["earlier"])],
         "commits": g["commits"].astype(int),
         "benchmark": g["benchmark"],
@@ -81,5 +83,8 @@ def show(r: dashdata.Reader) -> None:
         "trend": st.column_config.LineChartColumn(f"last {n} commits", width="small"),
         "change": st.column_config.NumberColumn(f"change ({n} commits)", format="percent"),
         "latest": st.column_config.TextColumn("latest", help="the newest commit's value, in its unit"),
+        "throughput": st.column_config.TextColumn(
+            "throughput", help="a model's step: the tokens (images) it processes over its time, at the newest "
+            "commit; — for a kernel"),
         "commits": st.column_config.NumberColumn("commits", help="of the last N commits, those with an ok value"),
         "link": st.column_config.LinkColumn("open", display_text="series", help="the series explorer")})

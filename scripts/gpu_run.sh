@@ -30,6 +30,11 @@
 #            (the 220 combinations issue #15 counted; $OUT/suite220/)
 # compiled : xrt bench run of square, softmax and layernorm's three series (device, host, host under
 #            torch.compile), full profile; $OUT/compiled-results.tgz
+# modelsuite: xrt bench run of the model suites alone (bench_ops.Gpt*, bench_ops.Cnn*: the GPT-style
+#            train and inference steps, eager and compiled, torch and xrt; the CNN's), full profile, this
+#            commit: the eager steps, then the compiled ones, each in its own results folder, both within
+#            MODELSUITE_TIMEOUT s (480); each ingested into a scratch database to print ms and tokens/s
+#            (images/s) per series ($OUT/modelsuite.txt); $OUT/modelsuite-results.tgz for results/gpu/
 # compilehost: tests/test_compile_triton.py (Inductor launches xrt's Triton kernels itself; reduce-overhead
 #            captures them), then benchmarks/compiled_host.py: host µs per call inside torch.compile, xrt
 #            vs torch (compiled_host-h100.json / .md)
@@ -180,6 +185,30 @@ for step in "$@"; do
         --bench '^bench_(ops|host|compiled)\.(Square|Softmax|Layernorm)\.' 2>&1 | tee "$OUT/compiled.log" | tail -20
       t=${PIPESTATUS[0]}
       tar -czf "$OUT/compiled-results.tgz" -C "$OUT" compiled 2>/dev/null && rm -rf "$OUT/compiled"
+      (exit $t) ;;
+    modelsuite)
+      # Device series only: ms per step; each case records the tokens (images) a step processes. Two
+      # runs, each its own results folder (a second run at a commit would replace the first's file):
+      # the eager steps first, kept even if the compiled ones (one torch.compile per model, shape and
+      # provider) overrun; MODELSUITE_TIMEOUT s (480) for both.
+      rm -rf "$OUT/modelsuite"; t=0
+      end=$(( $(date +%s) + ${MODELSUITE_TIMEOUT:-480} ))
+      for part in eager compiled; do
+        re='^bench_ops\.(GptInfer|GptTrain|CnnInfer|CnnTrain)\.'
+        [ "$part" = compiled ] && re='^bench_ops\.Gpt(Infer|Train)Compiled\.'
+        left=$(( end - $(date +%s) ))
+        [ "$left" -lt 60 ] && { echo "modelsuite: $left s left, the $part steps not run"; t=1; break; }
+        timeout -k 20 "$left" python3 -m xrt.cli bench run --commits HEAD --results "$OUT/modelsuite/$part" \
+          --device cuda:0 --bench "$re" 2>&1 | tee -a "$OUT/modelsuite.log" | tail -8
+        s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && t=$s
+        # what the lead reads: ms and tokens/s (images/s) per series, from a scratch database
+        db=$(mktemp -d)/$part.duckdb
+        python3 -m xrt.cli db ingest "$OUT/modelsuite/$part" --db "$db" --no-judge >>"$OUT/modelsuite.log" 2>&1 \
+          && python3 -m xrt.cli db query --db "$db" "SELECT benchmark, param_key, status, round(value * 1e3, 3) AS ms,
+               round(items / value) AS per_s, item_unit FROM results ORDER BY benchmark, param_key" \
+          | tee -a "$OUT/modelsuite.txt"
+      done
+      tar -czf "$OUT/modelsuite-results.tgz" -C "$OUT" modelsuite 2>/dev/null && rm -rf "$OUT/modelsuite"
       (exit $t) ;;
     compilehost)
       python3 -m pytest -q -p no:cacheprovider -rs tests/test_compile_triton.py 2>&1 | tee "$OUT/compile-tests.log" | tail -15

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from fake_nvml import FakeNVML
 
-from xrt.bench import diag, machine, suite
+from xrt.bench import diag, machine, specs, suite
 from xrt.device import DeviceInfo
 
 H100 = DeviceInfo(kind="cuda", index=1, name="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132,
@@ -148,6 +148,7 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
     assert rec["benchmark"] == "bench_ops.Square.time_op" and rec["samples_s"] == want
     assert rec["params"] == ["'4096'", "'float32'", "'torch'", "'default'"]
     assert rec["bytes"] == 2 * 4096 * 4 and rec["pilot"]["n"] >= len(want)
+    assert rec["items"] is None and rec["item_unit"] is None  # a kernel, not a model's step: no throughput
     assert len(rec["sm_mhz"]) == len(rec["reasons"]) == len(want)
     # A provider that cannot run here is an asv skip (NotImplementedError), not a failure.
     assert "cannot run here" in cache[("device", "square", "4096", "bfloat16", "triton", "default")]["skip"]
@@ -159,6 +160,19 @@ def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp
         cls().setup(broken, *p)
     with pytest.raises(RuntimeError, match="XRT_BENCH_OPS"):
         cls().setup({}, *p)
+
+
+def test_small_kernels_replay_a_graph_model_steps_never():
+    """The device series graphs a kernel's small shapes on CUDA; a model's step is timed as a user
+    runs it (launches included), at every shape; CUDA C and the CPU never."""
+    small = suite.shape_key(specs.get("softmax").shapes["small"][0])
+    large = suite.shape_key(specs.get("softmax").shapes["large"][0])
+    assert suite.in_graph("softmax", small, "triton", "cuda") and not suite.in_graph("softmax", large, "triton", "cuda")
+    assert not suite.in_graph("softmax", small, "triton", "cpu")
+    assert not suite.in_graph("square", suite.shape_key(specs.get("square").shapes["small"][0]), "cuda", "cuda")
+    for op in ("gpt_train", "gpt_infer_compiled", "cnn_infer"):
+        for shape in specs.get(op).shapes["small"]:
+            assert not suite.in_graph(op, suite.shape_key(shape), "torch", "cuda"), op
 
 
 def test_measure_all_isolates_a_failing_combination(monkeypatch, interpreter):

@@ -24,7 +24,7 @@ pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
 from conftest import ro, rw  # noqa: E402
-from dashboard_checks import APP, CHROMIUM, launch_chromium, open_app, steps_table  # noqa: E402
+from dashboard_checks import APP, CHROMIUM, grid_of, launch_chromium, open_app, steps_table  # noqa: E402
 from markdown_checks import outside_code  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from streamlit_server import streamlit_server  # noqa: E402
@@ -560,6 +560,60 @@ def test_twin_charts_render_in_a_browser(twin_served):
             assert "could not be shown" not in text and "Traceback" not in text and not errors, errors
         finally:
             browser.close()
+
+# ---------------------------------------------------------------------- model series: throughput beside time
+
+GPT = "bench_ops.GptTrain.time_op"
+GPT_TOKENS = 8 * 1024  # what the suites record for a (8, 1024, ...) step: batch x sequence
+GPT_MS = {"torch": 30e-3, "triton": 60e-3}
+
+
+def add_model_series(con) -> None:
+    """A GPT train step's two providers on gpu-a over the last 5 commits, each row with the tokens its
+    step processes (results.items), as the suites' sidecar and the ingest store them."""
+    params = [["'8x1024x1024x16x4'"], ["'bfloat16'"], ["'torch'", "'triton'"], ["'default'"]]
+    con.execute("INSERT INTO benchmarks (name, type, unit, params, param_names, version) VALUES "
+                "(?, 'time', 'seconds', ?, ?, 'v1')", [GPT, json.dumps(params), NAMES])
+    runs = con.execute("SELECT run_id, commit_hash FROM runs WHERE machine = 'gpu-a' ORDER BY commit_date DESC "
+                       "LIMIT 5").fetchall()
+    for rid, h in runs:
+        for k, combo in enumerate(itertools.product(*params)):
+            v = GPT_MS[combo[2].strip("'")]
+            con.execute("INSERT INTO results (run_id, machine, commit_hash, env_name, benchmark, param_index, params,"
+                        " param_key, value, status, samples, unit, version, items, item_unit) VALUES "
+                        "(?, 'gpu-a', ?, 'env', ?, ?, ?, ?, ?, 'ok', ?, 'seconds', 'v1', ?, 'tokens')",
+                        [rid, h, GPT, k, list(combo), ", ".join(combo), v, [v] * 10, GPT_TOKENS])
+
+
+def test_model_series_show_tokens_per_second_beside_time(db):
+    """The front page's grid gives a model's step its throughput beside its time (a kernel's: —); the
+    explorer offers tokens/s as a metric for it (not for a kernel) and puts it beside ms in its table."""
+    rw(db, add_model_series)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception and not at.error
+    g = grid_of(at)
+    model = g[g["op"] == "GptTrain"].set_index("params")["throughput"]
+    rate = {p: f"{GPT_TOKENS / v:,.0f} tokens/s" for p, v in GPT_MS.items()}
+    assert model.to_dict() == {f"'8x1024x1024x16x4', 'bfloat16', '{p}', 'default'": r for p, r in rate.items()}
+    assert set(g.loc[g["op"] == "Square", "throughput"]) == {"—"}
+    assert list(g.loc[g["op"] == "GptTrain", "latest"]) == ["30 ms", "60 ms"]
+    # the explorer: a kernel has no throughput to show
+    at.switch_page("views/explorer.py").run()
+    assert at.sidebar.selectbox(key="ex:op").value == "Square"
+    assert "tokens/s" not in at.radio(key="ex:metric").options
+    at.sidebar.selectbox(key="ex:op").set_value("GptTrain").run()
+    at.sidebar.multiselect(key="ex:p.provider").select("triton").run()
+    assert not at.exception and not at.error
+    assert at.radio(key="ex:metric").options[:2] == ["time", "tokens/s"]
+    table = at.dataframe[0].value.set_index("series")
+    assert sorted(table["throughput"]) == sorted(round(GPT_TOKENS / v) for v in GPT_MS.values())
+    assert sorted(table["last"]) == pytest.approx(sorted(v * 1e3 for v in GPT_MS.values()))  # ms
+    at.radio(key="ex:metric").set_value("throughput").run()
+    assert not at.info and len(charts(at)) == 1
+    assert sorted(at.dataframe[0].value["last"]) == pytest.approx(sorted(GPT_TOKENS / v for v in GPT_MS.values()))
+    assert "tokens/s" in json.dumps(charts(at)[0].spec)
+
 
 # ---------------------------------------------------------------------- compare
 

@@ -93,6 +93,22 @@ def test_per_row_bytes_gbps_cycles(with_sidecar):
     assert q(db, "SELECT count(*) FROM results_by_commit WHERE cycles IS NOT NULL AND commit_position = 0") == [(2,)]
 
 
+def test_a_model_steps_items_land_beside_its_time(with_sidecar):
+    """A model's case carries the tokens (images) one step processes: stored per row, so throughput
+    (items / time) can be read back; a kernel's case and a case with a count but no noun store none."""
+    root, db = with_sidecar
+    cases = [dict(CASES[0], items=8192, item_unit="tokens"), dict(CASES[1], items=64)]
+    asvgen.write_xrt(root / "m1" / f"{NAME}.xrt", asvgen.xrt_sidecar(asvgen.sha(1), f"{NAME}.json", cases))
+    rep, _ = run_ingest(root, db)
+    assert rep.errors == []
+    rows = q(db, "SELECT items, item_unit, items / value FROM results WHERE benchmark = $b ORDER BY param_index",
+             {"b": SQ})
+    assert rows[0][:2] == (8192.0, "tokens") and rows[0][2] == pytest.approx(8192 / 2e-6)
+    assert rows[1] == (None, None, None)
+    assert q(db, "SELECT count(*) FROM results WHERE items IS NOT NULL") == [(1,)]
+    assert q(db, "SELECT count(items) FROM results_by_commit") == [(1,)]  # the view has the new columns
+
+
 def test_sidecar_change_reingests_the_run(with_sidecar):
     root, db = with_sidecar
     run_ingest(root, db)

@@ -45,6 +45,24 @@ def test_definitions_name_existing_spaces_and_files():
             assert (ROOT / "xrt" / "kernels" / "triton" / f"{stem}.py").is_file(), (d.name, stem)
 
 
+def test_every_model_says_what_a_step_processes():
+    """The dashboard's tokens/s and images/s come from these: every model counts its items from its
+    shapes; a kernel has none."""
+    models = {d.name: d for d in defs.OPS.values() if d.model}
+    assert {n for n in models if n.startswith("gpt_")} and {"cnn_infer", "cnn_train"} <= set(models)
+    for d in defs.OPS.values():
+        if not d.model:
+            assert not d.step_items and d.items_per_step((4096,)) is None, d.name
+            continue
+        assert d.step_items in ("tokens", "images") and d.step_dims, d.name
+        for shape in (s for shapes in d.shapes.values() for s in shapes):
+            assert max(d.step_dims) < len(shape), (d.name, shape)
+    # a GPT step at (batch, sequence, width, heads, blocks) is batch x sequence tokens; a CNN's, batch images
+    assert defs.get("gpt_train").items_per_step((4, 2048, 2048, 16, 4)) == 4 * 2048
+    assert defs.get("gpt_infer_compiled").step_items == "tokens"
+    assert (defs.get("cnn_infer").step_items, defs.get("cnn_infer").items_per_step((256, 64))) == ("images", 256)
+
+
 def test_the_policy_offers_every_op():
     from xrt.pytorch import policy
 

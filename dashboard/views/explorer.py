@@ -17,7 +17,8 @@ import streamlit as st
 import twinview
 
 MAX_SERIES = 24
-METRICS = {"time": "value", "GB/s": "gbps", "TFLOP/s": "tflops", "% of peak": "pct_sol"}
+# "throughput": a model's step only (tokens/s, images/s: the items it records over its time)
+METRICS = {"time": "value", "throughput": "per_s", "GB/s": "gbps", "TFLOP/s": "tflops", "% of peak": "pct_sol"}
 
 st.title("Series explorer")
 r = dashui.reader()
@@ -88,9 +89,14 @@ keys = [k for k in keys if k in set(rows["param_key"])]
 
 units = rows["unit"].dropna()
 kind = "time" if units.empty or units.iloc[0] == "seconds" else f"value ({dashui.lit(units.iloc[0], 20)})"  # MiB
-metric = dashui.radio("Show", list(METRICS), "ex:metric", format_func=lambda m: kind if m == "time" else m,
-                      help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the "
-                      "timing layer records (xrt's own suites); foreign corpora have time only")
+items = rows["item_unit"].dropna()
+rate = f"{dashui.lit(items.iloc[0], 20)}/s" if len(items) else None  # a model's step: "tokens/s", "images/s"
+shown = [m for m in METRICS if m != "throughput" or rate]
+metric = dashui.radio("Show", shown, "ex:metric",
+                      format_func=lambda m: kind if m == "time" else rate if m == "throughput" else m,
+                      help="GB/s, TFLOP/s and % of peak need the bytes/FLOPs the timing layer records "
+                      "(xrt's own suites); foreign corpora have time only. A model's step also shows its "
+                      "throughput: the tokens (images) a step processes over its time")
 xaxis = dashui.radio("Against", ["commit", "date"], "ex:x")
 yaxis = dashui.radio("Y axis", ["from zero", "fit the data"], "ex:y",
                      help="from zero: a change reads at its true size; fit the data: small changes show")
@@ -112,7 +118,8 @@ if d.empty or d["value"].isna().all():
 if d[col].isna().all():
     what = {"value": "ok results", "gbps": "GB/s (bytes moved are not recorded for this benchmark)",
             "tflops": "TFLOP/s (FLOPs are not recorded for this benchmark)",
-            "pct_sol": "% of peak (no peak or speed-of-light is recorded)"}[col]
+            "pct_sol": "% of peak (no peak or speed-of-light is recorded)",
+            "per_s": f"{rate} (no step of this selection recorded what it processes)"}[col]
     st.info(f"No {what} for this selection.")
     st.stop()
 
@@ -121,7 +128,7 @@ if col == "value":
     f, lab = dashdata.time_scale(unit, d["value"])
     ytitle = f"time ({lab})" if unit == "seconds" else (unit or "value")
 else:
-    f, ytitle = 1.0, metric
+    f, ytitle = 1.0, rate if col == "per_s" else metric
 d = d.assign(y=d[col] * f, commit=d["commit_hash"].map(dashdata.short), msg=d["message"].map(dashdata.first_line),
              series=[dashui.series_label(m, pk, len(sel_m), len(keys), names.get(bench))
                      for m, pk in zip(d["machine"], d["param_key"])])
@@ -154,10 +161,15 @@ best = "min" if not dashdata.higher_is_better(ytitle) and col == "value" else "m
 summ = (d.groupby("series").agg(points=("y", "count"), first=("y", "first"), last=("y", "last"), best=("y", best))
         .reset_index())
 summ["last / first"] = summ["last"] / summ["first"]
+extra = {}
+if rate and col == "value":  # a model's step: its throughput beside its time
+    last = d.dropna(subset=["y"]).groupby("series")["per_s"].last()
+    summ["throughput"] = summ["series"].map(last).round()
+    extra = {"throughput": st.column_config.NumberColumn(f"last ({rate})", format="localized")}
 st.dataframe(summ, hide_index=True, width="stretch",
              column_config={c: st.column_config.NumberColumn(f"{c} ({ytitle})", format="%.4g")
                             for c in ("first", "last", "best")} |
-             {"last / first": st.column_config.NumberColumn(format="%.3f×")})
+             {"last / first": st.column_config.NumberColumn(format="%.3f×")} | extra)
 if metric == "time" and dashdata.higher_is_better(unit):
     st.caption(f"Unit {dashui.lit(unit, 40)}: higher is better.")
 twinview.show(r, bench, set(cat["benchmark"]), sel_m, keys, xaxis, yaxis, list(d.dropna(subset=["y"])["series"]),

@@ -23,7 +23,7 @@ How it fits together (docs/timing.md, "Suite cost", says why it is built this wa
   :data:`DEVICE_CLOCK`, which asv's ``timer`` reads (``number = 1``, no warm-up). asv's result file
   thus holds exactly the timer's samples, and the ``.xrt`` sidecar (``$XRT_SIDECAR_DIR``, set by
   ``xrt bench run``) the same samples with each one's SM / memory clock and throttle reasons, the
-  bytes and FLOPs, and the measurement's summary.
+  bytes and FLOPs (a model's step: the tokens or images it processes), and the measurement's summary.
 
 The host series (:func:`make_host_suite`, ``benchmarks/bench_host.py``) is the same glue around
 :func:`~xrt.bench.timer.measure_host`: ``bench_host.<Op>.time_host``, same params as
@@ -46,6 +46,7 @@ from typing import Any
 
 from xrt import device_env
 from xrt.bench import specs, suite_env
+from xrt.kernels import defs
 
 MAX_ASV_SAMPLES = 300  # the timer's sample cap for a suite case (asv result files hold every sample)
 MIN_SAMPLES = 10  # at least this many a case (the gate tests 8 a side)
@@ -261,6 +262,16 @@ class _Inputs:
         os.replace(tmp, path / (name + ".json"))
 
 
+def in_graph(op: str, shape: str, provider: str, kind: str) -> bool:
+    """Whether the device series times this combination as CUDA-graph replays: a kernel's small
+    (launch-bound) shapes on CUDA, so the time is the kernels' own. Not CUDA C (pycuda's launches
+    cannot be captured), and never a model's step: its time is a user's step, the launches between
+    its kernels included (a user's model does not run as one graph)."""
+    spec = specs.get(op)
+    return (kind == "cuda" and provider != "cuda" and not defs.get(op).model
+            and shape in {shape_key(s) for s in spec.shapes.get("small", [])})
+
+
 def make_inputs(op: str, shape: str, dtype: str) -> tuple:
     """The spec's random inputs for one shape and dtype, on this process's device."""
     import torch
@@ -286,9 +297,7 @@ class Case(_Inputs):
 
         super().__init__(op, shape, dtype, provider, config, inputs)
         device = self.dev.torch_device
-        # Small shapes run in CUDA-graph mode, except CUDA C: pycuda's launches cannot be captured.
-        self.graph = (self.dev.kind == "cuda" and provider != "cuda"
-                      and shape in {shape_key(s) for s in self.spec.shapes.get("small", [])})
+        self.graph = in_graph(op, shape, provider, self.dev.kind)
         self.graph_error = None
         self.rule = {"max_samples": MAX_ASV_SAMPLES} if rounds <= 1 else {
             "max_samples": -(-MAX_ASV_SAMPLES // rounds), "min_time": timer.DEFAULTS["min_time"] / rounds,
@@ -368,6 +377,9 @@ class Case(_Inputs):
             "series": "device",
             "bytes": self.spec.bytes_moved(self.shape, esize),
             "flops": self.spec.flops(self.shape),
+            # a model's step: the tokens or images it processes (its definition's step_items), for throughput
+            "items": defs.get(self.spec.op).items_per_step(self.shape),
+            "item_unit": defs.get(self.spec.op).step_items or None,
             "graph": self.graph,
             "graph_error": self.graph_error,  # why a small shape was not timed in graph mode
             "calls_per_sample": self.per,

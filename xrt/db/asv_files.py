@@ -35,7 +35,7 @@ VALUE_COLUMNS = (
     "benchmark", "param_index", "params", "param_key", "value", "status", "samples",
     "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat", "version", "started_at_ms",
     "duration", "bytes", "flops", "sol_s", "sm_mhz", "cycles", "cycles_median", "throttled_share",
-    "ref_samples",
+    "ref_samples", "items", "item_unit",
 )
 
 SIDECAR_SUFFIX = sidecar_keys.LEGACY_SUFFIX  # the older, hand-written form
@@ -259,6 +259,8 @@ class CaseFacts:
     samples_median: float | None = None  # the timer's own record of the samples asv was handed
     n_samples: int | None = None
     ref_samples: list | None = None  # host series: the reference call's sample beside each sample
+    items: float | None = None  # a model's step: the tokens / images one call processes
+    item_unit: str | None = None  # ... which ("tokens", "images")
 
 
 def _median(xs: list) -> float | None:
@@ -305,6 +307,9 @@ def read_sidecar(sc: Any) -> tuple[dict[str, Any], dict[tuple[str, tuple], CaseF
         smp = c.get(sidecar_keys.CASE_SAMPLES)
         if isinstance(smp, list) and smp:
             f.samples_median, f.n_samples = _median(smp), len(smp)
+        unit = c.get(sidecar_keys.CASE_ITEM_UNIT)
+        if isinstance(unit, str) and unit and _num(c.get(sidecar_keys.CASE_ITEMS)):  # a count and its noun, or neither
+            f.items, f.item_unit = _num(c.get(sidecar_keys.CASE_ITEMS)), unit
         ref = c.get(sidecar_keys.CASE_REF_SAMPLES)
         if isinstance(ref, list) and ref and len(ref) == f.n_samples:  # one beside each sample, or none
             f.ref_samples = [_num(x) for x in ref]
@@ -678,7 +683,7 @@ def classify(value: Any) -> str:
     return "ok"
 
 
-_FACT_COLUMNS = ("sm_mhz", "cycles", "cycles_median", "throttled_share", "ref_samples")
+_FACT_COLUMNS = ("sm_mhz", "cycles", "cycles_median", "throttled_share", "ref_samples", "items", "item_unit")
 _STAT_COLUMNS = ("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat")
 
 

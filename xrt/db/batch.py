@@ -30,6 +30,7 @@ def _types():
             "number": f64, "repeat": f64, "version": s, "started_at_ms": pa.int64(), "duration": f64,
             "bytes": f64, "flops": f64, "sol_s": f64, "sm_mhz": f64, "cycles": pa.list_(f64),
             "cycles_median": f64, "throttled_share": f64, "ref_samples": pa.list_(f64),
+            "items": f64, "item_unit": s,
         })
     return ARROW_TYPES
 

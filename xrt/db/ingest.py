@@ -725,7 +725,7 @@ def _write_values(con, values, run_ids: dict[int, int], n_outcomes: int) -> None
             d.gbps, d.tflops,
             CASE WHEN d.ok THEN coalesce(100 * v.sol_s / v.value,
                 100 * greatest(d.gbps / r.peak_gbps, d.tflops / r.peak_tflops)) END,
-            v.sm_mhz, v.cycles, v.cycles_median, v.throttled_share, v.ref_samples
+            v.sm_mhz, v.cycles, v.cycles_median, v.throttled_share, v.ref_samples, v.items, v.item_unit
         FROM xrt_new_values v JOIN runs r ON r.run_id = v.run_id LEFT JOIN benchmarks b ON b.name = v.benchmark,
         LATERAL (SELECT v.value > 0 AND b.unit IN ('seconds', 's') AS ok,
                         CASE WHEN ok THEN v.bytes / v.value / 1e9 END AS gbps,

@@ -154,6 +154,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE regressions ADD COLUMN culprit VARCHAR",
         "ALTER TABLE regressions ADD COLUMN bisection JSON",
     ]),
+    # A model's step (the GPT and CNN suites): how many tokens or images one call processes, from the
+    # op's definition (OpDef.step_items) through the sidecar; throughput is items / value.
+    (13, "results.items, results.item_unit (what a model's step processes: tokens, images)", [
+        "DROP VIEW IF EXISTS results_by_commit",
+        "ALTER TABLE results ADD COLUMN items DOUBLE",
+        "ALTER TABLE results ADD COLUMN item_unit VARCHAR",
+        # views bind their columns when created: recreate so that r.* has the new ones
+        """CREATE VIEW results_by_commit AS
+            SELECT r.*, c.position AS commit_position, c.author_date AS commit_date
+            FROM results r LEFT JOIN commits c ON c.hash = r.commit_hash""",
+    ]),
 ]
 
 # Versions handed to migrations on other branches, not yet in this file: skipped by the checks that

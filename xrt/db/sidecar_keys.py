@@ -25,6 +25,9 @@ CASE_BENCHMARK = "benchmark"  # the asv benchmark name
 CASE_PARAMS = "params"  # its parameter values, as asv's strings
 CASE_BYTES = "bytes"
 CASE_FLOPS = "flops"
+# a model's step (device series): how many tokens / images one call processes, and which (the noun)
+CASE_ITEMS = "items"
+CASE_ITEM_UNIT = "item_unit"
 CASE_SAMPLES = "samples_s"  # seconds per sample
 CASE_SM_MHZ = "sm_mhz"  # SM clock per sample
 CASE_MEM_MHZ = "mem_mhz"  # memory clock per sample
@@ -36,4 +39,4 @@ CASE_REF_SAMPLES = "ref_samples_s"
 
 # what the reader takes from a case (the writer must write these)
 CASE_KEYS_READ = (CASE_BENCHMARK, CASE_PARAMS, CASE_BYTES, CASE_FLOPS, CASE_SAMPLES, CASE_SM_MHZ, CASE_MEM_MHZ,
-                  CASE_CYCLES, CASE_THROTTLED_SHARE, CASE_REF_SAMPLES)
+                  CASE_CYCLES, CASE_THROTTLED_SHARE, CASE_REF_SAMPLES, CASE_ITEMS, CASE_ITEM_UNIT)

@@ -83,6 +83,11 @@ class OpDef:
     gpucheck: bool = False  # memory-bound: timed by default by ``python -m xrt.bench.gpucheck``
     flat: bool = False  # its kernels see a flat tensor: tuned configs are bucketed by (numel,)
     model: bool = False  # a model's step (xrt.pytorch.modules), not one op: no entry in `xrt kernels list`
+    # What one step of a model processes, for its throughput: the noun ("tokens", "images") and the
+    # shape entries whose product counts them (a GPT's (batch, sequence, ...): (0, 1), batch x sequence).
+    # The suites record the count with each time; the dashboard shows count / time ("tokens/s").
+    step_items: str = ""
+    step_dims: tuple[int, ...] = ()
     dump: tuple[TritonKernel, ...] = ()  # what `xrt kernels dump OP` compiles
     # Other ops whose files change this op's measurements (linear_gelu runs matmul's GEMM, a model's
     # step runs the ops the policy routes): ``xrt bench run --changed-only`` re-measures it when any of
@@ -98,6 +103,15 @@ class OpDef:
     def routed(self) -> bool:
         """A model's own torch calls of it are routed (it has ``routes``)."""
         return bool(self.routes)
+
+    def items_per_step(self, shape: Shape) -> int | None:
+        """How many ``step_items`` one step at ``shape`` processes; None for an op without them."""
+        if not self.step_items:
+            return None
+        n = 1
+        for i in self.step_dims:
+            n *= int(shape[i])
+        return n
 
     @property
     def file(self) -> str:

@@ -37,7 +37,9 @@ DEFS = (
                             (64, 128, 28, 28, 256, 2), (64, 256, 14, 14, 512, 2))},
           dtypes=("float16", "float32"), dump=_DUMP),
     OpDef("cnn_infer", "a small CNN's inference step", module="conv_bn_relu", providers=("torch", "triton"),
-          policy="conv_bn_relu", spaces={}, shapes=_CNN, dtypes=("float16",), model=True),
+          policy="conv_bn_relu", spaces={}, shapes=_CNN, dtypes=("float16",), model=True,
+          step_items="images", step_dims=(0,)),
     OpDef("cnn_train", "a small CNN's training step", module="conv_bn_relu", providers=("torch", "triton"),
-          policy="conv_bn_relu", spaces={}, shapes=_CNN, dtypes=("float16",), model=True),
+          policy="conv_bn_relu", spaces={}, shapes=_CNN, dtypes=("float16",), model=True,
+          step_items="images", step_dims=(0,)),
 )

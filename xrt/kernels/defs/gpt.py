@@ -17,7 +17,8 @@ _USES = ("matmul", "layernorm", "softmax", "attention")
 
 DEFS = tuple(
     OpDef(name, doc, module="gpt", providers=("torch", "triton"), policy="matmul", spaces={}, shapes=_GPT,
-          dtypes=("bfloat16",), model=True, uses=_USES)
+          dtypes=("bfloat16",), model=True, uses=_USES,
+          step_items="tokens", step_dims=(0, 1))  # a step's tokens: batch x sequence
     for name, doc in (("gpt_infer", "a GPT-style model's inference step"),
                       ("gpt_train", "a GPT-style model's training step (forward and backward)"),
                       ("gpt_infer_compiled", "a GPT-style model's inference step, torch.compile'd"),
