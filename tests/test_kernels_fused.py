@@ -166,6 +166,28 @@ def test_linear_gelu_opcheck(interpreter):
     torch.library.opcheck(linear_gelu_bwd_op, (torch.randn(5, 7), x, w, z, "none", "triton"), test_utils=_QUICK)
 
 
+def test_linear_gelu_backward_gemms_take_matmuls_layout_defaults(monkeypatch):
+    """dx = dz @ weight ("nn") and dweight = dz.T @ x ("tn") launch with xp.ops.matmul's default for
+    their layout and shape (the layout table's entry at a GPT shape), not one config for both."""
+    from xrt.kernels import spaces
+    from xrt.kernels.triton import linear_gelu as lg
+    from xrt.kernels.triton.matmul import default_config
+
+    seen = []
+    monkeypatch.setattr(lg, "_grad", lambda *a, **k: None)  # dz as allocated: only the GEMMs' configs matter here
+    monkeypatch.setattr(lg, "run", lambda a, b, cfg, *rest: seen.append((a, b, dict(cfg))) or a.new_empty(
+        (a.shape[0], a.shape[1], b.shape[2])))
+    m, n, k = 4097, 3000, 1000  # buckets 8192, 4096, 1024: a d-1024 model's MLP up-projection
+    x, w = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16)
+    dy = z = torch.zeros(m, n, dtype=torch.bfloat16)
+    dx, dw, _ = lg.linear_gelu_bwd(dy, x, w, z, "tanh")
+    assert dx.shape == (m, k) and dw.shape == (n, k)
+    (a1, b1, c1), (a2, b2, c2) = seen
+    assert (a1.shape, b1.shape, a2.shape, b2.shape) == ((1, m, n), (1, n, k), (1, n, m), (1, m, k))
+    assert c1 == dict(default_config(a1[0], b1[0], None)) == spaces.gemm_default("nn", m, k, n)
+    assert c2 == dict(default_config(a2[0], b2[0], None)) == spaces.gemm_default("tn", n, k, m)
+
+
 def test_linear_gelu_bad_input_names_it():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match=r"approximate='fast' must be 'none' or 'tanh'"):
