@@ -63,6 +63,57 @@ def test_add_layernorm_torch_reference(dtype):
     _add_ln((7, 129), dtype, "torch")
 
 
+def test_add_layernorm_eager_calls_go_through_one_plan(interpreter, monkeypatch):
+    """Eager calls of the Triton provider launch through a plan made once per input signature (the
+    kernels' cached handles), forward and backward, with the custom op's results; a new signature
+    makes a new plan."""
+    from xrt.kernels.triton import add_layernorm as k
+
+    made = []
+    init = k.Plan.__init__
+    monkeypatch.setattr(k.Plan, "__init__", lambda self, *a: made.append(a) or init(self, *a))
+    x, r, dy, dh = (torch.randn(3, 4, 33) for _ in range(4))
+    w, b = torch.rand(33) + 0.5, torch.randn(33)
+    want = add_layernorm_op(x, r, w, b, 1e-5, "triton")
+    want_grads = add_layernorm_bwd_op(dy, dh, want[1], w, want[2], want[3], "triton")
+    for _ in range(3):
+        leaves = [t.clone().requires_grad_() for t in (x, r, w, b)]
+        y, h = xp.ops.add_layernorm(leaves[0], leaves[1], 33, *leaves[2:], provider="triton")
+        assert "Lean" in type(y.grad_fn).__name__
+        torch.testing.assert_close((y, h), want[:2], rtol=0, atol=0)
+        torch.autograd.backward([y, h], [dy, dh])
+        for got, ref in zip((leaves[0].grad, leaves[1].grad, leaves[2].grad, leaves[3].grad),
+                            (want_grads[0], want_grads[0], *want_grads[1:])):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(xp.ops.add_layernorm(x, r, 33, w, b, provider="triton"), want[:2], rtol=0, atol=0)
+    assert len(made) == 1 and made[0][:2] == (12, 33)
+    xp.ops.add_layernorm(x[:2], r[:2], 33, w, b, provider="triton")
+    assert len(made) == 2 and made[1][:2] == (8, 33)
+
+
+def test_add_layernorm_general_path_where_the_plan_cannot_take_the_call(interpreter, monkeypatch):
+    """A non-contiguous residual, a weight of another dtype (cast, its gradient flows back through the
+    cast), the torch provider: the general path, with the same results as torch."""
+    from xrt.kernels.triton import add_layernorm as k
+
+    monkeypatch.setattr(k.Plan, "__init__", lambda *a: pytest.fail("no plan for this call"))
+    x = torch.randn(5, 16, requires_grad=True)
+    r = torch.randn(16, 5).T.requires_grad_()
+    w64 = (torch.rand(16, dtype=torch.float64) + 0.5).requires_grad_()
+    for args, provider in (((x, r, 16, torch.ones(16), torch.zeros(16)), "triton"),
+                           ((x, r.detach().contiguous(), 16, w64, torch.zeros(16)), "triton"),
+                           ((x, r.detach().contiguous(), 16, torch.ones(16), torch.zeros(16)), "torch")):
+        y, h = xp.ops.add_layernorm(*args, provider=provider)
+        ref_h = args[0] + args[1]
+        torch.testing.assert_close(h, ref_h)
+        torch.testing.assert_close(y, F.layer_norm(ref_h, (16,), args[3].float(), args[4]), rtol=1e-5, atol=1e-5)
+        assert "Lean" not in type(y.grad_fn).__name__
+    y, _ = xp.ops.add_layernorm(x, r.detach().contiguous(), 16, w64, torch.zeros(16), provider="triton")
+    y.sum().backward()
+    assert w64.grad is not None and w64.grad.dtype == torch.float64
+
+
 # opcheck without its aot_dispatch test, which compiles for tens of seconds on this machine (the
 # suites' compiled series run both ops under torch.compile)
 _QUICK = ("test_schema", "test_autograd_registration", "test_faketensor")
