@@ -40,3 +40,14 @@ def test_a_failing_config_is_a_row():
 
     fusion_bench.emit(rows, {"part": "fwd", "config": "x"}, boom)
     assert rows == [{"part": "fwd", "config": "x", "error": "ValueError: num_warps=3 is not in the space"}]
+
+
+def test_the_grid_is_in_the_tuning_spaces():
+    """Every config of the sweep is one the spaces accept (else the sweep's rows are errors), the
+    values "auto" picks at the bench widths included."""
+    from xrt.kernels import spaces
+
+    for space, grid in (("add_layernorm.triton", fusion_sweep.FWD_GRID),
+                        ("add_layernorm_bwd.triton", fusion_sweep.BWD_GRID)):
+        for cfg in fusion_sweep.configs(grid):
+            assert spaces.check(space, cfg)
