@@ -12,6 +12,7 @@ kernel config changes that. Rows:
 
 1. ``op``: torch against xrt through the public ops, forward and forward + backward (``train``),
    ``add_layernorm`` and ``linear_gelu``, with the device time per kernel name (JSON ``kernels``);
+   add_layernorm also through the op's general path (``xrt general path``: what its eager plan saves);
 2. ``fwd`` / ``bwd``: add_layernorm's Triton kernels called directly with each config of a small grid
    around the defaults (forward ``rows`` x ``num_warps``, backward ``programs_per_sm`` x
    ``num_warps``), the error against torch's output and the bandwidth of the bytes the kernels move.
@@ -19,6 +20,7 @@ kernel config changes that. Rows:
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import statistics
 import time
@@ -123,6 +125,7 @@ def op_rows(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Timers, emit
     import torch.nn.functional as F
 
     import xrt.pytorch as xp
+    ops_al = importlib.import_module("xrt.pytorch.ops.add_layernorm")  # the module (the package exports the op)
 
     x, r = (torch.randn(m, d, device=dev, dtype=dt, requires_grad=True) for _ in range(2))
     w = (torch.rand(d, device=dev) + 0.5).to(dt).requires_grad_()
@@ -132,7 +135,13 @@ def op_rows(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Timers, emit
         h = x + r
         return F.layer_norm(h, (d,), w, b), h
 
-    ln = {"torch": torch_ln, "xrt": lambda: xp.ops.add_layernorm(x, r, d, w, b, provider="triton")}
+    def general_ln() -> Any:  # the op's general path, which the eager plan replaces (its host cost)
+        if torch.is_grad_enabled():
+            return ops_al._EagerAddLayerNorm.apply(x, r, w, b, 1e-5, "triton")[:2]
+        return ops_al._fwd(x, r, w, b, 1e-5, "triton")[:2]
+
+    ln = {"torch": torch_ln, "xrt": lambda: xp.ops.add_layernorm(x, r, d, w, b, provider="triton"),
+          "xrt general path": general_ln}
     n = 4 * d
     xl = torch.randn(m, d, device=dev, dtype=dt, requires_grad=True)
     wl = (torch.randn(n, d, device=dev) * d ** -0.5).to(dt).requires_grad_()

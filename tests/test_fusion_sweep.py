@@ -51,3 +51,15 @@ def test_the_grid_is_in_the_tuning_spaces():
                         ("add_layernorm_bwd.triton", fusion_sweep.BWD_GRID)):
         for cfg in fusion_sweep.configs(grid):
             assert spaces.check(space, cfg)
+
+
+def test_op_rows(interpreter):
+    """torch, the fused op and (add_layernorm) its general path, forward and train, each timed."""
+    rows: list[dict] = []
+    fusion_sweep.op_rows(rows, 4, 8, torch.float32, "cpu", fusion_sweep.Timers("cpu"), fusion_bench.emit)
+    assert [(r["group"], r["variant"], r["phase"]) for r in rows] == [
+        (g, v, p) for g, vs in (("add_layernorm", ("torch", "xrt", "xrt general path")),
+                                ("linear_gelu", ("torch", "xrt"))) for v in vs for p in ("fwd", "train")]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["e2e_ms"] > 0 and r["host_ms"] > 0
