@@ -86,7 +86,8 @@ def _add_layernorm_bwd_kernel(
     rstd_ptr,  # [M] fp32 from the forward
     dx_ptr,  # [M, N] output: the gradient of x and of residual, h's dtype
     dw_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy * hhat
-    db_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy
+    db_part_ptr,  # [G, N] fp32 at db_part_ptr + part_off: this program's sum over its rows of dy
+    part_off,  # elements from db_part_ptr to the first db partial (G * N where they share one buffer)
     M,  # rows
     N,  # row length
     rows_per_program,  # rows of each program, ceil(M / G)
@@ -109,7 +110,7 @@ def _add_layernorm_bwd_kernel(
         dw_acc += dy * hhat
         db_acc += dy
         off += N
-    _store_partials(dw_part_ptr, db_part_ptr, 0, cols, N, dw_acc, db_acc, mask)
+    _store_partials(dw_part_ptr, db_part_ptr, part_off, cols, N, dw_acc, db_acc, mask)
 
 
 _fwd = Launcher(_add_layernorm_fwd_kernel)
@@ -174,9 +175,9 @@ def add_layernorm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor
         return dx, dw.zero_(), db.zero_()
     g, meta = bwd_launch(m, n, cfg, h)
     part = torch.empty(2, g, n, dtype=torch.float32, device=h.device)
-    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part[0],
-         part[1], m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
-    _sum((cdiv(n, SUM_BLOCK_N),), part[0], part[1], dw, db, 0, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
+    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part, part,
+         g * n, m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
+    _sum((cdiv(n, SUM_BLOCK_N),), part, part, dw, db, g * n, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
          num_warps=4)
     return dx, dw, db
 
@@ -207,13 +208,12 @@ class Plan:
 
     def backward(self, dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
                  mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(dx, dweight, dbias)`` as :func:`add_layernorm_bwd` (``dy``, ``dh`` contiguous)."""
+        """``(dx, dweight, dbias)`` as :func:`add_layernorm_bwd` (``dy``, ``dh`` contiguous). Three
+        allocations (dx, one buffer of both partials, one of dweight and dbias): autograd runs the
+        backward on its own thread, where each costs several microseconds more than on the caller's."""
         m, n, g = self.m, self.n, self.groups
-        dx = torch.empty_like(h)
-        dw_part = torch.empty((g, n), dtype=torch.float32, device=h.device)
-        db_part = torch.empty((g, n), dtype=torch.float32, device=h.device)
-        dw, db = torch.empty_like(weight), torch.empty_like(weight)
-        self.bwd[dh is not None](dy, dh if dh is not None else dy, h, weight, mean, rstd, dx, dw_part, db_part,
+        dx, part, dwdb, dw, db = checks.layernorm_bwd_buffers(h, weight, g)
+        self.bwd[dh is not None](dy, dh if dh is not None else dy, h, weight, mean, rstd, dx, part, part, g * n,
                                  m, n, cdiv(m, g))
-        self.total(dw_part, db_part, dw, db, 0, 0, g, n)
+        self.total(part, part, dwdb, dwdb, g * n, n, g, n)
         return dx, dw, db
