@@ -75,7 +75,7 @@ class Timers:
 
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(PROFILED_CALLS):
                 fn()
             torch.cuda.synchronize()
@@ -83,6 +83,8 @@ class Timers:
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3 / PROFILED_CALLS
+        if not per:  # the profiler saw no device activity (CUPTI unavailable): say so, not 0
+            return None, {}
         return sum(per.values()), dict(sorted(per.items(), key=lambda kv: -kv[1]))
 
     def host(self, fn: Any) -> float:
@@ -224,13 +226,14 @@ def best(rows: list[dict]) -> list[dict]:
     for part in ("fwd", "bwd"):
         for shape in dict.fromkeys(r["shape"] for r in rows if r["part"] == part):
             cand = [r for r in rows if r["part"] == part and r["shape"] == shape and "error" not in r]
+            key = "device_ms" if any(r.get("device_ms") is not None for r in cand) else "e2e_ms"
+            cand = [r for r in cand if r.get(key) is not None]
             if not cand:
                 continue
-            key = "device_ms" if cand[0].get("device_ms") is not None else "e2e_ms"
             top = min(cand, key=lambda r: r[key])
             default = next((r for r in cand if r["config"] == "default"), None)
             out.append({"part": part, "shape": shape, "best": top["config"], "ms": top[key],
-                        "default_ms": default[key] if default else None, "by": key})
+                        "default_ms": default.get(key) if default else None, "by": key})
     return out
 
 
