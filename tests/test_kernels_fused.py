@@ -239,6 +239,33 @@ def test_linear_gelu_backward_gemms_take_matmuls_layout_defaults(monkeypatch):
     assert c2 == dict(default_config(a2[0], b2[0], None)) == spaces.gemm_default("tn", n, k, m)
 
 
+def test_linear_gelu_backward_bias_gradient_is_one_reduction(monkeypatch):
+    """dbias is one torch reduction of dz (fp32 accumulation inside it), no separate cast: the
+    backward runs on autograd's thread, where each extra kernel and allocation costs host time."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from xrt.kernels.triton import linear_gelu as lg
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(lg, "_grad", lambda grid, dy, z, dz, *a, **k: dz.copy_(dy))
+    monkeypatch.setattr(lg, "run", lambda a, b, cfg, *rest: a.new_zeros((a.shape[0], a.shape[1], b.shape[2])))
+    dy = torch.randn(33, 7, dtype=torch.bfloat16)
+    x, w = torch.randn(33, 5, dtype=torch.bfloat16), torch.randn(7, 5, dtype=torch.bfloat16)
+    with Ops() as ops:
+        _, _, db = lg.linear_gelu_bwd(dy, x, w, torch.zeros_like(dy), "tanh")
+    assert ops.seen.count("sum") == 1 and "_to_copy" not in ops.seen, ops.seen
+    assert db.dtype == torch.bfloat16
+    torch.testing.assert_close(db, dy.sum(0, dtype=torch.float32).to(torch.bfloat16), rtol=0, atol=0)
+
+
 def test_linear_gelu_bad_input_names_it():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match=r"approximate='fast' must be 'none' or 'tanh'"):

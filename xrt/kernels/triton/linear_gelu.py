@@ -11,7 +11,7 @@ GEMM (2MNK FLOPs, as much as each of the two backward GEMMs); saving costs one `
 the one the unfused ``F.gelu(F.linear(...))`` saves for GELU's backward anyway (the output y is not
 saved). So ``dz = dy * gelu'(z)`` (one elementwise kernel), ``dx = dz @ weight``, ``dweight = dz.T @ x``
 (xrt's GEMM, with ``xp.ops.matmul``'s default for each one's layout and shape) and ``dbias = dz.sum(0)``
-(torch, in fp32).
+(torch, accumulated in fp32).
 """
 
 from __future__ import annotations
@@ -121,5 +121,7 @@ def linear_gelu_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: 
     # dx = dz @ weight is "nn", dweight = dz.T @ x "tn".
     dx = run(dz[None], weight[None], default_config(dz, weight, None))[0]
     dw = run(dz.mT[None], x[None], default_config(dz.mT, x, None))[0]
-    db = dz.sum(0, dtype=torch.float32).to(dz.dtype)
+    # torch's reduction accumulates fp16 / bf16 in fp32 and rounds once: one kernel and one
+    # allocation (on autograd's thread), where sum(dtype=float32).to(dtype) made two of each
+    db = dz.sum(0)
     return dx, dw, db
