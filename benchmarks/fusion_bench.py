@@ -1,6 +1,7 @@
 """The fused transformer ops against the torch code they replace, side by side in one run.
 
     python benchmarks/fusion_bench.py --out fusion.json [--md fusion.md] [--quick] [--device cpu]
+    python benchmarks/fusion_bench.py --sweep --out sweep.json [--md sweep.md]   # benchmarks/fusion_sweep.py
 
 Rows (bf16 on a GPU; fp32 through Triton's interpreter with ``--device cpu``, a smoke run only):
 
@@ -17,6 +18,10 @@ GPT shapes: 8192 tokens (B 8 x S 1024), d 1024 and 2048, MLP 4d. Times: ``triton
 medians (ms) on a GPU, wall-clock medians on the CPU; ``/ torch`` is the ratio to the torch row of
 the same group and shape, measured in this process. ``err``: the largest difference to torch's
 output relative to its largest magnitude.
+
+``--sweep`` writes other rows (benchmarks/fusion_sweep.py): torch and the fused ops with their
+end-to-end, device and host time each (is the GPU or the host the slow part?), and add_layernorm's
+kernels at a small grid of configs around the defaults, to pick its defaults from.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--md", type=Path, help="also write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="the first width only (GPU); tiny shapes on the CPU")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: Triton's interpreter, fp32")
+    ap.add_argument("--sweep", action="store_true",
+                    help="e2e / device / host time of the ops, and add_layernorm's config grid (fusion_sweep.py)")
     return ap.parse_args(argv)
 
 
@@ -73,7 +80,12 @@ def _err(y: Any, ref: Any) -> float:
 
 
 def _row(rows: list[dict], group: str, shape: str, variant: str, run: Any) -> None:
-    row: dict[str, Any] = {"group": group, "shape": shape, "variant": variant}
+    emit(rows, {"group": group, "shape": shape, "variant": variant}, run)
+
+
+def emit(rows: list[dict], head: dict[str, Any], run: Any) -> None:
+    """``head`` with what ``run()`` returns, appended to ``rows`` and printed as one JSON line."""
+    row = dict(head)
     try:
         row.update(run())
     except Exception as e:  # a variant that fails is a row, not the end of the run
@@ -251,20 +263,32 @@ def main(argv: list[str] | None = None) -> int:
     cpu = args.device == "cpu"
     dt = torch.float32 if cpu else torch.bfloat16  # the interpreter has no bfloat16
     (bsz, s), widths = (QUICK["tokens"], QUICK["widths"]) if cpu else (TOKENS, WIDTHS[:1] if args.quick else WIDTHS)
-    timed = _timer(args.device, args.quick)
-    rows: list[dict] = []
-    for d in widths:
-        add_layernorm_rows(rows, bsz * s, d, dt, args.device, timed)
-        linear_gelu_rows(rows, bsz * s, d, dt, args.device, timed)
-        gpt_rows(rows, bsz, s, d, dt, args.device, timed)
-    ratios(rows)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     meta = {"device": "CPU (Triton interpreter)" if cpu else torch.cuda.get_device_name(), "dtype": str(dt),
             "torch": torch.__version__, "host": platform.node(), "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    rows: list[dict] = []
+    extra: dict[str, Any] = {}
+    if args.sweep:
+        from benchmarks import fusion_sweep as sw
+
+        t = sw.Timers(args.device)
+        for d in widths:
+            sw.op_rows(rows, bsz * s, d, dt, args.device, t, emit)
+            sw.add_layernorm_sweep(rows, bsz * s, d, dt, args.device, t, emit,
+                                   sw.QUICK_GRID if cpu or args.quick else (sw.FWD_GRID, sw.BWD_GRID))
+        extra["best"] = sw.best(rows)
+        md = sw.markdown(rows, extra["best"], meta)
+    else:
+        timed = _timer(args.device, args.quick)
+        for d in widths:
+            add_layernorm_rows(rows, bsz * s, d, dt, args.device, timed)
+            linear_gelu_rows(rows, bsz * s, d, dt, args.device, timed)
+            gpt_rows(rows, bsz, s, d, dt, args.device, timed)
+        ratios(rows)
+        md = markdown(rows, meta)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    md = markdown(rows, meta)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows, **extra}, indent=1) + "\n")
     print(md)
     if args.md:
         args.md.write_text(md)

@@ -23,6 +23,9 @@
 #            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-h100.json / .md)
 # fusion   : the fused ops' GPU tests (add_layernorm, linear_gelu, xp.fuse), then benchmarks/fusion_bench.py:
 #            torch vs the fused ops and a GPT before and after xp.fuse, bf16 (fusion-h100.json / .md)
+# fusionsweep: benchmarks/fusion_bench.py --sweep: torch vs the fused ops with e2e, device and host time
+#            each (which of the GPU or the host is slow), and add_layernorm's kernels over a grid of
+#            configs around the defaults (fusion-sweep-h100.json / .md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -159,6 +162,9 @@ for step in "$@"; do
         2>&1 | tee "$OUT/fusion_bench.log" | tail -30
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
+    fusionsweep)
+      python3 benchmarks/fusion_bench.py --sweep --out "$OUT/fusion-sweep-h100.json" --md "$OUT/fusion-sweep-h100.md" \
+        2>&1 | tee "$OUT/fusion_sweep.log" | tail -60 ;;
     model)
       python3 -m pytest -q -p no:cacheprovider tests/test_routing.py 2>&1 | tee "$OUT/model_tests.log" | tail -5
       s=${PIPESTATUS[0]}

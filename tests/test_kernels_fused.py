@@ -63,6 +63,57 @@ def test_add_layernorm_torch_reference(dtype):
     _add_ln((7, 129), dtype, "torch")
 
 
+def test_add_layernorm_eager_calls_go_through_one_plan(interpreter, monkeypatch):
+    """Eager calls of the Triton provider launch through a plan made once per input signature (the
+    kernels' cached handles), forward and backward, with the custom op's results; a new signature
+    makes a new plan."""
+    from xrt.kernels.triton import add_layernorm as k
+
+    made = []
+    init = k.Plan.__init__
+    monkeypatch.setattr(k.Plan, "__init__", lambda self, *a: made.append(a) or init(self, *a))
+    x, r, dy, dh = (torch.randn(3, 4, 33) for _ in range(4))
+    w, b = torch.rand(33) + 0.5, torch.randn(33)
+    want = add_layernorm_op(x, r, w, b, 1e-5, "triton")
+    want_grads = add_layernorm_bwd_op(dy, dh, want[1], w, want[2], want[3], "triton")
+    for _ in range(3):
+        leaves = [t.clone().requires_grad_() for t in (x, r, w, b)]
+        y, h = xp.ops.add_layernorm(leaves[0], leaves[1], 33, *leaves[2:], provider="triton")
+        assert "Lean" in type(y.grad_fn).__name__
+        torch.testing.assert_close((y, h), want[:2], rtol=0, atol=0)
+        torch.autograd.backward([y, h], [dy, dh])
+        for got, ref in zip((leaves[0].grad, leaves[1].grad, leaves[2].grad, leaves[3].grad),
+                            (want_grads[0], want_grads[0], *want_grads[1:])):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(xp.ops.add_layernorm(x, r, 33, w, b, provider="triton"), want[:2], rtol=0, atol=0)
+    assert len(made) == 1 and made[0][:2] == (12, 33)
+    xp.ops.add_layernorm(x[:2], r[:2], 33, w, b, provider="triton")
+    assert len(made) == 2 and made[1][:2] == (8, 33)
+
+
+def test_add_layernorm_general_path_where_the_plan_cannot_take_the_call(interpreter, monkeypatch):
+    """A non-contiguous residual, a weight of another dtype (cast, its gradient flows back through the
+    cast), the torch provider: the general path, with the same results as torch."""
+    from xrt.kernels.triton import add_layernorm as k
+
+    monkeypatch.setattr(k.Plan, "__init__", lambda *a: pytest.fail("no plan for this call"))
+    x = torch.randn(5, 16, requires_grad=True)
+    r = torch.randn(16, 5).T.requires_grad_()
+    w64 = (torch.rand(16, dtype=torch.float64) + 0.5).requires_grad_()
+    for args, provider in (((x, r, 16, torch.ones(16), torch.zeros(16)), "triton"),
+                           ((x, r.detach().contiguous(), 16, w64, torch.zeros(16)), "triton"),
+                           ((x, r.detach().contiguous(), 16, torch.ones(16), torch.zeros(16)), "torch")):
+        y, h = xp.ops.add_layernorm(*args, provider=provider)
+        ref_h = args[0] + args[1]
+        torch.testing.assert_close(h, ref_h)
+        torch.testing.assert_close(y, F.layer_norm(ref_h, (16,), args[3].float(), args[4]), rtol=1e-5, atol=1e-5)
+        assert "Lean" not in type(y.grad_fn).__name__
+    y, _ = xp.ops.add_layernorm(x, r.detach().contiguous(), 16, w64, torch.zeros(16), provider="triton")
+    y.sum().backward()
+    assert w64.grad is not None and w64.grad.dtype == torch.float64
+
+
 # opcheck without its aot_dispatch test, which compiles for tens of seconds on this machine (the
 # suites' compiled series run both ops under torch.compile)
 _QUICK = ("test_schema", "test_autograd_registration", "test_faketensor")
@@ -164,6 +215,55 @@ def test_linear_gelu_opcheck(interpreter):
     torch.library.opcheck(linear_gelu_op, (x, w, None, "none", False, "triton"), test_utils=_QUICK)
     z = F.linear(x, w, b)
     torch.library.opcheck(linear_gelu_bwd_op, (torch.randn(5, 7), x, w, z, "none", "triton"), test_utils=_QUICK)
+
+
+def test_linear_gelu_backward_gemms_take_matmuls_layout_defaults(monkeypatch):
+    """dx = dz @ weight ("nn") and dweight = dz.T @ x ("tn") launch with xp.ops.matmul's default for
+    their layout and shape (the layout table's entry at a GPT shape), not one config for both."""
+    from xrt.kernels import spaces
+    from xrt.kernels.triton import linear_gelu as lg
+    from xrt.kernels.triton.matmul import default_config
+
+    seen = []
+    monkeypatch.setattr(lg, "_grad", lambda *a, **k: None)  # dz as allocated: only the GEMMs' configs matter here
+    monkeypatch.setattr(lg, "run", lambda a, b, cfg, *rest: seen.append((a, b, dict(cfg))) or a.new_empty(
+        (a.shape[0], a.shape[1], b.shape[2])))
+    m, n, k = 4097, 3000, 1000  # buckets 8192, 4096, 1024: a d-1024 model's MLP up-projection
+    x, w = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16)
+    dy = z = torch.zeros(m, n, dtype=torch.bfloat16)
+    dx, dw, _ = lg.linear_gelu_bwd(dy, x, w, z, "tanh")
+    assert dx.shape == (m, k) and dw.shape == (n, k)
+    (a1, b1, c1), (a2, b2, c2) = seen
+    assert (a1.shape, b1.shape, a2.shape, b2.shape) == ((1, m, n), (1, n, k), (1, n, m), (1, m, k))
+    assert c1 == dict(default_config(a1[0], b1[0], None)) == spaces.gemm_default("nn", m, k, n)
+    assert c2 == dict(default_config(a2[0], b2[0], None)) == spaces.gemm_default("tn", n, k, m)
+
+
+def test_linear_gelu_backward_bias_gradient_is_one_reduction(monkeypatch):
+    """dbias is one torch reduction of dz (fp32 accumulation inside it), no separate cast: the
+    backward runs on autograd's thread, where each extra kernel and allocation costs host time."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from xrt.kernels.triton import linear_gelu as lg
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(lg, "_grad", lambda grid, dy, z, dz, *a, **k: dz.copy_(dy))
+    monkeypatch.setattr(lg, "run", lambda a, b, cfg, *rest: a.new_zeros((a.shape[0], a.shape[1], b.shape[2])))
+    dy = torch.randn(33, 7, dtype=torch.bfloat16)
+    x, w = torch.randn(33, 5, dtype=torch.bfloat16), torch.randn(7, 5, dtype=torch.bfloat16)
+    with Ops() as ops:
+        _, _, db = lg.linear_gelu_bwd(dy, x, w, torch.zeros_like(dy), "tanh")
+    assert ops.seen.count("sum") == 1 and "_to_copy" not in ops.seen, ops.seen
+    assert db.dtype == torch.bfloat16
+    torch.testing.assert_close(db, dy.sum(0, dtype=torch.float32).to(torch.bfloat16), rtol=0, atol=0)
 
 
 def test_linear_gelu_bad_input_names_it():

@@ -47,11 +47,14 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     "layernorm_bwd.cuda": {"block": ["auto", 128, 256, 512, 1024], "version": ["auto", "v1", "v2", "v3"],
                            "programs_per_sm": ["auto", 1, 2, 4]},
     # add_layernorm (xrt/kernels/triton/add_layernorm.py): layernorm's knobs; the backward has no
-    # column-tiled path (rows up to 16384 elements).
-    "add_layernorm.triton": {"num_warps": ["auto", 4, 8, 16, 32], "rows": ["auto", 1, 2]},
-    "add_layernorm_bwd.triton": {"num_warps": ["auto", 4, 8, 16, 32], "programs_per_sm": ["auto", 1, 2, 4]},
+    # column-tiled path (rows up to 16384 elements). The values reach past what "auto" picks at a
+    # transformer's widths (forward: 4 rows x 8 warps at N 1024; backward: 2 programs an SM, 4 warps),
+    # so that a sweep around the defaults stays in the space (benchmarks/fusion_sweep.py).
+    "add_layernorm.triton": {"num_warps": ["auto", 2, 4, 8, 16, 32], "rows": ["auto", 1, 2, 4, 8]},
+    "add_layernorm_bwd.triton": {"num_warps": ["auto", 2, 4, 8, 16, 32], "programs_per_sm": ["auto", 1, 2, 4, 8]},
     # linear_gelu (xrt/kernels/triton/linear_gelu.py): the GEMM's space (its epilogue adds no knob);
-    # the backward's own kernel is the elementwise GELU gradient (its GEMMs take matmul.triton's).
+    # the backward's own kernel is the elementwise GELU gradient (its GEMMs take matmul's defaults
+    # for their layout).
     "linear_gelu.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                            "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
                            "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},

@@ -24,6 +24,6 @@ DEFS = (
           dump=(TritonKernel("_add_layernorm_bwd_kernel",
                              {"dy_ptr": "*T", "dh_ptr": "*T", "h_ptr": "*T", "w_ptr": "*T", "mean_ptr": "*fp32",
                               "rstd_ptr": "*fp32", "dx_ptr": "*T", "dw_part_ptr": "*fp32", "db_part_ptr": "*fp32",
-                              "M": "i32", "N": "i32", "rows_per_program": "i32"},
+                              "part_off": "i32", "M": "i32", "N": "i32", "rows_per_program": "i32"},
                              {"HAS_DH": True, "BLOCK": 2048}),)),
 )

@@ -10,6 +10,10 @@ Backward: layernorm's row-group design (Liger-Kernel's), reading the saved h in 
 dh + layernorm_backward(dy)``, written once and returned for both inputs. It reads dy, h and dh
 and writes one tensor; x and residual are not saved. dweight / dbias partials are summed by
 layernorm's ``_sum_partials_kernel``.
+
+:class:`Plan` fixes both directions' launches for one input signature (grid, warps, constexprs:
+:func:`fwd_launch`, :func:`bwd_launch`, which the functions below use too) and launches through
+each kernel's cached handle (``Site``): the op's eager path.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks
-from xrt.kernels.triton.launch import Launcher, cdiv, next_power_of_2
+from xrt.kernels.triton.launch import Launcher, Site, cdiv, next_power_of_2
 from xrt.kernels.triton.layernorm import (
     SUM_BLOCK_G,
     SUM_BLOCK_N,
@@ -82,7 +86,8 @@ def _add_layernorm_bwd_kernel(
     rstd_ptr,  # [M] fp32 from the forward
     dx_ptr,  # [M, N] output: the gradient of x and of residual, h's dtype
     dw_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy * hhat
-    db_part_ptr,  # [G, N] fp32: this program's sum over its rows of dy
+    db_part_ptr,  # [G, N] fp32 at db_part_ptr + part_off: this program's sum over its rows of dy
+    part_off,  # elements from db_part_ptr to the first db partial (G * N where they share one buffer)
     M,  # rows
     N,  # row length
     rows_per_program,  # rows of each program, ceil(M / G)
@@ -105,7 +110,7 @@ def _add_layernorm_bwd_kernel(
         dw_acc += dy * hhat
         db_acc += dy
         off += N
-    _store_partials(dw_part_ptr, db_part_ptr, 0, cols, N, dw_acc, db_acc, mask)
+    _store_partials(dw_part_ptr, db_part_ptr, part_off, cols, N, dw_acc, db_acc, mask)
 
 
 _fwd = Launcher(_add_layernorm_fwd_kernel)
@@ -117,6 +122,20 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if n > MAX_N:
         raise ValueError(f"Triton add_layernorm keeps a row in registers: x.shape[-1]={n} must be <= {MAX_N}")
     return m, n
+
+
+def fwd_launch(m: int, n: int, cfg: dict[str, Any]) -> tuple[tuple[int], dict[str, Any]]:
+    """The forward's grid and launch options (``num_warps`` and the constexprs) for ``[M, N]`` rows."""
+    block = next_power_of_2(n)
+    rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
+    return (cdiv(m, rows),), {"num_warps": warps, "ROWS": rows, "BLOCK": block}
+
+
+def bwd_launch(m: int, n: int, cfg: dict[str, Any], x: torch.Tensor) -> tuple[int, dict[str, Any]]:
+    """The backward's row groups ``G`` (its grid) and launch options, ``HAS_DH`` left to the call."""
+    block = next_power_of_2(n)
+    g = partial_programs(x, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
+    return g, {"num_warps": row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"], "BLOCK": block}
 
 
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
@@ -132,10 +151,8 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
     h = torch.empty_like(x)
     if m == 0 or n == 0:
         return y, h, mean, rstd
-    block = next_power_of_2(n)
-    rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
-    _fwd((cdiv(m, rows),), x, residual, weight, bias, h, y, mean, rstd, m, n, float(eps),
-         ROWS=rows, BLOCK=block, num_warps=warps)
+    grid, meta = fwd_launch(m, n, cfg)
+    _fwd(grid, x, residual, weight, bias, h, y, mean, rstd, m, n, float(eps), **meta)
     return y, h, mean, rstd
 
 
@@ -156,12 +173,47 @@ def add_layernorm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor
     db = torch.empty_like(weight)
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
-    block = next_power_of_2(n)
-    g = partial_programs(h, m, bwd_programs_per_sm(n, cfg["programs_per_sm"]))
+    g, meta = bwd_launch(m, n, cfg, h)
     part = torch.empty(2, g, n, dtype=torch.float32, device=h.device)
-    warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
-    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part[0],
-         part[1], m, n, cdiv(m, g), HAS_DH=dh is not None, BLOCK=block, num_warps=warps)
-    _sum((cdiv(n, SUM_BLOCK_N),), part[0], part[1], dw, db, 0, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
+    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part, part,
+         g * n, m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
+    _sum((cdiv(n, SUM_BLOCK_N),), part, part, dw, db, g * n, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
          num_warps=4)
     return dx, dw, db
+
+
+class Plan:
+    """The forward's and backward's launches for one ``(M, N, dtype, configs, device)``, worked out
+    once (as layernorm's ``FwdPlan`` / ``BwdPlan``): an eager call then allocates its outputs and
+    calls each kernel's :class:`Site`. Takes contiguous, non-empty tensors checked by its owner."""
+
+    __slots__ = ("m", "n", "groups", "fwd", "bwd", "total")
+
+    def __init__(self, m: int, n: int, cfg: dict[str, Any], bcfg: dict[str, Any], x: torch.Tensor) -> None:
+        self.m, self.n = m, n
+        grid, meta = fwd_launch(m, n, cfg)
+        self.fwd = Site(_fwd, grid, 8, **meta)
+        self.groups, bmeta = bwd_launch(m, n, bcfg, x)
+        self.bwd = {has_dh: Site(_bwd, (self.groups,), 9, HAS_DH=has_dh, **bmeta) for has_dh in (False, True)}
+        self.total = Site(_sum, (cdiv(n, SUM_BLOCK_N),), 4, num_warps=4, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(y, h, mean, rstd)`` as :func:`add_layernorm`."""
+        y, h = torch.empty_like(x), torch.empty_like(x)
+        mean = torch.empty(self.m, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(self.m, dtype=torch.float32, device=x.device)
+        self.fwd(x, residual, weight, bias, h, y, mean, rstd, self.m, self.n, eps)
+        return y, h, mean, rstd
+
+    def backward(self, dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
+                 mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(dx, dweight, dbias)`` as :func:`add_layernorm_bwd` (``dy``, ``dh`` contiguous). Three
+        allocations (dx, one buffer of both partials, one of dweight and dbias): autograd runs the
+        backward on its own thread, where each costs several microseconds more than on the caller's."""
+        m, n, g = self.m, self.n, self.groups
+        dx, part, dwdb, dw, db = checks.layernorm_bwd_buffers(h, weight, g)
+        self.bwd[dh is not None](dy, dh if dh is not None else dy, h, weight, mean, rstd, dx, part, part, g * n,
+                                 m, n, cdiv(m, g))
+        self.total(part, part, dwdb, dwdb, g * n, n, g, n)
+        return dx, dw, db

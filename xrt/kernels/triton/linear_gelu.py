@@ -10,7 +10,8 @@ Backward, from the saved ``z`` rather than by recomputing it: recomputing costs 
 GEMM (2MNK FLOPs, as much as each of the two backward GEMMs); saving costs one ``[M, N]`` tensor,
 the one the unfused ``F.gelu(F.linear(...))`` saves for GELU's backward anyway (the output y is not
 saved). So ``dz = dy * gelu'(z)`` (one elementwise kernel), ``dx = dz @ weight``, ``dweight = dz.T @ x``
-(xrt's GEMM, the ``matmul.triton`` config) and ``dbias = dz.sum(0)`` (torch, in fp32).
+(xrt's GEMM, with ``xp.ops.matmul``'s default for each one's layout and shape) and ``dbias = dz.sum(0)``
+(torch, accumulated in fp32).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from xrt.kernels.triton.matmul import (
     Epilogue,
     _matmul_kernel,  # noqa: F401  (`xrt kernels dump linear_gelu` compiles it)
     check_pair,
+    default_config,
     run,
 )
 
@@ -102,7 +104,7 @@ def linear_gelu_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: 
                     config: dict[str, Any] | None = None):
     """``(dx, dweight, dbias)`` from the saved pre-activation ``z``; shapes as :func:`linear_gelu`
     (dbias always computed; the caller drops it when there is no bias); config from
-    ``linear_gelu_bwd.triton`` (the gradient kernel), the GEMMs take ``matmul.triton``'s."""
+    ``linear_gelu_bwd.triton`` (the gradient kernel), the GEMMs take matmul's default for their layout."""
     check_linear(x, weight, None)
     act = act_of(approximate)
     m, n = dy.shape
@@ -115,8 +117,11 @@ def linear_gelu_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: 
     if dz.numel():
         _grad((cdiv(dz.numel(), cfg["BLOCK_SIZE"]),), dy, z, dz, dz.numel(), ACT=act, BLOCK_SIZE=cfg["BLOCK_SIZE"],
               num_warps=cfg["num_warps"])
-    gemm = checks.effective_config("matmul.triton", m, None)
-    dx = run(dz[None], weight[None], gemm)[0]
-    dw = run(dz.mT[None], x[None], checks.effective_config("matmul.triton", n, None))[0]
-    db = dz.sum(0, dtype=torch.float32).to(dz.dtype)
+    # The GEMMs take matmul's defaults for their layout and shape (the layout table's H100 winners):
+    # dx = dz @ weight is "nn", dweight = dz.T @ x "tn".
+    dx = run(dz[None], weight[None], default_config(dz, weight, None))[0]
+    dw = run(dz.mT[None], x[None], default_config(dz.mT, x, None))[0]
+    # torch's reduction accumulates fp16 / bf16 in fp32 and rounds once: one kernel and one
+    # allocation (on autograd's thread), where sum(dtype=float32).to(dtype) made two of each
+    db = dz.sum(0)
     return dx, dw, db

@@ -5,16 +5,24 @@ Two custom ops: ``xrt::add_layernorm`` -> ``(y, h, mean, rstd)`` and ``xrt::add_
 backward saves only ``h`` (an output the caller keeps anyway), weight and the fp32 statistics; it
 adds h's own gradient (the residual stream's) into dx, which is the gradient of both x and
 residual. Kernels see the rows as ``[M, N]``, ``N`` the number of elements of ``normalized_shape``.
+
+Eager calls of the Triton provider on plain, contiguous tensors of one dtype skip all of that: a
+plan per input signature (``xrt.kernels.triton.add_layernorm.Plan``, kept in the policy state's
+memo as layernorm's) launches the kernels through their cached handles, and the autograd function
+calls the plan's backward. The op's own Python then costs about what a kernel launch does, where the
+general path cost several times the device time of the kernels at a transformer's shapes.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch import policy
+from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 kernel_providers.register("add_layernorm")
@@ -106,6 +114,88 @@ class _EagerAddLayerNorm(torch.autograd.Function):
         return dx, dx, dw, db, None, None
 
 
+_FAST = {torch.float16, torch.bfloat16, torch.float32}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plan(x: torch.Tensor, residual: torch.Tensor, ns: Any, w: torch.Tensor, b: torch.Tensor,
+          provider: str | None) -> Any:
+    """The Triton kernels' :class:`Plan` for this signature, or ``False`` where the general path
+    must run (another provider, a cast, a stride or shape it checks and reports)."""
+    if type(x) not in _PLAIN or x.dtype not in _FAST or not x.is_contiguous() or x.numel() == 0:
+        return False
+    dims = (ns,) if isinstance(ns, int) else tuple(ns) if isinstance(ns, tuple) else None
+    if not dims or x.dim() < len(dims) or tuple(x.shape[x.dim() - len(dims):]) != dims or 0 in dims:
+        return False
+    if (type(residual) not in _PLAIN or residual.shape != x.shape or residual.dtype != x.dtype
+            or residual.device != x.device or not residual.is_contiguous()):
+        return False
+    for t in (w, b):
+        if (type(t) not in _PLAIN or tuple(t.shape) != dims or t.dtype != x.dtype or t.device != x.device
+                or not t.is_contiguous()):
+            return False
+    try:
+        chosen = dispatch.choose("add_layernorm", x, provider)
+    except (ValueError, RuntimeError):
+        return False
+    from xrt.kernels.triton import add_layernorm as kernels
+
+    n = math.prod(dims)
+    if chosen.name != "triton" or n > kernels.MAX_N:
+        return False
+    m = x.numel() // n
+    cfg = kernel_providers.config("add_layernorm", "add_layernorm.triton", x, (m, n))
+    bcfg = kernel_providers.config("add_layernorm_bwd", "add_layernorm_bwd.triton", x, (m, n))
+    return kernels.Plan(m, n, cfg, bcfg, x)
+
+
+class _LeanAddLayerNorm(torch.autograd.Function):
+    """Eager training through a :class:`Plan`: saves h, weight, mean and rstd, as the custom op."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, plan, eps):
+        y, h, mean, rstd = plan.forward(x, residual, weight, bias, eps)
+        ctx.plan = plan
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(h, weight, mean, rstd)
+        return y, h
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy, dh):
+        if dy is None and dh is None:
+            return None, None, None, None, None, None
+        h, weight, mean, rstd = ctx.saved_tensors
+        dy = torch.zeros_like(h) if dy is None else dy.contiguous()
+        dx, dw, db = ctx.plan.backward(dy, None if dh is None else dh.contiguous(), h, weight, mean, rstd)
+        return dx, dx, dw, db, None, None
+
+
+def _fast(x: Any, residual: Any, ns: Any, w: Any, b: Any, eps: float,
+          provider: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The eager call through a cached plan, or ``None`` for the general path."""
+    if w is None or b is None or get_precision_hint() is not None:
+        return None
+    route = dispatch.route(x, residual, w, b)  # first: nothing below may be traced
+    if route == dispatch.OP or dispatch.profiling():
+        return None
+    try:
+        key = ("add_layernorm", x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
+               residual.dtype, residual.device, ns, w.shape, w.stride(), w.dtype, w.device, b.shape, b.stride(),
+               b.dtype, b.device, provider)
+        memo = policy.tuned_state().memo
+        plan = memo.get(key)
+    except (AttributeError, TypeError):  # not tensors, an unhashable normalized_shape
+        return None
+    if plan is None:
+        plan = memo[key] = _plan(x, residual, ns, w, b, provider)
+    if plan is False:
+        return None
+    if route == dispatch.DIRECT:
+        return plan.forward(x, residual, w, b, float(eps))[:2]
+    return _LeanAddLayerNorm.apply(x, residual, w, b, plan, float(eps))
+
+
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int | Sequence[int],
                   weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
                   provider: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,6 +218,9 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
     >>> h
     tensor([[1., 3.]])
     """
+    got = _fast(x, residual, normalized_shape, weight, bias, eps, provider)
+    if got is not None:
+        return got
     x = cast_for_hint(_checks.floating("x", "add_layernorm", x))
     residual = cast_for_hint(_checks.floating("residual", "add_layernorm", residual))
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
