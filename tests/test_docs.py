@@ -68,6 +68,13 @@ def _paths(text: str) -> set[str]:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_code_fence_is_closed(page):
+    """An unclosed fence turns the prose after it into code (and hides its paths from the check below)."""
+    fences = [n for n, line in enumerate(page.read_text().splitlines(), 1) if line.startswith("```")]
+    assert len(fences) % 2 == 0, f"{_name(page)}: an odd number of code fences (lines {fences})"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_every_file_a_page_names_exists(page):
     missing = sorted(p for p in _paths(page.read_text()) if not (ROOT / p).exists())
     assert missing == [], f"{_name(page)} names files that are not in the repository: {missing}"
