@@ -2,6 +2,8 @@
 
     python benchmarks/routing_host.py [--device cpu] [--calls 2000] [--repeats 7] [--clock wall|cpu]
         [--out host.json]
+    python benchmarks/routing_host.py --per-call [--device cpu] [--calls 20000] [--repeats 9]
+    python benchmarks/routing_host.py --profile F.linear [--policy auto] [--calls 20000]
 
 The model is plain PyTorch: 4 pre-norm blocks of ``nn.LayerNorm``, ``nn.Linear`` (qkv, proj, MLP),
 ``F.scaled_dot_product_attention`` and GELU at tiny sizes (B1 S8 d32 fp32), so the host's time is all
@@ -18,16 +20,29 @@ Each repeat runs the policies in turns (none, auto, triton, then the reverse ord
 host's drift moves them alike; µs per forward is the median over repeats of each turn's mean over
 ``--calls`` forwards. ``--clock cpu`` times this thread's CPU time instead of the wall clock: on a
 host shared with other work it leaves out the time the thread waited for a core.
+
+``--per-call`` times each routed torch function alone (:data:`CALLS`, tiny fp32 inputs, no grad)
+with ``timeit``: µs per call under each policy, the median of ``--repeats`` runs of ``--calls``
+calls, the policies in turns as above, and each routed figure minus the plain call's. On the CPU
+``auto`` takes a GPU's path (:func:`as_on_a_gpu`: the wrappers installed, the call measured and
+looked up in a table that names torch), so the figure is what a routed call that ``auto`` leaves to
+torch costs on a GPU. ``--profile NAME`` runs cProfile over ``--calls`` calls of one of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
 import json
+import os
+import pstats
 import statistics
 import sys
 import time
+import timeit
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +119,104 @@ def measure(device: str = "cpu", calls: int = 2000, repeats: int = 7, clock: str
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def as_on_a_gpu() -> None:
+    """On the CPU, make ``auto`` take the path of a GPU whose table names torch for every shape: the
+    wrappers install (``auto.routes``), each call is measured (``routing.auto_device``) and looked up
+    in a memo keyed as :func:`xrt.pytorch.auto.pick`'s. Triton's interpreter is turned off so that
+    ``triton`` cannot run a CPU tensor: each call asks the policy and stays torch's."""
+    from xrt.pytorch import auto, routing
+
+    os.environ.pop("TRITON_INTERPRET", None)
+    memo: dict[tuple, str] = {}
+
+    def pick(op: str, x: Any, shape: Any, train: bool | None = None) -> str:
+        key = (op, 0, x.dtype, tuple(shape), train)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = auto.TORCH
+        return hit
+
+    routing.auto_device = lambda t: True
+    auto.routes = lambda ops: True
+    auto.pick = pick
+
+
+def calls(device: str = "cpu") -> dict[str, Callable[[], Any]]:
+    """Each routed torch function on tiny fp32 inputs, looked up at call time (as a model does)."""
+    import torch
+    from torch.nn import functional as F
+
+    torch.manual_seed(0)
+    x, w, b = (torch.randn(*s, device=device) for s in ((8, 16), (16, 16), (16,)))
+    a3, b3 = torch.randn(2, 8, 16, device=device), torch.randn(2, 16, 8, device=device)
+    q = torch.randn(1, 2, 8, 16, device=device)
+    return {
+        "F.linear": lambda: F.linear(x, w, b),
+        "torch.matmul": lambda: torch.matmul(x, w),
+        "a @ b": lambda: x @ w,
+        "torch.bmm": lambda: torch.bmm(a3, b3),
+        "F.layer_norm": lambda: F.layer_norm(x, (16,), w[0], b),
+        "F.softmax": lambda: F.softmax(x, dim=-1),
+        "Tensor.softmax": lambda: x.softmax(-1),
+        "F.sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+    }
+
+
+def per_call(device: str = "cpu", number: int = 20000, repeats: int = 9,
+             clock: str = "cpu") -> dict[str, dict[str, float]]:
+    """µs per call of each of :func:`calls` under each policy: {policy: {call: median µs}}."""
+    import torch
+
+    if device == "cpu":
+        torch.set_num_threads(1)
+        as_on_a_gpu()
+    fns = calls(device)
+    samples: dict[str, dict[str, list[float]]] = {p: {c: [] for c in fns} for p in POLICIES}
+    order = list(POLICIES)
+    with torch.no_grad():
+        for r in range(repeats):
+            for name in order if r % 2 == 0 else reversed(order):
+                with scope(POLICIES[name]):
+                    for c, fn in fns.items():
+                        fn()
+                        t = timeit.Timer(fn, timer=CLOCKS[clock]).timeit(number)
+                        samples[name][c].append(t / number * 1e6)
+    return {p: {c: statistics.median(v) for c, v in s.items()} for p, s in samples.items()}
+
+
+def profile(call: str, policy: str, device: str = "cpu", number: int = 20000, top: int = 20) -> str:
+    """cProfile of ``number`` calls of ``call`` under ``policy``: the top functions by own time."""
+    import torch
+
+    if device == "cpu":
+        torch.set_num_threads(1)
+        as_on_a_gpu()
+    fn = calls(device)[call]
+    with torch.no_grad(), scope(POLICIES[policy]):
+        fn()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(number):
+            fn()
+        prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="routing_host", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda)")
-    ap.add_argument("--calls", type=int, default=2000, help="forwards per turn")
+    ap.add_argument("--calls", type=int, help="forwards per turn (2000), or calls (20000) with --per-call")
     ap.add_argument("--repeats", type=int, default=7, help="turns per policy")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall clock or this thread's CPU time")
     ap.add_argument("--out", type=Path, help="also write the figures here as JSON")
+    ap.add_argument("--per-call", action="store_true", help="each routed torch function alone, per policy")
+    ap.add_argument("--profile", metavar="CALL", help="cProfile one routed call (a name of --per-call's rows)")
+    ap.add_argument("--policy", choices=sorted(POLICIES), default="auto", help="--profile's policy")
     args = ap.parse_args(argv)
+    if args.calls is None:
+        args.calls = 20000 if args.per_call or args.profile else 2000
     if args.calls < 1 or args.repeats < 1:
         print(f"routing_host: --calls {args.calls} and --repeats {args.repeats} must be at least 1", file=sys.stderr)
         return 2
@@ -124,6 +229,26 @@ def main(argv: list[str] | None = None) -> int:
         print("routing_host: --clock cpu leaves out the waits for the GPU; use --clock wall with --device cuda",
               file=sys.stderr)
         return 2
+    if args.profile is not None:
+        names = list(calls("cpu"))
+        if args.profile not in names:
+            print(f"routing_host: --profile {args.profile!r} is not one of {', '.join(names)}", file=sys.stderr)
+            return 2
+        print(profile(args.profile, args.policy, args.device, args.calls))
+        return 0
+    if args.per_call:
+        table = per_call(args.device, args.calls, args.repeats, args.clock)
+        print(f"{'call':16s}" + "".join(f"{p:>10s}" for p in POLICIES) + "".join(
+            f"{p + ' - none':>16s}" for p in POLICIES if p != "none") + "   (µs per call)")
+        for c in table["none"]:
+            row = [table[p][c] for p in POLICIES]
+            print(f"{c:16s}" + "".join(f"{v:10.2f}" for v in row) + "".join(
+                f"{table[p][c] - table['none'][c]:16.2f}" for p in POLICIES if p != "none"))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"device": args.device, "clock": args.clock, "torch": torch.__version__,
+                                            "us_per_call": table}, indent=1) + "\n")
+        return 0
     us = measure(args.device, args.calls, args.repeats, args.clock)
     base = us["none"]
     for name, v in us.items():
