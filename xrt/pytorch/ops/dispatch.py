@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from xrt.kernels import autotable, defs
+from xrt.kernels import autotable, defs, rawenv
 from xrt.pytorch import auto, policy
 
 # What ``auto`` tries, per device type, in order (on CUDA only an op with its own order: the others
@@ -312,13 +311,17 @@ def _have(module: str) -> bool:
 _HAVE: dict[str, bool] = {"triton": importlib.util.find_spec("triton") is not None}
 
 
+# TRITON_INTERPRET read raw (xrt.kernels.rawenv): a tenth of os.environ.get's cost, changes seen at once.
+_ENV, _INTERPRET, _ON = rawenv.DATA, rawenv.key("TRITON_INTERPRET"), rawenv.value("1")
+
+
 def triton_missing(x: torch.Tensor) -> str | None:
     if not _have("triton"):
         return "triton is not installed (pip install -e '.[torch]' in an xpuruntime checkout on Linux x86_64)"
     if x.is_cuda:
         return None
     if x.is_cpu:
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if _ENV.get(_INTERPRET) == _ON:
             if x.dtype == torch.bfloat16:  # numpy has no bfloat16: the interpreter returns NaNs
                 return "Triton's CPU interpreter (TRITON_INTERPRET=1) cannot compute in bfloat16"
             return None
