@@ -2,7 +2,7 @@
 
     python benchmarks/routing_host.py [--device cpu] [--calls 2000] [--repeats 7] [--clock wall|cpu]
         [--out host.json]
-    python benchmarks/routing_host.py --per-call [--device cpu] [--calls 20000] [--repeats 9]
+    python benchmarks/routing_host.py --per-call [--device cpu] [--calls 2000] [--repeats 15]
     python benchmarks/routing_host.py --profile F.linear [--policy auto] [--calls 20000]
 
 The model is plain PyTorch: 4 pre-norm blocks of ``nn.LayerNorm``, ``nn.Linear`` (qkv, proj, MLP),
@@ -21,9 +21,11 @@ host's drift moves them alike; µs per forward is the median over repeats of eac
 ``--calls`` forwards. ``--clock cpu`` times this thread's CPU time instead of the wall clock: on a
 host shared with other work it leaves out the time the thread waited for a core.
 
-``--per-call`` times each routed torch function alone (:data:`CALLS`, tiny fp32 inputs, no grad)
+``--per-call`` times each routed torch function alone (:func:`calls`, tiny fp32 inputs, no grad)
 with ``timeit``: µs per call under each policy, the median of ``--repeats`` runs of ``--calls``
-calls, the policies in turns as above, and each routed figure minus the plain call's. On the CPU
+calls, the policies in turns as above, and each routed figure minus the plain call's. The
+``uncached`` variants decide every call afresh (:func:`uncached`), as routing did before it kept
+its decisions: the before and after of that change, side by side in one process. On the CPU
 ``auto`` takes a GPU's path (:func:`as_on_a_gpu`: the wrappers installed, the call measured and
 looked up in a table that names torch), so the figure is what a routed call that ``auto`` leaves to
 torch costs on a GPU. ``--profile NAME`` runs cProfile over ``--calls`` calls of one of them.
@@ -162,26 +164,54 @@ def calls(device: str = "cpu") -> dict[str, Callable[[], Any]]:
     }
 
 
-def per_call(device: str = "cpu", number: int = 20000, repeats: int = 9,
-             clock: str = "cpu") -> dict[str, dict[str, float]]:
-    """µs per call of each of :func:`calls` under each policy: {policy: {call: median µs}}."""
+@contextlib.contextmanager
+def uncached() -> Any:
+    """Routed calls decided afresh each time, as before decisions were memoized: every rule's key
+    answers ``None`` (the path of a call form the keys do not know). Enter it before the policy:
+    the wrappers take their rules when they are installed."""
+    from xrt.pytorch import routing
+
+    saved = dict(routing.RULES)
+    for handler, rule in saved.items():
+        routing.RULES[handler] = rule._replace(key=lambda args, kwargs: None)
+    try:
+        yield
+    finally:
+        routing.RULES.update(saved)
+
+
+# --per-call's columns: (policy, decided afresh each call?)
+VARIANTS = {"none": ("none", False), "auto": ("auto", False), "auto uncached": ("auto", True),
+            "triton": ("triton", False), "triton uncached": ("triton", True)}
+
+
+def per_call(device: str = "cpu", number: int = 2000, repeats: int = 15,
+             clock: str = "cpu") -> dict[str, dict[str, dict[str, float]]]:
+    """µs per call of each of :func:`calls` under each of :data:`VARIANTS`, and each variant's excess
+    over ``none``: ``{"us": {variant: {call: median}}, "excess": {variant: {call: median}}}``.
+
+    Each call is timed in rounds: in a round every variant times ``number`` calls, in turns (the
+    order reversed every other round), and a variant's excess is the median over rounds of its figure
+    minus ``none``'s of the same round, so that the host's drift moves both sides alike."""
     import torch
 
     if device == "cpu":
         torch.set_num_threads(1)
         as_on_a_gpu()
     fns = calls(device)
-    samples: dict[str, dict[str, list[float]]] = {p: {c: [] for c in fns} for p in POLICIES}
-    order = list(POLICIES)
+    order = list(VARIANTS)
+    us: dict[str, dict[str, list[float]]] = {v: {c: [] for c in fns} for v in VARIANTS}
     with torch.no_grad():
-        for r in range(repeats):
-            for name in order if r % 2 == 0 else reversed(order):
-                with scope(POLICIES[name]):
-                    for c, fn in fns.items():
+        for c, fn in fns.items():
+            for r in range(repeats):
+                for name in order if r % 2 == 0 else reversed(order):
+                    policy, afresh = VARIANTS[name]
+                    with uncached() if afresh else contextlib.nullcontext(), scope(POLICIES[policy]):
                         fn()
-                        t = timeit.Timer(fn, timer=CLOCKS[clock]).timeit(number)
-                        samples[name][c].append(t / number * 1e6)
-    return {p: {c: statistics.median(v) for c, v in s.items()} for p, s in samples.items()}
+                        us[name][c].append(timeit.Timer(fn, timer=CLOCKS[clock]).timeit(number) / number * 1e6)
+    return {"us": {v: {c: statistics.median(x) for c, x in s.items()} for v, s in us.items()},
+            "excess": {v: {c: statistics.median(a - b for a, b in zip(x, us["none"][c])) for c, x in s.items()}
+                       for v, s in us.items() if v != "none"}}
 
 
 def profile(call: str, policy: str, device: str = "cpu", number: int = 20000, top: int = 20) -> str:
@@ -207,16 +237,19 @@ def profile(call: str, policy: str, device: str = "cpu", number: int = 20000, to
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="routing_host", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda)")
-    ap.add_argument("--calls", type=int, help="forwards per turn (2000), or calls (20000) with --per-call")
-    ap.add_argument("--repeats", type=int, default=7, help="turns per policy")
+    ap.add_argument("--calls", type=int, help="forwards per turn, or calls per sample with --per-call "
+                    "(2000; --profile 20000)")
+    ap.add_argument("--repeats", type=int, help="turns per policy (7), rounds per call with --per-call (15)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall clock or this thread's CPU time")
     ap.add_argument("--out", type=Path, help="also write the figures here as JSON")
     ap.add_argument("--per-call", action="store_true", help="each routed torch function alone, per policy")
     ap.add_argument("--profile", metavar="CALL", help="cProfile one routed call (a name of --per-call's rows)")
     ap.add_argument("--policy", choices=sorted(POLICIES), default="auto", help="--profile's policy")
     args = ap.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 15 if args.per_call else 7
     if args.calls is None:
-        args.calls = 20000 if args.per_call or args.profile else 2000
+        args.calls = 20000 if args.profile else 2000
     if args.calls < 1 or args.repeats < 1:
         print(f"routing_host: --calls {args.calls} and --repeats {args.repeats} must be at least 1", file=sys.stderr)
         return 2
@@ -238,16 +271,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.per_call:
         table = per_call(args.device, args.calls, args.repeats, args.clock)
-        print(f"{'call':16s}" + "".join(f"{p:>10s}" for p in POLICIES) + "".join(
-            f"{p + ' - none':>16s}" for p in POLICIES if p != "none") + "   (µs per call)")
-        for c in table["none"]:
-            row = [table[p][c] for p in POLICIES]
-            print(f"{c:16s}" + "".join(f"{v:10.2f}" for v in row) + "".join(
-                f"{table[p][c] - table['none'][c]:16.2f}" for p in POLICIES if p != "none"))
+        names = list(table["excess"])
+        print(f"µs per call ({args.clock} clock): each variant's median, and (its median excess over none)")
+        print(f"{'call':16s}{'none':>7s}" + "".join(f"{v:>18s}" for v in names))
+        for c, base in table["us"]["none"].items():
+            print(f"{c:16s}{base:7.2f}" + "".join(
+                f"{table['us'][v][c]:8.2f} ({table['excess'][v][c]:+6.2f})" for v in names))
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"device": args.device, "clock": args.clock, "torch": torch.__version__,
-                                            "us_per_call": table}, indent=1) + "\n")
+                                            "us_per_call": table["us"],
+                                            "excess_over_none_us": table["excess"]}, indent=1) + "\n")
         return 0
     us = measure(args.device, args.calls, args.repeats, args.clock)
     base = us["none"]
