@@ -248,8 +248,8 @@ _grad = torch.is_grad_enabled
 
 def _where(x: torch.Tensor) -> int | str:
     """A tensor's device as a key: the index of a CUDA device, the type of any other (what the
-    decision reads of it). A ``torch.device`` costs four times as much to hash and compare."""
-    return x.get_device() if x.is_cuda else x.device.type
+    decision reads of it): a ``torch.device`` is made anew on each access and is slow to hash and compare."""
+    return x.get_device() if x.is_cuda else "cpu" if x.is_cpu else x.device.type
 
 
 def _rg(t: Any) -> bool:
@@ -263,7 +263,7 @@ def _linear_key(args: tuple, kwargs: dict) -> tuple | None:
     x, w = args[0], args[1]
     if type(x) not in _PLAIN or type(w) not in _PLAIN:
         return None
-    train = _grad() and (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2]))
+    train = (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2])) and _grad()
     return ("linear", _where(x), x.dtype, x.shape, w.shape, train)
 
 
@@ -273,7 +273,7 @@ def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
     a, b = args
     if type(a) not in _PLAIN or type(b) not in _PLAIN:
         return None
-    return ("matmul", _where(a), a.dtype, a.shape, b.shape, _grad() and (a.requires_grad or b.requires_grad))
+    return ("matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
 
 
 _LAYER_NORM_KW = frozenset(("weight", "bias", "eps", "cudnn_enable"))
@@ -285,8 +285,8 @@ def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
     x, ns = args[0], args[1]
     if type(x) not in _PLAIN or type(ns) not in (int, tuple, torch.Size):
         return None
-    train = _grad() and (x.requires_grad or _rg(args[2] if len(args) > 2 else kwargs.get("weight"))
-                         or _rg(args[3] if len(args) > 3 else kwargs.get("bias")))
+    train = (x.requires_grad or _rg(args[2] if len(args) > 2 else kwargs.get("weight"))
+             or _rg(args[3] if len(args) > 3 else kwargs.get("bias"))) and _grad()
     return ("layer_norm", _where(x), x.dtype, x.shape, ns, train)
 
 
@@ -299,7 +299,7 @@ def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
     x = args[0]
     if type(x) not in _PLAIN:
         return None
-    return ("softmax", _where(x), x.dtype, x.shape, _grad() and x.requires_grad)
+    return ("softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
 
 
 _SDPA_KW = frozenset(("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
@@ -312,7 +312,7 @@ def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
     if type(q) not in _PLAIN:
         return None
     causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
-    train = _grad() and (q.requires_grad or _rg(args[1]) or _rg(args[2]))
+    train = (q.requires_grad or _rg(args[1]) or _rg(args[2])) and _grad()
     return ("sdpa", _where(q), q.dtype, q.shape, causal, train)
 
 
