@@ -97,6 +97,20 @@ def test_calls_the_key_does_not_know_are_decided_each_time_and_still_right(table
     assert [op for op, _, _ in lookups] == ["matmul", "layernorm"] * 3
 
 
+def test_a_call_that_does_not_bind_decides_nothing_for_the_calls_that_do(table):
+    _, lookups = table
+    q = torch.randn(1, 2, 4, 8)
+    with xp.kernel_policy(**AUTO):
+        with pytest.raises(TypeError):  # is_causal twice: torch's own error
+            F.scaled_dot_product_attention(q, q, q, None, 0.0, True, is_causal=True)
+        with pytest.raises(TypeError):  # bias twice
+            F.layer_norm(q, (8,), None, None, bias=None)
+        assert lookups == []  # not measured: torch's, without a key
+        F.scaled_dot_product_attention(q, q, q, None, 0.0, True)
+        F.layer_norm(q, (8,), None, None)
+    assert [op for op, _, _ in lookups] == ["attention", "layernorm"]
+
+
 def _xrt_events(fn):
     with xp.profile() as prof:
         fn()

@@ -276,11 +276,20 @@ def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
     return ("matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
 
 
-_LAYER_NORM_KW = frozenset(("weight", "bias", "eps", "cudnn_enable"))
+def _keywords_after(signature: Callable[..., tuple]) -> tuple[frozenset[str], ...]:
+    """Per count of positional arguments, the parameter names a call may still pass by keyword:
+    a call that passes more, or a name twice, does not bind, and gets no key (its decision, torch's
+    for an unbound auto call, must not stand for the calls that bind)."""
+    names = signature.__code__.co_varnames[:signature.__code__.co_argcount]
+    return tuple(frozenset(names[i:]) for i in range(len(names) + 1))
+
+
+_LAYER_NORM_KW = _keywords_after(_layer_norm_sig)
 
 
 def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
-    if len(args) < 2 or (kwargs and not kwargs.keys() <= _LAYER_NORM_KW):
+    n = len(args)
+    if n < 2 or n >= len(_LAYER_NORM_KW) or (kwargs and not kwargs.keys() <= _LAYER_NORM_KW[n]):
         return None
     x, ns = args[0], args[1]
     if type(x) not in _PLAIN or type(ns) not in (int, tuple, torch.Size):
@@ -290,11 +299,9 @@ def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
     return ("layer_norm", _where(x), x.dtype, x.shape, ns, train)
 
 
-_SOFTMAX_KW = frozenset(("dim", "dtype", "_stacklevel"))
-
-
 def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
-    if not args or (kwargs and not kwargs.keys() <= _SOFTMAX_KW):
+    # softmax's decision binds nothing (auto measures the input's rows): any form of the call keys
+    if not args:
         return None
     x = args[0]
     if type(x) not in _PLAIN:
@@ -302,11 +309,12 @@ def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
     return ("softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
 
 
-_SDPA_KW = frozenset(("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
+_SDPA_KW = _keywords_after(_sdpa_sig)
 
 
 def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
-    if len(args) < 3 or (kwargs and not kwargs.keys() <= _SDPA_KW):
+    n = len(args)
+    if n < 3 or n >= len(_SDPA_KW) or (kwargs and not kwargs.keys() <= _SDPA_KW[n]):
         return None
     q = args[0]
     if type(q) not in _PLAIN:
