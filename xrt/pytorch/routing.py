@@ -523,44 +523,46 @@ _state = policy.state
 
 
 def _route(func: Callable, handler: Handler, rule: Rule, args: tuple, kwargs: dict) -> Any:
-    """A call of a routed op on a thread that routes it: torch's function, or the handler with the
-    provider decided. While they run, the routed functions called inside them (the xrt op's own,
-    torch's fallback) are torch's.
-
-    The decision is made once per key (:data:`Rule.key`) and policy state, and kept in the thread's
-    merged policy (``policy.state().memo``), which any change of policy replaces: a scope entered or
-    left, the global policy, ``XRT_KERNEL_POLICY``, a new auto table (``auto.clear``). So a call
-    that stays torch's costs the key, one dict lookup and torch's own call."""
-    if _compiling():  # Dynamo traces the decision (it guards on the policy); the pause is eager's
-        p = _decide(rule, args, kwargs)
-        return func(*args, **kwargs) if p == TORCH else handler(func, args, kwargs, p)
-    st = _ROUTING
-    if st.paused:
-        return func(*args, **kwargs)
-    st.paused += 1
-    try:
-        memo = _state().memo
-        key = rule.key(args, kwargs)
-        try:
-            p = memo[key]
-        except (KeyError, TypeError):  # not decided yet, no key (None), or an unhashable one
-            p = _remember(memo, key, rule, args, kwargs)
-        if p == TORCH:
-            return func(*args, **kwargs)
-        return handler(func, args, kwargs, p)
-    finally:
-        st.paused -= 1
+    """A routed call decided afresh, without the kept decisions: what Dynamo traces under
+    ``torch.compile`` (it guards on the policy state itself; the pause is eager's)."""
+    p = _decide(rule, args, kwargs)
+    return func(*args, **kwargs) if p == TORCH else handler(func, args, kwargs, p)
 
 
 def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
     """What replaces ``func`` while it is routed. On a thread that does not route ``op`` it costs
-    one thread-local lookup before calling ``func`` with the arguments as given."""
+    one thread-local lookup before calling ``func`` with the arguments as given.
+
+    On a thread that routes it, the call is decided once per key (:data:`Rule.key`) and policy
+    state, and the decision kept in the thread's merged policy (``policy.state().memo``), which any
+    change of policy replaces: a scope entered or left, the global policy, ``XRT_KERNEL_POLICY``, a
+    new auto table (``auto.clear``). So a call that stays torch's costs the key, one dict lookup and
+    torch's own call. While torch's function or the handler runs, the routed functions called inside
+    them (the xrt op's own, torch's fallback) are torch's (the thread's pause)."""
     rule = RULES[handler]
+    key_of = rule.key
 
     def routed_call(*args: Any, **kwargs: Any) -> Any:
         if op not in _tls.ops:
             return func(*args, **kwargs)
-        return _route(func, handler, rule, args, kwargs)
+        if _compiling():
+            return _route(func, handler, rule, args, kwargs)
+        pause = _ROUTING.pause
+        if pause.depth:
+            return func(*args, **kwargs)
+        pause.depth += 1
+        try:
+            memo = _state().memo
+            key = key_of(args, kwargs)
+            try:
+                p = memo[key]
+            except (KeyError, TypeError):  # not decided yet, no key (None), or an unhashable one
+                p = _remember(memo, key, rule, args, kwargs)
+            if p == TORCH:
+                return func(*args, **kwargs)
+            return handler(func, args, kwargs, p)
+        finally:
+            pause.depth -= 1
 
     routed_call.__name__ = getattr(func, "__name__", op)
     routed_call.__qualname__ = getattr(func, "__qualname__", routed_call.__name__)

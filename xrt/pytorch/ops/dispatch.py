@@ -128,11 +128,22 @@ def route(*tensors: torch.Tensor | None) -> int:
     return DIRECT_GRAD if grad and torch.is_grad_enabled() else DIRECT
 
 
-class _Routing(threading.local):
-    """This thread's state of :mod:`xrt.pytorch.routing` that the ops must see."""
+class Pause:
+    """How deep this thread is in calls whose routed torch functions are torch's (a routed call's
+    own work, an op's torch provider): routing leaves them to torch while ``depth`` is not 0."""
+
+    __slots__ = ("depth",)
 
     def __init__(self) -> None:
-        self.paused = 0  # torch calls made by an op's torch provider: routing leaves them to torch
+        self.depth = 0
+
+
+class _Routing(threading.local):
+    """This thread's state of :mod:`xrt.pytorch.routing` that the ops must see. The pause is a plain
+    object: changing its attribute costs a fraction of changing a thread-local's, on every routed call."""
+
+    def __init__(self) -> None:
+        self.pause = Pause()
 
 
 ROUTING = _Routing()
@@ -147,11 +158,12 @@ def unrouted(fn: Callable[..., Any], *args: Any) -> Any:
     not send it to xrt's kernels (``provider="torch"`` stays torch). Free while nothing is routed."""
     if _is_compiling() or not PATCHED[0]:
         return fn(*args)
-    ROUTING.paused += 1
+    pause = ROUTING.pause
+    pause.depth += 1
     try:
         return fn(*args)
     finally:
-        ROUTING.paused -= 1
+        pause.depth -= 1
 
 
 def eager_autograd(op: str, setup_context: Callable[..., None],
