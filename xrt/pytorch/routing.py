@@ -241,7 +241,8 @@ def _sdpa_measured(args: tuple, kwargs: dict) -> Measured:
 # under auto the measured op's shape and whether autograd records the call. Each key function gives
 # those from the call's usual forms (positional tensors, the keywords of the signature), without
 # binding it; ``None`` for any other form, which is then decided uncached. Shapes are the tensors'
-# own (``torch.Size``), cheaper to hash than a bucket to compute.
+# own (``torch.Size``), cheaper to hash than a bucket to compute. A key's first item ("route:...")
+# keeps it apart from the other answers the merged policy's memo holds (tuned configs, plans).
 
 _grad = torch.is_grad_enabled
 
@@ -264,7 +265,7 @@ def _linear_key(args: tuple, kwargs: dict) -> tuple | None:
     if type(x) not in _PLAIN or type(w) not in _PLAIN:
         return None
     train = (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2])) and _grad()
-    return ("linear", _where(x), x.dtype, x.shape, w.shape, train)
+    return ("route:linear", _where(x), x.dtype, x.shape, w.shape, train)
 
 
 def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
@@ -273,7 +274,7 @@ def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
     a, b = args
     if type(a) not in _PLAIN or type(b) not in _PLAIN:
         return None
-    return ("matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
+    return ("route:matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
 
 
 def _keywords_after(signature: Callable[..., tuple]) -> tuple[frozenset[str], ...]:
@@ -296,7 +297,7 @@ def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
         return None
     train = (x.requires_grad or _rg(args[2] if len(args) > 2 else kwargs.get("weight"))
              or _rg(args[3] if len(args) > 3 else kwargs.get("bias"))) and _grad()
-    return ("layer_norm", _where(x), x.dtype, x.shape, ns, train)
+    return ("route:layer_norm", _where(x), x.dtype, x.shape, ns, train)
 
 
 def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
@@ -306,7 +307,7 @@ def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
     x = args[0]
     if type(x) not in _PLAIN:
         return None
-    return ("softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
+    return ("route:softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
 
 
 _SDPA_KW = _keywords_after(_sdpa_sig)
@@ -321,7 +322,7 @@ def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
         return None
     causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
     train = (q.requires_grad or _rg(args[1]) or _rg(args[2])) and _grad()
-    return ("sdpa", _where(q), q.dtype, q.shape, causal, train)
+    return ("route:sdpa", _where(q), q.dtype, q.shape, causal, train)
 
 
 # -- the handlers: (func, args, kwargs, provider) -> the xrt op's result, or torch's ---------------
@@ -510,10 +511,7 @@ def _remember(memo: dict, key: tuple | None, rule: Rule, args: tuple, kwargs: di
     if key is not None:
         if len(memo) > MEMO_MAX:
             memo.clear()
-        try:
-            memo[key] = p
-        except TypeError:  # an unhashable argument (a list as normalized_shape): uncached
-            pass
+        memo[key] = p
     return p
 
 
@@ -555,8 +553,10 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
             memo = _state().memo
             key = key_of(args, kwargs)
             try:
-                p = memo[key]
-            except (KeyError, TypeError):  # not decided yet, no key (None), or an unhashable one
+                p = memo.get(key)  # None: not decided yet, or no key (never stored)
+            except TypeError:  # an unhashable argument (a list as normalized_shape)
+                p = key = None
+            if p is None:
                 p = _remember(memo, key, rule, args, kwargs)
             if p == TORCH:
                 return func(*args, **kwargs)
