@@ -21,6 +21,10 @@
 # attnbwd  : the attention GPU tests, the defaults through the op at S 4096, 1024, 16384 (--defaults), the backward sweep (--bwd-sweep)
 # model    : the routing tests, then benchmarks/model_bench.py: an unmodified GPT-style model on torch and
 #            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-h100.json / .md)
+# routehost: the routing tests, then benchmarks/routing_host.py on the GPU: each routed function's host
+#            µs per call under no policy, auto (the GPU's table) and triton, with each call decided
+#            afresh beside the kept decisions (--per-call; routehost-h100.json), and a small model's
+#            forward per policy (routehost-forward-h100.json)
 # fusion   : the fused ops' GPU tests (add_layernorm, linear_gelu, xp.fuse), then benchmarks/fusion_bench.py:
 #            torch vs the fused ops and a GPT before and after xp.fuse, bf16 (fusion-h100.json / .md)
 # fusionsweep: benchmarks/fusion_bench.py --sweep: torch vs the fused ops with e2e, device and host time
@@ -170,6 +174,17 @@ for step in "$@"; do
       s=${PIPESTATUS[0]}
       python3 benchmarks/model_bench.py --out "$OUT/model-h100.json" --md "$OUT/model-h100.md" \
         2>&1 | tee "$OUT/model_bench.log" | tail -20
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      (exit "$s") ;;
+    routehost)
+      python3 -m pytest -q -p no:cacheprovider tests/test_routing.py tests/test_routing_decisions.py 2>&1 \
+        | tee "$OUT/routehost_tests.log" | tail -5
+      s=${PIPESTATUS[0]}
+      python3 benchmarks/routing_host.py --per-call --device cuda --clock wall --out "$OUT/routehost-h100.json" \
+        2>&1 | tee "$OUT/routehost.log" | tail -12
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      python3 benchmarks/routing_host.py --device cuda --clock wall --out "$OUT/routehost-forward-h100.json" \
+        2>&1 | tee -a "$OUT/routehost.log" | tail -4
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     suite)

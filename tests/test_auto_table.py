@@ -428,3 +428,32 @@ def test_the_committed_tables_are_what_the_runtime_reads():
                     assert set(e["median_s"]) <= set(defs.get(op).timed) and "torch" in e["median_s"]
                     assert e["provider"] == autotable.fastest(e["median_s"])
                     assert {autotable.bucket(parse_shape(s)) for s in e["shapes"]} == {b}
+
+
+def test_auto_picks_reports_the_tables_pick_for_each_gpt_call(tmp_path, capsys):
+    """scripts/auto_picks.py: each routed call of the GPT model, with the pick a planted table makes
+    (measured, nearest, fallback), for inference and training (no backward measured: the forward's)."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("auto_picks", ROOT / "scripts" / "auto_picks.py")
+    picks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(picks)
+    planted = {"schema": autotable.SCHEMA, "gpu": GPU, "ops": {
+        "layernorm": {"bfloat16": _medians({"8192x1024": {"torch": 10.0, "triton": 5.0}})},
+        "matmul": {"bfloat16": _medians({"8192x4096x1024": {"torch": 10.0, "triton": 5.0}})}}}
+    (tmp_path / "fake-gpu-x1.json").write_text(json.dumps(planted))
+    assert picks.main(["--tables", str(tmp_path), "--shape", "8,1024,1024,16", "--shape", "4,1024,2048,16"]) == 0
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and "---" not in line and "shape (B" not in line}
+    assert "| triton measured | triton measured |" in rows[("8, 1024, 1024, 16", "ln1, ln2 (F.layer_norm)")]
+    assert "| triton measured | triton measured |" in rows[("8, 1024, 1024, 16", "qkv (F.linear)")]
+    assert "| torch fallback | torch fallback |" in rows[("8, 1024, 1024, 16", "proj (F.linear)")]
+    # 4096x2048: one power of two from 8192x1024 in each dim, a memory-bound op takes its winner
+    assert "| triton nearest |" in rows[("4, 1024, 2048, 16", "ln1, ln2 (F.layer_norm)")]
+    with pytest.raises(SystemExit) as bad:
+        picks.main(["--shape", "8,1024,1000,16"])
+    assert bad.value.code == 2 and "D a multiple of HEADS" in capsys.readouterr().err
+    assert picks.main(["--tables", str(tmp_path / "none")]) == 2
+    assert "holds no auto table" in capsys.readouterr().err

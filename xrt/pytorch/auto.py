@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from xrt.kernels import autotable
+from xrt.pytorch import policy
 
 TORCH = autotable.TORCH
 
@@ -51,11 +52,13 @@ def table(index: int) -> autotable.Table | None:
 
 
 def clear() -> None:
-    """Forget the tables read and the answers given (after ``XRT_AUTO_TABLES`` changes, in tests)."""
+    """Forget the tables read and the answers given (after ``XRT_AUTO_TABLES`` changes, in tests),
+    and the decisions routed calls memoized from them."""
     with _lock:
         _tables.clear()
         _memo.clear()
         _routes.clear()
+    policy.invalidate()
 
 
 def routes(ops: Sequence[str]) -> bool:

@@ -369,6 +369,12 @@ def _bump() -> None:
         _version += 1
 
 
+def invalidate() -> None:
+    """Drop every thread's memoized answers (tuned lookups, routed calls' decisions): what they were
+    computed from changed outside the policy (``auto``'s tables read again)."""
+    _bump()
+
+
 class _Merged:
     """One thread's policy layers at one stamp, with the memoized answers computed from them."""
 
@@ -384,21 +390,19 @@ class _Merged:
 
 
 def _merged() -> _Merged:
-    """This thread's merged policy, rebuilt only when the stamp changed."""
-    st = _tls
-    m = st.merged
-    env = _env_stamp()
+    """The merged policy in force on this thread, rebuilt only when the stamp changed; ``.memo`` is
+    valid until it changes. Read on every op call and routed call: the stamp is compared inline."""
+    m = _tls.merged
+    env = (_ENV_DATA.get(_ENV_KEYS[0]), _ENV_DATA.get(_ENV_KEYS[1]))
     if m is not None and m.version == _version and m.env == env:
         return m
     if env[0] != _synced_env[0]:
         _sync_switches_from_env()
-    m = st.merged = _Merged(_version, env, _layers())
+    m = _tls.merged = _Merged(_version, env, _layers())
     return m
 
 
-def state() -> _Merged:
-    """The merged policy in force on this thread (cached); ``.memo`` is valid until it changes."""
-    return _merged()
+state = _merged  # the public name
 
 
 def tuned_state() -> _Merged:

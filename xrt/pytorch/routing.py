@@ -44,7 +44,7 @@ import importlib
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -234,11 +234,104 @@ def _sdpa_measured(args: tuple, kwargs: dict) -> Measured:
     return "attention", (*q.shape, int(bool(is_causal))), _records(*bound[:3])
 
 
-# Each handler asks the policy first, so a call that stays torch's costs the lookup and no more.
+# -- the decision's key: the call's cheap values that the provider depends on -----------------------
+#
+# A routed call's provider depends on the policy in force (the op's choice; under auto the table)
+# and, of the call, only on what ``provider`` reads: the asked tensor's type, device and dtype, and
+# under auto the measured op's shape and whether autograd records the call. Each key function gives
+# those from the call's usual forms (positional tensors, the keywords of the signature), without
+# binding it; ``None`` for any other form, which is then decided uncached. Shapes are the tensors'
+# own (``torch.Size``), cheaper to hash than a bucket to compute. A key's first item ("route:...")
+# keeps it apart from the other answers the merged policy's memo holds (tuned configs, plans).
 
-def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("matmul", _first(args, kwargs, "input"), lambda: _linear_measured(args, kwargs))
-    bound = None if p == TORCH else _bind(_linear_sig, args, kwargs)
+_grad = torch.is_grad_enabled
+
+
+def _where(x: torch.Tensor) -> int | str:
+    """A tensor's device as a key: the index of a CUDA device, the type of any other (what the
+    decision reads of it): a ``torch.device`` is made anew on each access and is slow to hash and compare."""
+    return x.get_device() if x.is_cuda else "cpu" if x.is_cpu else x.device.type
+
+
+def _rg(t: Any) -> bool:
+    """Does ``t`` (any argument) count for :func:`_records`?"""
+    return type(t) in _PLAIN and t.requires_grad
+
+
+def _linear_key(args: tuple, kwargs: dict) -> tuple | None:
+    if kwargs or not 2 <= len(args) <= 3:
+        return None
+    x, w = args[0], args[1]
+    if type(x) not in _PLAIN or type(w) not in _PLAIN:
+        return None
+    train = (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2])) and _grad()
+    return ("route:linear", _where(x), x.dtype, x.shape, w.shape, train)
+
+
+def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
+    if kwargs or len(args) != 2:
+        return None
+    a, b = args
+    if type(a) not in _PLAIN or type(b) not in _PLAIN:
+        return None
+    return ("route:matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
+
+
+def _keywords_after(signature: Callable[..., tuple]) -> tuple[frozenset[str], ...]:
+    """Per count of positional arguments, the parameter names a call may still pass by keyword:
+    a call that passes more, or a name twice, does not bind, and gets no key (its decision, torch's
+    for an unbound auto call, must not stand for the calls that bind)."""
+    names = signature.__code__.co_varnames[:signature.__code__.co_argcount]
+    return tuple(frozenset(names[i:]) for i in range(len(names) + 1))
+
+
+_LAYER_NORM_KW = _keywords_after(_layer_norm_sig)
+
+
+def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
+    n = len(args)
+    if n < 2 or n >= len(_LAYER_NORM_KW) or (kwargs and not kwargs.keys() <= _LAYER_NORM_KW[n]):
+        return None
+    x, ns = args[0], args[1]
+    if type(x) not in _PLAIN or type(ns) not in (int, tuple, torch.Size):
+        return None
+    train = (x.requires_grad or _rg(args[2] if len(args) > 2 else kwargs.get("weight"))
+             or _rg(args[3] if len(args) > 3 else kwargs.get("bias"))) and _grad()
+    return ("route:layer_norm", _where(x), x.dtype, x.shape, ns, train)
+
+
+def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
+    # softmax's decision binds nothing (auto measures the input's rows): any form of the call keys
+    if not args:
+        return None
+    x = args[0]
+    if type(x) not in _PLAIN:
+        return None
+    return ("route:softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
+
+
+_SDPA_KW = _keywords_after(_sdpa_sig)
+
+
+def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
+    n = len(args)
+    if n < 3 or n >= len(_SDPA_KW) or (kwargs and not kwargs.keys() <= _SDPA_KW[n]):
+        return None
+    q = args[0]
+    if type(q) not in _PLAIN:
+        return None
+    causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
+    train = (q.requires_grad or _rg(args[1]) or _rg(args[2])) and _grad()
+    return ("route:sdpa", _where(q), q.dtype, q.shape, causal, train)
+
+
+# -- the handlers: (func, args, kwargs, provider) -> the xrt op's result, or torch's ---------------
+#
+# A handler runs once the call's provider is one of xrt's; it still falls back to torch's function
+# for any argument the xrt op cannot take as torch would.
+
+def _linear(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    bound = _bind(_linear_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
     input, weight, bias = bound
@@ -253,9 +346,8 @@ def _linear(func: Callable, args: tuple, kwargs: dict) -> Any:
     return _fresh(y, (*input.shape[:-1], n))
 
 
-def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("matmul", _first(args, kwargs, "input"), lambda: _matmul_measured(args, kwargs))
-    if p == TORCH or kwargs or len(args) != 2:  # out=, or a call torch rejects itself
+def _matmul(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    if kwargs or len(args) != 2:  # out=, or a call torch rejects itself
         return func(*args, **kwargs)
     a, b = args
     if not _usable(a, b) or not _eager_safe(a):
@@ -275,9 +367,8 @@ def _matmul(func: Callable, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)  # broadcast batch dims, matrix-vector: torch
 
 
-def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("layernorm", _first(args, kwargs, "input"), lambda: _layer_norm_measured(args, kwargs))
-    bound = None if p == TORCH else _bind(_layer_norm_sig, args, kwargs)
+def _layer_norm(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    bound = _bind(_layer_norm_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
     input, normalized_shape, weight, bias, eps = bound
@@ -296,9 +387,8 @@ def _layer_norm(func: Callable, args: tuple, kwargs: dict) -> Any:
     return y if y._base is None else _fresh(y, y.shape)
 
 
-def _softmax_call(func: Callable, args: tuple, kwargs: dict, signature: Callable[..., tuple]) -> Any:
-    p = _ask("softmax", _first(args, kwargs, "input"))
-    bound = None if p == TORCH else _bind(signature, args, kwargs)
+def _softmax_call(func: Callable, args: tuple, kwargs: dict, p: str, signature: Callable[..., tuple]) -> Any:
+    bound = _bind(signature, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
     input, dim, dtype = bound
@@ -308,17 +398,16 @@ def _softmax_call(func: Callable, args: tuple, kwargs: dict, signature: Callable
     return ops.softmax(input, provider=p)
 
 
-def _softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _softmax_call(func, args, kwargs, _softmax_sig)
+def _softmax(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    return _softmax_call(func, args, kwargs, p, _softmax_sig)
 
 
-def _f_softmax(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return _softmax_call(func, args, kwargs, _f_softmax_sig)
+def _f_softmax(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    return _softmax_call(func, args, kwargs, p, _f_softmax_sig)
 
 
-def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
-    p = _ask("attention", _first(args, kwargs, "query"), lambda: _sdpa_measured(args, kwargs))
-    bound = None if p == TORCH else _bind(_sdpa_sig, args, kwargs)
+def _sdpa(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
+    bound = _bind(_sdpa_sig, args, kwargs)
     if bound is None:
         return func(*args, **kwargs)
     query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = bound
@@ -333,7 +422,27 @@ def _sdpa(func: Callable, args: tuple, kwargs: dict) -> Any:
 _MM = (torch.mm, torch.Tensor.mm)
 _BMM = (torch.bmm, torch.Tensor.bmm)
 
-Handler = Callable[[Callable, tuple, dict], Any]
+Handler = Callable[[Callable, tuple, dict, str], Any]
+
+
+class Rule(NamedTuple):
+    """How a handler's calls are decided: the policy op, the argument the policy is asked about
+    (its name, for a call that passes it by keyword), the measured op's shape for auto, the key."""
+
+    op: str
+    first: str
+    measured: Callable[[tuple, dict], Measured] | None
+    key: Callable[[tuple, dict], tuple | None]
+
+
+RULES: dict[Handler, Rule] = {
+    _linear: Rule("matmul", "input", _linear_measured, _linear_key),
+    _matmul: Rule("matmul", "input", _matmul_measured, _matmul_key),
+    _layer_norm: Rule("layernorm", "input", _layer_norm_measured, _layer_norm_key),
+    _softmax: Rule("softmax", "input", None, _softmax_key),
+    _f_softmax: Rule("softmax", "input", None, _softmax_key),
+    _sdpa: Rule("attention", "query", _sdpa_measured, _sdpa_key),
+}
 
 # Each routed torch function's handler, by the name the op definitions route (OpDef.routes).
 # ``F.layer_norm`` calls ``torch.layer_norm`` and ``F.softmax`` ``Tensor.softmax``: both are
@@ -384,28 +493,76 @@ class _ThreadState(threading.local):
 _tls = _ThreadState()
 
 
-def _route(func: Callable, handler: Handler, args: tuple, kwargs: dict) -> Any:
-    """A call of a routed op on a thread that routes it: the handler decides. While it runs, the
-    routed functions called inside it (the xrt op's own, torch's fallback) are torch's."""
-    if torch.compiler.is_compiling():  # Dynamo traces the handler; the pause is eager's
-        return handler(func, args, kwargs)
-    st = dispatch.ROUTING
-    if st.paused:
-        return func(*args, **kwargs)
-    st.paused += 1
-    try:
-        return handler(func, args, kwargs)
-    finally:
-        st.paused -= 1
+def _decide(rule: Rule, args: tuple, kwargs: dict) -> str:
+    """The provider of this call, uncached: :func:`provider` asked about the call's first tensor."""
+    x = _first(args, kwargs, rule.first)
+    if rule.measured is None:
+        return _ask(rule.op, x)
+    measured = rule.measured
+    return _ask(rule.op, x, lambda: measured(args, kwargs))
+
+
+MEMO_MAX = 4096  # decisions kept per thread and policy state; more (shapes without end) start afresh
+
+
+def _remember(memo: dict, key: tuple | None, rule: Rule, args: tuple, kwargs: dict) -> str:
+    """A decision not in ``memo``: made uncached (:func:`_decide`) and kept under ``key``."""
+    p = _decide(rule, args, kwargs)
+    if key is not None:
+        if len(memo) > MEMO_MAX:
+            memo.clear()
+        memo[key] = p
+    return p
+
+
+_ROUTING = dispatch.ROUTING
+_compiling = torch.compiler.is_compiling
+_state = policy.state
+
+
+def _route(func: Callable, handler: Handler, rule: Rule, args: tuple, kwargs: dict) -> Any:
+    """A routed call decided afresh, without the kept decisions: what Dynamo traces under
+    ``torch.compile`` (it guards on the policy state itself; the pause is eager's)."""
+    p = _decide(rule, args, kwargs)
+    return func(*args, **kwargs) if p == TORCH else handler(func, args, kwargs, p)
 
 
 def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
     """What replaces ``func`` while it is routed. On a thread that does not route ``op`` it costs
-    one thread-local lookup before calling ``func`` with the arguments as given."""
+    one thread-local lookup before calling ``func`` with the arguments as given.
+
+    On a thread that routes it, the call is decided once per key (:data:`Rule.key`) and policy
+    state, and the decision kept in the thread's merged policy (``policy.state().memo``), which any
+    change of policy replaces: a scope entered or left, the global policy, ``XRT_KERNEL_POLICY``, a
+    new auto table (``auto.clear``). So a call that stays torch's costs the key, one dict lookup and
+    torch's own call. While torch's function or the handler runs, the routed functions called inside
+    them (the xrt op's own, torch's fallback) are torch's (the thread's pause)."""
+    rule = RULES[handler]
+    key_of = rule.key
+
     def routed_call(*args: Any, **kwargs: Any) -> Any:
         if op not in _tls.ops:
             return func(*args, **kwargs)
-        return _route(func, handler, args, kwargs)
+        if _compiling():
+            return _route(func, handler, rule, args, kwargs)
+        pause = _ROUTING.pause
+        if pause.depth:
+            return func(*args, **kwargs)
+        pause.depth += 1
+        try:
+            memo = _state().memo
+            key = key_of(args, kwargs)
+            try:
+                p = memo.get(key)  # None: not decided yet, or no key (never stored)
+            except TypeError:  # an unhashable argument (a list as normalized_shape)
+                p = key = None
+            if p is None:
+                p = _remember(memo, key, rule, args, kwargs)
+            if p == TORCH:
+                return func(*args, **kwargs)
+            return handler(func, args, kwargs, p)
+        finally:
+            pause.depth -= 1
 
     routed_call.__name__ = getattr(func, "__name__", op)
     routed_call.__qualname__ = getattr(func, "__qualname__", routed_call.__name__)

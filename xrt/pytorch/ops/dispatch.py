@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from xrt.kernels import autotable, defs
+from xrt.kernels import autotable, defs, rawenv
 from xrt.pytorch import auto, policy
 
 # What ``auto`` tries, per device type, in order (on CUDA only an op with its own order: the others
@@ -129,11 +128,22 @@ def route(*tensors: torch.Tensor | None) -> int:
     return DIRECT_GRAD if grad and torch.is_grad_enabled() else DIRECT
 
 
-class _Routing(threading.local):
-    """This thread's state of :mod:`xrt.pytorch.routing` that the ops must see."""
+class Pause:
+    """How deep this thread is in calls whose routed torch functions are torch's (a routed call's
+    own work, an op's torch provider): routing leaves them to torch while ``depth`` is not 0."""
+
+    __slots__ = ("depth",)
 
     def __init__(self) -> None:
-        self.paused = 0  # torch calls made by an op's torch provider: routing leaves them to torch
+        self.depth = 0
+
+
+class _Routing(threading.local):
+    """This thread's state of :mod:`xrt.pytorch.routing` that the ops must see. The pause is a plain
+    object: changing its attribute costs a fraction of changing a thread-local's, on every routed call."""
+
+    def __init__(self) -> None:
+        self.pause = Pause()
 
 
 ROUTING = _Routing()
@@ -148,11 +158,12 @@ def unrouted(fn: Callable[..., Any], *args: Any) -> Any:
     not send it to xrt's kernels (``provider="torch"`` stays torch). Free while nothing is routed."""
     if _is_compiling() or not PATCHED[0]:
         return fn(*args)
-    ROUTING.paused += 1
+    pause = ROUTING.pause
+    pause.depth += 1
     try:
         return fn(*args)
     finally:
-        ROUTING.paused -= 1
+        pause.depth -= 1
 
 
 def eager_autograd(op: str, setup_context: Callable[..., None],
@@ -312,13 +323,17 @@ def _have(module: str) -> bool:
 _HAVE: dict[str, bool] = {"triton": importlib.util.find_spec("triton") is not None}
 
 
+# TRITON_INTERPRET read raw (xrt.kernels.rawenv): a tenth of os.environ.get's cost, changes seen at once.
+_ENV, _INTERPRET, _ON = rawenv.DATA, rawenv.key("TRITON_INTERPRET"), rawenv.value("1")
+
+
 def triton_missing(x: torch.Tensor) -> str | None:
     if not _have("triton"):
         return "triton is not installed (pip install -e '.[torch]' in an xpuruntime checkout on Linux x86_64)"
     if x.is_cuda:
         return None
     if x.is_cpu:
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if _ENV.get(_INTERPRET) == _ON:
             if x.dtype == torch.bfloat16:  # numpy has no bfloat16: the interpreter returns NaNs
                 return "Triton's CPU interpreter (TRITON_INTERPRET=1) cannot compute in bfloat16"
             return None
