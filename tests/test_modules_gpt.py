@@ -65,3 +65,21 @@ def test_gpt_routed_and_torch_agree_on_gpu(op):
     a = gpt_step(args, "torch", *gpt_mode(op))
     b = gpt_step(args, "triton", *gpt_mode(op))
     assert _rel(b, a) < 5e-2, f"{op}: routed vs torch: {_rel(b, a):.3g}"
+
+
+def test_compiled_steps_compile_each_shape_static(monkeypatch):
+    """The suites compile one model per shape: with automatic dynamic shapes the second would be
+    recompiled with symbolic sizes, which the Triton GEMM's config choice does not take (an H100 run
+    failed there). Each compiled model is static, once per provider."""
+    calls = []
+
+    def compile_(model, **kw):
+        calls.append(kw)
+        return model
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    for shape in ((1, 4), (2, 8)):
+        args = gpt_inputs(shape[0], shape[1], 8, 2, 1, torch.float32, "cpu")
+        gpt_step(args, "torch", train=False, compiled=True)
+        gpt_step(args, "torch", train=True, compiled=True)
+    assert calls == [{"dynamic": False}, {"dynamic": False}]

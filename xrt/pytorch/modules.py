@@ -172,7 +172,10 @@ def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False) ->
         if compiled:
             run = cache.get(provider)
             if run is None:
-                run = cache[provider] = torch.compile(model)
+                # Static shapes: a suite compiles one model per shape, and Dynamo would otherwise
+                # recompile the second with symbolic sizes, which the Triton GEMM's config choice
+                # does not take.
+                run = cache[provider] = torch.compile(model, dynamic=False)
         if not train:
             with torch.no_grad():
                 return run(x)
