@@ -135,6 +135,23 @@ def stepped_id(db: Path) -> str:
     return rid
 
 
+# ---------------------------------------------------------------------- what the runs share
+
+def test_apptest_runs_share_one_component_scan_and_one_script_cache(db):
+    """Two fresh AppTests (two sessions) scan the installed packages once and compile each script once."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import app_test
+
+    scan = manifest_scanner.scan_component_manifests
+    app("explorer")
+    before = scan.cache_info()
+    at = app("explorer")
+    assert scan.cache_info().misses == before.misses and scan.cache_info().hits > before.hits
+    cache = app_test.ScriptCache()
+    assert cache is app_test.ScriptCache() and str(APP.parent / "views" / "explorer.py") in cache._cache
+    assert charts(at) and at.sidebar.selectbox(key="ex:op").value == "Square"  # the shared code still renders
+
+
 # ---------------------------------------------------------------------- empty states
 
 @pytest.mark.parametrize("page", [None, "detail", "explorer", "compare", "tuning"])
