@@ -656,9 +656,9 @@ def test_every_page_imports_only_the_database_layer(xdb):
 import os, sys
 os.environ["XRT_DB"] = {str(xdb[0])!r}
 from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({str(APP)!r}, default_timeout=60)  # one session visits every page
+at.run()
 for page in ("overview", "detail", "explorer", "compare", "tuning"):
-    at = AppTest.from_file({str(APP)!r}, default_timeout=60)
-    at.run()
     if page != "overview":
         at.switch_page(f"views/{{page}}.py").run()
     assert not at.exception and not at.error, page
