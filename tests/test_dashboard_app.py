@@ -95,9 +95,25 @@ def xdb(tmp_path_factory):
     return db, hashes
 
 
+def stamp(path: Path) -> tuple:
+    s = path.stat()
+    return s.st_ino, s.st_mtime_ns, s.st_size
+
+
 @pytest.fixture
-def db(xdb, tmp_path, monkeypatch):
-    """A private copy (the ack test writes to it)."""
+def db(xdb, monkeypatch):
+    """The module's database itself, for the tests that only read it: one file for all of them, so the
+    dashboard's cache (keyed by the file's path and stamp) serves what an earlier test read, as it does
+    for a second viewer. A test that writes takes db_copy; writing here fails the test."""
+    before = stamp(xdb[0])
+    monkeypatch.setenv("XRT_DB", str(xdb[0]))
+    yield xdb[0]
+    assert stamp(xdb[0]) == before, "this test wrote to the shared database: give it db_copy"
+
+
+@pytest.fixture
+def db_copy(xdb, tmp_path, monkeypatch):
+    """A private copy, for the tests that write (the ack flow, stored explanations, extra rows)."""
     p = tmp_path / "xrt.duckdb"
     p.write_bytes(xdb[0].read_bytes())
     monkeypatch.setenv("XRT_DB", str(p))
@@ -117,6 +133,23 @@ def stepped_id(db: Path) -> str:
     (rid,) = [k for k, v in regressions.stored(ro(db)).items()
               if v["kind"] == "regression" and (v["machine"], v["param_key"]) == STEPPED]
     return rid
+
+
+# ---------------------------------------------------------------------- what the runs share
+
+def test_apptest_runs_share_one_component_scan_and_one_script_cache(db):
+    """Two fresh AppTests (two sessions) scan the installed packages once and compile each script once."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import app_test
+
+    scan = manifest_scanner.scan_component_manifests
+    app("explorer")
+    before = scan.cache_info()
+    at = app("explorer")
+    assert scan.cache_info().misses == before.misses and scan.cache_info().hits > before.hits
+    cache = app_test.ScriptCache()
+    assert cache is app_test.ScriptCache() and str(APP.parent / "views" / "explorer.py") in cache._cache
+    assert charts(at) and at.sidebar.selectbox(key="ex:op").value == "Square"  # the shared code still renders
 
 
 # ---------------------------------------------------------------------- empty states
@@ -157,11 +190,11 @@ def test_overview_machines_and_open_regressions(db):
     assert len(charts(at)) == 1
 
 
-def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
+def test_overview_groups_steps_into_alerts_per_machine_and_commit(db_copy):
     """One expandable row per (machine, first slow commit), with its series and their ratios."""
     from xrt.track import regressions
 
-    rid = stepped_id(db)
+    rid = stepped_id(db_copy)
     other = "'4096', 'float32', 'torch', 'default'"
 
     def more(con):  # a second series of gpu-a at the same commit, and one of gpu-b there
@@ -169,8 +202,8 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
             con.execute("INSERT INTO regressions SELECT * REPLACE (? AS id, ? AS machine, ? AS param_key, "
                         "? AS ratio) FROM regressions WHERE id = ?", [new_id, machine, pk, ratio, rid])
 
-    store.write(db, more)
-    assert len(regressions.stored(ro(db))) >= 3
+    store.write(db_copy, more)
+    assert len(regressions.stored(ro(db_copy))) >= 3
     at = app()
     labels = [e.label for e in at.expander]
     assert len(labels) == 2, labels
@@ -183,7 +216,8 @@ def test_overview_groups_steps_into_alerts_per_machine_and_commit(db):
     by_len = sorted(inside, key=len)
     assert [len(d) for d in by_len] == [1, 2]
     assert sorted(by_len[1]["params"]) == sorted([STEPPED[1], other])
-    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(regressions.stored(ro(db))[rid]["ratio"], 3), 1.5]
+    ratio = regressions.stored(ro(db_copy))[rid]["ratio"]
+    assert sorted(round(x, 3) for x in by_len[1]["ratio"]) == [round(ratio, 3), 1.5]
     assert len(frames[last]) == 3  # the flat table keeps every step
 
 
@@ -201,11 +235,11 @@ def test_overview_filters_and_deep_link(db):
 
 # ---------------------------------------------------------------------- detail and the ack flow
 
-def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
+def test_detail_deep_link_chart_commits_and_ack_flow(db_copy, served_at):
     from xrt.track import regressions
 
     served_at("127.0.0.1")  # the shipped config's address, whatever directory pytest runs from
-    rid = stepped_id(db)
+    rid = stepped_id(db_copy)
     at = app("detail", id=rid[:6])  # a prefix is enough
     assert at.subheader[0].value == f"` {BENCH} ` [` {STEPPED[1]} `] on gpu-a"  # names as code: never Markdown
     assert at.metric[0].value.startswith("1.2") and at.metric[4].value == "new"
@@ -222,27 +256,27 @@ def test_detail_deep_link_chart_commits_and_ack_flow(db, served_at):
     at.button[0].click().run()
     assert not at.exception
     assert "is now ignored" in at.success[0].value and at.metric[4].value == "ignored"
-    row = regressions.stored(ro(db))[rid]
+    row = regressions.stored(ro(db_copy))[rid]
     assert row["status"] == "ignored" and row["note"] == "driver update on gpu-a"
-    assert not list(db.parent.glob(".xrt.duckdb.tmp-*"))  # the single-writer path swapped its copy in
+    assert not list(db_copy.parent.glob(".xrt.duckdb.tmp-*"))  # the single-writer path swapped its copy in
     over = app()
     assert "No open regressions" in over.success[0].value  # ignored: no longer open
     # and it can be reopened
     at.radio[0].set_value("new")
     at.button[0].click().run()
-    assert regressions.stored(ro(db))[rid]["status"] == "new"
+    assert regressions.stored(ro(db_copy))[rid]["status"] == "new"
 
 
-def test_detail_shows_the_stored_explanation(db):
+def test_detail_shows_the_stored_explanation(db_copy):
     """`xrt explain`'s stored result (tests/explain_fixtures: square v2 -> v1 under NCU) on the page,
     ranked, with what was not collected; without one, the command that collects it."""
     from xrt.track import explain, regressions
 
-    rid = stepped_id(db)
+    rid = stepped_id(db_copy)
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert f"xrt explain {rid} --db" in ex.caption[0].value and not ex.dataframe
-    rec = regressions.stored(ro(db))[rid]
+    rec = regressions.stored(ro(db_copy))[rid]
     fx = Path(__file__).resolve().parent / "explain_fixtures"
     sides = {}
     for label, f, version in (("base", "ncu_square_v2.csv", "v2"), ("head", "ncu_square_v1.csv", "v1")):
@@ -254,7 +288,7 @@ def test_detail_shows_the_stored_explanation(db):
                "machine": rec["machine"], "ratio": rec["ratio"], "base": rec["previous_commit"], "head": rec["commit"],
                "host": "gpu-host", "gpu": "NVIDIA H100 80GB HBM3", "ncu": {"clock_control": "none"},
                "sides": sides, "changes": explain.compare(sides["base"], sides["head"])}
-    rw(db, lambda con: explain.save(con, payload, explain.render_markdown(payload)))
+    rw(db_copy, lambda con: explain.save(con, payload, explain.render_markdown(payload)))
     at = app("detail", id=rid)
     (ex,) = [e for e in at.expander if "xrt explain" in e.label]
     assert "collected on gpu-host" in ex.caption[0].value and "` none `" in ex.caption[0].value
@@ -269,12 +303,12 @@ def test_detail_shows_the_stored_explanation(db):
     assert at.radio[0].options == ["acknowledged", "ignored", "new"]
 
 
-def test_detail_shows_the_culprit_and_the_measured_commits(db):
+def test_detail_shows_the_culprit_and_the_measured_commits(db_copy):
     """`xrt culprit`'s stored culprit (a hostile subject, shown as text) and its bisect's measured commits."""
     from xrt.track import regressions
 
-    rid = stepped_id(db)
-    rec = regressions.stored(ro(db))[rid]
+    rid = stepped_id(db_copy)
+    rec = regressions.stored(ro(db_copy))[rid]
     at = app("detail", id=rid)
     assert not any("Culprit" in m for m in markdown_strings(at))  # nothing stored: no section
     r = regressions.Record(**{k: rec[k] for k in regressions.Record.__dataclass_fields__})
@@ -288,7 +322,7 @@ def test_detail_shows_the_culprit_and_the_measured_commits(db):
                                                  "explanation": {"rows": [{"group": "settings", "what": "block",
                                                                            "kernel": "-", "base": "128", "head": "256",
                                                                            "change": ""}], "n_rows": 1}}
-    rw(db, lambda con: regressions.save_culprit(con, [r], culprit, evidence))
+    rw(db_copy, lambda con: regressions.save_culprit(con, [r], culprit, evidence))
     at = app("detail", id=rid)
     text = markdown_strings(at)
     assert any(f"culprit ` {culprit[:12]} `" in m and "` evil <b>[x](http://e)</b> *subject* `" in m
@@ -298,8 +332,8 @@ def test_detail_shows_the_culprit_and_the_measured_commits(db):
     assert measured["commit"].tolist() == [culprit[:10], good[:10]] and measured["verdict"].tolist() == ["bad", "good"]
     assert any("what" in t.columns and t.iloc[0]["head"] == "256" for t in tables)
     # a later detection run keeps the row and its culprit
-    rw(db, lambda con: regressions.save(con, regressions.detect_db(con)))
-    assert regressions.stored(ro(db))[rid]["culprit"] == culprit
+    rw(db_copy, lambda con: regressions.save(con, regressions.detect_db(con)))
+    assert regressions.stored(ro(db_copy))[rid]["culprit"] == culprit
 
 
 def test_detail_unknown_id_offers_the_open_ones(db):
@@ -338,7 +372,7 @@ def test_explorer_filters_come_from_param_names(db):
     assert "% of peak" in at.info[0].value
 
 
-def test_explorer_deep_link_reopens_the_view(db):
+def test_explorer_deep_link_reopens_the_view(db_copy):
     at = app("explorer", **{"op": "Square", "m": ["gpu-a", "gpu-b"], "p.shape": ["4096"], "p.provider": ["triton"],
                             "metric": "GB/s", "x": "date"})
     s = at.sidebar
@@ -352,7 +386,7 @@ def test_explorer_deep_link_reopens_the_view(db):
     assert not [ly for ly in layers if ly.get("mark", {}).get("type") == "rule"]  # no CI recorded: no bars
     import duckdb
 
-    with duckdb.connect(str(db)) as con:  # asv's 99 % confidence interval, as result files carry it
+    with duckdb.connect(str(db_copy)) as con:  # asv's 99 % confidence interval, as result files carry it
         con.execute("UPDATE results SET ci_99_a = value * 0.99, ci_99_b = value * 1.01")
     at = app("explorer", bench=BENCH, m="gpu-a", pk=STEPPED[1])
     layers = json.loads(charts(at)[0].proto.spec)["layer"]
@@ -647,14 +681,14 @@ def test_tuning_from_results_heat_map_and_top_k(db):
     assert "default" not in set(top["config"])
 
 
-def test_tuning_prefers_the_tuner_table(db):
+def test_tuning_prefers_the_tuner_table(db_copy):
     def fn(con):
         con.executemany("INSERT INTO tuning_results (op, device, shape, dtype, provider, config, median_s, gbps) "
             "VALUES ('layernorm', 'gpu-a', '4096x4096', 'bfloat16', 'triton', "
                         "?, ?, 100)", [[json.dumps({"BLOCK": b, "num_warps": w}), 1e-5 * b / w]
                                        for b in (64, 128, 256) for w in (2, 4, 8)])
 
-    store.write(db, fn)
+    store.write(db_copy, fn)
     at = app("tuning")
     assert "tuning_results table" in at.caption[0].value and len(charts(at)) == 1
     assert at.dataframe[0].value["config"].iloc[0] == json.dumps({"BLOCK": 64, "num_warps": 8})
@@ -676,9 +710,9 @@ def test_every_page_imports_only_the_database_layer(xdb):
 import os, sys
 os.environ["XRT_DB"] = {str(xdb[0])!r}
 from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({str(APP)!r}, default_timeout=60)  # one session visits every page
+at.run()
 for page in ("overview", "detail", "explorer", "compare", "tuning"):
-    at = AppTest.from_file({str(APP)!r}, default_timeout=60)
-    at.run()
     if page != "overview":
         at.switch_page(f"views/{{page}}.py").run()
     assert not at.exception and not at.error, page
@@ -870,12 +904,12 @@ def test_outside_code_follows_commonmark():
     assert outside_code("`a`` b") == "`a`` b"
 
 
-def test_note_is_shown_as_text(db, served_at):
+def test_note_is_shown_as_text(db_copy, served_at):
     from xrt.track import regressions
 
     served_at("127.0.0.1")
-    rid = stepped_id(db)
-    rw(db, lambda con: regressions.set_status(con, rid, "acknowledged", EVIL_NOTE))
+    rid = stepped_id(db_copy)
+    rw(db_copy, lambda con: regressions.set_status(con, rid, "acknowledged", EVIL_NOTE))
     at = app("detail", id=rid)
     assert any(EVIL_NOTE in t.value for t in at.text)  # literally, as typed
     assert at.text_input[0].value == EVIL_NOTE  # the form keeps it for editing
@@ -1049,23 +1083,15 @@ TITLES = {"overview": "Regressions", "detail": "Regression detail", "explorer": 
 
 def open_page(page: str, query: dict) -> AppTest:
     """A fresh session opened on ``page`` by a link with exactly ``query`` (as a browser would)."""
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    if page == "detail":  # its url_path (regression) is not its file's name: switch after a first run
-        at.run()
-        at.query_params.clear()
-    if page != "overview":
-        at.switch_page(f"views/{page}.py")  # the (next) run lands there, as the link's path does
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    at = app(None if page == "overview" else page, **query)
     assert at.title[0].value == TITLES[page]
     return at
 
 
 def _fill(v, db, hashes):
-    subs = {"{rid}": stepped_id(db), H: hashes[STEP_AT][:10], "{second}": hashes[-2], "{newest}": hashes[-1]}
+    if v == "{rid}":  # read from the database only where a value names it
+        return stepped_id(db)
+    subs = {H: hashes[STEP_AT][:10], "{second}": hashes[-2], "{newest}": hashes[-1]}
     return subs.get(v, v) if isinstance(v, str) else v
 
 
@@ -1154,7 +1180,7 @@ def test_valid_links_warn_nothing(db, xdb, page):
     assert not at.warning, [w.value for w in at.warning]
 
 
-def test_tuning_list_valued_and_mixed_configs_render(db):
+def test_tuning_list_valued_and_mixed_configs_render(db_copy):
     def fn(con):
         cfgs = [{"BLOCK": [64, 128], "num_warps": 4}, {"BLOCK": 64, "num_warps": 8}, {"BLOCK": "auto", "num_warps": 2},
                 {"BLOCK": {"x": 1}, "num_warps": [1, 2]}, [1, 2], {"BLOCK": None, "num_warps": 4}]
@@ -1162,7 +1188,7 @@ def test_tuning_list_valued_and_mixed_configs_render(db):
             "VALUES ('ln', 'gpu-a', '4096', 'bf16', 'triton', ?, ?, 1)",
                         [[json.dumps(c), 1e-5 * (i + 1)] for i, c in enumerate(cfgs)])
 
-    store.write(db, fn)
+    store.write(db_copy, fn)
     at = open_page("tuning", {})
     assert len(charts(at)) == 1 and len(at.dataframe[0].value) == 5
     assert at.dataframe[0].value["config"].iloc[0] == json.dumps({"BLOCK": [64, 128], "num_warps": 4})

@@ -62,25 +62,35 @@ def test_the_served_html_and_css_load_nothing_from_another_host(served):
         assert _external(sheet, [next(g for g in m.groups() if g) for m in LOADS.finditer(css)]) == [], sheet
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for the module's pages. Each test's page has a context of its own (no cache
+    or cookies of another test's), so each asks for everything as a first visit does."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+    with sync_api.sync_playwright() as p:
+        b = launch_chromium(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium "
                     "(apt-get install -y chromium); Playwright drives it by path, it downloads no browser")
 @pytest.mark.parametrize("path", ["/", "/compare", "/explorer"])
-def test_a_browser_asks_nothing_of_another_host(served, path):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
-    with sync_api.sync_playwright() as p:
-        browser = launch_chromium(p)
-        try:
-            page = browser.new_page()
-            requests: list[str] = []
-            page.on("request", lambda rq: requests.append(rq.url))
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(served)
-                       else route.abort())  # offline: nothing else answers
-            page.goto(served + path, wait_until="domcontentloaded")
-            page.locator("h1").first.wait_for(timeout=30_000)
-            page.wait_for_timeout(2000)  # the favicon and fonts are asked for after the first render
-            icons = page.eval_on_selector_all("link[rel~=icon]", "els => els.map(e => e.href)")
-        finally:
-            browser.close()
+def test_a_browser_asks_nothing_of_another_host(served, browser, path):
+    page = browser.new_page()
+    try:
+        requests: list[str] = []
+        page.on("request", lambda rq: requests.append(rq.url))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(served)
+                   else route.abort())  # offline: nothing else answers
+        page.goto(served + path, wait_until="domcontentloaded")
+        page.locator("h1").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(2000)  # the favicon and fonts are asked for after the first render
+        icons = page.eval_on_selector_all("link[rel~=icon]", "els => els.map(e => e.href)")
+    finally:
+        page.context.close()
     assert _external(served, requests) == []
     assert icons and _external(served, icons) == []

@@ -2,9 +2,9 @@
 
 A clone of this repository gets a second commit whose ``xrt.pytorch.ops.square`` busy-waits
 ``PLANT_S`` before every call (in the clone only: the real tree is never touched). ``xrt bench run``
-measures both commits (quick profile, the ``Square`` suites: device and host series), ``xrt db
-ingest`` loads them, and ``xrt gate --base A --head B`` must exit 1 naming
-``bench_host.Square.time_host`` for the torch provider.
+measures both commits (quick profile, ``Square``'s host series only: the one judged here, as
+``xrt demo`` measures on the CPU), ``xrt db ingest`` loads them, and ``xrt gate --base A --head B``
+must exit 1 naming ``bench_host.Square.time_host`` for the torch provider.
 
 The plant is the issue's figure, 50 µs (``XRT_TEST_PLANT_US`` overrides it). On the CPU the host
 series' samples are the calling thread's CPU time, taken in rounds spread over the run
@@ -28,6 +28,10 @@ PLANT_S = float(os.environ.get("XRT_TEST_PLANT_US", "50")) * 1e-6  # the issue's
 # Python already in the call at base (0: none). The torch provider's call costs ~5 µs on the CPU,
 # so the plant is ~10x it; XRT_TEST_BASE_US=50 judges +50 µs on a ~55 µs call, as the issue had it.
 BASE_S = float(os.environ.get("XRT_TEST_BASE_US", "0")) * 1e-6
+# What is measured: the host series the test judges. The device and torch.compile series of Square
+# (tests/test_bench_suite.py runs them) would add their measuring and torch.compile's build to this
+# serial test, and nothing here reads them.
+HOST_SQUARE = r"^bench_host\.Square\."
 
 
 def plant(seconds: float, tag: str) -> str:
@@ -74,7 +78,7 @@ def test_planted_python_fails_the_gate_on_the_host_series(tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH="", XRT_CPU_SPAN=str(suite.CPU_SPAN))
     results = tmp_path / "asv"
     out = _run("bench", "run", "--repo", str(clone), "--commits", f"{base},{head}", "--quick", "--results",
-               str(results), "--bench", "Square", cwd=clone, env=env)
+               str(results), "--bench", HOST_SQUARE, cwd=clone, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
     assert [c["commit"] for c in summary["commits"]] == [base, head]

@@ -63,3 +63,20 @@ def test_two_pip_builds_from_the_checkout_take_turns():
         held = subprocess.run([sys.executable, "-c", probe, conftest.BUILD_LOCK], capture_output=True, text=True)
     free = subprocess.run([sys.executable, "-c", probe, conftest.BUILD_LOCK], capture_output=True, text=True)
     assert (held.stdout.strip(), free.stdout.strip()) == ("held", "free"), held.stderr + free.stderr
+
+
+def _venv_installs() -> list[str]:
+    """The pip lines of the Makefile's venv recipe that install the project and its dependencies."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
+    return [ln.strip() for ln in recipe.splitlines() if "$(PIP) install" in ln and "--upgrade pip" not in ln]
+
+
+def test_make_venv_installs_in_one_pip_call_per_branch_without_byte_compiling():
+    """pip's byte-compiling of every installed file is about a minute of one core on a fresh clone: Python
+    compiles what a process imports instead. Each branch (GPU host, CPU) is one pinned pip call."""
+    lines = _venv_installs()
+    assert len(lines) == 2, lines  # the GPU branch and the CPU branch
+    for ln in lines:
+        assert "--no-compile" in ln and "-c requirements/constraints.txt" in ln and '-e ".[$(EXTRAS)]"' in ln, ln
+    assert '"torch==2.13.0"' in lines[1], lines[1]
