@@ -19,6 +19,8 @@ processes) per commit and round, in the order base, heads..., then reversed (``x
   nightly does (one run a side, measured in separate processes): each round is one repeat;
 - **paired**: two consecutive rounds together (1+2, 3+4, ...), as ``xrt gate --paired`` judges them.
 
+``--modes paired`` gives the paired verdicts alone (``tests/test_gate_protocol.py`` on the CPU).
+
 With ``--processes N`` (N > 1) it measures the nightly's way instead: in each of ``--rounds`` repeats, one
 ``xrt bench run --processes N`` of the base and the heads (the host and compiled series in N processes
 a commit, each kept as a run of its own), and judges each head against the base in history mode two
@@ -30,6 +32,7 @@ exits 1 when any check fails.
 
     python scripts/gate_protocol.py --rounds 4 --heads aa --json aa.json
     python scripts/gate_protocol.py --rounds 2 --heads aa,tuning,host,compiled --md table.md
+    python scripts/gate_protocol.py --rounds 2 --history 0 --modes paired --device cpu
     python scripts/gate_protocol.py --processes 3 --history 0 --rounds 1 --heads aa,host \
         --bench '^bench_(ops|host|compiled)\.(Square|VectorAdd)\.'
 """
