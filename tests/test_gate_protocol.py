@@ -34,7 +34,7 @@ def test_protocol_on_the_cpu_in_paired_mode(tmp_path):
                XRT_CPU_SPAN=str(suite.CPU_SPAN))
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gate_protocol.py"), "--heads", HEADS,
                           "--rounds", "2", "--history", "0", "--modes", "paired", "--work", str(tmp_path / "work"),
-                          "--json", str(out)], capture_output=True, text=True, env=env, timeout=900)
+                          "--json", str(out)], capture_output=True, text=True, env=env, timeout=1800)
     assert out.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
     info = json.loads(out.read_text())
     rows = info["rows"]
