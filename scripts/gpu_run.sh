@@ -62,6 +62,8 @@
 # explain  : scripts/explain_demo.py: two regressions planted in a throwaway clone (a defensive copy in the
 #            Triton square launcher; square's CUDA C default v2 -> v1), benched, ingested, gated and
 #            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
+# protocol : scripts/gate_protocol.py in paired mode (two rounds, no history, the default suites of the
+#            device): the A/A and the three plants, each verdict checked ($OUT/gate-protocol-paired.*)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -266,6 +268,10 @@ for step in "$@"; do
       bash scripts/nightly_culprit.sh "$OUT/culprit" 2>&1 | tee "$OUT/culprit.log" | tail -60 ;;
     explain)
       python3 scripts/explain_demo.py --out "$OUT/explain" 2>&1 | tee "$OUT/explain.log" | tail -80 ;;
+    protocol)
+      python3 scripts/gate_protocol.py --heads aa,tuning,host,compiled --rounds 2 --history 0 --modes paired \
+        --json "$OUT/gate-protocol-paired.json" --md "$OUT/gate-protocol-paired.md" 2>&1 \
+        | tee "$OUT/protocol.log" | tail -60 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s

@@ -60,6 +60,7 @@ from xrt.track.gate_rules import (
     machine_drift,
     outcome,
     process_spread_pool,
+    round_spread_pool,
     several_runs,
 )
 from xrt.track.gate_verdict import (
@@ -145,7 +146,7 @@ def judge(con: Connection, base: str, head: str, *, threshold: float = 0.05, alp
                        f"({n} host series); host series are judged against it (op / reference), so the "
                        "drift is not blamed on code")
     todo = pairs(b_rows, h_rows)
-    ctx = Context(v, cfg, eff, base, hist, changed, process_spread_pool(todo))
+    ctx = Context(v, cfg, eff, base, hist, changed, process_spread_pool(todo), round_spread_pool(todo))
     for p in todo:
         judge_series(p, ctx)
     _sum_up(v, bool(b_rows and h_rows))

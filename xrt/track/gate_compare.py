@@ -55,6 +55,27 @@ def process_sigma(b: Side, h: Side, paired: bool) -> tuple[float, int] | None:
     return float(np.sqrt(ss / df)), df
 
 
+def round_logs(b: Side, h: Side, paired: bool) -> np.ndarray | None:
+    """The log of head / base per round, where both sides were measured in the same rounds (a paired
+    measurement: one run a side a round, at least 2); None otherwise (processes, unequal counts)."""
+    if b.processes or h.processes:
+        return None
+    rs = round_ratios(b, h, paired)
+    col = 2 if paired else 1
+    if rs is None or len(rs) < 2 or len(rs) != len([r for r in b.runs if r[col]]):
+        return None
+    return np.log(rs)
+
+
+def round_sigma(b: Side, h: Side, paired: bool) -> tuple[float, int] | None:
+    """The round-to-round σ of a series' log head / base ratio (:func:`round_logs`) and its degrees of
+    freedom (rounds less one). None: not measured in paired rounds."""
+    d = round_logs(b, h, paired)
+    if d is None:
+        return None
+    return float(np.std(d, ddof=1)), len(d) - 1
+
+
 def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
     """The log gap between head's best run and base's worst run (positive: every head run is worse
     than every base run), where base has several runs; None otherwise. Base's runs of one commit
@@ -90,6 +111,7 @@ class Comparison:
     item: dict | None = None  # what the verdict lists, once the samples say slower
     rounds: list[float] | None = None
     spread_prior: float | None = None  # the machine's pooled between-process σ (processes only)
+    round_prior: float | None = None  # the machine's pooled round-to-round σ of head / base (paired rounds)
 
     def __post_init__(self) -> None:
         self.hib = higher_is_better(self.b.unit)
@@ -151,6 +173,25 @@ def within_base_spread(c: Comparison) -> str | None:
         return None
     c.item["judged"] = (f"within base's own run-to-run spread (head's best run is {np.expm1(apart):+.1%} from "
                         "base's worst)")
+    return "within_noise"
+
+
+def within_round_spread(c: Comparison) -> str | None:
+    """Measured in paired rounds: head / base, averaged over the rounds, within the round-to-round
+    spread of the machine's series, a t below :data:`noise.Z`. The σ is the pooled one
+    (``round_prior``, :func:`xrt.track.gate_rules.round_spread_pool`): a whole process moves every
+    series of a busy machine by its own amount (a 2-core runner under load: 5-11 % in both rounds of an
+    A/A pair, with other series 0.95 in one round and 1.26 in the other), and one series' own two
+    rounds say little of how far that goes."""
+    d = round_logs(c.b, c.h, c.paired) if c.rounds is not None and c.round_prior else None
+    if d is None:
+        return None
+    t = float(d.mean()) * c.sign / (c.round_prior / np.sqrt(len(d)))
+    spread = f"{len(d)} rounds, σ {np.expm1(c.round_prior):.1%} a round pooled over the machine's series, t {t:.1f}"
+    if t >= noisemod.Z:
+        c.item["round_spread"] = f"beyond the round-to-round spread: {spread} >= {noisemod.Z:g}"
+        return None
+    c.item["judged"] = f"within the round-to-round spread ({spread} < {noisemod.Z:g})"
     return "within_noise"
 
 
@@ -223,23 +264,24 @@ def regression(c: Comparison) -> str | None:
 
 # compare's steps, in order (docs/regressions.md, "The gate's rule").
 COMPARE_STEPS: tuple[Step, ...] = (not_slower, p_value, not_in_every_round, within_base_spread,
-                                   within_process_spread, within_drift, within_noise, clock, changed_machine,
-                                   regression)
+                                   within_round_spread, within_process_spread, within_drift, within_noise, clock,
+                                   changed_machine, regression)
 
 
 def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side, xs: np.ndarray,
             ys: np.ndarray, machine_changed: bool = False, model: noisemod.Noise | None = None,
             stat: str = "median", paired: bool = False, drift: float | None = None,
-            spread_prior: float | None = None) -> None:
+            spread_prior: float | None = None, round_prior: float | None = None) -> None:
     """One series with enough valid samples on both sides, through :data:`COMPARE_STEPS`: a regression,
     a clock change, a slowdown within the series' run-to-run noise (``model``, from its history) or not
     seen in every round, a slowdown of the whole host (``drift``: the machine's reference moved, and
     this series has no reference of its own to be judged against), or nothing.
 
     ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs.
-    ``spread_prior``: the machine's pooled between-process σ (:func:`within_process_spread`)."""
+    ``spread_prior``: the machine's pooled between-process σ (:func:`within_process_spread`);
+    ``round_prior``: its pooled round-to-round σ (:func:`within_round_spread`)."""
     c = Comparison(cfg, eff, key, b, h, xs, ys, machine_changed, model, stat, paired, drift,
-                   spread_prior=spread_prior)
+                   spread_prior=spread_prior, round_prior=round_prior)
     where = next(w for step in COMPARE_STEPS if (w := step(c)) is not None)
     if where:
         getattr(v, where).append(c.item)

@@ -20,7 +20,7 @@ import numpy as np
 from xrt.db import result_names
 from xrt.track import noise as noisemod
 from xrt.track.detect import higher_is_better
-from xrt.track.gate_compare import compare, process_sigma, round_ratios
+from xrt.track.gate_compare import compare, process_sigma, round_ratios, round_sigma
 from xrt.track.gate_data import Pair, Side, host_series, like
 from xrt.track.gate_verdict import (
     CARRIED,
@@ -90,6 +90,7 @@ class Context:
     hist: dict[str, dict]
     changed: set[str] = field(default_factory=set)  # machines whose environment differs between the sides
     spread_pool: dict[tuple, float] = field(default_factory=dict)  # (machine, paired) -> between-process σ
+    round_pool: dict[tuple, float] = field(default_factory=dict)  # (machine, paired) -> round-to-round σ
 
 
 # A rule looks at one series and returns its outcome (adding a problem line where it blocks), or
@@ -173,7 +174,7 @@ def paired_host_series(p: Pair, c: Context) -> Outcome | None:
         return None
     compare(c.v, c.cfg, c.eff, p.key, b, h, np.asarray(b.paired, float), np.asarray(h.paired, float),
             p.machine in c.changed, *_noise(c.hist, "paired", p.hkey, b, h, True), paired=True,
-            spread_prior=c.spread_pool.get((p.machine, True)))
+            spread_prior=c.spread_pool.get((p.machine, True)), round_prior=c.round_pool.get((p.machine, True)))
     return COMPARED
 
 
@@ -182,8 +183,31 @@ def on_samples(p: Pair, c: Context) -> Outcome | None:
     drift = c.v.drift.get(p.machine, (None,))[0] if host_series(p.key[1]) else None
     compare(c.v, c.cfg, c.eff, p.key, p.base, p.head, p.xs, p.ys, p.machine in c.changed,
             *_noise(c.hist, "value", p.hkey, p.base, p.head, False), drift=drift,
-            spread_prior=c.spread_pool.get((p.machine, False)))
+            spread_prior=c.spread_pool.get((p.machine, False)), round_prior=c.round_pool.get((p.machine, False)))
     return COMPARED
+
+
+ROUND_POOL_SERIES = 4  # the fewest series a machine's pooled round-to-round σ is taken from
+
+
+def round_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
+    """The pooled round-to-round σ of a machine's series measured in paired rounds (:func:`round_sigma`),
+    keyed (machine, judged op / reference), where :data:`ROUND_POOL_SERIES` series or more have one: the
+    root of their variances averaged by degrees of freedom, as :func:`process_spread_pool` pools.
+    Two rounds give a series one degree of freedom; the machine's series together say how far a round
+    moves them."""
+    sums: dict[tuple, list[float]] = {}
+    for p in ps:
+        if p.base is None or p.head is None:
+            continue
+        paired = bool(p.base.paired and p.head.paired)
+        own = round_sigma(p.base, p.head, paired)
+        if own is not None:
+            acc = sums.setdefault((p.machine, paired), [0.0, 0, 0])
+            acc[0] += own[0] ** 2 * own[1]
+            acc[1] += own[1]
+            acc[2] += 1
+    return {k: float(np.sqrt(ss / df)) for k, (ss, df, n) in sums.items() if n >= ROUND_POOL_SERIES}
 
 
 def process_spread_pool(ps: list[Pair]) -> dict[tuple, float]:

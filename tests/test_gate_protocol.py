@@ -1,0 +1,45 @@
+"""The gate's A/A and planted protocol (``scripts/gate_protocol.py``) on the CPU, in paired mode.
+
+The script clones this repository, commits four siblings of its HEAD (``aa``: a comment; ``tuning``: a
+default launch config that slows square's Triton call; ``host``: ~10 µs of Python per eager call of
+square; ``compiled``: square called twice in the compiled graph), measures the base and the heads in
+two interleaved rounds of ``xrt bench run`` (quick profile) and judges each head against the base as
+``xrt gate --paired`` does, the mode the PR and nightly workflows gate with. Every verdict must be
+what the protocol expects (docs/regressions.md, "A/A and planted: the protocol"): the A/A passes
+naming at most one series, and each plant fails naming its own series and nothing of the other op.
+
+It judges timings, so it runs alone (``serial``), with the rounds spread over the CPU run's span as a
+real run's are (tests/conftest.py sets the span to 0 for the tests that do not judge noise).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+HEADS = "aa,tuning,host,compiled"
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # judges an A/A pair and three plants on timings: alone on the machine
+def test_protocol_on_the_cpu_in_paired_mode(tmp_path):
+    from xrt.bench import suite
+
+    out = tmp_path / "verdicts.json"
+    # HOME: asv keeps its machine file there; no history: the paired verdict judges the rounds alone
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(ROOT), XRT_DEVICE="cpu",
+               XRT_CPU_SPAN=str(suite.CPU_SPAN))
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gate_protocol.py"), "--heads", HEADS,
+                          "--rounds", "2", "--history", "0", "--modes", "paired", "--work", str(tmp_path / "work"),
+                          "--json", str(out)], capture_output=True, text=True, env=env, timeout=1800)
+    assert out.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    info = json.loads(out.read_text())
+    rows = info["rows"]
+    assert info["kind"] == "cpu" and info["rounds"] == 2
+    assert [(r["mode"], r["head"]) for r in rows] == [("paired", h) for h in HEADS.split(",")], rows
+    failed = [f"{r['head']}: {r['why']}\n  " + "\n  ".join(r["named"]) for r in rows if not r["ok"]]
+    assert not failed, "\n".join(failed) + "\n" + run.stdout[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
