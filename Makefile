@@ -19,16 +19,16 @@ help:
 
 venv: $(STAMP)
 
-# --no-compile: pip would byte-compile every installed file (about a minute of one core); Python compiles
-# the modules a process imports, once, when it first imports them. The CPU torch and the extras go in one
-# pip call: one resolution instead of two, the same packages.
+# The CPU torch and the extras go in one pip call: one resolution instead of two, the same packages.
+# pip byte-compiles what it installs: where PYTHONDONTWRITEBYTECODE is set, Python would otherwise
+# compile pandas, streamlit and the rest again in every process the tests start.
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 ifeq ($(HAS_GPU),1)
-	$(PIP) install -q --no-compile -c requirements/constraints.txt -e ".[$(EXTRAS)]"
+	$(PIP) install -q -c requirements/constraints.txt -e ".[$(EXTRAS)]"
 else
-	$(PIP) install -q --no-compile -c requirements/constraints.txt "torch==2.13.0" -e ".[$(EXTRAS)]"
+	$(PIP) install -q -c requirements/constraints.txt "torch==2.13.0" -e ".[$(EXTRAS)]"
 endif
 	@touch $(STAMP)
 	@echo "xrt installed: $(XRT)"

@@ -619,10 +619,10 @@ def add_model_series(con) -> None:
                         [rid, h, GPT, k, list(combo), ", ".join(combo), v, [v] * 10, GPT_TOKENS])
 
 
-def test_model_series_show_tokens_per_second_beside_time(db):
+def test_model_series_show_tokens_per_second_beside_time(db_copy):
     """The front page's grid gives a model's step its throughput beside its time (a kernel's: —); the
     explorer offers tokens/s as a metric for it (not for a kernel) and puts it beside ms in its table."""
-    rw(db, add_model_series)
+    rw(db_copy, add_model_series)
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
     assert not at.exception and not at.error
