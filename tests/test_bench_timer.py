@@ -194,3 +194,15 @@ def test_cpu_samples_are_the_threads_cpu_time_not_the_time_it_waited():
             pass
 
     assert min(clock.batch(spin, 2)) >= 0.005
+
+
+def test_host_samples_follow_one_untimed_batch():
+    """measure_host times its samples after one untimed batch of the sample's size: on the CPU the
+    first batch after the warm-up read 3-9x the median, and the stored samples carried it."""
+    from xrt.bench.timer import measure_host
+
+    seen = []
+    m = measure_host(lambda: seen.append(1), "cpu", samples=4, max_calls=2, warmup_time=0.0)
+    calls = m.calls_per_sample
+    warm = len(seen) - calls * (4 + 1)
+    assert calls >= 1 and warm >= 2, (len(seen), calls)  # the warm-up's calls, then 5 batches
