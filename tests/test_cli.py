@@ -91,6 +91,7 @@ def test_demo_runs_on_the_default_device(tmp_path):
     assert "REGRESSION bench_host.Square.time_host" in out.stdout
     assert "new (suspected)" in out.stdout  # `xrt regressions` lists what the front page shows
     # the worst step's --diag checklist, then explain naming the planted file (no GPU: no kernels to compare)
-    assert "[ok]   tuning config / policy / profile" in out.stdout and "nothing to change found" in out.stdout
+    checklist = out.stdout.split("[info] step: ", 1)[-1].split("[xrt demo]", 1)[0]
+    assert "[ok]   tuning config / policy / profile" in checklist and "nothing to change found" in checklist, checklist
     src = out.stdout.split("Sources that change this series' measurements", 1)
     assert len(src) == 2 and "xrt/pytorch/ops/square.py ` (+3" in src[1].split("\n\n")[1], out.stdout[-3000:]
