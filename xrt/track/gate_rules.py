@@ -190,44 +190,38 @@ def on_samples(p: Pair, c: Context) -> Outcome | None:
 ROUND_POOL_SERIES = 4  # the fewest series a machine's pooled round-to-round σ is taken from
 
 
-def round_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
-    """The pooled round-to-round σ of a machine's series measured in paired rounds (:func:`round_sigma`),
-    keyed (machine, judged op / reference), where :data:`ROUND_POOL_SERIES` series or more have one: the
-    root of their variances averaged by degrees of freedom, as :func:`process_spread_pool` pools.
-    Two rounds give a series one degree of freedom; the machine's series together say how far a round
-    moves them."""
+def _pooled(ps: list[Pair], sigma_of, min_series: int = 1) -> dict[tuple, float]:
+    """The pooled σ of a machine's series, keyed (machine, judged op / reference): the root of their
+    variances (``sigma_of(base, head, paired)`` -> (σ, degrees of freedom) or None) averaged by
+    degrees of freedom, the usual pooled variance, where ``min_series`` series or more have one."""
     sums: dict[tuple, list[float]] = {}
     for p in ps:
         if p.base is None or p.head is None:
             continue
         paired = bool(p.base.paired and p.head.paired)
-        own = round_sigma(p.base, p.head, paired)
+        own = sigma_of(p.base, p.head, paired)
         if own is not None:
             acc = sums.setdefault((p.machine, paired), [0.0, 0, 0])
             acc[0] += own[0] ** 2 * own[1]
             acc[1] += own[1]
             acc[2] += 1
-    return {k: float(np.sqrt(ss / df)) for k, (ss, df, n) in sums.items() if n >= ROUND_POOL_SERIES}
+    return {k: float(np.sqrt(ss / df)) for k, (ss, df, n) in sums.items() if n >= min_series}
+
+
+def round_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
+    """The pooled round-to-round σ of a machine's series measured in paired rounds (:func:`round_sigma`),
+    where :data:`ROUND_POOL_SERIES` series or more have one. Two rounds give a series one degree of
+    freedom; the machine's series together say how far a round moves them."""
+    return _pooled(ps, round_sigma, ROUND_POOL_SERIES)
 
 
 def process_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
-    """The pooled between-process σ of a machine's series measured in processes (:func:`process_sigma`),
-    keyed (machine, judged op / reference): the root of their variances averaged by degrees of freedom,
-    the usual pooled variance. Whole processes move a machine's host and compiled series (1.15-1.5x on
-    two of three H100 hosts), and 3 processes a side give one series 4 degrees of freedom only: in an
-    A/A pair a series' own σ, and even that of its like series (the other shapes), came out at half the
-    true one. :func:`xrt.track.gate_compare.within_process_spread` raises a series' own σ to it."""
-    sums: dict[tuple, list[float]] = {}
-    for p in ps:
-        if p.base is None or p.head is None:
-            continue
-        paired = bool(p.base.paired and p.head.paired)
-        own = process_sigma(p.base, p.head, paired)
-        if own is not None:
-            acc = sums.setdefault((p.machine, paired), [0.0, 0])
-            acc[0] += own[0] ** 2 * own[1]
-            acc[1] += own[1]
-    return {k: float(np.sqrt(ss / df)) for k, (ss, df) in sums.items()}
+    """The pooled between-process σ of a machine's series measured in processes (:func:`process_sigma`).
+    Whole processes move a machine's host and compiled series (1.15-1.5x on two of three H100 hosts),
+    and 3 processes a side give one series 4 degrees of freedom only: in an A/A pair a series' own σ,
+    and even that of its like series (the other shapes), came out at half the true one.
+    :func:`xrt.track.gate_compare.within_process_spread` raises a series' own σ to it."""
+    return _pooled(ps, process_sigma)
 
 
 def one_process(p: Pair) -> bool:
