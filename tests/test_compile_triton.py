@@ -257,3 +257,37 @@ def test_reduce_overhead_keeps_the_cuda_c_provider_out_of_the_graph():
     for _ in range(4):
         x = torch.randn(4099, device="cuda")
         torch.testing.assert_close(f(x), x * x + 1)
+
+
+DYNAMIC = {  # op: (the call, its inputs with M rows, torch's answer)
+    "matmul": (lambda a, b: xp.ops.matmul(a, b, provider="triton"),
+               lambda m: (torch.randn(m, 11), torch.randn(11, 5)), lambda a, b: a @ b),
+    "bmm": (lambda a, b: xp.ops.bmm(a, b, provider="triton"),
+            lambda m: (torch.randn(2, m, 11), torch.randn(2, 11, 5)), torch.bmm),
+    "softmax": (lambda x: xp.ops.softmax(x, provider="triton"), lambda m: (torch.randn(m, N),),
+                lambda x: torch.softmax(x, -1)),
+    "layernorm": (_xrt("layernorm", "triton"), lambda m: (torch.randn(m, N), torch.randn(N), torch.randn(N)),
+                  _torch("layernorm")),
+}
+
+
+@pytest.mark.parametrize("op", sorted(DYNAMIC))
+def test_twins_trace_once_with_dynamic_shapes(traced, op):
+    """Under ``torch.compile(dynamic=True)`` sizes are SymInts. The configs are chosen from their
+    hints, without a guard: one graph serves both row counts. (A SymInt cannot key the GEMM layout
+    table: its fake pass raised "unhashable type"; softmax and layernorm recompiled for each M.)"""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm)
+
+    call, inputs, want = DYNAMIC[op]
+    torch._dynamo.reset()
+    f = torch.compile(call, backend=aot_autograd(fw_compiler=keep), fullgraph=True, dynamic=True)
+    for m in (6, 9):
+        args = inputs(m)
+        torch.testing.assert_close(f(*args), want(*args), rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 1 and "triton_kernel_wrapper_functional" in graphs[0].code

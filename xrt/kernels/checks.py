@@ -114,6 +114,20 @@ class Tuning(dict):
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
 
 
+def size_hint(v: Any) -> int:
+    """A size as an int for choosing a config. Under ``torch.compile(dynamic=True)`` sizes are SymInts:
+    they cannot key a table, and comparing them adds guards. Their hint (the example's size) picks
+    the config once for the graph, without a guard; any config is correct for any size."""
+    if type(v) is int:  # eager calls: no cost on the launch path
+        return v
+    if isinstance(v, torch.SymInt):
+        from torch.fx.experimental import symbolic_shapes as ss
+
+        hint = getattr(ss, "optimization_hint", None) or ss.hint_int  # its name before torch 2.12
+        return int(hint(v, fallback=4096))
+    return int(v)
+
+
 _TUNINGS: dict[Any, Tuning] = {}
 
 

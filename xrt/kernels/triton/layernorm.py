@@ -45,7 +45,7 @@ def fwd_plan(block: int, m: int, num_warps: Any, rows: Any) -> tuple[int, int]:
         r = 2 if block == 16384 else rows_per_program(block, m)
     else:
         r = int(rows)
-    r = max(1, min(r, next_power_of_2(m)))
+    r = max(1, min(r, next_power_of_2(checks.size_hint(m))))  # a SymInt: no guard
     if num_warps != "auto":
         return r, int(num_warps)
     elems = block * r

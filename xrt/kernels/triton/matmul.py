@@ -346,7 +346,7 @@ def default_config(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | No
     cfg = checks.tuning("matmul.triton", config)
     if not cfg.is_default:
         return cfg
-    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    m, n, k = (checks.size_hint(d) for d in (a.shape[0], b.shape[1], a.shape[1]))
     key = (layout(a, b), m, n, k)
     hit = _LAYOUT_DEFAULTS.get(key)
     if hit is None:

@@ -34,7 +34,7 @@ def row_warps(block: int) -> int:
 
 def rows_per_program(block: int, rows: int) -> int:
     """Short rows share a program, up to 4096 elements each (powers of two, for tl.arange)."""
-    return max(1, min(4096 // block, next_power_of_2(rows)))
+    return max(1, min(4096 // block, next_power_of_2(checks.size_hint(rows))))  # a SymInt: no guard
 
 
 @triton.jit

@@ -48,8 +48,10 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     key = (space, x.is_cuda, x.get_device(), x.dtype, shape)
     try:
         hit = state.memo.get(key)
-    except TypeError:  # symbolic sizes (torch.compile, dynamic shapes): the config specializes on them
-        shape = tuple(int(d) for d in shape)
+    except TypeError:  # symbolic sizes (torch.compile, dynamic shapes): the config of their hints, no guard
+        from xrt.kernels.checks import size_hint
+
+        shape = tuple(size_hint(d) for d in shape)
         key = (space, x.is_cuda, x.get_device(), x.dtype, shape)
         hit = state.memo.get(key)
     if hit is None:
