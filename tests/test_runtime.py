@@ -1,6 +1,7 @@
 """autocast, the graph wrapper, the profiler, the allocator, device discovery."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -152,6 +153,25 @@ def test_device_discovery_and_summary(monkeypatch):
     assert h100.torch_device == "cuda:1"
     assert "132 SMs" in h100.summary() and "L2 50 MiB" in h100.summary()
 
+
+def test_discovery_without_gpu_nodes_imports_no_torch_and_agrees():
+    """On a Linux machine with no GPU device node, discovery answers the CPU without importing torch
+    (seconds of every command); the answer is the one torch's own look gives. ``XRT_DEVICE=cpu``
+    answers so anywhere."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json, dataclasses; from xrt import device as d; as_dict = dataclasses.asdict; "
+            "named = d.default_device(); named_alone = 'torch' not in sys.modules; "
+            "fast = d.discover(); fast_alone = 'torch' not in sys.modules; import torch; "
+            "print(json.dumps([named_alone, fast_alone, as_dict(named), [as_dict(x) for x in fast], "
+            "[as_dict(x) for x in d.discover()]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "XRT_DEVICE": "cpu"})
+    named_alone, fast_alone, named, fast, full = json.loads(out.stdout)
+    assert named_alone and named == full[-1]  # XRT_DEVICE=cpu: the CPU as torch's look describes it
+    if xdev._no_gpu_nodes():  # no node: the CPU alone, the same facts, no torch
+        assert fast_alone and fast == full
 
 @pytest.mark.gpu
 def test_cuda_device_facts():

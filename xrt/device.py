@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -74,7 +75,23 @@ class DeviceInfo:
         return ", ".join([f"{self.torch_device}: {self.name}"] + [text(v) for v, text in facts if v])
 
 
-def _versions() -> dict[str, str | None]:
+def _installed(dist: str) -> str | None:
+    """A package's version as its metadata says, without importing it (torch takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _versions(load: bool = True) -> dict[str, str | None]:
+    """torch's, Triton's and torch's CUDA version. ``load=False``: from the packages' metadata where
+    they are not imported yet (no CUDA version then), for the CPU's facts."""
+    if not load:
+        return {"torch": sys.modules["torch"].__version__ if "torch" in sys.modules else _installed("torch"),
+                "triton": sys.modules["triton"].__version__ if "triton" in sys.modules else _installed("triton"),
+                "cuda": None}
     out: dict[str, str | None] = {"torch": None, "triton": None, "cuda": None}
     try:
         import torch
@@ -92,7 +109,7 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def cpu_info() -> DeviceInfo:
+def cpu_info(load: bool = True) -> DeviceInfo:
     name = platform.processor() or platform.machine() or "cpu"
     try:
         with open("/proc/cpuinfo") as f:
@@ -102,7 +119,7 @@ def cpu_info() -> DeviceInfo:
                     break
     except OSError:
         pass
-    v = _versions()
+    v = _versions(load)
     return DeviceInfo(kind="cpu", index=0, name=name, sm_count=os.cpu_count(), torch=v["torch"],
                       triton=v["triton"])
 
@@ -212,8 +229,20 @@ def xpu_info(index: int) -> DeviceInfo:
     )
 
 
+# The device nodes a GPU driver makes on Linux (NVIDIA, WSL's, ROCm's, Intel's and any DRM GPU's).
+# Without any of them torch sees no accelerator, and finding that out costs no torch import.
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd", "/dev/dri")
+
+
+def _no_gpu_nodes() -> bool:
+    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_NODES)
+
+
 def discover() -> list[DeviceInfo]:
-    """Every accelerator torch can see (CUDA first, then XPU), and the CPU last."""
+    """Every accelerator torch can see (CUDA first, then XPU), and the CPU last. On a Linux machine
+    with no GPU device node, the CPU alone, without importing torch (seconds of every command)."""
+    if "torch" not in sys.modules and _no_gpu_nodes():
+        return [cpu_info(load=False)]
     found: list[DeviceInfo] = []
     try:
         import torch
@@ -234,6 +263,8 @@ def default_device() -> DeviceInfo:
     ``XRT_DEVICE=cpu`` (or ``cuda:1``, ``xpu:0``) overrides it.
     """
     want = device_env.requested()
+    if want == "cpu":  # named: no accelerator to look for
+        return cpu_info(load=False)
     devices = discover()
     if want:
         for d in devices:
