@@ -63,7 +63,11 @@
 #            Triton square launcher; square's CUDA C default v2 -> v1), benched, ingested, gated and
 #            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
 # protocol : scripts/gate_protocol.py in paired mode (two rounds, no history, the default suites of the
-#            device): the A/A and the three plants, each verdict checked ($OUT/gate-protocol-paired.*)
+#            device): the A/A and the three plants, each verdict checked ($OUT/gate-protocol-paired.*).
+#            All four heads take about 10 bench runs of 45 s on the H100, past one 600 s call:
+#            PROTOCOL_HEADS=aa,tuning (then host,compiled) splits them over two calls
+# protocolprocs: the same in history mode, 3 processes a commit (PROTOCOL_HEADS, default compiled:
+#            the compiled-only plant; $OUT/gate-protocol-procs.*)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -269,9 +273,13 @@ for step in "$@"; do
     explain)
       python3 scripts/explain_demo.py --out "$OUT/explain" 2>&1 | tee "$OUT/explain.log" | tail -80 ;;
     protocol)
-      python3 scripts/gate_protocol.py --heads aa,tuning,host,compiled --rounds 2 --history 0 --modes paired \
-        --json "$OUT/gate-protocol-paired.json" --md "$OUT/gate-protocol-paired.md" 2>&1 \
+      python3 scripts/gate_protocol.py --heads "${PROTOCOL_HEADS:-aa,tuning,host,compiled}" --rounds 2 --history 0 \
+        --modes paired --json "$OUT/gate-protocol-paired.json" --md "$OUT/gate-protocol-paired.md" 2>&1 \
         | tee "$OUT/protocol.log" | tail -60 ;;
+    protocolprocs)
+      python3 scripts/gate_protocol.py --heads "${PROTOCOL_HEADS:-compiled}" --processes 3 --rounds 1 --history 0 \
+        --json "$OUT/gate-protocol-procs.json" --md "$OUT/gate-protocol-procs.md" 2>&1 \
+        | tee "$OUT/protocol-procs.log" | tail -60 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   s=${PIPESTATUS[0]}; [ "$s" -ne 0 ] && rc=$s
