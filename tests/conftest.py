@@ -22,16 +22,19 @@ DJANGO_TARBALL = Path(os.environ.get("DJANGO_ASV_CORPUS")
                       or ROOT.parent / "shared" / "datasets" / "django-asv-results.tar.gz")
 
 
-# Run a command as a terminal's foreground process would start: with SIGINT at its default. A test
-# runner started in the background (`cmd &` or nohup in a script) has SIGINT ignored, its children
-# inherit that, and Python then never raises KeyboardInterrupt; a shell cannot undo an ignored signal
-# on entry, so a small Python step resets it and execs the command (same pid).
-_FOREGROUND = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+# Run a command as a terminal's foreground process would start: with SIGINT and SIGTERM at their
+# defaults and not blocked. A test runner started in the background (`cmd &` or nohup in a script)
+# has SIGINT ignored, its children inherit that, and Python then never raises KeyboardInterrupt; an
+# ignored or blocked disposition also passes from the runner's process to every child. A shell cannot
+# undo an ignored signal on entry, so a small Python step resets them and execs the command (same pid).
+_FOREGROUND = ("import os, signal, sys; sigs = (signal.SIGINT, signal.SIGTERM); "
+               "[signal.signal(s, signal.SIG_DFL) for s in sigs]; signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs); "
                "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def foreground(cmd: list[str]) -> list[str]:
-    """``cmd`` (its first item an executable's path) with SIGINT at its default, as Ctrl-C tests need."""
+    """``cmd`` (its first item an executable's path) with SIGINT and SIGTERM at their defaults, as the
+    Ctrl-C and kill tests need."""
     return [sys.executable, "-c", _FOREGROUND, *cmd]
 
 

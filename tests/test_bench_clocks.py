@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, foreground
@@ -91,9 +92,16 @@ def test_signal_mid_run_restores_clocks(tmp_path, sig):
     p = subprocess.Popen(foreground([sys.executable, "-c", script]), stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
     assert json.loads(log.read_text())["locked_sm"] == [1980, 1980]
+    # the child's signal state, for the message if it outlives the signal (it did once in a CI run)
+    status = [ln for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines()
+              if ln.startswith(("SigBlk", "SigIgn", "SigCgt"))] if Path(f"/proc/{p.pid}/status").exists() else []
     t0 = time.time()
     p.send_signal(sig)
-    rc = p.wait(timeout=20)
+    try:
+        rc = p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail(f"signal {sig!r} did not end the child in 20 s; its state before: {status}")
     assert time.time() - t0 < 15  # the sleep was interrupted, not waited out
     assert rc != 0  # the signal still ends the process
     state = json.loads(log.read_text())
