@@ -106,6 +106,18 @@ def interpreter():
 
 
 @pytest.fixture
+def no_kernel_policy(monkeypatch):
+    """No kernel policy before and after the test: none set, none from ``XRT_KERNEL_POLICY`` or ``XRT_TUNED``."""
+    import xrt.pytorch as xp
+
+    monkeypatch.delenv("XRT_KERNEL_POLICY", raising=False)
+    monkeypatch.delenv("XRT_TUNED", raising=False)
+    xp.clear_kernel_policy()
+    yield
+    xp.clear_kernel_policy()
+
+
+@pytest.fixture
 def nvcc():
     path = shutil.which("nvcc")
     if path is None:

@@ -10,14 +10,7 @@ from xrt.kernels import checks
 from xrt.pytorch import policy as pol
 from xrt.pytorch.ops import dispatch
 
-
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("XRT_KERNEL_POLICY", raising=False)
-    monkeypatch.delenv("XRT_TUNED", raising=False)
-    xp.clear_kernel_policy()
-    yield
-    xp.clear_kernel_policy()
+pytestmark = pytest.mark.usefixtures("no_kernel_policy")
 
 
 # -- the route an op call takes ----------------------------------------------------------------

@@ -24,11 +24,7 @@ def _inputs(shape=(6, 40), dtype=torch.float32, grad=False, device="cpu"):
     return [t.requires_grad_(grad) for t in (x, w, b)]
 
 
-@pytest.fixture(autouse=True)
-def _clean_policy():
-    xp.clear_kernel_policy()
-    yield
-    xp.clear_kernel_policy()
+pytestmark = pytest.mark.usefixtures("no_kernel_policy")
 
 
 def test_plan_is_made_once_per_signature_and_again_after_a_policy_change(interpreter, monkeypatch):

@@ -12,12 +12,7 @@ from xrt.pytorch import policy
 from xrt.pytorch.ops import kernel_providers
 from xrt.pytorch.ops.matmul import _bmm_op, _matmul_op, choose_provider
 
-
-@pytest.fixture(autouse=True)
-def _clean_policy():
-    xp.clear_kernel_policy()
-    yield
-    xp.clear_kernel_policy()
+pytestmark = pytest.mark.usefixtures("no_kernel_policy")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)

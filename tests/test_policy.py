@@ -9,13 +9,7 @@ import xrt.pytorch as xp
 from xrt.device import DeviceInfo
 from xrt.pytorch import policy as pol
 
-
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("XRT_KERNEL_POLICY", raising=False)
-    xp.clear_kernel_policy()
-    yield
-    xp.clear_kernel_policy()
+pytestmark = pytest.mark.usefixtures("no_kernel_policy")
 
 
 def test_unknown_op_lists_valid_ops():

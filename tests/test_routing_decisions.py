@@ -19,11 +19,9 @@ AUTO = dict.fromkeys(("matmul", "layernorm", "softmax", "attention"), "auto")
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("XRT_KERNEL_POLICY", raising=False)
-    xp.clear_kernel_policy()
+def _clean(no_kernel_policy):
     yield
-    xp.clear_kernel_policy()
+    xp.clear_kernel_policy()  # before no_kernel_policy's teardown: the wrappers must be gone now
     assert routing.patched() == {}, "a wrapper was left in torch"
 
 
