@@ -133,6 +133,37 @@ def test_paired_rounds_a_slowdown_in_every_round_fails(world, capsys):
     assert code == 1 and f"REGRESSION {DEVICE}" in out, out
 
 
+def host_rounds(root, base, head, head_host, head_ref, rng):
+    """Two rounds: base's host series 10 µs beside a 5 µs reference, head's ``head_host`` beside
+    ``head_ref`` (seconds), in both rounds; the device series unchanged."""
+    for k in (1, 2):
+        for commit, host, ref in ((base, 10e-6, 5e-6), (head, head_host, head_ref)):
+            name = result_names.round_name(result_names.result_file_name(commit, "existing-py"), k)
+            write(root, commit, lognormal(rng, host, cv=0.01), lognormal(rng, ref, cv=0.01),
+                  lognormal(rng, 4e-6, cv=0.01), name=name)
+
+
+def test_paired_rounds_slower_only_against_a_reference_that_ran_fast_passes(world, capsys):
+    """Head's reference ran 16 % fast in both rounds, its op 3 % slower in µs: 1.23x against the
+    reference. Side by side, a slower op is slower in µs too: the machine moved, not the code."""
+    repo, (c0, c1, c2), root, db, rng = world
+    host_rounds(root, c1, c2, 10.3e-6, 4.2e-6, rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    line = next(ln for ln in out.splitlines() if f"{HOST} ['4096'" in ln)
+    assert line.startswith("moved with the machine (not failing)"), line
+    assert re.search(r"\] 1\.0[1-5]\d in µs, 1\.[12]\d\d against the reference", line), line
+
+
+def test_paired_rounds_slower_in_us_and_against_the_reference_fails(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    host_rounds(root, c1, c2, 13e-6, 5e-6, rng)  # 1.3x in µs beside an unmoved reference
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and f"REGRESSION {HOST} ['4096'" in out, out
+
+
 def test_round_files_are_runs_of_their_own(world):
     repo, (c0, c1, c2), root, db, rng = world
     rounds(root, c1, c2, [4e-6, 4e-6], [4e-6, 4e-6], rng)

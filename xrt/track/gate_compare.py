@@ -195,6 +195,27 @@ def within_round_spread(c: Comparison) -> str | None:
     return "within_noise"
 
 
+def slower_against_the_reference_only(c: Comparison) -> str | None:
+    """Measured in paired rounds and judged against the reference call: slower against it, but in µs
+    slower by no more than the machine drifted (the references' median move, at least 1; ``drift``).
+    Each host sample's reference is measured beside it, and on a busy machine the references of
+    one process moved 1.04-1.95x between base and head, each by its own amount. An op whose µs held
+    still beside a reference that moved less is not shown slower: the gate cannot tell a slower op
+    from a reference that ran fast, so it says the machine moved. (A CPU A/A pair: an op in
+    Triton's interpreter, 30x its reference, read 1.19x against it, 1.09x in µs, while the
+    machine's references moved 1.22x.) Side by side, a slower op is slower in µs too."""
+    if not (c.paired and c.rounds is not None):
+        return None
+    moved = max(c.drift or 1.0, 1.0)
+    abs_ratio = float(np.median(c.h.samples) / np.median(c.b.samples))
+    if np.log(abs_ratio) * c.sign >= np.log(moved) + c.eff:
+        return None
+    c.item["abs_ratio"] = abs_ratio
+    c.item["judged"] = (f"slower against its reference call only: {abs_ratio:.3f}x in µs, within the machine's "
+                        f"drift ({moved:.2f}x) and the threshold")
+    return "with_machine"
+
+
 def within_process_spread(c: Comparison) -> str | None:
     """Measured in several processes a side (``xrt bench run --processes N``): head's mean process
     within the between-process spread, a t of the log process values below :data:`noise.Z`. The σ
@@ -221,7 +242,7 @@ def within_process_spread(c: Comparison) -> str | None:
 
 def within_drift(c: Comparison) -> str | None:
     """A series without a reference call of its own, slower by no more than its machine's drift."""
-    if c.drift is None or not c.worse <= np.log(c.drift) + c.eff:
+    if c.paired or c.drift is None or not c.worse <= np.log(c.drift) + c.eff:
         return None
     c.item["judged"] = f"within the machine's drift ({c.drift:.2f}x; no reference call recorded for it)"
     return "with_machine"
@@ -264,8 +285,8 @@ def regression(c: Comparison) -> str | None:
 
 # compare's steps, in order (docs/regressions.md, "The gate's rule").
 COMPARE_STEPS: tuple[Step, ...] = (not_slower, p_value, not_in_every_round, within_base_spread,
-                                   within_round_spread, within_process_spread, within_drift, within_noise, clock,
-                                   changed_machine, regression)
+                                   within_round_spread, slower_against_the_reference_only, within_process_spread,
+                                   within_drift, within_noise, clock, changed_machine, regression)
 
 
 def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side, xs: np.ndarray,
@@ -274,8 +295,9 @@ def compare(v: Verdict, cfg: Settings, eff: float, key: tuple, b: Side, h: Side,
             spread_prior: float | None = None, round_prior: float | None = None) -> None:
     """One series with enough valid samples on both sides, through :data:`COMPARE_STEPS`: a regression,
     a clock change, a slowdown within the series' run-to-run noise (``model``, from its history) or not
-    seen in every round, a slowdown of the whole host (``drift``: the machine's reference moved, and
-    this series has no reference of its own to be judged against), or nothing.
+    seen in every round, a slowdown of the whole host (``drift``: how far the machine's references
+    moved; a series without a reference of its own slower by no more, or a paired series in rounds
+    slower in µs by no more), or nothing.
 
     ``paired``: ``xs`` and ``ys`` are op / reference (host series); the item still shows µs.
     ``spread_prior``: the machine's pooled between-process σ (:func:`within_process_spread`);

@@ -174,6 +174,7 @@ def paired_host_series(p: Pair, c: Context) -> Outcome | None:
         return None
     compare(c.v, c.cfg, c.eff, p.key, b, h, np.asarray(b.paired, float), np.asarray(h.paired, float),
             p.machine in c.changed, *_noise(c.hist, "paired", p.hkey, b, h, True), paired=True,
+            drift=c.v.drift.get(p.machine, (None,))[0],
             spread_prior=c.spread_pool.get((p.machine, True)), round_prior=c.round_pool.get((p.machine, True)))
     return COMPARED
 
