@@ -39,6 +39,21 @@ def test_set_get_clear_and_both_forms():
     assert xp.get_kernel_policy() is None
 
 
+def test_the_scoped_form_checks_what_it_is_given():
+    """``kernel_policy({...})`` raised AttributeError from inside the merge ('dict' object has no
+    attribute 'choices'); it says what it takes, as ``set_kernel_policy`` does, and opens no scope."""
+    with pytest.raises(ValueError, match=r"kernel_policy expects a KernelPolicy, got dict \(for a dict, "
+                                         r"kernel_policy\(\*\*choices\)\)"):
+        with xp.kernel_policy({"square": "torch"}):
+            pass
+    with pytest.raises(ValueError, match="not both"):
+        with xp.kernel_policy(xp.KernelPolicy(square="torch"), square="triton"):
+            pass
+    assert pol.resolve("square") == "auto"
+    with xp.kernel_policy(square="torch"):
+        assert pol.resolve("square") == "torch"
+
+
 def test_precedence_call_over_scope_over_global_over_env(monkeypatch):
     assert pol.resolve("square") == "auto"
     monkeypatch.setenv("XRT_KERNEL_POLICY", "square=cuda, layernorm=triton")

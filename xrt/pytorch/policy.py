@@ -491,6 +491,17 @@ def _changed(rollback: Callable[[], None], everywhere: bool = True) -> None:
     _notify()
 
 
+def _given(fn: str, policy: Any, kwargs: dict[str, str]) -> KernelPolicy | None:
+    """The policy a call of ``fn`` names: ``policy`` (a :class:`KernelPolicy`) or ``op=kernel``
+    keywords, not both; None for neither."""
+    if policy is not None and kwargs:
+        raise ValueError(f"{fn} takes a KernelPolicy or op=kernel keywords, not both")
+    if policy is not None and not isinstance(policy, KernelPolicy):
+        hint = f" (for a dict, {fn}(**choices))" if isinstance(policy, dict) else ""
+        raise ValueError(f"{fn} expects a KernelPolicy, got {type(policy).__name__}{hint}")
+    return policy if policy is not None else (KernelPolicy(**kwargs) if kwargs else None)
+
+
 def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> KernelPolicy | None:
     """Set the global kernel policy, from a :class:`KernelPolicy` or as ``op=kernel`` keywords.
 
@@ -500,11 +511,7 @@ def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Kern
         set_kernel_policy(KernelPolicy(square="triton"))
     """
     global _global_policy
-    if policy is not None and kwargs:
-        raise ValueError("set_kernel_policy takes a KernelPolicy or op=kernel keywords, not both")
-    if policy is not None and not isinstance(policy, KernelPolicy):
-        raise ValueError(f"set_kernel_policy expects a KernelPolicy, got {type(policy).__name__}")
-    new = policy if policy is not None else (KernelPolicy(**kwargs) if kwargs else None)
+    new = _given("set_kernel_policy", policy, kwargs)
     with _lock:
         old = _global_policy
         _global_policy = new
@@ -535,7 +542,7 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
     Scopes belong to the thread that enters them: another thread does not see them. The switch
     ops (matmul, attention, conv) set PyTorch's own switches, which are process-wide.
     """
-    scoped = policy if policy is not None else KernelPolicy(**kwargs)
+    scoped = _given("kernel_policy", policy, kwargs) or KernelPolicy()
     scopes = _tls.scopes
     with _lock:
         scopes.append(scoped)
