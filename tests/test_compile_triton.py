@@ -16,6 +16,29 @@ from xrt.pytorch.ops import dispatch
 N = 33  # an awkward row length
 
 
+def test_importing_xrt_leaves_inductor_and_dynamo_unimported():
+    """``import xrt.pytorch`` registers the triton_op twins without triton_op's source scan (which
+    imports Inductor and Dynamo, 2.7 s); an eager user pays neither."""
+    import subprocess
+    import sys
+
+    code = "import sys, xrt.pytorch; print(sorted(m for m in ('torch._inductor', 'torch._dynamo') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_skipped_scan_would_have_found_no_kernel():
+    """What triton_op's full scan finds in each twin's function is what it records for the twin: none
+    (every twin launches through the Launcher). A twin that called ``wrap_triton`` itself would
+    fail here: its kernels would key Inductor's compile cache, and the scan must then run."""
+    from torch._library import triton as triton_lib
+
+    assert dispatch.SCANNED, "no triton_op twin registered"
+    for name, fn in dispatch.SCANNED.items():
+        assert triton_lib.get_inner_triton_kernels(fn) == [], name
+        assert triton_lib.get_triton_kernels_for_op(name) == [], name
+
+
 @pytest.fixture
 def traced(interpreter, monkeypatch):
     """CPU tensors take the triton_op twins under compile (the graphs are run by AOTAutograd's

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -202,6 +203,23 @@ COMPILED: dict[tuple[str, str], Any] = {}
 CUDA_TAGS = (torch.Tag.cudagraph_unsafe,)
 
 
+# The functions of the triton_op twins, by op name: what triton_op's own scan would have read.
+SCANNED: dict[str, Callable[..., Any]] = {}
+
+
+def unscanned(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose source ``inspect`` cannot find (its code names no file). ``triton_op`` scans a
+    function's source for ``wrap_triton`` calls to key its compile cache, and that scan imports
+    Inductor and Dynamo: 2.7 s of every ``import xrt.pytorch`` on the CPU. The twins launch through
+    the Launcher, so the scan finds no kernel in them; skipped, it returns the same empty list at once.
+    tests/test_compile_triton.py checks that the full scan of each twin's function finds nothing."""
+    code = fn.__code__.replace(co_filename=f"<xrt twin: {fn.__code__.co_filename}>")
+    out = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__annotations__, out.__kwdefaults__ = dict(fn.__annotations__), fn.__kwdefaults__
+    out.__qualname__, out.__module__, out.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return out
+
+
 def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context: Callable[..., None] | None = None,
                   backward: Callable[..., Any] | None = None, fake: Callable[..., Any] | None = None) -> Any:
     """The op that torch.compile calls for ``op`` run by ``provider`` (:data:`COMPILED`), with the
@@ -212,7 +230,8 @@ def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context:
     compiled backward traces through it too."""
     name = f"xrt::{op}_{provider}"
     if provider == "triton":
-        twin = torch.library.triton_op(name, fn, mutates_args=())
+        twin = torch.library.triton_op(name, unscanned(fn), mutates_args=())
+        SCANNED[name] = fn
     elif provider == "cuda":
         twin = torch.library.custom_op(name, fn, mutates_args=(), tags=CUDA_TAGS)
         twin.register_fake(fake)
