@@ -111,6 +111,29 @@ def test_a_process_that_sees_another_grid_fails_instead_of_replaying(monkeypatch
         other().setup(cache, "4096", "float32", "torch", "default")
 
 
+def test_setup_cache_measures_only_the_pairs_bench_selects(monkeypatch, tmp_path, interpreter):
+    """``--bench '^bench_ops\\.(Square|VectorAdd)\\.|^bench_host\\.Square\\.'`` selects square's host series and not
+    vector_add's: the one setup_cache measured both ops in both series (ops x series) until the runner
+    named the pairs; a benchmark asv runs but the cache lacks fails naming the variables."""
+    from xrt.bench import sources
+
+    pairs = sources.pairs_matching(r"^bench_ops\.(Square|VectorAdd)\.|^bench_host\.Square\.", ["square", "vector_add"])
+    assert pairs == [("device", "square"), ("device", "vector_add"), ("host", "square")]
+    monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))
+    monkeypatch.setenv("XRT_BENCH_PROFILE", "quick")
+    monkeypatch.setenv("XRT_BENCH_PAIRS", ",".join(f"{s}:{u}" for s, u in pairs))
+    cache = suite.measure_all(["square", "vector_add"], ["device", "host"], pairs=suite.selected_pairs(),
+                              log=lambda line: None)
+    measured = {k[:2] for k in cache if k[0] != suite.GRID}
+    assert measured == set(pairs), measured
+    host = suite.make_host_suite("vector_add", "VectorAdd", "bench_host")
+    with pytest.raises(RuntimeError, match="not measured by the suites' setup_cache .*XRT_BENCH_PAIRS="):
+        host().setup(cache, "4096", "float32", "torch", "default")
+    monkeypatch.setenv("XRT_BENCH_PAIRS", "host:square,hots:square")
+    with pytest.raises(ValueError, match=r"XRT_BENCH_PAIRS=.*not series:op \(hots:square\)"):
+        suite.selected_pairs()
+
+
 def test_suite_measures_once_and_asv_gets_exactly_those_samples(monkeypatch, tmp_path, interpreter):
     """setup_cache measures every combination in one process; asv's process replays that one's samples."""
     monkeypatch.setenv("XRT_SIDECAR_DIR", str(tmp_path))

@@ -472,6 +472,7 @@ class _CommitRun:
                 suite_env.OPS: ",".join(u for u in units if u != sources.ALLOCATOR) or "none",
                 suite_env.SERIES: ",".join(s for s in sources.series_matching(job.bench, units)
                                            if self.k == 1 or s in PROCESS_SERIES) or "device",
+                suite_env.PAIRS: ",".join(f"{s}:{u}" for s, u in sources.pairs_matching(job.bench, units)),
                 "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
 
     def tick(self) -> None:

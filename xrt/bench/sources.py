@@ -129,15 +129,25 @@ def units_matching(user: str | None) -> list[str]:
     return out
 
 
-def series_matching(user: str | None, selected: list[str]) -> list[str]:
-    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``, ``compiled``:
-    ``bench_compiled``; :data:`xrt.bench.suite.SERIES`) ``--bench user`` runs
-    for the ``selected`` units: what the one ``setup_cache`` needs to measure."""
+def pairs_matching(user: str | None, selected: list[str]) -> list[tuple[str, str]]:
+    """(series, op) of the ``selected`` units whose benchmark ``--bench user`` runs: what the one
+    ``setup_cache`` measures (``^bench_compiled\\.Square\\.`` with VectorAdd's device series
+    selected: no compiled series of VectorAdd)."""
     from xrt.bench.suite import SERIES, class_name
 
     ops = [u for u in selected if u != ALLOCATOR]
+    rx = re.compile(user) if user else None
+    return [(s, u) for s, (module, method) in SERIES.items() for u in ops
+            if rx is None or rx.search(f"{module}.{class_name(u)}.{method}")]
+
+
+def series_matching(user: str | None, selected: list[str]) -> list[str]:
+    """Which suite series (``device``: ``bench_ops``, ``host``: ``bench_host``, ``compiled``:
+    ``bench_compiled``; :data:`xrt.bench.suite.SERIES`) ``--bench user`` runs
+    for the ``selected`` units (:func:`pairs_matching`)."""
+    from xrt.bench.suite import SERIES
+
     if not user:
         return list(SERIES)
-    rx = re.compile(user)
-    return [s for s, (module, method) in SERIES.items()
-            if any(rx.search(f"{module}.{class_name(u)}.{method}") for u in ops)]
+    got = {s for s, _ in pairs_matching(user, selected)}
+    return [s for s in SERIES if s in got]

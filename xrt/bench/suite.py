@@ -619,6 +619,19 @@ def selected_series() -> list[str]:
     return series
 
 
+def selected_pairs() -> set[tuple[str, str]] | None:
+    """``$XRT_BENCH_PAIRS`` (``series:op``, comma-separated; set by ``xrt bench run`` from ``--bench``):
+    of the selected ops and series, the combinations measured; None (unset or empty): all."""
+    value = os.environ.get(suite_env.PAIRS, "").strip()
+    if not value:
+        return None
+    pairs = {tuple(x.strip().split(":", 1)) for x in value.split(",") if x.strip()}
+    bad = sorted(":".join(p) for p in pairs if len(p) != 2 or p[0] not in SERIES)
+    if bad:
+        raise ValueError(f"{suite_env.PAIRS}={value!r}: not series:op ({', '.join(bad)}); series: {', '.join(SERIES)}")
+    return pairs
+
+
 def class_name(op: str) -> str:
     """The asv class of an op in ``benchmarks/bench_ops.py`` and ``bench_host.py``: square_sum -> SquareSum."""
     return "".join(part.capitalize() for part in op.split("_"))
@@ -630,7 +643,8 @@ def rounds_for(kind: str) -> int:
 
 
 def measure_all(ops: list[str], series: list[str] | None = None, prof: str | None = None,
-                log=None, rounds: int | None = None, span: float | None = None) -> dict[tuple, dict[str, Any]]:
+                log=None, rounds: int | None = None, span: float | None = None,
+                pairs: set[tuple[str, str]] | None = None) -> dict[tuple, dict[str, Any]]:
     """Measure every combination of ``ops`` in this process: what the suites' ``setup_cache`` returns.
 
     Inputs are built once per op, shape and dtype (and dropped before the next) and serve every
@@ -639,7 +653,8 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     per ``(series, op, *params)``, ``{"samples": [...]}``, ``{"skip": why}`` (asv: skipped, as a
     ``NotImplementedError`` in setup was) or ``{"error": what}`` (asv: that combination failed; the
     others still run), and per ``(GRID, op)`` ``{"params": grid}``, the op's grid as this process saw
-    it. Progress goes to stderr, one line a combination and series.
+    it. Progress goes to stderr, one line a combination and series. ``pairs``: only these
+    (series, op) of ``series`` x ``ops`` (:func:`selected_pairs`; None: all).
 
     ``rounds`` (default :func:`rounds_for` the device): with more than one, every combination is
     measured that many times in turn, each time with its share of the samples, and its samples are
@@ -656,6 +671,7 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     kinds = {"device": Case, "host": HostCase, "compiled": CompiledCase}
     grids = {op: params_for(op, prof)[0] for op in ops}
     combos = [(op, *p) for op in ops for p in itertools.product(*grids[op])]
+    per_op = {op: [s for s in series if pairs is None or (s, op) in pairs] for op in ops}
     if rounds is None:
         from xrt.device import default_device
 
@@ -667,13 +683,13 @@ def measure_all(ops: list[str], series: list[str] | None = None, prof: str | Non
     cases: dict[tuple, _Inputs] = {}  # combinations measured so far, in order
     early: dict[tuple, str] = {}  # progress lines of combinations skipped or failed before the last round
     t_all = time.perf_counter()
-    n = len(combos) * len(series)
+    n = sum(len(per_op[c[0]]) for c in combos)
     for r in range(rounds):
         if r:  # each round starts no earlier than its share of the span
             time.sleep(max(0.0, t_all + r * span / rounds - time.perf_counter()))
         i, inputs_key = 0, None
         for op, *p in combos:
-            for ser in series:
+            for ser in per_op[op]:
                 i += 1
                 t0 = time.perf_counter()
                 module, method = SERIES[ser]
@@ -759,7 +775,7 @@ def _setup_cache(self) -> dict:
     """Every class of the op suites (``bench_ops``, ``bench_host``, ``bench_compiled``) has this one
     ``setup_cache``: asv keys it by its definition (module and line), so it runs once, in one
     process, for every module."""
-    return measure_all(selected_ops(), selected_series())
+    return measure_all(selected_ops(), selected_series(), pairs=selected_pairs())
 
 
 _setup_cache.timeout = CACHE_TIMEOUT
@@ -782,7 +798,8 @@ def _replay_setup(cache: dict, key: tuple, what: str, params: list[list[str]]) -
     if entry is None:
         raise RuntimeError(f"{what} {' '.join(key[2:])}: not measured by the suites' setup_cache "
                            f"({suite_env.OPS}={os.environ.get(suite_env.OPS, '')!r}, "
-                           f"{suite_env.SERIES}={os.environ.get(suite_env.SERIES, '')!r} leave it out)")
+                           f"{suite_env.SERIES}={os.environ.get(suite_env.SERIES, '')!r}, "
+                           f"{suite_env.PAIRS}={os.environ.get(suite_env.PAIRS, '')!r} leave it out)")
     if "skip" in entry:
         raise NotImplementedError(entry["skip"])
     if "error" in entry:

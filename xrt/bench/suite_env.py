@@ -6,3 +6,4 @@ PROGRESS_FILE = "XRT_PROGRESS_FILE"  # a line per combination and series, append
 PROFILE = "XRT_BENCH_PROFILE"  # quick or full
 OPS = "XRT_BENCH_OPS"  # the ops the one setup_cache measures, comma-separated ("none": the allocator suite only)
 SERIES = "XRT_BENCH_SERIES"  # device, host or both, comma-separated
+PAIRS = "XRT_BENCH_PAIRS"  # series:op, comma-separated: of OPS x SERIES, only these (unset: all)
