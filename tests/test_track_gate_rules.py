@@ -80,3 +80,28 @@ def test_compare_lists_nothing_below_the_threshold():
     c = context(threshold=0.5)
     gate_rules.judge_series(Pair(KEY, None, side(samples(1.0)), side(samples(1.3, seed=1))), c)
     assert not (c.v.regressions or c.v.clock or c.v.within_noise or c.v.with_machine or c.v.changed_machine)
+
+
+def paired_side(us: float, ratio: float, processes: bool = False) -> Side:
+    """Two runs (rounds, or processes) of a host series: ``us`` seconds, ``ratio`` times its reference."""
+    s = side(samples(us))
+    s.paired = samples(ratio)
+    s.runs = [((k, k), us, ratio) for k in (1, 2)]
+    s.processes = processes
+    return s
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_slower_against_the_reference_only_is_the_machine_in_rounds_not_in_processes(processes):
+    """1.19x against the reference, 1.09x in µs, the machine's references 1.22x: in paired rounds the
+    machine moved; in processes measured at other times the reference is what the gate trusts."""
+    b, h = paired_side(1e-3, 30.0, processes), paired_side(1.09e-3, 35.7, processes)
+    c = gate_compare.Comparison(gate.Settings(0.05), float(np.log1p(0.05)), KEY, b, h, np.asarray(b.paired),
+                                np.asarray(h.paired), paired=True, drift=1.22)
+    c.rounds, c.item = gate_compare.round_ratios(b, h, True), {}
+    assert c.rounds is not None and abs(c.abs_ratio - 1.09) < 0.01
+    got = gate_compare.slower_against_the_reference_only(c)
+    if processes:
+        assert got is None and c.item == {}
+    else:
+        assert got == "with_machine" and "1.09" in c.item["judged"] and "(1.22x)" in c.item["judged"]

@@ -542,7 +542,8 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
     Scopes belong to the thread that enters them: another thread does not see them. The switch
     ops (matmul, attention, conv) set PyTorch's own switches, which are process-wide.
     """
-    scoped = _given("kernel_policy", policy, kwargs) or KernelPolicy()
+    scoped = _given("kernel_policy", policy, kwargs)
+    scoped = scoped if scoped is not None else KernelPolicy()
     scopes = _tls.scopes
     with _lock:
         scopes.append(scoped)

@@ -118,6 +118,8 @@ class Comparison:
         self.sign = -1 if self.hib else 1
         self.ratio = float(np.median(self.ys) / np.median(self.xs))
         self.worse = np.log(self.ratio) * self.sign
+        # head / base in µs: the same as ratio, but for a paired series (op / reference)
+        self.abs_ratio = float(np.median(self.h.samples) / np.median(self.b.samples)) if self.paired else self.ratio
 
 
 # A step of :func:`compare` returns the Verdict list the series goes to (NOWHERE: none), or None to
@@ -130,10 +132,9 @@ def not_slower(c: Comparison) -> str | None:
     """Not slower by the threshold; a host series slower in µs only moved with the machine."""
     if not c.worse < c.eff:
         return None
-    if c.paired and np.log(np.median(c.h.samples) / np.median(c.b.samples)) >= c.eff:
+    if c.paired and np.log(c.abs_ratio) >= c.eff:
         m, bn, pk = c.key
-        c.item = {"machine": m, "benchmark": bn, "param_key": pk, "ratio": c.ratio,
-                  "abs_ratio": float(np.median(c.h.samples) / np.median(c.b.samples))}
+        c.item = {"machine": m, "benchmark": bn, "param_key": pk, "ratio": c.ratio, "abs_ratio": c.abs_ratio}
         return "with_machine"
     return NOWHERE
 
@@ -203,15 +204,16 @@ def slower_against_the_reference_only(c: Comparison) -> str | None:
     still beside a reference that moved less is not shown slower: the gate cannot tell a slower op
     from a reference that ran fast, so it says the machine moved. (A CPU A/A pair: an op in
     Triton's interpreter, 30x its reference, read 1.19x against it, 1.09x in µs, while the
-    machine's references moved 1.22x.) Side by side, a slower op is slower in µs too."""
-    if not (c.paired and c.rounds is not None):
+    machine's references moved 1.22x.) Side by side, a slower op is slower in µs too. Not for
+    processes measured at other times (``--processes N`` in history mode): there a machine that got
+    faster overnight can hide a slower op in µs, and the reference is what shows it."""
+    if not c.paired or c.rounds is None or round_logs(c.b, c.h, c.paired) is None:
         return None
     moved = max(c.drift or 1.0, 1.0)
-    abs_ratio = float(np.median(c.h.samples) / np.median(c.b.samples))
-    if np.log(abs_ratio) * c.sign >= np.log(moved) + c.eff:
+    if np.log(c.abs_ratio) * c.sign >= np.log(moved) + c.eff:
         return None
-    c.item["abs_ratio"] = abs_ratio
-    c.item["judged"] = (f"slower against its reference call only: {abs_ratio:.3f}x in µs, within the machine's "
+    c.item["abs_ratio"] = c.abs_ratio
+    c.item["judged"] = (f"slower against its reference call only: {c.abs_ratio:.3f}x in µs, within the machine's "
                         f"drift ({moved:.2f}x) and the threshold")
     return "with_machine"
 
