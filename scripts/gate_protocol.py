@@ -17,7 +17,8 @@ processes) per commit and round, in the order base, heads..., then reversed (``x
 
 - **history**: each round alone, ingested into a database of its own and judged by ``xrt gate`` as the
   nightly does (one run a side, measured in separate processes): each round is one repeat;
-- **paired**: two consecutive rounds together (1+2, 3+4, ...), as ``xrt gate --paired`` judges them.
+- **paired**: ``--paired-rounds`` consecutive rounds together (two: 1+2, 3+4, ...), as ``xrt gate
+  --paired`` judges them.
 
 ``--modes paired`` gives the paired verdicts alone (``tests/test_gate_protocol.py`` on the CPU).
 
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=1,
                     help="N > 1: history mode as a nightly of `xrt bench run --processes N` judges it (no paired "
                          "rounds); each repeat judged with every process and with the first alone [1]")
+    ap.add_argument("--paired-rounds", type=int, default=2, metavar="K",
+                    help="rounds each paired verdict judges together: rounds 1..K, K+1..2K, ... [2]")
     ap.add_argument("--modes", default="history,paired",
                     help="which verdicts of the rounds: history (each round alone), paired (two rounds together), "
                          "or both [history,paired]")
@@ -185,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in ("history", "paired") for m in modes):
         ap.error(f"--modes {args.modes!r}: choose history, paired or both")
-    if modes == ["paired"] and args.rounds < 2:
-        ap.error(f"--rounds {args.rounds}: paired verdicts need at least 2")
+    if not 2 <= args.paired_rounds:
+        ap.error(f"--paired-rounds {args.paired_rounds}: a paired verdict needs at least 2 rounds")
+    if modes == ["paired"] and args.rounds < args.paired_rounds:
+        ap.error(f"--rounds {args.rounds}: paired verdicts of {args.paired_rounds} rounds need at least that many")
 
     from xrt.bench.machine import machine_name
     from xrt.device import default_device
@@ -258,13 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(1, len(p.folders) + 1):
             db = round_db(k)
             rows += [{"mode": "history", "repeat": k, "head": h, **judge(db, clone, base, s)} for h, s in shas.items()]
-    if "paired" in modes:  # rounds k+1 and k+2, the noise from history + round k+1
-        for k in range(0, len(p.folders) - 1, 2):
-            pp = paired.combine(clone, p.folders[k:k + 2], work / f"paired-{k // 2 + 1}")
+    if "paired" in modes:  # rounds k+1 .. k+K, the noise from history + round k+1
+        K = args.paired_rounds
+        for k in range(0, len(p.folders) - K + 1, K):
+            pp = paired.combine(clone, p.folders[k:k + K], work / f"paired-{k // K + 1}")
             noise = work / f"history-{k + 1}.duckdb" if "history" in modes else None
             if noise is None and args.history:  # without history there is nothing to learn the noise from
                 noise = round_db(k + 1)
-            rows += [{"mode": "paired", "repeat": k // 2 + 1, "head": h, **judge(pp.db, clone, base, s, noise)}
+            rows += [{"mode": "paired", "repeat": k // K + 1, "head": h, **judge(pp.db, clone, base, s, noise)}
                      for h, s in shas.items()]
     return report(rows, kind, heads, args, dev, base, shas, bench, measured_s)
 
