@@ -201,17 +201,18 @@ SHAPES = ["'4096'", "'65536'", "'1048576'", "'16777216'"]
 
 
 def write_shapes(root, commit, ratios, rng, name=None):
-    """One run of ``commit``: the host series at each of :data:`SHAPES`, op / reference = ``ratios``
-    (``name``: the result file's name, default asv's)."""
+    """One run of ``commit``: the host series at the first ``len(ratios)`` of :data:`SHAPES`, op /
+    reference = ``ratios`` (``name``: the result file's name, default asv's)."""
     root.mkdir(parents=True, exist_ok=True)
-    grid = [SHAPES, ["'float32'"], ["'triton'"], ["'default'"]]
+    shapes = SHAPES[:len(ratios)]
+    grid = [shapes, ["'float32'"], ["'triton'"], ["'default'"]]
     spec = {"name": HOST, "type": "time", "unit": "seconds", "params": grid,
             "param_names": ["shape", "dtype", "provider", "config"], "version": "v1"}
     (root / "benchmarks.json").write_text(json.dumps({HOST: spec, "version": 2}))
     (root / MACHINE).mkdir(exist_ok=True)
     (root / MACHINE / "machine.json").write_text(json.dumps({"machine": MACHINE, "os": "Linux", "arch": "x86_64",
                                                              "cpu": "t", "num_cpu": "16", "ram": "1", "version": 1}))
-    refs = [lognormal(rng, 10e-6, cv=0.01) for _ in SHAPES]
+    refs = [lognormal(rng, 10e-6, cv=0.01) for _ in shapes]
     ops = [[r * q * rng.lognormal(0, 0.01) for r in ref] for ref, q in zip(refs, ratios)]
     rows = [synth._row(s) for s in ops]
     row = [[r[0][0] for r in rows], grid, "v1", 1_700_000_000_000, 1.0,
@@ -223,7 +224,7 @@ def write_shapes(root, commit, ratios, rng, name=None):
                              "result_columns": synth.COLUMNS, "results": {HOST: row}, "durations": {}, "version": 2}))
     cases = [{"benchmark": HOST, "params": [s, "'float32'", "'triton'", "'default'"], "series": "host",
               "samples_s": op, "cycles": [None] * len(op), sidecar_keys.CASE_REF_SAMPLES: ref}
-             for s, op, ref in zip(SHAPES, ops, refs)]
+             for s, op, ref in zip(shapes, ops, refs)]
     f.with_name(f.name[:-5] + sidecar_keys.SUFFIX).write_text(json.dumps(
         {sidecar_keys.SCHEMA_KEY: sidecar_keys.SCHEMA, sidecar_keys.COMMIT: commit, sidecar_keys.RESULT_FILE: f.name,
          sidecar_keys.CASES: cases}))
@@ -287,6 +288,40 @@ def test_paired_rounds_a_shift_within_the_machines_round_spread_passes(world, ca
 def test_paired_rounds_a_real_slowdown_beyond_the_round_spread_still_fails(world, capsys):
     repo, (c0, c1, c2), root, db, rng = world
     busy_rounds(root, c1, c2, [2.0, 2.1], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and f"REGRESSION {HOST} ['4096'" in out, out
+    assert out.count("REGRESSION ") == 1, out
+
+
+# head / base per round of three series in three rounds, as a CPU demo's A/A pair read them: the first
+# slower in all three rounds (1.05-1.11x), the others moving as far either way.
+DEMO_ROUNDS = ([1.069, 1.052, 1.114], [0.988, 1.032, 1.065], [1.114, 1.014, 0.946])
+
+
+def demo_rounds(root, base, head, first, rng):
+    """Three rounds of base and head, three series: base's op / reference 2.0, head's moved by
+    :data:`DEMO_ROUNDS`, its first series by ``first`` instead."""
+    for k in range(3):
+        moves = [first[k], DEMO_ROUNDS[1][k], DEMO_ROUNDS[2][k]]
+        for commit, ratios in ((base, [2.0] * 3), (head, [2.0 * m for m in moves])):
+            name = result_names.round_name(result_names.result_file_name(commit, "existing-py"), k + 1)
+            write_shapes(root, commit, ratios, rng, name=name)
+
+
+def test_three_rounds_of_three_series_judge_against_their_pooled_spread(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    demo_rounds(root, c1, c2, DEMO_ROUNDS[0], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out  # 3 series of 2 degrees of freedom each: 6, a pooled σ
+    line = next(ln for ln in out.splitlines() if f"{HOST} ['4096'" in ln)
+    assert "within the round-to-round spread (3 rounds, σ " in line, line
+
+
+def test_three_rounds_of_three_series_a_real_slowdown_still_fails(world, capsys):
+    repo, (c0, c1, c2), root, db, rng = world
+    demo_rounds(root, c1, c2, [1.5, 1.45, 1.55], rng)
     ingest(root, db, repo=str(repo), echo=lambda s: None)
     code, out = gate(db, repo, c1, c2, capsys)
     assert code == 1 and f"REGRESSION {HOST} ['4096'" in out, out

@@ -188,13 +188,16 @@ def on_samples(p: Pair, c: Context) -> Outcome | None:
     return COMPARED
 
 
-ROUND_POOL_SERIES = 4  # the fewest series a machine's pooled round-to-round σ is taken from
+# The fewest degrees of freedom a machine's pooled round-to-round σ is taken from: 4 series in 2
+# rounds, or 2 in 3 rounds. The demo's 3 series in 3 rounds (6) had none under a count of 4 series,
+# and a series 1.05-1.11x in its three rounds failed the A/A, its own σ of 2 degrees of freedom 3 %.
+ROUND_POOL_DF = 4
 
 
-def _pooled(ps: list[Pair], sigma_of, min_series: int = 1) -> dict[tuple, float]:
+def _pooled(ps: list[Pair], sigma_of, min_df: int = 1) -> dict[tuple, float]:
     """The pooled σ of a machine's series, keyed (machine, judged op / reference): the root of their
     variances (``sigma_of(base, head, paired)`` -> (σ, degrees of freedom) or None) averaged by
-    degrees of freedom, the usual pooled variance, where ``min_series`` series or more have one."""
+    degrees of freedom, the usual pooled variance, where they have ``min_df`` degrees of freedom together."""
     sums: dict[tuple, list[float]] = {}
     for p in ps:
         if p.base is None or p.head is None:
@@ -202,18 +205,17 @@ def _pooled(ps: list[Pair], sigma_of, min_series: int = 1) -> dict[tuple, float]
         paired = bool(p.base.paired and p.head.paired)
         own = sigma_of(p.base, p.head, paired)
         if own is not None:
-            acc = sums.setdefault((p.machine, paired), [0.0, 0, 0])
+            acc = sums.setdefault((p.machine, paired), [0.0, 0])
             acc[0] += own[0] ** 2 * own[1]
             acc[1] += own[1]
-            acc[2] += 1
-    return {k: float(np.sqrt(ss / df)) for k, (ss, df, n) in sums.items() if n >= min_series}
+    return {k: float(np.sqrt(ss / df)) for k, (ss, df) in sums.items() if df >= min_df}
 
 
 def round_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
     """The pooled round-to-round σ of a machine's series measured in paired rounds (:func:`round_sigma`),
-    where :data:`ROUND_POOL_SERIES` series or more have one. Two rounds give a series one degree of
-    freedom; the machine's series together say how far a round moves them."""
-    return _pooled(ps, round_sigma, ROUND_POOL_SERIES)
+    where they have :data:`ROUND_POOL_DF` degrees of freedom together. Two rounds give a series one
+    degree of freedom; the machine's series together say how far a round moves them."""
+    return _pooled(ps, round_sigma, ROUND_POOL_DF)
 
 
 def process_spread_pool(ps: list[Pair]) -> dict[tuple, float]:
