@@ -45,14 +45,15 @@ browser:
 
 # Two phases, whose union is the whole suite: what is independent runs on TEST_JOBS workers (pytest-xdist),
 # then the tests marked `serial` (they time something and judge it) run alone, on an otherwise idle machine.
-# The second phase runs even when the first fails, so one run reports every failure.
+# The second phase runs even when the first fails, so one run reports every failure. Each phase
+# lists its slowest tests last (--durations): what a faster `make test` would have to cut.
 TEST_JOBS ?= 2
 test: $(STAMP) browser lint
 	@rc=0; \
 	echo "make test, phase 1 of 2: the tests not marked serial, on $(TEST_JOBS) workers"; \
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not serial" || rc=$$?; \
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not serial" --durations=15 || rc=$$?; \
 	echo "make test, phase 2 of 2: the tests marked serial, one at a time"; \
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:xdist -m serial || rc=$$?; \
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:xdist -m serial --durations=5 || rc=$$?; \
 	exit $$rc
 
 demo: $(STAMP)
