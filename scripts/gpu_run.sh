@@ -64,8 +64,8 @@
 #            explained by xrt explain (Nsight Compute, profiler, compiled code, settings); $OUT/explain/
 # protocol : scripts/gate_protocol.py in paired mode (two rounds, no history, the default suites of the
 #            device): the A/A and the three plants, each verdict checked ($OUT/gate-protocol-paired.*).
-#            All four heads take about 10 bench runs of 45 s on the H100, past one 600 s call:
-#            PROTOCOL_HEADS=aa,tuning (then host,compiled) splits them over two calls
+#            One bench run takes 45-65 s on the H100: two rounds of the base and two heads (6 runs) fit
+#            one 600 s call, three heads (8 runs) did not. PROTOCOL_HEADS=aa,tuning, then host,compiled
 # protocolprocs: the same in history mode, 3 processes a commit (PROTOCOL_HEADS, default compiled:
 #            the compiled-only plant; $OUT/gate-protocol-procs.*)
 set -uo pipefail
