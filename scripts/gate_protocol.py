@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paired-rounds", type=int, default=2, metavar="K",
                     help="rounds each paired verdict judges together: rounds 1..K, K+1..2K, ... [2]")
     ap.add_argument("--modes", default="history,paired",
-                    help="which verdicts of the rounds: history (each round alone), paired (two rounds together), "
-                         "or both [history,paired]")
+                    help="which verdicts of the rounds: history (each round alone), paired (--paired-rounds rounds "
+                         "together), or both [history,paired]")
     ap.add_argument("--device", help="cuda:N or cpu [the default device]")
     ap.add_argument("--work", type=Path, help="folder for the clone and the results [a temp dir]")
     ap.add_argument("--json", type=Path, help="write every verdict here")
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in ("history", "paired") for m in modes):
         ap.error(f"--modes {args.modes!r}: choose history, paired or both")
-    if not 2 <= args.paired_rounds:
+    if args.paired_rounds < 2:
         ap.error(f"--paired-rounds {args.paired_rounds}: a paired verdict needs at least 2 rounds")
     if modes == ["paired"] and args.rounds < args.paired_rounds:
         ap.error(f"--rounds {args.rounds}: paired verdicts of {args.paired_rounds} rounds need at least that many")
