@@ -64,7 +64,7 @@ def test_a_commands_own_error_is_one_line_under_python_m():
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # judges an A/A pair and a planted slowdown: alone on the machine
+@pytest.mark.serial  # judges an A/A pair and a planted slowdown: never beside a busy worker
 def test_demo_runs_on_the_default_device(tmp_path):
     """The demo as users get it, in a clone (the README's order: `make demo`, then `make test`): the A/A
     pair passes the gate, the planted slowdown fails it naming square's host series, the front page's

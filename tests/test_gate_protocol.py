@@ -8,8 +8,9 @@ three interleaved rounds of ``xrt bench run`` (quick profile) and judges each he
 what the protocol expects (docs/regressions.md, "A/A and planted: the protocol"): the A/A passes
 naming at most one series, and each plant fails naming its own series and nothing of the other op.
 
-It judges timings, so it runs alone (``serial``), with the rounds spread over the CPU run's span as a
-real run's are (tests/conftest.py sets the span to 0 for the tests that do not judge noise).
+It judges timings, so it runs after the rest (``serial``), in a lane of make test's second phase of
+its own, with the rounds spread over the CPU run's span as a real run's are (tests/conftest.py sets
+the span to 0 for the tests that do not judge noise).
 """
 
 import json
@@ -28,7 +29,7 @@ ROUNDS = 3
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # judges an A/A pair and three plants on timings: alone on the machine
+@pytest.mark.serial  # judges an A/A pair and three plants on timings: never beside a busy worker
 def test_protocol_on_the_cpu_in_paired_mode(tmp_path):
     from xrt.bench import suite
 

@@ -58,7 +58,7 @@ def _run(*cmd: str, cwd: Path, env: dict, timeout: int = 300) -> subprocess.Comp
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # judges a 50 µs plant against the run's noise: alone on the machine
+@pytest.mark.serial  # judges a 50 µs plant against the run's noise: never beside a busy worker
 def test_planted_python_fails_the_gate_on_the_host_series(tmp_path):
     clone = clone_repo(ROOT, tmp_path / "repo")
     git = lambda *a: subprocess.run(["git", "-C", str(clone), *a], check=True, capture_output=True,  # noqa: E731

@@ -1,5 +1,6 @@
 """`make test` runs the suite in two phases whose union is the whole suite: what is not marked serial on
-pytest-xdist workers, then the tests marked serial alone (they time something and judge it)."""
+pytest-xdist workers, then the tests marked serial (they time something and judge it), one at a time
+in each of two lanes: one file alone in one, every other serial test in the other."""
 
 import re
 import subprocess
@@ -11,20 +12,35 @@ import pytest
 from conftest import ROOT
 
 
+def _variables(text: str) -> dict[str, str]:
+    """The Makefile's simple ``NAME := value`` assignments."""
+    return dict(re.findall(r"^([A-Z_]+) := (.*)$", text, flags=re.M))
+
+
 def _phases() -> list[str]:
-    """The pytest command lines of the Makefile's ``test`` target, in order."""
+    """The pytest command lines of the Makefile's ``test`` target, in order, with its ``:=`` variables expanded."""
     text = (ROOT / "Makefile").read_text()
     recipe = text.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    for name, value in _variables(text).items():
+        recipe = recipe.replace(f"$({name})", value)
     return [ln for ln in recipe.replace("\\\n", "\n").splitlines() if "-m pytest" in ln]
 
 
-def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_alone():
-    first, second = _phases()
+def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_in_lanes():
+    first, alone, own_lane, other_lane = _phases()
     assert re.search(r'-n \$\(TEST_JOBS\) .*-m "not serial"', first), first
-    assert "-m serial" in second and "-n " not in second and "no:xdist" in second, second
-    # neither phase names files or other marks: together they select every collected test
-    for cmd in (first, second):
+    for cmd in (alone, own_lane, other_lane):
+        assert "-m serial" in cmd and "-n " not in cmd and "no:xdist" in cmd, cmd
+    # phase 1 and the one-at-a-time phase 2 name no files or other marks: together they select every test
+    for cmd in (first, alone):
         assert not re.search(r"tests/|-k |--deselect|--ignore", cmd), cmd
+    # the two lanes split the serial tests by one file: named in one lane, ignored in the other
+    own = _variables((ROOT / "Makefile").read_text())["OWN_LANE"]
+    assert re.fullmatch(r"tests/test_\w+\.py", own) and (ROOT / own).is_file(), own
+    assert re.search(rf"--durations=\d+ (-p no:cacheprovider )?{re.escape(own)} >", own_lane), own_lane
+    assert not re.search(r"-k |--deselect|--ignore", own_lane) and own_lane.count("tests/") == 1, own_lane
+    assert f"--ignore={own}" in other_lane and other_lane.count("tests/") == 1, other_lane
+    assert "pytest.mark.serial" in (ROOT / own).read_text()
 
 
 def _config(markexpr: str) -> types.SimpleNamespace:
