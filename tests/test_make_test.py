@@ -1,6 +1,6 @@
 """`make test` runs the suite in two phases whose union is the whole suite: what is not marked serial on
-pytest-xdist workers, then the tests marked serial (they time something and judge it), one at a time
-in each of two lanes: one file alone in one, every other serial test in the other."""
+pytest-xdist workers, then the tests marked serial (they time something and judge it): one file in a
+lane of its own beside the other serial tests, then one file alone."""
 
 import re
 import subprocess
@@ -27,20 +27,24 @@ def _phases() -> list[str]:
 
 
 def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_in_lanes():
-    first, alone, own_lane, other_lane = _phases()
+    first, alone, own_lane, other_lane, last = _phases()
     assert re.search(r'-n \$\(TEST_JOBS\) .*-m "not serial"', first), first
-    for cmd in (alone, own_lane, other_lane):
+    for cmd in (alone, own_lane, other_lane, last):
         assert "-m serial" in cmd and "-n " not in cmd and "no:xdist" in cmd, cmd
     # phase 1 and the one-at-a-time phase 2 name no files or other marks: together they select every test
     for cmd in (first, alone):
         assert not re.search(r"tests/|-k |--deselect|--ignore", cmd), cmd
-    # the two lanes split the serial tests by one file: named in one lane, ignored in the other
-    own = _variables((ROOT / "Makefile").read_text())["OWN_LANE"]
-    assert re.fullmatch(r"tests/test_\w+\.py", own) and (ROOT / own).is_file(), own
+    # the lanes split the serial tests by file: each named file runs in one command, the rest in the other
+    names = _variables((ROOT / "Makefile").read_text())
+    own, late = names["OWN_LANE"], names["LAST_ALONE"]
+    for f in (own, late):
+        assert re.fullmatch(r"tests/test_\w+\.py", f) and "pytest.mark.serial" in (ROOT / f).read_text(), f
     assert re.search(rf"--durations=\d+ (-p no:cacheprovider )?{re.escape(own)} >", own_lane), own_lane
-    assert not re.search(r"-k |--deselect|--ignore", own_lane) and own_lane.count("tests/") == 1, own_lane
-    assert f"--ignore={own}" in other_lane and other_lane.count("tests/") == 1, other_lane
-    assert "pytest.mark.serial" in (ROOT / own).read_text()
+    assert late in last.split(), last
+    for cmd, files in ((own_lane, 1), (last, 1), (other_lane, 2)):
+        assert cmd.count("tests/") == files and not re.search(r"-k |--deselect", cmd), cmd
+    assert not re.search(r"--ignore", own_lane + last), own_lane + last
+    assert f"--ignore={own}" in other_lane and f"--ignore={late}" in other_lane, other_lane
 
 
 def _config(markexpr: str) -> types.SimpleNamespace:
