@@ -2,11 +2,15 @@
 
     python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick | --defaults]
     python benchmarks/attention_bench.py --bwd-sweep --out attention-bwd.json [--md attention-bwd.md]
+    python benchmarks/attention_bench.py --model --out attention-model.json [--md attention-model.md]
 
 bf16, B=4, H=16. Cases: hd128, hd128 causal, hd64 (non-causal). First a bounded config sweep at
 S=4096 (a few BLOCK_M / BLOCK_N / warps / stages combinations for the forward, warp specialization
 included, and a few for the backward), each config timed briefly; then the table with each case's
 best config at S=4096 (targets) and at S=1024 and 16384 (reported, no target).
+
+``--model``: the op's own configs at the shapes a GPT-style model takes (B=8, H=16, S 512-4096, hd 64
+and 128, causal and not); targets at S=1024 hd64 causal: forward >= 0.95x SDPA, backward >= 0.90x.
 
 Times: :func:`xrt.bench.timer.measure` (the project's one device timer: median device time, L2
 flushed before each sample). The backward is timed alone: ``torch.autograd.grad`` of a forward
@@ -43,6 +47,20 @@ CASES = [(128, False), (128, True), (64, False)]  # (head dim, causal)
 TARGET_S = 4096
 OTHER_S = (1024, 16384)
 TARGETS = {"fwd": 0.8, "bwd": 0.7}
+# --model: the shapes a GPT-style model's attention takes (B 8, H 16, as its suites), each of the
+# head dims and masks at S 512-4096; the target is at S 1024, hd 64, causal.
+MODEL_B = 8
+MODEL_S = (512, 1024, 2048, 4096)
+MODEL_CASES = [(64, True), (64, False), (128, True), (128, False)]
+MODEL_TARGETS = {(1024, 64, True): {"fwd": 0.95, "bwd": 0.90}}
+_model = False  # set by --model
+
+
+def _targets(s: int, d: int, causal: bool) -> dict | None:
+    """The targets of a row, if it has any."""
+    if _model:
+        return MODEL_TARGETS.get((s, d, causal))
+    return TARGETS if s == TARGET_S else None
 
 FWD_SWEEP = [
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
@@ -240,9 +258,10 @@ def _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do) -> list[dict]:
         row = {"pass": pas, "S": s, "d": d, "causal": causal, "flops": f, "xrt_ms": t_x, "sdpa_ms": t_s,
                "xrt_tflops": tf_x, "sdpa_tflops": tf_s, "ratio": ratio, "sdpa_backend": backend,
                "config": cfg_f if pas == "fwd" else cfg_b, "max_abs_diff_vs_sdpa": err if pas == "fwd" else None}
-        if s == TARGET_S:
-            row["target"] = TARGETS[pas]
-            row["met"] = ratio >= TARGETS[pas]
+        tgt = _targets(s, d, causal)
+        if tgt:
+            row["target"] = tgt[pas]
+            row["met"] = ratio >= tgt[pas]
         out.append(row)
         print(f"{pas} S={s} d={d} causal={causal}: xrt {tf_x:.0f} TFLOP/s, SDPA[{backend}] {tf_s:.0f}, "
               f"ratio {ratio:.2f}", flush=True)
@@ -416,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="defaults only (the op's own configs), no sweep, at every S (4096, then 1024 and 16384)")
     ap.add_argument("--bwd-sweep", action="store_true",
                     help="only the backward candidates (BWD_CANDIDATES) beside SDPA's backward, S=4096")
+    ap.add_argument("--model", action="store_true",
+                    help=f"defaults only, at a model's shapes: B {MODEL_B}, S {MODEL_S}, hd 64 and 128, causal and not")
     ap.add_argument("--jobs", type=int, default=8,
                     help="--bwd-sweep: processes that compile the configs before the timed run (0: none)")
     args = ap.parse_args(argv)
@@ -428,19 +449,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.bwd_sweep:
         return bwd_sweep_main(args)
+    if args.model:
+        global B, _model
+        B, _model = MODEL_B, True
     t0 = time.time()
     result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "triton": triton.__version__, "python": platform.python_version(),
-                              "B": B, "H": H, "dtype": "bfloat16", "rows": [], "sweep": [], "best": []}
-    for d, causal in CASES:
-        if args.quick or args.defaults:
+                              "B": B, "H": H, "dtype": "bfloat16", "rows": [], "sweep": [], "best": [],
+                              "mode": "model" if args.model else "defaults" if args.defaults else "quick" if args.quick
+                              else "sweep"}
+    for d, causal in MODEL_CASES if args.model else CASES:
+        if args.quick or args.defaults or args.model:
             cfg_f, cfg_b = None, None
         else:
             rows, cfg_f, cfg_b = sweep(d, causal, FWD_SWEEP, BWD_SWEEP)
             result["sweep"] += rows
             torch.cuda.empty_cache()
         result["best"].append({"d": d, "causal": causal, "fwd": cfg_f, "bwd": cfg_b})
-        for s in (TARGET_S,) if args.quick else (TARGET_S, *OTHER_S):
+        for s in MODEL_S if args.model else (TARGET_S,) if args.quick else (TARGET_S, *OTHER_S):
             result["rows"] += compare(s, d, causal, cfg_f, cfg_b)
             torch.cuda.empty_cache()
     result["wall_s"] = time.time() - t0
