@@ -219,39 +219,45 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
 
 
 def compare(s: int, d: int, causal: bool, cfg_f: dict | None, cfg_b: dict | None) -> list[dict]:
-    """Forward and backward rows, xrt against SDPA, for one shape."""
-    q, k, v, do = _inputs(s, d, grad=True)
+    """Forward and backward rows, xrt against SDPA, for one shape.
+
+    The policy holds only around xrt's calls: under a policy naming attention's provider, a model's
+    own ``F.scaled_dot_product_attention`` is routed to xrt too, and SDPA would be timed against itself.
+    The backward looks its config up when it runs, so the scope holds around the timed backward too."""
     import xrt.pytorch as xp
 
+    q, k, v, do = _inputs(s, d, grad=True)
     mine, pol = _xrt_fwd_with(cfg_f, cfg_b, causal)
-    # Set globally, not in a scope: the backward looks its config up when it runs.
-    xp.set_kernel_policy(pol)
-    try:
-        return _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do)
-    finally:
-        xp.clear_kernel_policy()
+    xp.clear_kernel_policy()
+    return _compare(s, d, causal, cfg_f, cfg_b, mine, lambda: xp.kernel_policy(pol), q, k, v, do)
 
 
-def _compare(s, d, causal, cfg_f, cfg_b, mine, q, k, v, do) -> list[dict]:
+def _compare(s, d, causal, cfg_f, cfg_b, mine, scope, q, k, v, do) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
     from xrt.kernels.triton.attention import flops
 
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
     with torch.no_grad():
-        o_x = mine(q, k, v)
-        o_s = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        with scope():
+            o_x = mine(q, k, v)
+        o_s = sdpa()
         err = (o_x.float() - o_s.float()).abs().max().item()
     backend = sdpa_backend(q, k, v, causal)
     out = []
     for pas in ("fwd", "bwd"):
         if pas == "fwd":
             with torch.no_grad():
-                t_x = device_ms(lambda: mine(q, k, v))
-                t_s = device_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                with scope():
+                    t_x = device_ms(lambda: mine(q, k, v))
+                t_s = device_ms(sdpa)
         else:
-            t_x = device_ms(_bwd_fn(lambda: mine(q, k, v), q, k, v, do))
-            t_s = device_ms(_bwd_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, do))
+            with scope():
+                t_x = device_ms(_bwd_fn(lambda: mine(q, k, v), q, k, v, do))
+            t_s = device_ms(_bwd_fn(sdpa, q, k, v, do))
         f = flops(B, H, s, s, d, causal, backward=pas == "bwd")
         tf_x, tf_s = f / t_x / 1e9, f / t_s / 1e9
         ratio = tf_x / tf_s

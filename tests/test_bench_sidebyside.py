@@ -76,3 +76,40 @@ def test_gemm_linear_bench_runs_on_the_cpu(interpreter, tmp_path, capsys):
     if not torch.cuda.is_available():
         assert bench.main(["--out", str(out)]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_attention_bench_times_sdpa_outside_the_policy(interpreter, no_kernel_policy, monkeypatch):
+    """benchmarks/attention_bench.py's compare: xrt's calls run under the policy, SDPA's never. Under a
+    policy naming attention's provider a model's own SDPA call is routed to xrt, and the baseline
+    would be xrt against itself (every ratio 1.00)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def inputs(s, d, grad=False):
+        g = torch.Generator().manual_seed(s + d)
+        ts = [torch.randn(1, 2, s, d, generator=g, dtype=torch.float16) for _ in range(4)]
+        return [t.requires_grad_() for t in ts[:3]] + [ts[3]] if grad else ts
+
+    timed = []
+
+    def device_ms(fn, **kw):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fn()
+        timed.append(sorted({e.name for e in prof.events()}))
+        return 1.0
+
+    monkeypatch.setattr(bench, "_inputs", inputs)
+    monkeypatch.setattr(bench, "device_ms", device_ms)
+    monkeypatch.setattr(bench, "sdpa_backend", lambda *a: "cpu")
+    rows = bench.compare(17, 64, True, None, None)
+    assert [r["pass"] for r in rows] == ["fwd", "bwd"]
+
+    def ran(names):  # xrt's op (its eager backward is an autograd.Function) or aten's SDPA
+        return ("xrt" if any(n.startswith("xrt::") or "EagerAttention" in n for n in names) else "") + \
+            ("sdpa" if any("scaled_dot_product" in n for n in names) else "")
+
+    # in the order timed: xrt's forward, SDPA's, xrt's backward, SDPA's
+    assert [ran(names) for names in timed] == ["xrt", "sdpa", "xrt", "sdpa"], timed
