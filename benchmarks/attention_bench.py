@@ -423,6 +423,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['pass']} | {r['S']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['xrt_ms']:.3f} | "
                      f"{r['sdpa_ms']:.3f} | {r['xrt_tflops']:.0f} | {r['sdpa_tflops']:.0f} | {r['ratio']:.2f} | "
                      f"{tgt} | {met} | {r['sdpa_backend']} |")
+    if not result["sweep"]:
+        return "\n".join(lines) + "\n"
     lines += ["", "Config sweep at S=4096 (ms; best per case and pass used above):", "",
               "| pass | hd | causal | config | ms |", "|---|---|---|---|---|"]
     for r in result["sweep"]:
