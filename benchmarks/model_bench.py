@@ -11,7 +11,9 @@ Each variant runs the same model object:
 - ``xrt``: ``xrt.pytorch.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton")``:
   every routed call on xrt's kernels (xrt.pytorch.routing);
 - ``auto``: the same ops at ``auto``: the provider that measured fastest on this GPU (results/auto), torch
-  where nothing was measured.
+  where nothing was measured;
+- ``torch compiled``, ``auto compiled``: the model through ``torch.compile`` (static shapes), traced with
+  no policy and at ``auto``; their ratios are to ``torch compiled``.
 
 Times: ``triton.testing.do_bench`` of a train step (forward, backward, gradients set to None) and of an
 inference step (``no_grad`` forward), as a user would time them, the variants taking turns three times;
@@ -45,6 +47,10 @@ POLICIES: dict[str, dict[str, str] | None] = {
     "xrt": {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"},
     "auto": {"matmul": "auto", "layernorm": "auto", "softmax": "auto", "attention": "auto"},
 }
+# The compiled variants: the same model through one torch.compile (static shapes), traced with no
+# policy and at auto (the policy in force at trace time picks the providers); their ratios are to
+# "torch compiled".
+COMPILED = {"torch compiled": "torch", "auto compiled": "auto"}
 
 
 def scope(policy: dict[str, str] | None) -> Any:
@@ -76,34 +82,37 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     x = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     with torch.no_grad():
         ref = model(x)
+    compiled = torch.compile(model, dynamic=False)
+    variants = {**{name: (policy, model) for name, policy in POLICIES.items()},
+                **{name: (POLICIES[p], compiled) for name, p in COMPILED.items()}}
     rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name, "train": [], "infer": []}
-            for name in POLICIES}
+            for name in variants}
     rep = 50 if quick else 200
     # The variants take turns, ROUNDS times: the host's speed drifts within a process, and a variant
     # timed only after another's would carry that drift in its ratio. Each time is the rounds' median.
     for _ in range(1 if quick else ROUNDS):
-        for name, policy in POLICIES.items():
+        for name, (policy, m) in variants.items():
             row = rows[name]
             if "error" in row:
                 continue
             try:
                 with scope(policy):
-                    def train() -> None:
-                        model(x).float().pow(2).mean().backward()
+                    def train(m=m) -> None:
+                        m(x).float().pow(2).mean().backward()
                         model.zero_grad(set_to_none=True)
                         x.grad = None
 
-                    def infer() -> None:
+                    def infer(m=m) -> None:
                         with torch.no_grad():
-                            model(x)
+                            m(x)
 
                     if "err" not in row:
                         with torch.no_grad():
-                            row["err"] = rel_err(model(x), ref)
+                            row["err"] = rel_err(m(x), ref)
                     row["train"].append(do_bench(train, warmup=25, rep=rep))
                     row["infer"].append(do_bench(infer, warmup=25, rep=rep))
                 if "xrt_ops" not in row:
-                    row["xrt_ops"] = xrt_ops(model, x, policy)
+                    row["xrt_ops"] = xrt_ops(m, x, policy)
             except Exception as e:  # a variant that fails is a row, not the end of the run
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     for row in rows.values():
@@ -111,18 +120,18 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
             if row[k]:
                 row[f"{k}_ms"] = statistics.median(row[k])
         print(json.dumps(row), flush=True)
-    rows = list(rows.values())
-    base = rows[0]
-    for r in rows:
+    for name, r in rows.items():
+        base = rows["torch compiled" if name in COMPILED else "torch"]
         for k in ("train", "infer"):
             if r.get(f"{k}_ms") and base.get(f"{k}_ms"):
                 r[f"{k}_vs_torch"] = r[f"{k}_ms"] / base[f"{k}_ms"]
-    return rows
+    return list(rows.values())
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
     out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
-           "", "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
+           "", "(/ torch: to torch's eager step; a compiled variant's to torch compiled)", "",
+           "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
            "| xrt ops in a step |",
            "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
