@@ -457,3 +457,42 @@ def test_auto_picks_reports_the_tables_pick_for_each_gpt_call(tmp_path, capsys):
     assert bad.value.code == 2 and "D a multiple of HEADS" in capsys.readouterr().err
     assert picks.main(["--tables", str(tmp_path / "none")]) == 2
     assert "holds no auto table" in capsys.readouterr().err
+
+
+def test_auto_decides_inside_a_fullgraph_trace(tmp_path, monkeypatch, interpreter):
+    """Under torch.compile a routed call decides while Dynamo traces it. The decision's Python (the
+    call's suite shape, the table's measured and nearest buckets) must trace without a graph break:
+    a break split the H100 model's compiled step into four graphs (inference 1.1-2.2x torch's)."""
+    import torch.nn.functional as F
+
+    import xrt.pytorch as xp
+    from xrt.pytorch import auto, routing
+
+    doc = _doc({"layernorm": {"float32": {"64x1024": "triton"}}, "layernorm_bwd": {"float32": {"64x1024": "triton"}}})
+    (tmp_path / f"{autotable.model_key(GPU)}.json").write_text(json.dumps(doc))
+    monkeypatch.setenv(autotable.ENV, str(tmp_path))
+    monkeypatch.setattr(auto, "gpu_name", lambda index: GPU)
+    monkeypatch.setattr(auto, "devices", lambda: range(1))
+    monkeypatch.setattr(routing, "auto_device", lambda t: True)  # as on a GPU
+    monkeypatch.setattr(auto, "device_index", lambda t: 0)
+    auto.clear()
+    seen = []
+    real = routing.auto_provider
+    monkeypatch.setattr(routing, "auto_provider", lambda *a: seen.append(real(*a)) or seen[-1])
+
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],)) * 2
+
+    xp.clear_kernel_policy()
+    try:
+        with xp.kernel_policy(layernorm="auto"):
+            # measured; the nearest bucket's (within one power of two); unmeasured; a training call
+            for rows, grad in ((64, False), (48, False), (2, False), (64, True)):
+                x = torch.randn(rows, 1024, requires_grad=grad)
+                torch._dynamo.reset()
+                got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+                torch.testing.assert_close(got, F.layer_norm(x, (1024,)) * 2, rtol=1e-4, atol=1e-4)
+    finally:
+        xp.clear_kernel_policy()
+        auto.clear()
+    assert seen[0] == seen[-1] == "triton" and "torch" in seen, seen

@@ -122,9 +122,12 @@ def _distance(a: str, b: str) -> float:
     """How many powers of two the farthest dim of bucket ``a`` is from ``b``'s; inf if they differ in
     rank or in a dim of 0 or 1."""
     da, db = [int(v) for v in a.split("x")], [int(v) for v in b.split("x")]
-    if len(da) != len(db) or any((x <= 1 or y <= 1) and x != y for x, y in zip(da, db)):
+    if len(da) != len(db) or any([(x <= 1 or y <= 1) and x != y for x, y in zip(da, db)]):
         return math.inf
-    return max((abs(_log2(x) - _log2(y)) for x, y in zip(da, db)), default=0.0)
+    # Lists and no ``default=``: a routed call decides at trace time under torch.compile, and Dynamo
+    # breaks the graph on a generator handed to a builtin.
+    gaps = [abs(_log2(x) - _log2(y)) for x, y in zip(da, db)]
+    return max(gaps) if gaps else 0.0
 
 
 class Table:
@@ -159,7 +162,8 @@ class Table:
             return hit.provider, MEASURED
         d = defs.OPS.get(op)
         if d is not None and d.gpucheck:
-            dist, near = min(((_distance(b, k), k) for k in measured), default=(math.inf, ""))
+            near_by = [(_distance(b, k), k) for k in measured]  # a list: see _distance
+            dist, near = min(near_by) if near_by else (math.inf, "")
             if dist <= NEAR:
                 return measured[near].provider, NEAREST
         return TORCH, FALLBACK

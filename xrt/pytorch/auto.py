@@ -37,6 +37,13 @@ def gpu_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
+def device_index(x: torch.Tensor) -> int | None:
+    """The CUDA device index of ``x``; None off CUDA (a seam for the tests)."""
+    if not x.is_cuda:
+        return None
+    return x.device.index if x.device.index is not None else torch.cuda.current_device()
+
+
 def table(index: int) -> autotable.Table | None:
     """The table of CUDA device ``index``'s model, read on the first call; ``None`` when there is
     none, or when it cannot be read (one warning names the file and why: ``auto`` is then torch)."""
@@ -76,11 +83,11 @@ def pick(op: str, x: torch.Tensor, shape: Sequence[int], train: bool | None = No
     """The provider ``auto`` names for ``op`` on ``x`` with suite shape ``shape`` (xrt/kernels/defs):
     the table's for this GPU where it has one, else torch. Off CUDA: torch. ``train``: the call
     runs a backward too (by default: ``x`` requires grad and grad mode is on)."""
-    if not x.is_cuda:
+    index = device_index(x)
+    if index is None:
         return TORCH
     if train is None:
         train = x.requires_grad and torch.is_grad_enabled()
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     key = (op, index, x.dtype, tuple(shape), train)
     hit = _memo.get(key)
     if hit is None:

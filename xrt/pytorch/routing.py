@@ -220,7 +220,7 @@ def _layer_norm_measured(args: tuple, kwargs: dict) -> Measured:
         return None
     input, ns, weight, bias = bound[:4]
     try:
-        n = int(ns) if isinstance(ns, int) else math.prod(int(d) for d in ns)
+        n = int(ns) if isinstance(ns, int) else math.prod([int(d) for d in ns])  # a list: Dynamo traces it
     except (TypeError, ValueError):
         return None  # torch's function raises its own error
     return "layernorm", (input.numel() // n if n else 0, n), _records(input, weight, bias)
