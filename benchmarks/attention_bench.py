@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -223,13 +224,24 @@ def compare(s: int, d: int, causal: bool, cfg_f: dict | None, cfg_b: dict | None
 
     The policy holds only around xrt's calls: under a policy naming attention's provider, a model's
     own ``F.scaled_dot_product_attention`` is routed to xrt too, and SDPA would be timed against itself.
-    The backward looks its config up when it runs, so the scope holds around the timed backward too."""
+    It is set globally, not as a scope: the backward looks its config up when it runs, on autograd's
+    own thread on a GPU, which a scope entered here does not reach."""
+    import contextlib
+
     import xrt.pytorch as xp
+
+    @contextlib.contextmanager
+    def xrt_policy():
+        xp.set_kernel_policy(pol)
+        try:
+            yield
+        finally:
+            xp.clear_kernel_policy()
 
     q, k, v, do = _inputs(s, d, grad=True)
     mine, pol = _xrt_fwd_with(cfg_f, cfg_b, causal)
     xp.clear_kernel_policy()
-    return _compare(s, d, causal, cfg_f, cfg_b, mine, lambda: xp.kernel_policy(pol), q, k, v, do)
+    return _compare(s, d, causal, cfg_f, cfg_b, mine, xrt_policy, q, k, v, do)
 
 
 def _compare(s, d, causal, cfg_f, cfg_b, mine, scope, q, k, v, do) -> list[dict]:
@@ -454,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         print("attention_bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if os.environ.get("XRT_KERNEL_POLICY"):  # it would route the baseline's SDPA calls to xrt too
+        print(f"attention_bench: XRT_KERNEL_POLICY={os.environ['XRT_KERNEL_POLICY']!r} is set; unset it "
+              "(the bench sets xrt's policy around xrt's calls itself)", file=sys.stderr)
         return 2
     if args.bwd_sweep:
         return bwd_sweep_main(args)

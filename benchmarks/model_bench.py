@@ -128,6 +128,14 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     return list(rows.values())
 
 
+def ops_cell(r: dict) -> str:
+    """The xrt ops a step ran, as the profiler names them; a compiled step's are inlined by Inductor
+    (Triton kernels it launches itself) and not named."""
+    if r["variant"] in COMPILED:
+        return "n/a (compiled)"
+    return ", ".join(o.removeprefix("xrt::") for o in r["xrt_ops"]) or "-"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
            "", "(/ torch: to torch's eager step; a compiled variant's to torch compiled)", "",
@@ -140,7 +148,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
             continue
         out.append(f"| {r['shape']} | {r['variant']} | {r['train_ms']:.2f} | {r.get('train_vs_torch', 1):.2f} | "
                    f"{r['infer_ms']:.2f} | {r.get('infer_vs_torch', 1):.2f} | {r['err']:.1e} | "
-                   f"{', '.join(o.removeprefix('xrt::') for o in r['xrt_ops']) or '-'} |")
+                   f"{ops_cell(r)} |")
     return "\n".join(out) + "\n"
 
 

@@ -124,8 +124,8 @@ def _distance(a: str, b: str) -> float:
     da, db = [int(v) for v in a.split("x")], [int(v) for v in b.split("x")]
     if len(da) != len(db) or any([(x <= 1 or y <= 1) and x != y for x, y in zip(da, db)]):
         return math.inf
-    # Lists and no ``default=``: a routed call decides at trace time under torch.compile, and Dynamo
-    # breaks the graph on a generator handed to a builtin.
+    # A list and no ``default=``: a routed call decides at trace time under torch.compile, and Dynamo
+    # breaks the graph on min or max given ``default=`` (and on math.prod of a generator).
     gaps = [abs(_log2(x) - _log2(y)) for x, y in zip(da, db)]
     return max(gaps) if gaps else 0.0
 

@@ -461,10 +461,10 @@ def _dq_step(dq, q, do, lse2, delta, kt, vt, offs_m, offs_n, S_k, qk_scale,
 
     dS is rounded to the inputs' dtype for its GEMM, as in FlashAttention-2. A row with many keys sums
     many small terms, and their rounding errors average out. A row with few keys (the first causal
-    rows, a short S_k) sums a few large ones, and there that rounding was dQ's largest error: up to
-    2.5x SDPA's at S 4097, causal, hd 128 on an H100. So the masked blocks (the diagonal, the ragged
-    end), where those rows' keys are, also add what the rounding lost, with a second GEMM. About 1-2 %
-    of the backward's time on an H100."""
+    rows) sums a few large ones, and there that rounding was dQ's largest error: up to 2.5x SDPA's at
+    S 4097, causal, hd 128 on an H100. So the masked blocks (the causal diagonal, a ragged end), where
+    those rows' keys are, also add what the rounding lost, with a second GEMM. The backward's time
+    moved within +-2 % on an H100. dK's GEMM (:func:`_dkdv_step`) still rounds its dS."""
     p = tl.math.exp2(tl.dot(q, kt) * qk_scale - lse2[:, None])
     if MASKED:
         keep = offs_n[None, :] < S_k
