@@ -467,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("attention_bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    if os.environ.get("XRT_KERNEL_POLICY"):  # it would route the baseline's SDPA calls to xrt too
-        print(f"attention_bench: XRT_KERNEL_POLICY={os.environ['XRT_KERNEL_POLICY']!r} is set; unset it "
+    from xrt.pytorch.policy import POLICY_ENV
+
+    if os.environ.get(POLICY_ENV):  # it would route the baseline's SDPA calls to xrt too
+        print(f"attention_bench: {POLICY_ENV}={os.environ[POLICY_ENV]!r} is set; unset it "
               "(the bench sets xrt's policy around xrt's calls itself)", file=sys.stderr)
         return 2
     if args.bwd_sweep:

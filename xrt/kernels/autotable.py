@@ -122,7 +122,7 @@ def _distance(a: str, b: str) -> float:
     """How many powers of two the farthest dim of bucket ``a`` is from ``b``'s; inf if they differ in
     rank or in a dim of 0 or 1."""
     da, db = [int(v) for v in a.split("x")], [int(v) for v in b.split("x")]
-    if len(da) != len(db) or any([(x <= 1 or y <= 1) and x != y for x, y in zip(da, db)]):
+    if len(da) != len(db) or any((x <= 1 or y <= 1) and x != y for x, y in zip(da, db)):
         return math.inf
     # A list and no ``default=``: a routed call decides at trace time under torch.compile, and Dynamo
     # breaks the graph on min or max given ``default=`` (and on math.prod of a generator).
