@@ -272,3 +272,46 @@ def test_the_import_rule_catches_an_old_name(tmp_path):
                  "from xrt.track.gate import judge, no_such_name\nimport xrt.no_such_module\n")
     assert sorted(missing_imports(f, "xrt.orchestrate.fake")) == [
         "xrt.no_such_module", "xrt.pytorch.ops._tuned", "xrt.track.gate.no_such_name"]
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> the modules it imports): each set of modules that
+    reach one another, sorted (Tarjan's strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle_among_the_modules():
+    """No modules of xrt/ (or dashboard/) import one another around a circle, counting imports inside
+    functions: those hide a circle from Python at import time, not from a reader. ``from xrt.pytorch
+    import policy`` names the submodule, not the package that imports it back."""
+    names = {n for _, n in sources()}
+    graph = {n: {m for m in imports(p, n) if m in names and m != n} for p, n in sources()}
+    assert circles(graph) == []
+
+
+def test_the_circle_rule_catches_modules_that_import_each_other():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"f"}, "f": {"e"}}
+    assert circles(graph) == [["a", "b", "c"], ["e", "f"]]

@@ -14,19 +14,10 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-OK, WARN, INFO = "ok", "warn", "info"
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    detail: str
-    advice: str = ""
+from xrt.bench.diag_check import INFO, OK, WARN, Check  # noqa: F401  (xrt.track.diag's names)
 
 
 def _tensors(args: tuple) -> list:

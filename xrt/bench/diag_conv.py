@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from xrt.bench.diag import INFO, OK, WARN, Check
+from xrt.bench.diag_check import INFO, OK, WARN, Check
 
 OP = "conv_bn_relu"
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from xrt.bench.diag import INFO, OK, WARN, Check, check_tiles, render  # noqa: F401  (render: re-exported)
+from xrt.bench.diag import check_tiles, render  # noqa: F401  (render: re-exported)
+from xrt.bench.diag_check import INFO, OK, WARN, Check
 from xrt.bench.suite import SERIES
 from xrt.db.store import Connection
 

@@ -8,7 +8,7 @@ workers become actors:
 * one timing actor per GPU of the cluster (``num_gpus=1``: Ray pins it to its GPU through
   ``CUDA_VISIBLE_DEVICES``); a cluster without GPUs gets one CPU timing actor.
 
-Each actor holds one :class:`xrt.tune.tuner.Worker` process, so a config that crashes or hangs
+Each actor holds one :class:`xrt.tune.process.Worker` process, so a config that crashes or hangs
 kills that process, not the actor, and is recorded as a crash / timeout as locally. An actor that
 dies itself (its node gone) is restarted by Ray (``max_restarts``); the config it held is recorded
 as a crash and the search goes on.
@@ -87,7 +87,7 @@ class _WorkerActor:
     def __init__(self, cmd: list[str], env: dict[str, str], log: str, start_timeout: float) -> None:
         from pathlib import Path
 
-        from xrt.tune.tuner import Worker
+        from xrt.tune.process import Worker
 
         # the driver's environment, then this node's GPU pinning (Ray sets CUDA_VISIBLE_DEVICES)
         full = {**env, **{k: v for k, v in os.environ.items() if k == device_env.CUDA_VISIBLE}}
@@ -99,7 +99,7 @@ class _WorkerActor:
         return f"{socket.gethostname()}:{os.getpid()}:{os.environ.get(device_env.CUDA_VISIBLE, 'cpu')}"
 
     def ask(self, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
-        from xrt.tune.tuner import TuneError, WorkerGone
+        from xrt.tune.process import TuneError, WorkerGone
 
         try:
             ans = self.w.ask(cfg, timeout)
@@ -123,7 +123,7 @@ class RemoteWorker:
         self.ray, self.actor, self.log = ray, actor, Path(log)
 
     def ask(self, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
-        from xrt.tune.tuner import TuneError, WorkerGone
+        from xrt.tune.process import TuneError, WorkerGone
 
         try:
             ans = self.ray.get(self.actor.ask.remote(cfg, timeout))
