@@ -3,6 +3,7 @@
     python benchmarks/attention_bench.py --out attention.json [--md attention.md] [--quick | --defaults]
     python benchmarks/attention_bench.py --bwd-sweep --out attention-bwd.json [--md attention-bwd.md]
     python benchmarks/attention_bench.py --model --out attention-model.json [--md attention-model.md]
+    python benchmarks/attention_bench.py --model-sweep --out attention-model-sweep.json
 
 bf16, B=4, H=16. Cases: hd128, hd128 causal, hd64 (non-causal). First a bounded config sweep at
 S=4096 (a few BLOCK_M / BLOCK_N / warps / stages combinations for the forward, warp specialization
@@ -18,6 +19,10 @@ output kept alive (``retain_graph``), for xrt (its own backward kernels) and SDP
 FLOPs as FlashAttention's benchmarks count them: forward ``4 B H S^2 D``, halved when causal;
 backward 2.5x the forward. Targets at S=4096: forward >= 0.8x SDPA's TFLOP/s, backward >= 0.7x.
 The SDPA backend is read from the kernel names a profiler sees in one call.
+
+``--model-sweep``: the forward configs of ``MODEL_FWD_SWEEP`` at each of ``--model``'s shapes, each
+timed right after SDPA's forward of the same inputs; prints each shape's best in the form of the
+forward's table of defaults (``xrt.kernels.spaces.ATTENTION_FWD_TABLE``).
 
 ``--bwd-sweep``: the backward candidates alone at S=4096 (``BWD_CANDIDATES``: block / warp / stage
 configs with the pointer and the TMA kernels, the dQ kernel's own warps and stages, causal pairs,
@@ -89,6 +94,22 @@ BWD_SWEEP = [
     {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 2},
 ]
 QUICK_SWEEP = {"max_time": 0.15}
+# --model-sweep: the forward configs tried at each model shape. The smaller tiles are for short
+# sequences, where 128-query blocks leave too few programs (S 1024: 8 query blocks a head).
+MODEL_FWD_SWEEP = [
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},  # hd 64's default
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},  # hd 128's default
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "tma": False},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "tma": False},
+]
 
 # --bwd-sweep: block / warp / stage bases, each with the pointer kernels and the TMA kernels. What
 # chose them (ptxas for sm_90 from this tree, bf16 hd128 causal; no GPU timing yet): the pointer
@@ -423,6 +444,67 @@ def bwd_sweep_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_sweep_case(s: int, d: int, causal: bool) -> list[dict]:
+    """Every MODEL_FWD_SWEEP config's forward at one model shape, each timed right after SDPA's
+    forward of the same inputs (so each ratio is a pair measured together): one row each."""
+    import torch
+    import torch.nn.functional as F
+
+    from xrt.kernels.triton.attention import attention, flops
+
+    q, k, v, _ = _inputs(s, d)
+    scale, f = d ** -0.5, flops(B, H, s, s, d, causal)
+    rows = []
+    with torch.no_grad():
+        for cfg in MODEL_FWD_SWEEP:
+            row: dict[str, Any] = {"S": s, "d": d, "causal": causal, "config": cfg}
+            try:
+                row["xrt_ms"] = device_ms(lambda c=cfg: attention(q, k, v, causal, scale, c), **QUICK_SWEEP)
+                row["sdpa_ms"] = device_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                           **QUICK_SWEEP)
+                row["ratio"] = row["sdpa_ms"] / row["xrt_ms"]
+                row["xrt_tflops"] = f / row["xrt_ms"] / 1e9
+            except Exception as e:  # out of shared memory, a config Triton cannot compile here
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            rows.append(row)
+    best = max((r for r in rows if "ratio" in r), key=lambda r: r["ratio"], default=None)
+    if best:
+        print(f"S={s} d={d} causal={causal}: best {_cfg_label(best['config'])} ratio {best['ratio']:.2f} "
+              f"(first, the default at hd 64: {rows[0].get('ratio', 0):.2f})", flush=True)
+    return rows
+
+
+def model_sweep_main(args: argparse.Namespace) -> int:
+    """--model-sweep: the forward configs at the model's shapes; the JSON has every row, and the
+    best config of each shape is printed in the form of ``xrt.kernels.spaces.ATTENTION_FWD_TABLE``."""
+    import torch
+    import triton
+
+    global B
+    B = MODEL_B
+    t0 = time.time()
+    result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "triton": triton.__version__, "python": platform.python_version(),
+                              "B": B, "H": H, "dtype": "bfloat16", "mode": "model-sweep", "rows": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    best = {}
+    for d, causal in MODEL_CASES:
+        for s in MODEL_S:
+            rows = model_sweep_case(s, d, causal)
+            result["rows"] += rows
+            ok = [r for r in rows if "ratio" in r]
+            if ok:
+                best[(d, causal, s)] = max(ok, key=lambda r: r["ratio"])["config"]
+            torch.cuda.empty_cache()
+            result["wall_s"] = time.time() - t0
+            args.out.write_text(json.dumps(result, indent=1) + "\n")  # a run cut short keeps what it measured
+    print("winners (head dim, causal, S): config")
+    for key, cfg in best.items():
+        print(f"    {key}: {cfg},")
+    print(f"wall {time.time() - t0:.0f} s")
+    return 0
+
+
 def markdown(result: dict) -> str:
     lines = [f"# Attention, xrt Triton vs SDPA ({result['gpu']}, bf16, B={B}, H={H})", "",
              f"torch {result['torch']}, triton {result['triton']}. TFLOP/s with FlashAttention's count "
@@ -457,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the backward candidates (BWD_CANDIDATES) beside SDPA's backward, S=4096")
     ap.add_argument("--model", action="store_true",
                     help=f"defaults only, at a model's shapes: B {MODEL_B}, S {MODEL_S}, hd 64 and 128, causal and not")
+    ap.add_argument("--model-sweep", action="store_true",
+                    help="the forward configs of MODEL_FWD_SWEEP at each model shape, each beside SDPA")
     ap.add_argument("--jobs", type=int, default=8,
                     help="--bwd-sweep: processes that compile the configs before the timed run (0: none)")
     args = ap.parse_args(argv)
@@ -475,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.bwd_sweep:
         return bwd_sweep_main(args)
+    if args.model_sweep:
+        return model_sweep_main(args)
     if args.model:
         global B, _model
         B, _model = MODEL_B, True
