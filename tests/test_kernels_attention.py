@@ -462,6 +462,36 @@ def test_the_op_runs_each_head_dims_own_default(interpreter, monkeypatch):
             and blocks[-1] == (128, 64))
 
 
+def test_the_forward_takes_the_model_shape_table(interpreter, monkeypatch):
+    """Where nothing is tuned or asked for, the forward takes the table of the model's shapes
+    (spaces.ATTENTION_FWD_TABLE, by head dim, mask and S bucket), else its head dim's default; a
+    config asked for is kept. Through the public op at S 300 causal (the 512 bucket: 64 x 64 blocks,
+    pointer loads), the output matches torch's."""
+    from xrt.kernels.triton import attention as attention_kernels
+
+    def blocks(d, causal, s, config=None):
+        q = torch.empty(1, 1, s, d, dtype=torch.float16)
+        cfg = attention_kernels.forward_config(q, causal, config)
+        return cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["tma"]
+
+    assert blocks(64, True, 1000) == (64, 64, True) == blocks(64, True, 2048)
+    assert blocks(64, True, 4096) == (64, 128, True) == blocks(64, False, 3000)
+    assert blocks(64, True, 300) == (64, 64, False)
+    assert blocks(64, False, 1024) == (128, 64, True)  # no entry: hd 64's default
+    assert blocks(128, False, 4096) == (128, 128, True)  # no entry: hd 128's default
+    assert blocks(64, True, 100) == (128, 64, True) == blocks(64, True, 8192)  # outside the table
+    assert blocks(64, True, 1000, {"BLOCK_M": 32, "BLOCK_N": 32})[:2] == (32, 32)
+    launched = []
+    real = attention_kernels._fwd
+    monkeypatch.setattr(attention_kernels, "_fwd", lambda *a, **kw: (launched.append((kw["BLOCK_M"], kw["BLOCK_N"])),
+                                                                     real(*a, **kw))[1])
+    q, k, v, _ = _inputs((1, 1, 300), 300, torch.float16, "cpu", d=64)
+    out = xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton")
+    assert launched == [(64, 64)]
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
 def test_bwd_sweep_candidates_are_in_the_space():
     """benchmarks/attention_bench.py --bwd-sweep: at most 24 distinct configs a case, each valid in
     ``attention_bwd.triton``, the first the default (the reference of the differences), TMA on and

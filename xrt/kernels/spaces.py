@@ -195,6 +195,29 @@ SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
 }
 
 
+# -- attention's forward defaults at a GPT model's shapes ----------------------------------------------
+# (head dim, causal, S bucket: the next power of two of S_q) -> the attention.triton config used when
+# none is tuned or asked for; elsewhere the head dim's default (SHAPE_DEFAULTS). From
+# benchmarks/attention_bench.py --model-sweep on an H100 (B 8, H 16, bf16, each config beside SDPA;
+# results/gpu/attention-model-sweep-h100.json): each shape's best of 12 configs where it beat the
+# default by 3 % or more. Short causal sequences gain most from 64-query blocks (7-15 % at S <= 2048):
+# 128-query blocks leave few programs there.
+_FWD_64 = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+_FWD_64_128 = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+ATTENTION_FWD_TABLE: dict[tuple[int, bool, int], dict[str, Any]] = {
+    (64, True, 512): {**_FWD_64, "tma": False}, (64, True, 1024): _FWD_64, (64, True, 2048): _FWD_64,
+    (64, True, 4096): _FWD_64_128, (64, False, 4096): _FWD_64_128,
+    (128, True, 512): _FWD_64, (128, True, 1024): _FWD_64, (128, True, 2048): _FWD_64, (128, False, 512): _FWD_64,
+}
+
+
+def attention_default(head_dim: int, causal: bool, s_q: int) -> dict[str, Any] | None:
+    """The forward's table config for this head dim, mask and sequence length, or ``None`` where the
+    table has no entry (the head dim's default applies)."""
+    found = ATTENTION_FWD_TABLE.get((head_dim, bool(causal), gemm_bucket(s_q)))
+    return None if found is None else dict(found)
+
+
 # -- GEMM defaults by layout: the transformer's nn.Linear --------------------------------------------
 # A linear of in_features K and out_features N over T = batch x seq rows runs three GEMMs, each in its
 # own operand layout (xrt/kernels/triton/matmul.py layout): the forward x @ W.T ("nt": T x N x K), the

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks
+from xrt.kernels import checks, spaces
 from xrt.kernels.triton.launch import Launcher, cdiv
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
@@ -637,12 +637,23 @@ def _ws(q: torch.Tensor, cfg: Any) -> bool:
     return torch.cuda.get_device_capability(q.device)[0] >= 9 and (q.device, tuple(cfg.items())) not in _WS_BROKEN
 
 
+def forward_config(q: torch.Tensor, is_causal: bool, config: dict[str, Any] | None) -> checks.Tuning:
+    """The forward's config: ``config`` where one is asked for (tuned or given); the default (none,
+    or the op's defaults when no tuned config applies) is the model-shape table's for this head dim,
+    mask and length (``spaces.attention_default``), else the head dim's."""
+    cfg = checks.tuning("attention.triton", config)
+    if not cfg.is_default:
+        return cfg
+    d, s_q = q.shape[-1], checks.size_hint(q.shape[2])
+    found = spaces.attention_default(d, is_causal, s_q)
+    return checks.tuning("attention.triton", found) if found else checks.effective_config("attention.triton", d, None)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
     _check(q, k, v, scale)
-    # the default (no config, or the op's defaults when no tuned config applies) is the head dim's
-    cfg = checks.effective_config("attention.triton", q.shape[-1], config)
+    cfg = forward_config(q, is_causal, config)
     bsz, h, s_q, d = q.shape
     s_k = k.shape[2]
     o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
