@@ -196,30 +196,110 @@ def test_the_rule_catches_a_list_of_op_names(tmp_path):
     assert op_name_lists(f, set(defs.OPS)) == ["fake.py:1: softmax, square, vector_add", "fake.py:4: layernorm, matmul"]
 
 
-def test_one_new_definition_reaches_every_list():
-    """A definition added to the registry (as a new xrt/kernels/defs file would add it) shows in the
-    policy, gpucheck's ops and the tuner's help, with no other change."""
-    code = textwrap.dedent("""
-        from xrt.kernels import defs
-        from xrt.kernels.opdef import OpDef
-        last = [d.name for d in defs.OPS.values() if d.space_keys][-1]  # the tuner's help lists ops in order
-        defs.OPS["toy"] = OpDef("toy", "a new op", gpucheck=True, spaces={"triton": "square.triton"})
-        import io, contextlib
-        from xrt.bench import gpucheck
-        from xrt.cli import build_parser
-        from xrt.pytorch import policy
+# A new op as a contributor adds it: its kernel files, its op module and its definition, each a new
+# file; no file of the tree is edited (the test copies xrt/ and benchmarks/ and adds only these).
+TOY_FILES = {
+    "xrt/kernels/defs/toy.py": """
+        from xrt.kernels.opdef import VECTOR_SHAPES, OpDef
+
+        DEFS = (OpDef("toy", "y = 2 x elementwise", flat=True, gpucheck=True, shapes=VECTOR_SHAPES,
+                      dtypes=("float32",), spaces={"triton": "square.triton"}),)
+    """,
+    "xrt/kernels/reference/toy.py": """
+        def toy(x):
+            return x * 2
+    """,
+    "xrt/kernels/triton/toy.py": """
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def _toy_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        def toy(x, config=None):
+            x = x.contiguous()
+            y = torch.empty_like(x)
+            _toy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK_SIZE=1024)
+            return y
+    """,
+    "xrt/pytorch/ops/toy.py": """
+        from xrt.pytorch.ops import dispatch, kernel_providers
+
+        kernel_providers.register("toy")
+
+
+        def _setup_context(ctx, inputs, output):
+            pass
+
+
+        def _backward(ctx, grad):
+            return grad * 2, None
+
+
+        _toy_op, _eager = dispatch.define("toy", dispatch.contiguous_like, _setup_context, _backward, triton=True)
+
+
+        def toy(x, *, provider=None):
+            return dispatch.call("toy", dispatch.choose("toy", x, provider), _toy_op, _eager, x)
+    """,
+}
+
+TOY_CHECK = """
+    import contextlib, io, json, sys
+    import torch
+    from xrt.cli import main
+
+    def cli(*argv):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            try:
-                build_parser().parse_args(["tune", "--help"])
-            except SystemExit:
-                pass
-        print(policy.known_ops()["toy"], "toy" in gpucheck.OPS, f"{last}; or" in " ".join(out.getvalue().split()),
-              f"{last}, toy;" in " ".join(out.getvalue().split()))
-    """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[0] == "('auto', 'torch', 'triton', 'cuda', 'xpu') True False True"
+            rc = main(list(argv))
+        return rc, out.getvalue()
+
+    import xrt.pytorch as xp
+    from xrt.bench import gpucheck, specs
+    from xrt.pytorch import policy
+    import benchmarks.bench_ops as suites
+
+    rc_list, listed = cli("kernels", "list")
+    rc_space, space = cli("tune", "space", "toy", "--provider", "triton", "--json")
+    spec = specs.get("toy")
+    x = torch.arange(8, dtype=torch.float32)
+    args = spec.make_inputs((4096,), torch.float32, "cpu")
+    print(json.dumps({
+        "listed": [ln.split()[:2] for ln in listed.splitlines() if ln.startswith("toy ")], "rc_list": rc_list,
+        "suite": hasattr(suites, "Toy"), "gpucheck": "toy" in gpucheck.OPS, "policy": list(policy.known_ops()["toy"]),
+        "space": json.loads(space)["space"] if rc_space == 0 else space,
+        "torch": xp.ops.toy(x, provider="torch").tolist(), "triton": xp.ops.toy(x, provider="triton").tolist(),
+        "spec": bool(torch.equal(spec.call(args, "triton", None), args[0] * 2)),
+    }))
+"""
+
+
+def test_a_new_op_is_its_files_and_one_definition(tmp_path):
+    """A toy op added as new files only (kernels, op module, definition) shows in ``xrt kernels list``,
+    the suites' discovery (``bench_ops.Toy``), gpucheck's ops, the policy and ``xrt tune space``,
+    and runs through its providers and its suite spec."""
+    import shutil
+
+    for part in ("xrt", "benchmarks"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in TOY_FILES.items():
+        assert not (tmp_path / rel).exists(), rel
+        (tmp_path / rel).write_text(textwrap.dedent(text).lstrip())
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "TRITON_INTERPRET": "1", "XRT_DEVICE": "cpu"}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(TOY_CHECK)], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = __import__("json").loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"listed": [["toy", "torch"], ["toy", "triton"], ["toy", "cuda"], ["toy", "xpu"]], "rc_list": 0,
+                   "suite": True, "gpucheck": True, "policy": ["auto", "torch", "triton", "cuda", "xpu"],
+                   "space": "square.triton", "torch": [0, 2, 4, 6, 8, 10, 12, 14],
+                   "triton": [0, 2, 4, 6, 8, 10, 12, 14], "spec": True}, got
 
 
 def test_flat_ops_bucket_tuned_configs_by_numel(monkeypatch):

@@ -646,3 +646,17 @@ register(_kernel_spec(
     "add_layernorm_bwd", make_inputs=_add_ln_bwd_inputs,
     bytes_moved=lambda shape, esize: 4 * numel(shape) * esize,  # read dy, dh and h, write dx
     flops=lambda shape: 13 * numel(shape), public=_add_ln_bwd_public))
+
+
+# -- any other definition: a one-input op ----------------------------------------------------------
+# A definition with no spec above is timed as a one-input op, like square: x random of the shape,
+# the public op ``xp.ops.<op>(x)`` (a config: the kernel module's ``<op>(x, config)``), x read and an
+# output of its size written. An op with other inputs or costs registers its own spec above.
+def _one_input(op: str) -> BenchSpec:
+    return _kernel_spec(op, make_inputs=lambda shape, dtype, device: (_randn(shape, dtype, device),),
+                        bytes_moved=lambda shape, esize: 2 * numel(shape) * esize, flops=lambda shape: 0)
+
+
+for _op in defs.OPS:
+    if _op not in SPECS:
+        register(_one_input(_op))

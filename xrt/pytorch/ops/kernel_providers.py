@@ -101,8 +101,10 @@ def register(op: str, module: str | None = None, fn: str | None = None,
     def reference(*args: Any) -> Any:
         return dispatch.unrouted(kernel("reference"), *args)  # the plain call while nothing is routed
 
+    keys = d.space_keys if d is not None else {}
+
     def tuned(kind: str, space: str) -> Callable[..., Any]:
-        key = f"{op}.{space}"
+        key = keys.get(space, f"{op}.{space}")  # the definition's space for the provider (``spaces``)
 
         def run(*args: Any) -> Any:
             x = args[0]
