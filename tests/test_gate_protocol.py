@@ -47,5 +47,22 @@ def test_protocol_on_the_cpu_in_paired_mode(tmp_path):
     assert info["kind"] == "cpu" and info["rounds"] == ROUNDS
     assert [(r["mode"], r["head"]) for r in rows] == [("paired", h) for h in HEADS.split(",")], rows
     failed = [f"{r['head']}: {r['why']}\n  " + "\n  ".join(r["named"]) for r in rows if not r["ok"]]
-    assert not failed, "\n".join(failed) + "\n" + run.stdout[-3000:]
+    assert not failed, "\n".join(failed) + "\n" + run.stdout[-3000:] + _measured(tmp_path / "work", info)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def _measured(work, info: dict) -> str:
+    """For a failure's message: each commit's values of square's compiled series, a row per round (what
+    the compiled plant's verdict was judged on; the run's folder is gone after the test)."""
+    names = {sha[:10]: head for head, sha in info.get("heads", {}).items()}
+    names[info.get("base", "")[:10]] = "base"
+    sql = ("SELECT left(commit_hash, 10) AS commit, benchmark, param_key, run_id, round(value * 1e6, 1) AS us "
+           "FROM results WHERE benchmark LIKE 'bench_compiled.Square.%' AND value IS NOT NULL "
+           "ORDER BY benchmark, param_key, commit, run_id")
+    db = work / "paired-1" / "paired.duckdb"
+    q = subprocess.run([sys.executable, "-m", "xrt.cli", "db", "query", "--db", str(db), sql], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out = q.stdout or q.stderr
+    for short, head in names.items():
+        out = out.replace(short, f"{short} {head}")
+    return "\nmeasured (us):\n" + out[:6000]
