@@ -160,6 +160,11 @@ BWD_CANDIDATES = {(d, causal): _bwd_candidates(causal) for d, causal in CASES}
 BWD_SWEEP_TOL = 2e-2
 
 
+def _error(e: Exception) -> str:
+    """A failed config's row: the exception's type and first line."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
 def _inputs(s: int, d: int, grad: bool = False):
     import torch
 
@@ -225,7 +230,7 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
             if row["ms"] < best_f[0]:
                 best_f = (row["ms"], cfg)
         except Exception as e:  # out of shared memory, a config Triton cannot compile here
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            row["error"] = _error(e)
         rows.append(row)
     o, lse = attention(q, k, v, causal, scale, best_f[1])
     for cfg in bwd_cfgs:
@@ -235,7 +240,7 @@ def sweep(d: int, causal: bool, fwd_cfgs: list[dict], bwd_cfgs: list[dict]) -> t
             if row["ms"] < best_b[0]:
                 best_b = (row["ms"], cfg)
         except Exception as e:
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            row["error"] = _error(e)
         rows.append(row)
     return rows, best_f[1], best_b[1]
 
@@ -347,7 +352,7 @@ def bwd_sweep_case(d: int, causal: bool, cfgs: list[dict], t_start: float) -> li
                 row["tflops"] = f / row["ms"] / 1e9
                 row["ratio"] = t_s / row["ms"]
         except Exception as e:  # out of shared memory, a config Triton cannot compile here
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            row["error"] = _error(e)
         row["wall_s"] = time.time() - t0
         rows.append(row)
         cell = f"{row['ms']:.3f} ms, {row['ratio']:.2f}x SDPA" if "ms" in row else row["error"]
@@ -465,12 +470,8 @@ def model_sweep_case(s: int, d: int, causal: bool) -> list[dict]:
                 row["ratio"] = row["sdpa_ms"] / row["xrt_ms"]
                 row["xrt_tflops"] = f / row["xrt_ms"] / 1e9
             except Exception as e:  # out of shared memory, a config Triton cannot compile here
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                row["error"] = _error(e)
             rows.append(row)
-    best = max((r for r in rows if "ratio" in r), key=lambda r: r["ratio"], default=None)
-    if best:
-        print(f"S={s} d={d} causal={causal}: best {_cfg_label(best['config'])} ratio {best['ratio']:.2f} "
-              f"(first, the default at hd 64: {rows[0].get('ratio', 0):.2f})", flush=True)
     return rows
 
 
@@ -492,9 +493,11 @@ def model_sweep_main(args: argparse.Namespace) -> int:
         for s in MODEL_S:
             rows = model_sweep_case(s, d, causal)
             result["rows"] += rows
-            ok = [r for r in rows if "ratio" in r]
-            if ok:
-                best[(d, causal, s)] = max(ok, key=lambda r: r["ratio"])["config"]
+            top = max((r for r in rows if "ratio" in r), key=lambda r: r["ratio"], default=None)
+            if top:
+                best[(d, causal, s)] = top["config"]
+                print(f"S={s} d={d} causal={causal}: best {_cfg_label(top['config'])} ratio {top['ratio']:.2f} "
+                      f"(first, the default at hd 64: {rows[0].get('ratio', 0):.2f})", flush=True)
             torch.cuda.empty_cache()
             result["wall_s"] = time.time() - t0
             args.out.write_text(json.dumps(result, indent=1) + "\n")  # a run cut short keeps what it measured

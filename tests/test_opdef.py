@@ -19,9 +19,12 @@ from xrt.kernels.opdef import POINTER
 
 
 def test_every_definition_file_is_collected():
-    """A file in xrt/kernels/defs that MODULES does not name would define ops nothing sees."""
+    """Every file of xrt/kernels/defs is read, each op of its DEFS is in OPS once, and ORDER (the
+    order of reports) names no file that is gone."""
     files = {p.stem for p in (ROOT / "xrt" / "kernels" / "defs").glob("*.py") if p.stem != "__init__"}
-    assert files == set(defs.MODULES)
+    assert set(defs.MODULES) == files and set(defs.ORDER) <= files
+    named = [d.name for m in defs.MODULES for d in importlib.import_module(f"xrt.kernels.defs.{m}").DEFS]
+    assert named == list(defs.OPS)
 
 
 def test_definitions_name_existing_spaces_and_files():
@@ -267,6 +270,7 @@ TOY_CHECK = """
 
     rc_list, listed = cli("kernels", "list")
     rc_space, space = cli("tune", "space", "toy", "--provider", "triton", "--json")
+    from xrt.tune.cli import tunable_ops
     spec = specs.get("toy")
     x = torch.arange(8, dtype=torch.float32)
     args = spec.make_inputs((4096,), torch.float32, "cpu")
@@ -275,14 +279,15 @@ TOY_CHECK = """
         "suite": hasattr(suites, "Toy"), "gpucheck": "toy" in gpucheck.OPS, "policy": list(policy.known_ops()["toy"]),
         "space": json.loads(space)["space"] if rc_space == 0 else space,
         "torch": xp.ops.toy(x, provider="torch").tolist(), "triton": xp.ops.toy(x, provider="triton").tolist(),
-        "spec": bool(torch.equal(spec.call(args, "triton", None), args[0] * 2)),
+        "spec": bool(torch.equal(spec.call(args, "triton", None), args[0] * 2)), "tunable": "toy" in tunable_ops(),
     }))
 """
 
 
 def test_a_new_op_is_its_files_and_one_definition(tmp_path):
     """A toy op added as new files only (kernels, op module, definition) shows in ``xrt kernels list``,
-    the suites' discovery (``bench_ops.Toy``), gpucheck's ops, the policy and ``xrt tune space``,
+    the suites' discovery (``bench_ops.Toy``), gpucheck's ops, the policy, ``xrt tune``'s ops and
+    ``xrt tune space``,
     and runs through its providers and its suite spec."""
     import shutil
 
@@ -299,7 +304,7 @@ def test_a_new_op_is_its_files_and_one_definition(tmp_path):
     assert got == {"listed": [["toy", "torch"], ["toy", "triton"], ["toy", "cuda"], ["toy", "xpu"]], "rc_list": 0,
                    "suite": True, "gpucheck": True, "policy": ["auto", "torch", "triton", "cuda", "xpu"],
                    "space": "square.triton", "torch": [0, 2, 4, 6, 8, 10, 12, 14],
-                   "triton": [0, 2, 4, 6, 8, 10, 12, 14], "spec": True}, got
+                   "triton": [0, 2, 4, 6, 8, 10, 12, 14], "spec": True, "tunable": True}, got
 
 
 def test_flat_ops_bucket_tuned_configs_by_numel(monkeypatch):

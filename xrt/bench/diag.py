@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xrt.bench.diag_check import INFO, OK, WARN, Check  # noqa: F401  (xrt.track.diag's names)
+from xrt.bench.diag_check import INFO, OK, WARN, Check
 
 
 def _tensors(args: tuple) -> list:

@@ -15,7 +15,7 @@ from typing import Any
 from xrt import device_env
 from xrt.tune import search
 from xrt.tune.journal import Journal
-from xrt.tune.process import Problem, TuneError, Worker, WorkerGone  # noqa: F401  (the tuner's API)
+from xrt.tune.process import Problem, TuneError, Worker, WorkerGone
 from xrt.tune.timeline import Timeline
 
 
