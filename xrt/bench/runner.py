@@ -312,6 +312,11 @@ def _progress_file(work: Path, commit: str, machine: str) -> Path:
 # process to the next: they are measured in the first process only.
 PROCESSES = {"full": 3, "quick": 1}
 PROCESS_SERIES = ("host", "compiled")  # the series measured again in each further process
+# Intra-op threads of a CPU run's benchmark processes (unless OMP_NUM_THREADS is set). With two, a
+# compiled graph's Inductor kernel runs an OpenMP region, and on a runner whose other core is busy
+# (make test's other lane) each call then waited a scheduler slice for its second thread: 3.6-5.9 ms
+# a call against 0.06 ms, in whole processes, so the gate lost a planted compiled regression.
+CPU_THREADS = "1"
 
 
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
@@ -473,7 +478,8 @@ class _CommitRun:
                 suite_env.SERIES: ",".join(s for s in sources.series_matching(job.bench, units)
                                            if self.k == 1 or s in PROCESS_SERIES) or "device",
                 suite_env.PAIRS: ",".join(f"{s}:{u}" for s, u in sources.pairs_matching(job.bench, units)),
-                "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0")}
+                "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0"),
+                **({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", CPU_THREADS)} if t.dev.kind == "cpu" else {})}
 
     def tick(self) -> None:
         """Log the whole progress lines the suites wrote since the last tick."""
