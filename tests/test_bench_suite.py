@@ -595,3 +595,15 @@ def test_the_three_series_share_a_class_and_params():
     classes = [m.Square for m in (__import__(f"benchmarks.{mod}", fromlist=["Square"])
                                   for mod, _ in suite.SERIES.values())]
     assert len({(tuple(map(tuple, c.params)), tuple(c.param_names)) for c in classes}) == 1
+
+
+def test_cpu_bench_processes_run_one_intra_op_thread(monkeypatch):
+    """A CPU run's benchmark processes get one OpenMP thread (an Inductor kernel's region otherwise
+    waits for a busy core's time slice: docs/regressions.md), unless the caller set a count."""
+    from xrt.bench import runner
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert runner.kind_env("cpu") == {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    assert "OMP_NUM_THREADS" not in runner.kind_env("cuda")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert runner.kind_env("cpu")["OMP_NUM_THREADS"] == "2"

@@ -319,6 +319,14 @@ PROCESS_SERIES = ("host", "compiled")  # the series measured again in each furth
 CPU_THREADS = "1"
 
 
+def kind_env(kind: str) -> dict[str, str]:
+    """What a benchmark process on a device of ``kind`` runs with: Triton's interpreter and
+    :data:`CPU_THREADS` on the CPU; on a GPU, the caller's TRITON_INTERPRET (off by default)."""
+    if kind == "cpu":
+        return {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", CPU_THREADS)}
+    return {"TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "0")}
+
+
 def run(repo: Path, commits: list[str], results: Path, *, all_gpus: bool = False, device: str | None = None,
         quick: bool = False, bench: str | None = None, lock_clocks: str | None = None,
         skip_existing: bool = False, changed_only: bool = False, processes: int | None = None,
@@ -478,8 +486,7 @@ class _CommitRun:
                 suite_env.SERIES: ",".join(s for s in sources.series_matching(job.bench, units)
                                            if self.k == 1 or s in PROCESS_SERIES) or "device",
                 suite_env.PAIRS: ",".join(f"{s}:{u}" for s, u in sources.pairs_matching(job.bench, units)),
-                "TRITON_INTERPRET": "1" if t.dev.kind == "cpu" else os.environ.get("TRITON_INTERPRET", "0"),
-                **({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", CPU_THREADS)} if t.dev.kind == "cpu" else {})}
+                **kind_env(t.dev.kind)}
 
     def tick(self) -> None:
         """Log the whole progress lines the suites wrote since the last tick."""
