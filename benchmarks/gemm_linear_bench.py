@@ -12,7 +12,8 @@ g [T, N]) runs three GEMMs, each in its own operand layout (xrt/kernels/triton/m
 Both sides get the same views (``W.T`` and ``g.T`` are never copied). Shapes: T in
 ``spaces.LINEAR_ROWS`` (8192, 16384) x (K, N) in ``spaces.LINEAR_FEATURES``; for each GEMM the
 default config (the layout table's, ``spaces.GEMM_LAYOUT_DEFAULTS``) and the few of
-:data:`SWEEP`. Target: the best config >= 0.95x torch in every (layout, shape).
+:data:`SWEEP` (and of :data:`SPLIT_SWEEP` where C is narrow). Target: the best config >= 0.95x
+torch in every (layout, shape).
 
 Every time is :func:`xrt.bench.timer.measure`'s median device time (L2 flushed before each sample);
 TFLOP/s = 2 M N K / time. Inputs are ``randn`` in bf16. Each xrt output is checked against
@@ -50,6 +51,15 @@ SWEEP = [  # beside the default; bounded so that the whole run takes about 4 min
     # than one and a half of 128 x 128 on 132 SMs
     {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5},
 ]
+# Split K, only where C has fewer 128 x 128 tiles than two waves of SMs (the weight gradients of the
+# narrower linears): elsewhere a split only adds the partials' traffic.
+SPLIT_SWEEP = [
+    {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 2},
+    {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 4},
+    {**_TMA, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "SPLIT_K": 2},
+    {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5, "SPLIT_K": 2},
+]
+SPLIT_BELOW_TILES = 2 * 132  # two waves of an H100's SMs
 # --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
 CPU_ROWS = (32,)
 CPU_FEATURES = ((16, 48), (48, 16))
@@ -144,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.randn(t, k, device=args.device).to(dtype)
             w = torch.randn(n, k, device=args.device).to(dtype) / k ** 0.5
             g = torch.randn(t, n, device=args.device).to(dtype)
-            for lay, _, _, _ in spaces.linear_gemms(t, k, n):
+            for lay, gm, gn, _ in spaces.linear_gemms(t, k, n):
                 a, b = operands(lay, x, w, g)
-                rows += bench_gemm(lay, a, b, configs, args.device, rule)
+                narrow = not args.quick and -(-gm // 128) * -(-gn // 128) < SPLIT_BELOW_TILES
+                rows += bench_gemm(lay, a, b, configs + (SPLIT_SWEEP if narrow else []), args.device, rule)
             del x, w, g
     summaries = [r for r in rows if r.get("summary")]
     table = {}  # the winners, keyed as GEMM_LAYOUT_DEFAULTS is; a bucket's slowest winner ratio kept

@@ -102,6 +102,24 @@ def test_triton_matmul_each_layout_under_interpreter(interpreter, lay, dtype):
         check_gemm(y, a[0], b[0], dtype, what=f"C {lay} {config}")
 
 
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("lay", ["nn", "nt", "tn"])
+def test_split_k_under_interpreter(interpreter, lay, split):
+    """SPLIT_K: K in equal parts as a batch of strided views into fp32 partials, summed into C; right
+    on each layout of a linear (the tiled kernel here; the TMA one on the GPU), one K tile per part
+    included; a K that does not split into 16-byte parts runs unsplit (also right)."""
+    from xrt.kernels.triton import matmul as tm
+
+    for k in (64 * split, 32 * split, 100):
+        a, b = _layout_operands(lay, 40, 24, k, torch.float16)
+        sums = tm._sum_splits.compiles  # each interpreted launch counts
+        with poisoned_outputs():
+            y = tm.matmul(a[0], b[0], {**TILED_SMALL, "SPLIT_K": split})
+        check_gemm(y, a[0], b[0], torch.float16, what=f"C {lay} K {k} split {split}")
+        assert tm._sum_splits.compiles - sums == (0 if k == 100 else 1)
+    assert not tm.split_ok(100, split, 32) and tm.split_ok(32 * split, split, 32)
+
+
 def test_layout_table_covers_the_linear_shapes_and_is_the_default():
     """Each GEMM of each transformer linear has a table entry in the tuning space that fits shared
     memory as it is (bf16), and the launcher takes it when no config is given."""
@@ -238,6 +256,50 @@ def test_triton_matmul_layouts_on_gpu(lay, dtype, config):
         with poisoned_outputs():
             y = matmul(a[0], b[0], config)
         check_gemm(y, a[0], b[0], dtype, what=f"C {lay} {m}x{n}x{k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lay", LAYOUTS)
+def test_tma_plan_repeats_a_launch_on_new_tensors(lay):
+    """The second call of a signature takes the kept plan (no new compile, no Launcher key): each
+    call on fresh tensors of the same shapes is right, and a base that is not 16-byte aligned where
+    the plan's was (same shape and strides) leaves the plan for the tiled kernel, also right."""
+    from xrt.kernels.triton import matmul as tm
+
+    m, n, k = 1000, 264, 520
+    dtype = torch.bfloat16
+    calls = []
+    for i in range(3):
+        a, b = (t.cuda() for t in _layout_operands(lay, m, n, k, dtype))
+        with poisoned_outputs():
+            check_gemm(tm.matmul(a[0], b[0]), a[0], b[0], dtype, what=f"C {lay} call {i}")
+        calls.append(tm._tma.compiles)
+    assert calls[1] == calls[2], calls
+    assert any(key[0] == a.shape and key[2] == b.shape and plan is not None for key, plan in tm._PLANS.items())
+    # The same shape and strides twice (a row 8 elements longer than the view): the first view's base
+    # is aligned, the second's is one column in, 2 bytes off, where the kept kernel must not run.
+    big = torch.randn(m, k + 8, dtype=dtype, device="cuda") if lay[0] == "n" else \
+        torch.randn(k, m + 8, dtype=dtype, device="cuda")
+    for off in (0, 1):
+        view = big[:, off:off + k] if lay[0] == "n" else big[:, off:off + m].T
+        assert bool(view.data_ptr() % 16) == bool(off)
+        check_gemm(tm.matmul(view, b[0]), view, b[0], dtype, what=f"C {lay} base {2 * off} bytes in")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("lay", ["nn", "nt", "tn"])
+def test_split_k_on_gpu(lay, split):
+    """SPLIT_K through the TMA kernel (the layout table's tile) at a narrow weight gradient's shape,
+    and a K that does not split (unsplit, also right)."""
+    from xrt.kernels.triton.matmul import matmul
+
+    for m, n, k in [(1024, 1024, 8192), (264, 136, 1000 * split + 4)]:
+        a, b = (t.cuda() for t in _layout_operands(lay, m, n, k, torch.bfloat16))
+        for config in ({"kernel": "persistent_tma", "SPLIT_K": split},
+                       {"kernel": "persistent_tma", "BLOCK_N": 64, "num_warps": 4, "num_stages": 5, "SPLIT_K": split}):
+            with poisoned_outputs():
+                check_gemm(matmul(a[0], b[0], config), a[0], b[0], torch.bfloat16, what=f"C {lay} {m}x{n}x{k} {config}")
 
 
 CUDA_CONFIGS = [{"version": "v1"}, {"version": "v2"}, {"version": "v3"}, {"version": "v4"},

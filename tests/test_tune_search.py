@@ -27,17 +27,28 @@ def gemm(shape=(4096, 4096, 4096), dev=H100, esize=2):
 
 def test_gemm_pruning_counts_each_reason_and_keeps_the_default():
     kept, dropped = search.pruned("matmul.triton", gemm())
-    assert len(search.grid("matmul.triton")) == 3456
-    assert len(kept) + sum(dropped.values()) == 3456
-    assert dropped == {"EPILOGUE_SUBTILE / warp_specialize on the tiled kernel (no effect)": 1296,
-                       "shared memory over the device limit": 568,
-                       "registers per thread over 255 (accumulator spills)": 224}
+    assert len(search.grid("matmul.triton")) == 10368
+    assert len(kept) + sum(dropped.values()) == 10368
+    assert dropped == {"EPILOGUE_SUBTILE / warp_specialize on the tiled kernel (no effect)": 3888,
+                       "SPLIT_K where C has two waves of tiles": 2624,
+                       "shared memory over the device limit": 1960,
+                       "registers per thread over 255 (accumulator spills)": 528}
+    assert all(c["SPLIT_K"] == 1 for c in kept)  # 4096 x 4096: C fills the SMs without it
     assert kept[0] == spaces.default("matmul.triton")
     for c in kept:  # what is kept fits: the launcher would not shrink it into another config
         tma = c["BLOCK_M"] * c["BLOCK_N"] * 2 // (2 if c["EPILOGUE_SUBTILE"] else 1)
         tma = tma if c["kernel"] == "persistent_tma" else 0
         assert c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 + tma <= 232448
         assert c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"]) + 32 <= 255
+
+
+def test_split_k_is_searched_where_c_leaves_sms_idle():
+    """A linear's narrow weight gradient (1024 x 1024 over K = 8192) keeps split configs; a K that
+    does not split into 16-byte parts drops them (the launcher would ignore the knob)."""
+    kept, _ = search.pruned("matmul.triton", gemm((1024, 1024, 8192)))
+    assert {c["SPLIT_K"] for c in kept} == {1, 2, 4}
+    _, dropped = search.pruned("matmul.triton", gemm((1024, 1024, 8196)))
+    assert dropped["SPLIT_K that K cannot take (ignored)"] > 0
 
 
 def test_pruning_follows_the_device_and_the_shape():
@@ -153,11 +164,11 @@ def test_space_command_prints_sizes_and_reasons(monkeypatch, capsys):
     monkeypatch.setattr("xrt.device.default_device", lambda: H100)
     assert cli.main(["tune", "space", "matmul", "--shape", "4096x4096x4096", "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
-    assert "configs: 3456 before pruning, 1368 after" in out
-    assert "dropped   568: shared memory over the device limit" in out
+    assert "configs: 10368 before pruning, 1368 after" in out
+    assert "dropped  1960: shared memory over the device limit" in out
     assert cli.main(["tune", "space", "matmul", "--json", "--shape", "64x64x64"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["space_hash"] == spaces.space_hash("matmul.triton") and got["after_pruning"] < 3456
+    assert got["space_hash"] == spaces.space_hash("matmul.triton") and got["after_pruning"] < 10368
     assert cli.main(["tune", "space", "matmul", "--provider", "torch"]) != 0
     assert "--provider torch: matmul has no tuning space" in capsys.readouterr().err
     assert cli.main(["tune", "space"]) != 0

@@ -66,11 +66,12 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # the shared-memory budget are shrunk by the launcher (fewer stages, then a smaller BLOCK_K).
     # The TMA kernel only: EPILOGUE_SUBTILE stores C in two halves (half the C buffer, room for a
     # stage), warp_specialize splits the tile loop into producer / consumer warps (Triton's
-    # tl.range(warp_specialize=True)).
+    # tl.range(warp_specialize=True)). matmul only: SPLIT_K cuts K into that many parts, a batch of
+    # GEMMs into fp32 partials summed by one more kernel (a narrow C over a long K).
     "matmul.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                       "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
                       "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "EPILOGUE_SUBTILE": [False, True],
-                      "warp_specialize": [False, True]},
+                      "warp_specialize": [False, True], "SPLIT_K": [1, 2, 4]},
     "bmm.triton": {"kernel": ["tiled", "persistent_tma"], "BLOCK_M": [64, 128, 256],
                    "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
                    "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "EPILOGUE_SUBTILE": [False, True],
@@ -146,7 +147,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
     # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.
     "matmul.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-                      "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False},
+                      "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False,
+                      "SPLIT_K": 1},
     "bmm.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                    "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False},
     # siboehm's warptiled SGEMM (kernel 10) tile: 128 x 128 x 16, 8 x 4 a thread per sub-tile.
@@ -239,15 +241,15 @@ def gemm_bucket(x: int) -> int:
 
 
 _TILE_256 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-             "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False}
+             "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False, "SPLIT_K": 1}
 
-_TILE_64 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
-            "num_warps": 4, "num_stages": 5, "EPILOGUE_SUBTILE": False, "warp_specialize": False}
+_SPLIT_2 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+            "num_warps": 8, "num_stages": 4, "EPILOGUE_SUBTILE": False, "warp_specialize": False, "SPLIT_K": 2}
 # Where another tile won the H100 sweep (benchmarks/gemm_linear_bench.py, results/gpu/gemm-linear-h100.json):
-# the narrow weight gradients (a 1024 x 1024 output over a long K) take 128 x 64 tiles, three
-# buckets the full-width C store.
+# the narrow weight gradients (a 1024 x 1024 output over a long K: 64 tiles of 128 x 128 for 132
+# SMs) take K split in two, three buckets the full-width C store.
 _LINEAR_WINNERS = {
-    ("tn", 1024, 1024, 8192): _TILE_64, ("tn", 1024, 1024, 16384): _TILE_64,
+    ("tn", 1024, 1024, 8192): _SPLIT_2, ("tn", 1024, 1024, 16384): _SPLIT_2,
     ("nn", 8192, 16384, 4096): _TILE_256, ("nn", 16384, 4096, 1024): _TILE_256, ("nn", 16384, 4096, 16384): _TILE_256,
 }
 
@@ -278,14 +280,18 @@ def gemm_default(layout: str, m: int, n: int, k: int) -> dict[str, Any] | None:
     return None if found is None else dict(found)
 
 
-def gemm_smem(c: dict[str, Any], esize: int, bk: int | None = None, stages: int | None = None) -> int:
+def gemm_smem(c: dict[str, Any], esize: int, bk: int | None = None, stages: int | None = None,
+              c_esize: int | None = None) -> int:
     """Shared memory of a GEMM program (matmul.triton): the pipelined A and B tiles of ``stages``
-    x ``bk`` (the config's unless given), and the TMA kernel's C tile (half of it when subtiled)."""
+    x ``bk`` (the config's unless given), and the TMA kernel's C tile (half of it when subtiled), of
+    ``c_esize`` bytes an element (a split K's fp32 partials: 4; else the operands')."""
     bk = c["BLOCK_K"] if bk is None else bk
     stages = c["num_stages"] if stages is None else stages
+    if c_esize is None:
+        c_esize = 4 if c.get("SPLIT_K", 1) > 1 else esize
     c_tile = 0
     if c["kernel"] == "persistent_tma":
-        c_tile = c["BLOCK_M"] * c["BLOCK_N"] * esize // (2 if c.get("EPILOGUE_SUBTILE") else 1)
+        c_tile = c["BLOCK_M"] * c["BLOCK_N"] * c_esize // (2 if c.get("EPILOGUE_SUBTILE") else 1)
     return stages * (c["BLOCK_M"] + c["BLOCK_N"]) * bk * esize + c_tile
 
 
@@ -346,7 +352,8 @@ class Limits:
 
     def __init__(self, max_threads_per_block: int | None = None, max_shared_memory_per_block: int | None = None,
                  registers_per_block: int | None = None, warp_size: int | None = None,
-                 compute_capability: str | None = None) -> None:
+                 compute_capability: str | None = None, sm_count: int | None = None) -> None:
+        self.sm_count = sm_count
         self.max_threads_per_block = max_threads_per_block
         self.max_shared_memory_per_block = max_shared_memory_per_block
         self.registers_per_block = registers_per_block
@@ -357,7 +364,7 @@ class Limits:
     def of(cls, dev: Any) -> Limits:
         return cls(getattr(dev, "max_threads_per_block", None), getattr(dev, "max_shared_memory_per_block", None),
                    getattr(dev, "registers_per_block", None), getattr(dev, "warp_size", None),
-                   getattr(dev, "compute_capability", None))
+                   getattr(dev, "compute_capability", None), getattr(dev, "sm_count", None))
 
 
 class Problem:
@@ -450,6 +457,22 @@ def _gemm_tma_only_knobs(c: dict[str, Any], p: Problem) -> str | None:
     return None
 
 
+def _gemm_split_k(c: dict[str, Any], p: Problem) -> str | None:
+    split = c.get("SPLIT_K", 1)
+    if split == 1:
+        return None
+    m, n, k = p.gemm_mnk
+    if len(p.shape) > 3 and p.shape[0] > 1:
+        return "SPLIT_K on a batch (matmul only: ignored)"
+    if not (k % split == 0 and (k // split) % 8 == 0 and k // split >= c["BLOCK_K"]):
+        return "SPLIT_K that K cannot take (ignored)"
+    sms = p.limits.sm_count or 132
+    # split K only where C leaves SMs idle: fewer tiles than two waves
+    if -(-m // c["BLOCK_M"]) * -(-n // c["BLOCK_N"]) >= 2 * sms:
+        return "SPLIT_K where C has two waves of tiles"
+    return None
+
+
 def _gemm_group_one_tile_row(c: dict[str, Any], p: Problem) -> str | None:
     m, _, _ = p.gemm_mnk
     # with a single row of tiles, grouping rows changes nothing: GROUP_M > 1 is GROUP_M = 1
@@ -478,7 +501,7 @@ def _attention_bwd_same(c: dict[str, Any], p: Problem) -> str | None:
 
 _ELEMENTWISE = [_warps, _block_size_vs_threads, _block_size_vs_shape]
 _GEMM = [_warps, _gemm_tma_only_knobs, _gemm_tma_arch, _gemm_smem, _gemm_regs, _gemm_tile_vs_shape,
-         _gemm_group_one_tile_row]
+         _gemm_group_one_tile_row, _gemm_split_k]
 CONSTRAINTS: dict[str, list] = {
     "square.triton": _ELEMENTWISE, "vector_add.triton": _ELEMENTWISE,
     "window_sum.triton": [_warps, _block_size_vs_threads],

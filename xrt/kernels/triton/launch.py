@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from xrt.kernels.launch_spec import LaunchSpec
 
@@ -59,6 +60,8 @@ def _spec(a: Any) -> Any:
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.data_ptr() % 16 == 0)
     t = type(a)
+    if t is TensorDescriptor:  # Triton keys a host descriptor on its dtype and block (and padding)
+        return (t, a.base.dtype, tuple(a.block_shape), a.padding)
     if t is bool:
         return (bool, a)
     if t is int:
@@ -118,11 +121,13 @@ class Launcher:
             self._warm(grid, args, num_warps, num_stages, constexprs)
             return
         a0 = args[0] if args else None
+        if a0.__class__ is TensorDescriptor:  # a TMA kernel's first argument: its tensor decides
+            a0 = a0.base
         if a0.__class__ is not _Tensor and isinstance(a0, _Tensor):  # fake or functional: a trace records it
             self._traced(grid, args, num_warps, num_stages, constexprs)
             return
         if (not self.direct or len(args) != self.nargs or len(constexprs) != len(self.constexprs)
-                or not (isinstance(args[0], torch.Tensor) and (args[0].is_cuda or self._device is not None))):
+                or not (isinstance(a0, torch.Tensor) and (a0.is_cuda or self._device is not None))):
             # The cached path speaks CUDA (torch's current device and stream); XPU and the
             # interpreter take Triton's own.
             self._slow(grid, args, num_warps, num_stages, constexprs)
@@ -358,6 +363,59 @@ def _triton_type(t: str) -> str | None:
         return None
     return {"i1": "i8", "i8": "i8", "i32": "i32", "i64": "i64", "u32": "u32", "u64": "u64", "fp32": "f32",
             "f32": "f32", "fp64": "f64"}.get(t, "?")
+
+
+class Kept:
+    """The compiled kernel a :class:`Launcher` keeps for one launch signature, called without the
+    Launcher's key: for an owner that keys its own plan on everything the signature depends on (a
+    GEMM's shapes, strides, dtype and config), so that a later call with that plan has it. Unlike
+    :class:`Site`, the arguments may be host TMA descriptors (Triton's launcher expands them) and the
+    grid is the call's. ``Kept.of(...)`` after a launch; ``kept(grid, *args)`` is False where it
+    cannot launch (hooks set, another device, a cleared Launcher, compile-only): then launch as usual."""
+
+    __slots__ = ("launcher", "compiled", "meta", "device", "epoch")
+
+    def __init__(self, launcher: Launcher, compiled: Any, meta: tuple, device: int) -> None:
+        self.launcher, self.compiled, self.meta, self.device = launcher, compiled, meta, device
+        self.epoch = launcher.epoch
+
+    @classmethod
+    def of(cls, launcher: Launcher, args: tuple, num_warps: int, num_stages: int | None,
+           constexprs: dict[str, Any]) -> Kept | None:
+        """What ``launcher`` keeps for this launch (after it ran once), or None (nothing kept:
+        the interpreter, Triton's own path, an argument with no key)."""
+        if not launcher.direct or launcher._device is not None or launcher._stream is not None:
+            return None
+        device = _current_device()
+        try:
+            meta, key = launcher.key(device, args, num_warps, num_stages, constexprs)
+        except (KeyError, TypeError):
+            return None
+        compiled = launcher.cache.get(key)
+        if compiled is None or not hasattr(compiled, "run"):
+            return None
+        return cls(launcher, compiled, meta, device)
+
+    def __call__(self, grid: Sequence[int], *args: Any) -> bool:
+        if (self.epoch != self.launcher.epoch or _COMPILE_ONLY[0] or hooks_set()
+                or _current_device() != self.device):
+            return False
+        c = self.compiled
+        c.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+              _current_stream(self.device), c.function, c.packed_metadata, None, None, None, *args, *self.meta)
+        return True
+
+
+class HostDesc:
+    """A host TMA descriptor as Triton's launcher reads it (``base``, ``shape``, ``strides``,
+    ``block_shape``, ``padding``), made without ``TensorDescriptor``'s checks (microseconds a
+    launch): for a :class:`Kept` launch whose plan checked this layout with a real one once."""
+
+    __slots__ = ("base", "shape", "strides", "block_shape", "padding")
+
+    def __init__(self, base: torch.Tensor, shape: Sequence[int], strides: Sequence[int],
+                 block_shape: Sequence[int]) -> None:
+        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block_shape, "zero"
 
 
 def _current_device() -> int:

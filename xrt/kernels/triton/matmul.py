@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
-from xrt.kernels.triton.launch import Launcher, cdiv
+from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv
 
 # ACT values of the epilogue: none, GELU's tanh approximation, exact GELU (erf).
 ACT_NONE, ACT_GELU_TANH, ACT_GELU_ERF = 0, 1, 2
@@ -180,20 +180,33 @@ def _matmul_tma_kernel(
             c_desc.store([batch, om, on], out.to(c_desc.dtype).reshape(1, BLOCK_M, BLOCK_N))
 
 
+@triton.jit
+def _sum_splits_kernel(part_ptr, c_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    # C = the sum of SPLIT fp32 partial products [SPLIT, numel], in fp32, stored in C's dtype
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT):
+        acc += tl.load(part_ptr + s * numel + offs, mask=mask, other=0.0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 _tiled = Launcher(_matmul_kernel)
 _tma = Launcher(_matmul_tma_kernel)
+_sum_splits = Launcher(_sum_splits_kernel)
+SUM_BLOCK = 1024
 
 
-def smem_bytes(cfg: dict[str, Any], esize: int, bk: int, stages: int) -> int:
+def smem_bytes(cfg: dict[str, Any], esize: int, bk: int, stages: int, c_esize: int | None = None) -> int:
     """Shared memory of a program: the pipelined A and B tiles, and the TMA kernel's C tile (half of
-    it when the epilogue is subtiled)."""
-    return spaces.gemm_smem(cfg, esize, bk, stages)
+    it when the epilogue is subtiled; ``c_esize`` bytes an element, the operands' unless given)."""
+    return spaces.gemm_smem(cfg, esize, bk, stages, c_esize)
 
 
-def fit(cfg: dict[str, Any], esize: int) -> tuple[int, int]:
+def fit(cfg: dict[str, Any], esize: int, c_esize: int | None = None) -> tuple[int, int]:
     """``(BLOCK_K, num_stages)`` of ``cfg`` shrunk until its tiles fit ``SMEM_BUDGET``."""
     bk, stages = int(cfg["BLOCK_K"]), int(cfg["num_stages"])
-    while smem_bytes(cfg, esize, bk, stages) > SMEM_BUDGET:
+    while smem_bytes(cfg, esize, bk, stages, c_esize) > SMEM_BUDGET:
         if stages > 2:
             stages -= 1
         elif bk > 16:
@@ -252,32 +265,80 @@ def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
         raise ValueError(f"Triton {op}: dtype {a.dtype} is not supported; supported: {', '.join(map(str, DTYPES))}")
 
 
+def _desc_spec(t: torch.Tensor, rows: int, cols: int) -> tuple[tuple, tuple, list[int]]:
+    """(shape, strides, block) of the host TMA descriptor of a [B, rows, cols] tile of ``t``: the
+    stored tensor's, so a column-major view (``W.T``) is described as its row-major transpose."""
+    if major(t) == "t":
+        return (t.shape[0], t.shape[2], t.shape[1]), (t.stride(0), t.stride(2), t.stride(1)), [1, cols, rows]
+    return tuple(t.shape), tuple(t.stride()), [1, rows, cols]
+
+
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
                programs: int, precision: str, warps: int = 8, stages: int = 3, subtile: bool = False,
-               warp_specialize: bool = False, epilogue: Epilogue | None = None) -> None:
+               warp_specialize: bool = False, epilogue: Epilogue | None = None) -> _TmaPlan | None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``epilogue(c)`` [B, M, N], ``programs``
     programs (one per SM; fewer when there are fewer tiles). ``a`` and ``b`` may each be row-major
     or a column-major view (:func:`major`): the descriptor then spans the stored tensor and the
     kernel transposes the tile, so no copy is made (a Linear's weight is read as it is stored).
-    Also runs under the interpreter."""
+    Also runs under the interpreter. Returns the plan that repeats this launch for tensors of the
+    same shapes, strides and dtypes (:class:`_TmaPlan`), where the Launcher kept a compiled kernel."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
     n = b.shape[2]
-    a_t, b_t = major(a) == "t", major(b) == "t"
     sms = programs
     programs = min(programs, batch * cdiv(m, bm) * cdiv(n, bn))
     ep = epilogue or NO_EPILOGUE
     block_n = bn // 2 if subtile else bn
-    a_desc = TensorDescriptor.from_tensor(a.mT, [1, bk, bm]) if a_t else TensorDescriptor.from_tensor(a, [1, bm, bk])
-    b_desc = TensorDescriptor.from_tensor(b.mT, [1, bn, bk]) if b_t else TensorDescriptor.from_tensor(b, [1, bk, bn])
-    c_desc = TensorDescriptor.from_tensor(c, [1, bm, block_n])
-    z_desc = TensorDescriptor.from_tensor(ep.z, [1, bm, block_n]) if ep.z is not None else c_desc
-    _tma((programs,), a_desc, b_desc, c_desc, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch,
-         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
-         A_T=a_t, B_T=b_t, EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=warp_specialize and c.is_cuda,
-         HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None,
-         num_warps=warps, num_stages=stages)
+    specs = (_desc_spec(a, bm, bk), _desc_spec(b, bk, bn), _desc_spec(c, bm, block_n))
+    descs = [TensorDescriptor(t, *spec) for t, spec in zip((a, b, c), specs)]
+    z_desc = TensorDescriptor(ep.z, *specs[2]) if ep.z is not None else descs[2]
+    args = (*descs, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch)
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
+                A_T=major(a) == "t", B_T=major(b) == "t", EPILOGUE_SUBTILE=subtile,
+                WARP_SPECIALIZE=warp_specialize and c.is_cuda, HAS_BIAS=ep.bias is not None, ACT=ep.act,
+                STORE_Z=ep.z is not None)
+    _tma((programs,), *args, num_warps=warps, num_stages=stages, **meta)
+    if not c.is_cuda:
+        return None
+    kept = Kept.of(_tma, args, warps, stages, meta)
+    return None if kept is None else _TmaPlan(kept, (programs,), specs, (m, n, k, batch))
+
+
+class _TmaPlan(NamedTuple):
+    """A TMA GEMM launch made once for a signature (:func:`plan_key`) and repeated: the kept
+    compiled kernel, its grid, the descriptors' (shape, strides, block) of A, B and C, and the
+    sizes. A call then checks the tensors' alignment and launches (tens of microseconds less
+    than :func:`run`'s first path, which the model's GEMMs paid on every call)."""
+
+    kept: Kept
+    grid: tuple[int]
+    specs: tuple
+    sizes: tuple[int, int, int, int]
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, ep: Epilogue) -> bool:
+        z, bias = ep.z, ep.bias
+        p = a.data_ptr() | b.data_ptr() | c.data_ptr()
+        if z is not None:
+            p |= z.data_ptr()
+        if bias is not None:
+            p |= bias.data_ptr()
+        if p & 15:  # the kept kernel was specialised on 16-byte-aligned pointers
+            return False
+        (sa, sb, sc) = self.specs
+        cd = HostDesc(c, *sc)
+        return self.kept(self.grid, HostDesc(a, *sa), HostDesc(b, *sb), cd, bias if bias is not None else c,
+                         HostDesc(z, *sc) if z is not None else cd, *self.sizes)
+
+
+def plan_key(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], ep: Epilogue) -> tuple:
+    """What a TMA launch's plan depends on besides the pointers: shapes, strides, dtype, device,
+    config and epilogue (a bias is [N] and contiguous; z is shaped and strided as C)."""
+    return (a.shape, a.stride(), b.shape, b.stride(), c.stride(), a.dtype, a.device, tuple(cfg.items()),
+            ep.bias is not None, ep.act, ep.z is not None)
+
+
+_PLANS: dict[tuple, _TmaPlan | None] = {}
 
 
 class Epilogue(NamedTuple):
@@ -292,6 +353,24 @@ class Epilogue(NamedTuple):
 NO_EPILOGUE = Epilogue()
 
 
+def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], bm: int, bn: int,
+                bk: int, stages: int, group: int, warps: int, precision: str, ep: Epilogue) -> _TmaPlan | None:
+    """:func:`launch_tma` with ``cfg``'s knobs; where Triton cannot compile its warp specialization
+    here, the plain loop from then on."""
+    from xrt.kernels.cuda import sm_count
+
+    subtile = bool(cfg.get("EPILOGUE_SUBTILE", False))  # linear_gelu's space has neither knob: off
+    ws = bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+    try:
+        return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile, ws, ep)
+    except Exception:
+        if not ws:
+            raise
+        _WS_BROKEN.add((a.device, tuple(cfg.items())))
+        return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile,
+                          False, ep)
+
+
 def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogue | None = None,
         c: torch.Tensor | None = None) -> torch.Tensor:
     """C = epilogue(A @ B) for [B, M, K] x [B, K, N] views (batch strides may be 0), into ``c``
@@ -304,27 +383,26 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
         c, done = checks.gemm_output(a, b)
         if done:  # empty, or K = 0 (zeros): callers with an epilogue handle K = 0 themselves
             return c
+    split = cfg.get("SPLIT_K", 1)
+    if split > 1 and batch == 1 and epilogue is None and split_ok(k, split, cfg["BLOCK_K"]):
+        return _split_k(a, b, c, cfg, split)
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
-    bk, stages = fit(cfg, a.element_size())
+    bk, stages = fit(cfg, a.element_size(), c.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
     z = () if ep.z is None else (ep.z,)
-    if cfg["kernel"] == "persistent_tma" and tma_ok(a, b, c, *z):
-        from xrt.kernels.cuda import sm_count
-
-        # linear_gelu's space has neither knob: off
-        subtile = bool(cfg.get("EPILOGUE_SUBTILE", False))
-        ws = bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
-        try:
-            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
-                       subtile, ws, ep)
-        except Exception:
-            if not ws:
-                raise
-            # Triton's warp specialization does not compile this config here: the plain loop from now on.
-            _WS_BROKEN.add((a.device, tuple(cfg.items())))
-            launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages,
-                       subtile, False, ep)
-        return c
+    if cfg["kernel"] == "persistent_tma":
+        # A plan for real CUDA tensors only (a trace's fake tensors have no address to launch with)
+        key = plan_key(a, b, c, cfg, ep) if a.__class__ is torch.Tensor and a.is_cuda else None
+        plan = _PLANS.get(key) if key is not None else None
+        if plan is not None and plan(a, b, c, ep):
+            return c
+        if tma_ok(a, b, c, *z):
+            plan = _launch_tma(a, b, c, cfg, bm, bn, bk, stages, group, warps, precision, ep)
+            if key is not None:
+                if len(_PLANS) > 4096:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+            return c
     # Unused epilogue pointers take the inputs, never c: a trace (torch.compile) must not see the
     # output passed as three arguments, or its functional copy of c may not be the one written.
     _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, ep.bias if ep.bias is not None else b,
@@ -333,6 +411,32 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
            c.stride(0), c.stride(1), c.stride(2),
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
            HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
+    return c
+
+
+def split_ok(k: int, split: int, bk: int) -> bool:
+    """Can K be split into ``split`` equal parts: each a whole number of 16-byte rows (8 elements)
+    and at least one BLOCK_K long? Elsewhere ``SPLIT_K`` is ignored (one pass over K)."""
+    return k % split == 0 and (k // split) % 8 == 0 and k // split >= bk
+
+
+def _split_k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], split: int) -> torch.Tensor:
+    """C [1, M, N] = A @ B with K cut into ``split`` parts: the parts are a batch of ``split`` GEMMs
+    (views of A and B, batch stride K / split, no copy) into fp32 partial products, which one more
+    kernel sums into C. For a narrow C over a long K (a linear's weight gradient, 1024 x 1024 over
+    K = 8192: 64 tiles for 132 SMs), ``split`` times the tiles, at the cost of the partials'
+    traffic (``split`` x M x N x 4 bytes written and read)."""
+    _, m, k = a.shape
+    n = b.shape[2]
+    ks = k // split
+    a2 = a.as_strided((split, m, ks), (ks * a.stride(2), a.stride(1), a.stride(2)))
+    b2 = b.as_strided((split, ks, n), (ks * b.stride(1), b.stride(1), b.stride(2)))
+    part = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+    one = dict(cfg)
+    one["SPLIT_K"] = 1
+    run(a2, b2, one, c=part)
+    numel = m * n
+    _sum_splits((cdiv(numel, SUM_BLOCK),), part, c, numel, SPLIT=split, BLOCK=SUM_BLOCK, num_warps=4)
     return c
 
 

@@ -117,12 +117,28 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
 
     custom = torch.library.custom_op(f"xrt::{op}", impl, mutates_args=())
     custom.register_fake(fake)
-    backward = backward_with(custom)
+
+    def gemm(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
+        """A gradient's GEMM as a forward call takes it (:func:`dispatch.route`): in plain eager
+        backward the provider's function itself, not the custom op, whose dispatch cost tens of
+        microseconds a GEMM of the step; the eager twin under double backward; the op otherwise."""
+        how = dispatch.route(a, b)
+        if how == dispatch.DIRECT and not dispatch.profiling():
+            return dispatch.get(op, provider).fn(a, b)
+        with dispatch.op_range(op, provider):
+            if how == dispatch.DIRECT:
+                return dispatch.get(op, provider).fn(a, b)
+            if how == dispatch.DIRECT_GRAD:
+                return eager.apply(a, b, provider)
+            return custom(a, b, provider)
+
+    backward = backward_with(gemm)
     custom.register_autograd(backward, setup_context=_setup_context)
     for name in ("triton", "cuda"):  # torch.compile's twins (dispatch.compiled_twin), their gradients GEMMs of the twin
         twin = dispatch.compiled_twin(op, name, impl, fake=fake)
         twin.register_autograd(backward_with(twin), setup_context=_setup_context)
-    return custom, dispatch.eager_autograd(op, _setup_context, backward)
+    eager = dispatch.eager_autograd(op, _setup_context, backward)
+    return custom, eager
 
 
 _matmul_op, _eager_matmul = _gemm_op("matmul", lambda a, b: (a.shape[0], b.shape[1]))
