@@ -15,9 +15,11 @@ Each variant runs the same model object:
 - ``torch compiled``, ``auto compiled``: the model through ``torch.compile`` (static shapes), traced with
   no policy and at ``auto``; their ratios are to ``torch compiled``.
 
-Times: ``triton.testing.do_bench`` of a train step (forward, backward, gradients set to None) and of an
-inference step (``no_grad`` forward), as a user would time them, the variants taking turns three times;
-each time is the median of its three, and the ratio to torch is of those medians, all in this one process.
+Times: ``triton.testing.do_bench`` (its median) of a train step (forward, backward, gradients set to
+None) and of an inference step (``no_grad`` forward), as a user would time them, the variants taking
+turns five times; each time is the median of its five. A ratio to torch is the median of the five
+rounds' own ratios (each variant against torch in the same round), so a slow stretch of the host
+that covers one round moves one ratio of five, not the result; the JSON keeps every round's.
 Each variant's output is checked against torch's (largest difference relative to the largest magnitude),
 and the profiler names the xrt ops one routed step ran.
 """
@@ -37,10 +39,11 @@ sys.path.insert(0, str(ROOT))
 
 from xrt.bench.sidebyside import parse_args, rel_err, save  # noqa: E402
 
-ROUNDS = 3  # turns of every variant (quick: 1)
+ROUNDS = 5  # turns of every variant (quick: 1)
 SHAPES = [  # (batch, sequence, model width, heads, blocks)
     (8, 1024, 1024, 16, 4),
     (4, 2048, 2048, 16, 4),
+    (16, 512, 768, 12, 4),  # GPT-2 small's width and heads
 ]
 POLICIES: dict[str, dict[str, str] | None] = {
     "torch": None,
@@ -109,8 +112,8 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                     if "err" not in row:
                         with torch.no_grad():
                             row["err"] = rel_err(m(x), ref)
-                    row["train"].append(do_bench(train, warmup=25, rep=rep))
-                    row["infer"].append(do_bench(infer, warmup=25, rep=rep))
+                    row["train"].append(do_bench(train, warmup=25, rep=rep, return_mode="median"))
+                    row["infer"].append(do_bench(infer, warmup=25, rep=rep, return_mode="median"))
                 if "xrt_ops" not in row:
                     row["xrt_ops"] = xrt_ops(m, x, policy)
             except Exception as e:  # a variant that fails is a row, not the end of the run
@@ -123,8 +126,10 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     for name, r in rows.items():
         base = rows["torch compiled" if name in COMPILED else "torch"]
         for k in ("train", "infer"):
-            if r.get(f"{k}_ms") and base.get(f"{k}_ms"):
-                r[f"{k}_vs_torch"] = r[f"{k}_ms"] / base[f"{k}_ms"]
+            pairs = list(zip(r[k], base[k]))
+            if pairs and len(r[k]) == len(base[k]):  # the rounds' own ratios, and their median
+                r[f"{k}_ratios"] = [v / t for v, t in pairs]
+                r[f"{k}_vs_torch"] = statistics.median(r[f"{k}_ratios"])
     return list(rows.values())
 
 
@@ -136,9 +141,18 @@ def ops_cell(r: dict) -> str:
     return ", ".join(o.removeprefix("xrt::") for o in r["xrt_ops"]) or "-"
 
 
+def ratio_cell(r: dict, k: str) -> str:
+    """The median ratio to torch, and the rounds' range where there are several."""
+    ratios = r.get(f"{k}_ratios") or [1.0]
+    cell = f"{r.get(f'{k}_vs_torch', 1):.2f}"
+    return cell + (f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 and r["variant"] not in
+                   ("torch", "torch compiled") else "")
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
-           "", "(/ torch: to torch's eager step; a compiled variant's to torch compiled)", "",
+           "", "(/ torch: the median of the rounds' ratios to torch's eager step, a compiled variant's to torch "
+           "compiled; in brackets the rounds' range)", "",
            "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
            "| xrt ops in a step |",
            "|---|---|---:|---:|---:|---:|---:|---|"]
@@ -146,8 +160,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         if "error" in r:
             out.append(f"| {r['shape']} | {r['variant']} | error: {r['error']} | | | | | |")
             continue
-        out.append(f"| {r['shape']} | {r['variant']} | {r['train_ms']:.2f} | {r.get('train_vs_torch', 1):.2f} | "
-                   f"{r['infer_ms']:.2f} | {r.get('infer_vs_torch', 1):.2f} | {r['err']:.1e} | "
+        out.append(f"| {r['shape']} | {r['variant']} | {r['train_ms']:.2f} | {ratio_cell(r, 'train')} | "
+                   f"{r['infer_ms']:.2f} | {ratio_cell(r, 'infer')} | {r['err']:.1e} | "
                    f"{ops_cell(r)} |")
     return "\n".join(out) + "\n"
 
