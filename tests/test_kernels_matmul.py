@@ -276,6 +276,11 @@ def test_tma_plan_repeats_a_launch_on_new_tensors(lay):
         calls.append(tm._tma.compiles)
     assert calls[1] == calls[2], calls
     assert any(key[0] == a.shape and key[2] == b.shape and plan is not None for key, plan in tm._PLANS.items())
+    # C of another dtype for the same A and B (split K's fp32 partials): another plan, not this one
+    a, b = (t.cuda() for t in _layout_operands(lay, m, n, k, dtype))
+    c32 = torch.full((1, m, n), float("nan"), dtype=torch.float32, device="cuda")
+    tm.run(a, b, tm.default_config(a[0], b[0], None), c=c32)
+    check_gemm(c32[0], a[0], b[0], torch.float32, what=f"fp32 C {lay}")
     # The same shape and strides twice (a row 8 elements longer than the view): the first view's base
     # is aligned, the second's is one column in, 2 bytes off, where the kept kernel must not run.
     big = torch.randn(m, k + 8, dtype=dtype, device="cuda") if lay[0] == "n" else \

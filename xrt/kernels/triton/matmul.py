@@ -332,10 +332,11 @@ class _TmaPlan(NamedTuple):
 
 
 def plan_key(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], ep: Epilogue) -> tuple:
-    """What a TMA launch's plan depends on besides the pointers: shapes, strides, dtype, device,
-    config and epilogue (a bias is [N] and contiguous; z is shaped and strided as C)."""
-    return (a.shape, a.stride(), b.shape, b.stride(), c.stride(), a.dtype, a.device, tuple(cfg.items()),
-            ep.bias is not None, ep.act, ep.z is not None)
+    """What a TMA launch's plan depends on besides the pointers: shapes, strides, dtypes (C's may be
+    another: split K's fp32 partials), device, config and epilogue (a bias is [N] and contiguous, of
+    C's dtype; z is shaped, strided and typed as C)."""
+    return (a.shape, a.stride(), b.shape, b.stride(), c.stride(), a.dtype, b.dtype, c.dtype, a.device,
+            tuple(cfg.items()), ep.bias is not None, ep.act, ep.z is not None)
 
 
 _PLANS: dict[tuple, _TmaPlan | None] = {}
