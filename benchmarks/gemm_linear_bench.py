@@ -51,15 +51,15 @@ SWEEP = [  # beside the default; bounded so that the whole run takes about 4 min
     # than one and a half of 128 x 128 on 132 SMs
     {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5},
 ]
-# Split K, only where C has fewer 128 x 128 tiles than two waves of SMs (the weight gradients of the
-# narrower linears): elsewhere a split only adds the partials' traffic.
+# Split K, each config only where the tuner would search it (spaces.split_k_why: C has fewer tiles
+# than two waves of SMs, the weight gradients of the narrower linears): elsewhere a split only adds
+# the partials' traffic.
 SPLIT_SWEEP = [
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 2},
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 4},
     {**_TMA, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "SPLIT_K": 2},
     {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5, "SPLIT_K": 2},
 ]
-SPLIT_BELOW_TILES = 2 * 132  # two waves of an H100's SMs
 # --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
 CPU_ROWS = (32,)
 CPU_FEATURES = ((16, 48), (48, 16))
@@ -148,16 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     configs: list[dict | None] = [None] + ([] if args.quick else SWEEP)
     rule = ({"base": 0.05, "impl": 0.05, "timer": {"min_samples": 2, "warmup_time": 0.0, "min_time": 0.0}} if cpu
             else {"base": 0.3, "impl": 0.15, "timer": {}})
+    sms = 132 if cpu else torch.cuda.get_device_properties(0).multi_processor_count
     rows: list[dict] = []
     for t in rows_t:
         for k, n in features:
             x = torch.randn(t, k, device=args.device).to(dtype)
             w = torch.randn(n, k, device=args.device).to(dtype) / k ** 0.5
             g = torch.randn(t, n, device=args.device).to(dtype)
-            for lay, gm, gn, _ in spaces.linear_gemms(t, k, n):
+            for lay, gm, gn, gk in spaces.linear_gemms(t, k, n):
                 a, b = operands(lay, x, w, g)
-                narrow = not args.quick and -(-gm // 128) * -(-gn // 128) < SPLIT_BELOW_TILES
-                rows += bench_gemm(lay, a, b, configs + (SPLIT_SWEEP if narrow else []), args.device, rule)
+                split = [] if args.quick else [c for c in SPLIT_SWEEP if spaces.split_k_why(c, gm, gn, gk, sms) is None]
+                rows += bench_gemm(lay, a, b, configs + split, args.device, rule)
             del x, w, g
     summaries = [r for r in rows if r.get("summary")]
     table = {}  # the winners, keyed as GEMM_LAYOUT_DEFAULTS is; a bucket's slowest winner ratio kept

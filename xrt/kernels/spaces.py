@@ -457,20 +457,31 @@ def _gemm_tma_only_knobs(c: dict[str, Any], p: Problem) -> str | None:
     return None
 
 
-def _gemm_split_k(c: dict[str, Any], p: Problem) -> str | None:
+def split_ok(k: int, split: int, bk: int) -> bool:
+    """Can K be cut into ``split`` equal parts, each a whole number of 16-byte rows (8 elements) and
+    at least one BLOCK_K long? Elsewhere the GEMM ignores ``SPLIT_K`` (one pass over K)."""
+    return k % split == 0 and (k // split) % 8 == 0 and k // split >= bk
+
+
+def split_k_why(c: dict[str, Any], m: int, n: int, k: int, sms: int, batch: int = 1) -> str | None:
+    """Why config ``c``'s ``SPLIT_K`` has no use for an ``M x N x K`` GEMM (``batch`` of them) on a
+    GPU of ``sms`` SMs, or None: K is split only where C leaves SMs idle (fewer tiles than two
+    waves), and only for one matrix whose K splits (:func:`split_ok`)."""
     split = c.get("SPLIT_K", 1)
     if split == 1:
         return None
-    m, n, k = p.gemm_mnk
-    if len(p.shape) > 3 and p.shape[0] > 1:
+    if batch > 1:
         return "SPLIT_K on a batch (matmul only: ignored)"
-    if not (k % split == 0 and (k // split) % 8 == 0 and k // split >= c["BLOCK_K"]):
+    if not split_ok(k, split, c["BLOCK_K"]):
         return "SPLIT_K that K cannot take (ignored)"
-    sms = p.limits.sm_count or 132
-    # split K only where C leaves SMs idle: fewer tiles than two waves
     if -(-m // c["BLOCK_M"]) * -(-n // c["BLOCK_N"]) >= 2 * sms:
         return "SPLIT_K where C has two waves of tiles"
     return None
+
+
+def _gemm_split_k(c: dict[str, Any], p: Problem) -> str | None:
+    m, n, k = p.gemm_mnk
+    return split_k_why(c, m, n, k, p.limits.sm_count or 132, p.shape[0] if len(p.shape) > 3 else 1)
 
 
 def _gemm_group_one_tile_row(c: dict[str, Any], p: Problem) -> str | None:

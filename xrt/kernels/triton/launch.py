@@ -258,26 +258,22 @@ class Site:
     def _fast(self, args: tuple) -> Any:
         """The compiled kernel the Launcher keeps for these arguments, unpacked for a direct call;
         ``None`` where there is none (or it needs scratch memory, or a tensor was not aligned)."""
-        la = self.launcher
-        if (not la.direct or la._device is not None or la._stream is not None or not args
-                or not isinstance(args[0], _Tensor) or not args[0].is_cuda):
+        if not args or not isinstance(args[0], _Tensor) or not args[0].is_cuda:
             return None
         if any(a.data_ptr() % 16 for a in args[:self.n]):
             return None
-        device = _current_device()
-        try:
-            meta, key = la.key(device, args, self.num_warps, self.num_stages, self.constexprs)
-            compiled = la.cache.get(key)
-        except (KeyError, TypeError):
+        kept = Kept.of(self.launcher, args, self.num_warps, self.num_stages, self.constexprs)
+        if kept is None:
             return None
-        run = getattr(compiled, "run", None)
-        if run is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        compiled = kept.compiled
+        run = compiled.run
+        if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
             return None
         launch = getattr(run, "launch", None)
         if launch is None:
             return None
-        return (device, launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
-                compiled.packed_metadata, meta, compiled)
+        return (kept.device, launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                compiled.packed_metadata, kept.meta, compiled)
 
     def native(self) -> LaunchSpec | None:
         """This launch as :class:`~xrt.kernels.launch_spec.LaunchSpec` describes it, for a launcher

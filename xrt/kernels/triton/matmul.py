@@ -385,7 +385,7 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
         if done:  # empty, or K = 0 (zeros): callers with an epilogue handle K = 0 themselves
             return c
     split = cfg.get("SPLIT_K", 1)
-    if split > 1 and batch == 1 and epilogue is None and split_ok(k, split, cfg["BLOCK_K"]):
+    if split > 1 and batch == 1 and epilogue is None and spaces.split_ok(k, split, cfg["BLOCK_K"]):
         return _split_k(a, b, c, cfg, split)
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size(), c.element_size())
@@ -413,12 +413,6 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
            HAS_BIAS=ep.bias is not None, ACT=ep.act, STORE_Z=ep.z is not None, num_warps=warps, num_stages=stages)
     return c
-
-
-def split_ok(k: int, split: int, bk: int) -> bool:
-    """Can K be split into ``split`` equal parts: each a whole number of 16-byte rows (8 elements)
-    and at least one BLOCK_K long? Elsewhere ``SPLIT_K`` is ignored (one pass over K)."""
-    return k % split == 0 and (k // split) % 8 == 0 and k // split >= bk
 
 
 def _split_k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], split: int) -> torch.Tensor:

@@ -119,18 +119,10 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
     custom.register_fake(fake)
 
     def gemm(a: torch.Tensor, b: torch.Tensor, provider: str) -> torch.Tensor:
-        """A gradient's GEMM as a forward call takes it (:func:`dispatch.route`): in plain eager
+        """A gradient's GEMM, routed as the op's forward calls are (:func:`dispatch.call`): in plain eager
         backward the provider's function itself, not the custom op, whose dispatch cost tens of
         microseconds a GEMM of the step; the eager twin under double backward; the op otherwise."""
-        how = dispatch.route(a, b)
-        if how == dispatch.DIRECT and not dispatch.profiling():
-            return dispatch.get(op, provider).fn(a, b)
-        with dispatch.op_range(op, provider):
-            if how == dispatch.DIRECT:
-                return dispatch.get(op, provider).fn(a, b)
-            if how == dispatch.DIRECT_GRAD:
-                return eager.apply(a, b, provider)
-            return custom(a, b, provider)
+        return dispatch.call(op, dispatch.get(op, provider), custom, eager, a, b)
 
     backward = backward_with(gemm)
     custom.register_autograd(backward, setup_context=_setup_context)
@@ -151,16 +143,7 @@ def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> to
     if name == "torch":
         return dispatch.unrouted(_TORCH[op], a, b)  # torch's own op: autograd, torch.compile and the BLAS switch apply
     custom, eager = _OPS[op]
-    route = dispatch.route(a, b)
-    fn = dispatch.get(op, name).fn
-    if route == dispatch.DIRECT and not dispatch.profiling():
-        return fn(a, b)  # what the custom op would run, without its dispatch
-    with dispatch.op_range(op, name):
-        if route == dispatch.DIRECT:
-            return fn(a, b)
-        if route == dispatch.DIRECT_GRAD:
-            return eager.apply(a, b, name)
-        return dispatch.compiled(op, name, custom, a)(a, b, name)
+    return dispatch.call(op, dispatch.get(op, name), custom, eager, a, b)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
