@@ -3,7 +3,7 @@
 The script clones this repository, commits four siblings of its HEAD (``aa``: a comment; ``tuning``: a
 default launch config that slows square's Triton call; ``host``: ~10 µs of Python per eager call of
 square; ``compiled``: square called twice in the compiled graph), measures the base and the heads in
-three interleaved rounds of ``xrt bench run`` (quick profile) and judges each head against the base as
+five interleaved rounds of ``xrt bench run`` (quick profile) and judges each head against the base as
 ``xrt gate --paired`` does, the mode the PR and nightly workflows gate with. Every verdict must be
 what the protocol expects (docs/regressions.md, "A/A and planted: the protocol"): the A/A passes
 naming at most one series, and each plant fails naming its own series and nothing of the other op.
@@ -22,10 +22,13 @@ import pytest
 from conftest import ROOT
 
 HEADS = "aa,tuning,host,compiled"
-# Three rounds, in the order B H.., H.. B, B H..: no stretch of time holds all three runs of a head and
+# Five rounds, in the order B H.., H.. B, B H.., ...: no stretch of time holds all runs of a head and
 # none of the base's. With two (B H.., H.. B) both head runs sit between the base's: a slow minute of a
 # shared 2-core runner that covered them and not the base failed the A/A now and then (1 run in 14).
-ROUNDS = 3
+# With three, one process whose compiled reference call read 1.27x its usual (the other lane's load)
+# raised the round-to-round sigma pooled over the machine's series to 15 %, and the compiled plant
+# (1.29x there) passed as noise (t 2.9 < 4) in 1 run of 5; a round's outlier weighs less in five.
+ROUNDS = 5
 
 
 @pytest.mark.slow
