@@ -15,11 +15,13 @@ Each variant runs the same model object:
 - ``torch compiled``, ``auto compiled``: the model through ``torch.compile`` (static shapes), traced with
   no policy and at ``auto``; their ratios are to ``torch compiled``.
 
-Times: ``triton.testing.do_bench`` (its median) of a train step (forward, backward, gradients set to
-None) and of an inference step (``no_grad`` forward), as a user would time them, the variants taking
-turns five times; each time is the median of its five. A ratio to torch is the median of the five
-rounds' own ratios (each variant against torch in the same round), so a slow stretch of the host
-that covers one round moves one ratio of five, not the result; the JSON keeps every round's.
+Times: each variant against its base (``xrt`` and ``auto`` against ``torch``, ``auto compiled``
+against ``torch compiled``) in ABBA quads of ~30 ms blocks of train steps (forward, backward,
+gradients set to None), then of inference steps (``no_grad`` forward), as a training loop feels them:
+wall time between two synchronizes, the host's part included (``xrt.bench.sidebyside.paired``).
+A ratio is the median of the quads' own ratios; the quartiles show their spread. The host's speed
+drifts by tens of percent within seconds on a shared GPU host; a quad lasts a tenth of a second, so
+a drift moves both sides of it alike. A step's ms is the median of its blocks.
 Each variant's output is checked against torch's (largest difference relative to the largest magnitude),
 and the profiler names the xrt ops one routed step ran.
 """
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,13 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from xrt.bench.sidebyside import parse_args, rel_err, save  # noqa: E402
+from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
 
-ROUNDS = 5  # turns of every variant (quick: 1)
-SHAPES = [  # (batch, sequence, model width, heads, blocks)
-    (8, 1024, 1024, 16, 4),
-    (4, 2048, 2048, 16, 4),
-    (16, 512, 768, 12, 4),  # GPT-2 small's width and heads
-]
+QUADS = 15  # ABBA quads of each variant against its base (quick: 3)
+SHAPES = MODEL_SHAPES  # (batch, sequence, model width, heads, blocks); the last GPT-2 small's width and heads
 POLICIES: dict[str, dict[str, str] | None] = {
     "torch": None,
     "xrt": {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"},
@@ -54,6 +52,7 @@ POLICIES: dict[str, dict[str, str] | None] = {
 # policy and at auto (the policy in force at trace time picks the providers); their ratios are to
 # "torch compiled".
 COMPILED = {"torch compiled": "torch", "auto compiled": "auto"}
+PAIRS = [("xrt", "torch"), ("auto", "torch"), ("auto compiled", "torch compiled")]  # (variant, its base)
 
 
 def scope(policy: dict[str, str] | None) -> Any:
@@ -76,8 +75,8 @@ def xrt_ops(model: Any, x: Any, policy: dict[str, str] | None) -> list[str]:
 
 def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]:
     import torch
-    from triton.testing import do_bench
 
+    from xrt.bench.sidebyside import paired
     from xrt.pytorch.modules import gpt
 
     torch.manual_seed(0)
@@ -88,49 +87,52 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     compiled = torch.compile(model, dynamic=False)
     variants = {**{name: (policy, model) for name, policy in POLICIES.items()},
                 **{name: (POLICIES[p], compiled) for name, p in COMPILED.items()}}
-    rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name, "train": [], "infer": []}
-            for name in variants}
-    rep = 50 if quick else 200
-    # The variants take turns, ROUNDS times: the host's speed drifts within a process, and a variant
-    # timed only after another's would carry that drift in its ratio. Each time is the rounds' median.
-    for _ in range(1 if quick else ROUNDS):
-        for name, (policy, m) in variants.items():
-            row = rows[name]
-            if "error" in row:
-                continue
-            try:
-                with scope(policy):
-                    def train(m=m) -> None:
-                        m(x).float().pow(2).mean().backward()
-                        model.zero_grad(set_to_none=True)
-                        x.grad = None
+    rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name} for name in variants}
 
-                    def infer(m=m) -> None:
-                        with torch.no_grad():
-                            m(x)
+    def steps(name: str) -> dict[str, Any]:
+        """The variant's train and inference steps (run in its policy's scope)."""
+        m = variants[name][1]
 
-                    if "err" not in row:
-                        with torch.no_grad():
-                            row["err"] = rel_err(m(x), ref)
-                    row["train"].append(do_bench(train, warmup=25, rep=rep, return_mode="median"))
-                    row["infer"].append(do_bench(infer, warmup=25, rep=rep, return_mode="median"))
-                if "xrt_ops" not in row:
-                    row["xrt_ops"] = xrt_ops(m, x, policy)
-            except Exception as e:  # a variant that fails is a row, not the end of the run
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        def train() -> None:
+            m(x).float().pow(2).mean().backward()
+            model.zero_grad(set_to_none=True)
+            x.grad = None
+
+        def infer() -> None:
+            with torch.no_grad():
+                m(x)
+
+        return {"train": train, "infer": infer}
+
+    for name, (policy, m) in variants.items():
+        row = rows[name]
+        try:
+            with scope(policy), torch.no_grad():
+                row["err"] = rel_err(m(x), ref)
+            row["xrt_ops"] = [] if name in COMPILED else xrt_ops(m, x, policy)
+        except Exception as e:  # a variant that fails is a row, not the end of the run
+            row["error"] = error_line(e)
+    quads = 3 if quick else QUADS
+    for name, base in PAIRS:
+        if "error" in rows[name] or "error" in rows[base]:
+            continue
+        try:
+            mine, theirs = steps(name), steps(base)
+            scopes = (lambda p=variants[base][0]: scope(p), lambda p=variants[name][0]: scope(p))
+            for k in ("train", "infer"):
+                r = paired(theirs[k], mine[k], quads=quads, sync=torch.cuda.synchronize, scopes=scopes)
+                rows[name][f"{k}_ms"], rows[name][f"{k}_ratios"] = r["ms"], r["ratios"]
+                rows[name][f"{k}_vs_torch"] = r["ratio"]
+                rows[base][f"{k}_ms"] = r["base_ms"]  # the last pair's: auto's
+        except Exception as e:
+            rows[name]["error"] = error_line(e)
     for row in rows.values():
-        for k in ("train", "infer"):
-            if row[k]:
-                row[f"{k}_ms"] = statistics.median(row[k])
         print(json.dumps(row), flush=True)
-    for name, r in rows.items():
-        base = rows["torch compiled" if name in COMPILED else "torch"]
-        for k in ("train", "infer"):
-            pairs = list(zip(r[k], base[k]))
-            if pairs and len(r[k]) == len(base[k]):  # the rounds' own ratios, and their median
-                r[f"{k}_ratios"] = [v / t for v, t in pairs]
-                r[f"{k}_vs_torch"] = statistics.median(r[f"{k}_ratios"])
     return list(rows.values())
+
+
+def error_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
 def ops_cell(r: dict) -> str:
@@ -142,17 +144,19 @@ def ops_cell(r: dict) -> str:
 
 
 def ratio_cell(r: dict, k: str) -> str:
-    """The median ratio to torch, and the rounds' range where there are several."""
-    ratios = r.get(f"{k}_ratios") or [1.0]
+    """The median ratio to the base, and the quads' quartiles where there are several."""
+    ratios = sorted(r.get(f"{k}_ratios") or [1.0])
     cell = f"{r.get(f'{k}_vs_torch', 1):.2f}"
-    return cell + (f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 and r["variant"] not in
-                   ("torch", "torch compiled") else "")
+    if len(ratios) < 3:
+        return cell
+    q = len(ratios) // 4
+    return cell + f" ({ratios[q]:.2f}-{ratios[-1 - q]:.2f})"
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
     out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
-           "", "(/ torch: the median of the rounds' ratios to torch's eager step, a compiled variant's to torch "
-           "compiled; in brackets the rounds' range)", "",
+           "", "(/ torch: the median of the ABBA quads' ratios to torch's eager step, a compiled variant's to "
+           "torch compiled; in brackets the quads' quartiles)", "",
            "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
            "| xrt ops in a step |",
            "|---|---|---:|---:|---:|---:|---:|---|"]

@@ -113,3 +113,22 @@ def test_attention_bench_times_sdpa_outside_the_policy(interpreter, no_kernel_po
 
     # in the order timed: xrt's forward, SDPA's, xrt's backward, SDPA's
     assert [ran(names) for names in timed] == ["xrt", "sdpa", "xrt", "sdpa"], timed
+
+
+def test_paired_quads_cancel_a_drifting_host(monkeypatch):
+    """``paired``: a host that slows down 2.6-fold over the run moves both sides of a quad alike, so
+    the ratio stays the true one (1.25); timed one after the other, the two would differ by far more."""
+    import time
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def work(ms):
+        def fn():
+            clock[0] += ms * 1e-3 * (1.0 + clock[0] / 0.1)  # 1x at the start, 2.6x at the end
+        return fn
+
+    r = sidebyside.paired(work(1.0), work(1.25), quads=5, block_s=0.004)
+    assert r["calls_per_block"] == 4 and len(r["ratios"]) == 5
+    assert all(abs(x - 1.25) < 0.02 for x in r["ratios"]), r["ratios"]
+    assert abs(r["ratio"] - 1.25) < 0.01 and r["ms"] > r["base_ms"] > 1.0

@@ -93,3 +93,45 @@ def cells(row: dict) -> tuple[str, str, str]:
     if row.get("summary") and row.get("default_ratio") is not None:
         ratio += f" (default {row['default_ratio']:.3f})"
     return met, ratio, row.get("error") or fmt(row.get("err"), ".2g")
+
+
+def paired(base: Callable[[], Any], other: Callable[[], Any], quads: int = 15, block_s: float = 0.03,
+           sync: Callable[[], Any] = lambda: None,
+           scopes: tuple[Callable[[], Any], Callable[[], Any]] | None = None) -> dict[str, Any]:
+    """``other`` against ``base`` in ABBA quads of short blocks: base, other, other, base, ``quads``
+    times. A block is a run of calls timed by the wall clock between two ``sync()`` calls (a CUDA
+    synchronize on a GPU): what a training loop feels, the host's part included. A quad's ratio is its
+    two ``other`` blocks over its two ``base`` blocks, so a host or clock drift slower than a quad
+    (a fraction of a second) cancels. Returns ms per call of each (the blocks' medians), the quads'
+    ratios and their median. ``scopes``: a context (a kernel policy, say) for each side, entered
+    around its blocks, not each call, as a user sets a policy once around a loop."""
+    import contextlib
+    import statistics
+    import time
+
+    base_scope, other_scope = scopes or (contextlib.nullcontext, contextlib.nullcontext)
+
+    def block(fn: Callable[[], Any], scope: Callable[[], Any], calls: int) -> float:
+        with scope():
+            sync()
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            return (time.perf_counter() - t) / calls * 1e3
+
+    for _ in range(2):  # warm: compiles, autotuning, the allocator
+        block(base, base_scope, 1)
+        block(other, other_scope, 1)
+    calls = max(1, round(block_s / max(block(base, base_scope, 1), 1e-6) * 1e3))
+    bs: list[float] = []
+    os_: list[float] = []
+    ratios: list[float] = []
+    for _ in range(quads):
+        b1, o1 = block(base, base_scope, calls), block(other, other_scope, calls)
+        o2, b2 = block(other, other_scope, calls), block(base, base_scope, calls)
+        bs += [b1, b2]
+        os_ += [o1, o2]
+        ratios.append((o1 + o2) / (b1 + b2))
+    return {"base_ms": statistics.median(bs), "ms": statistics.median(os_), "ratios": ratios,
+            "ratio": statistics.median(ratios), "calls_per_block": calls}

@@ -29,6 +29,20 @@ ROW_SHAPES: Mapping[str, tuple[Shape, ...]] = {
     "quick": ((4, 1023),), "small": ((1, 4096), (32, 4096)),
     "large": ((16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768))}
 
+# The GPT-style models the model suites and benchmarks/model_bench.py run: (batch, sequence, width,
+# heads, blocks). Their layernorm and attention calls are timed in those ops' "large" sets too, so
+# that ``auto`` decides a model's calls from measurements (rule 1 of xrt/kernels/autotable.py), not
+# from a neighbouring bucket.
+MODEL_SHAPES: tuple[Shape, ...] = ((8, 1024, 1024, 16, 4), (4, 2048, 2048, 16, 4), (16, 512, 768, 12, 4))
+MODEL_ROWS: tuple[Shape, ...] = tuple((b * s, d) for b, s, d, _, _ in MODEL_SHAPES)  # a layernorm's [rows, width]
+MODEL_ATTENTION: tuple[Shape, ...] = tuple((b, h, s, d // h, 1) for b, s, d, h, _ in MODEL_SHAPES)  # causal
+
+
+def with_large(shapes: Mapping[str, tuple[Shape, ...]], more: tuple[Shape, ...]) -> dict[str, tuple[Shape, ...]]:
+    """``shapes`` with ``more`` added to its "large" set (those already there kept once)."""
+    large = shapes["large"] + tuple(s for s in more if s not in shapes["large"])
+    return {**shapes, "large": large}
+
 # ``xrt kernels dump --dtype``: the Triton pointer type a ``"*T"`` argument takes.
 POINTER = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}
 

@@ -9,10 +9,10 @@ layernorm, softmax and attention calls to xrt's Triton kernels (xrt.pytorch.rout
 of them re-measures it (``uses``).
 """
 
-from xrt.kernels.opdef import OpDef
+from xrt.kernels.opdef import MODEL_SHAPES, OpDef
 
-# The GPT-style shapes the model benchmark measures (benchmarks/model_bench.py).
-_GPT = {"quick": ((2, 16, 32, 2, 1),), "small": ((8, 1024, 1024, 16, 4),), "large": ((4, 2048, 2048, 16, 4),)}
+# Two of the GPT-style shapes the model benchmark measures (benchmarks/model_bench.py).
+_GPT = {"quick": ((2, 16, 32, 2, 1),), "small": (MODEL_SHAPES[0],), "large": (MODEL_SHAPES[1],)}
 _USES = ("matmul", "layernorm", "softmax", "attention")
 
 DEFS = tuple(
