@@ -9,7 +9,8 @@ Stdlib only, so that the writer needs no torch and the runtime no database.
 The rule, in the order it is tried:
 
 1. the bucket was measured for this op and dtype: its fastest provider, torch included; another
-   provider must beat torch by :data:`MARGIN` (:func:`fastest`, which the writer applies);
+   provider must beat torch by :data:`MARGIN` after adding :data:`HOST_PENALTY_S`, the host time a
+   call to xrt costs beyond torch's (:func:`fastest`, which the writer applies);
 2. a memory-bound op (its definition's ``gpucheck``) takes the fastest provider of the nearest
    measured bucket when every dim of that bucket is within :data:`NEAR` powers of two of this one
    (their times scale alike with the bytes moved);
@@ -41,6 +42,12 @@ TORCH = "torch"
 # A provider other than torch wins a bucket only when its median is at least this share below
 # torch's: a tie within the suites' noise stays torch's (never slower than torch).
 MARGIN = 0.02
+# What a call costs the host beyond torch's own when it goes to one of xrt's providers: the routing
+# wrapper, the custom op and, in training, its autograd Function. On the H100 host a routed layernorm
+# forward took 73-79 µs of host time against torch's 24-26 (results/gpu/host-gemm-h100.md). A step
+# that waits on its host pays it in full, so another provider wins a bucket only when its median plus
+# this, once a call (twice with the backward), still beats torch's: never slower, GPU-bound or not.
+HOST_PENALTY_S = 50e-6
 NEAR = 1  # rule 2: powers of two each dim of the nearest measured bucket may be away
 ENV = "XRT_AUTO_TABLES"  # a directory of tables that replaces the checkout's results/auto
 # The checkout's tables (xrt/kernels/ is two levels below the repository root; a wheel has no results/
@@ -104,13 +111,15 @@ class Entry:
     date: str
 
 
-def fastest(median_s: Mapping[str, float]) -> str:
+def fastest(median_s: Mapping[str, float], calls: int = 1) -> str:
     """The provider a bucket's medians make ``auto``'s: the fastest of those at least :data:`MARGIN`
-    faster than torch, else torch (torch when it was not measured: nothing to compare with)."""
+    faster than torch after :data:`HOST_PENALTY_S` per call (``calls``: 1 forward, 2 with the
+    backward), else torch (torch when it was not measured: nothing to compare with)."""
     base = median_s.get(TORCH)
     if base is None:
         return TORCH
-    better = {p: s for p, s in median_s.items() if p != TORCH and s <= base * (1 - MARGIN)}
+    penalty = calls * HOST_PENALTY_S
+    better = {p: s for p, s in median_s.items() if p != TORCH and s + penalty <= base * (1 - MARGIN)}
     return min(better, key=lambda p: (better[p], p)) if better else TORCH
 
 
@@ -177,7 +186,7 @@ class Table:
             summed = {}
             for b in fwd.keys() & bwd.keys():
                 med = {p: s + bwd[b].median_s[p] for p, s in fwd[b].median_s.items() if p in bwd[b].median_s}
-                summed[b] = Entry(fastest(med), med, fwd[b].shapes, fwd[b].commit, fwd[b].date)
+                summed[b] = Entry(fastest(med, calls=2), med, fwd[b].shapes, fwd[b].commit, fwd[b].date)
             self._summed[key] = summed
         return self._summed[key]
 

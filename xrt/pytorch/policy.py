@@ -71,7 +71,7 @@ def _apply_matmul(choice: str) -> None:
         raise RuntimeError(f"matmul={choice!r} needs a CUDA build of PyTorch; this torch is "
                            f"{torch.__version__}, which has neither cuBLAS nor cuBLASLt")
     lib = {"default": "default", "cublas": "cublas", "cublasLt": "cublaslt"}[choice]
-    torch.backends.cuda.preferred_blas_library(lib)
+    _set_blas(lib)
 
 
 _SDPA_FLAGS = ("flash", "mem_efficient", "math", "cudnn")
@@ -96,9 +96,7 @@ def _apply_attention(choice: str) -> None:
         "cudnn": {"cudnn"},
     }[choice]
     for flag in _SDPA_FLAGS:
-        setter = getattr(torch.backends.cuda, f"enable_{flag}_sdp", None)
-        if setter is not None:
-            setter(flag in keep)
+        _set_sdp(flag, flag in keep)
 
 
 def _apply_conv(choice: str) -> None:
@@ -109,9 +107,27 @@ def _save_matmul() -> Any:
     return torch.backends.cuda.preferred_blas_library() if torch.version.cuda is not None else None
 
 
+def _set_blas(lib: Any) -> None:
+    """PyTorch's BLAS preference (a name or the enum it returns), set only when it differs: a scope
+    entered and left every step need not touch it."""
+    def name(b: Any) -> str:
+        return str(getattr(b, "name", b)).lower()
+
+    if name(torch.backends.cuda.preferred_blas_library()) != name(lib):
+        torch.backends.cuda.preferred_blas_library(lib)
+
+
+def _set_sdp(flag: str, on: bool) -> None:
+    """One of SDPA's backend switches, set only when it differs."""
+    getter = getattr(torch.backends.cuda, f"{flag}_sdp_enabled", None)
+    setter = getattr(torch.backends.cuda, f"enable_{flag}_sdp", None)
+    if setter is not None and (getter is None or getter() != on):
+        setter(on)
+
+
 def _restore_matmul(saved: Any) -> None:
     if saved is not None:
-        torch.backends.cuda.preferred_blas_library(saved)
+        _set_blas(saved)
 
 
 def _save_attention() -> dict[str, bool]:
@@ -121,7 +137,7 @@ def _save_attention() -> dict[str, bool]:
 
 def _restore_attention(saved: dict[str, bool]) -> None:
     for flag, on in saved.items():
-        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
+        _set_sdp(flag, on)
 
 
 def _save_conv() -> bool:
