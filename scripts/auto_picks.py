@@ -4,7 +4,7 @@
 
 The model is :func:`xrt.pytorch.modules.gpt`: per block two ``nn.LayerNorm``, four ``nn.Linear``
 (qkv, proj, up, down) and one causal ``F.scaled_dot_product_attention``. For each GPU model's table
-(``results/auto/<model>.json``) and each shape (default: 8,1024,1024,16 and 4,2048,2048,16) it prints
+(``results/auto/<model>.json``) and each shape (default: the model benchmark's, xrt/kernels/opdef.py) it prints
 a markdown table: each routed call's measured op, suite shape and bucket, and ``auto``'s pick for an
 inference pass and for a training step with the rule that gave it (``measured``, ``nearest`` or
 ``fallback``: :mod:`xrt.kernels.autotable`). Reads the tables only: no torch, no GPU.
@@ -19,7 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_SHAPES = ((8, 1024, 1024, 16), (4, 2048, 2048, 16))
+from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
+
+DEFAULT_SHAPES = tuple(s[:4] for s in MODEL_SHAPES)  # (batch, sequence, width, heads)
 
 
 def calls(batch: int, seq: int, d: int, heads: int) -> list[tuple[str, str, tuple[int, ...]]]:
