@@ -517,3 +517,47 @@ def test_another_provider_must_beat_torch_by_its_host_cost_too():
     doc["ops"]["layernorm_bwd"]["float32"] = _medians({"8192x1024": {"torch": 300e-6, "triton": 120e-6}})
     assert autotable.Table(doc).pick("layernorm", "float32", (8192, 1024), train=True) == ("triton",
                                                                                         autotable.MEASURED)
+
+
+def test_a_compiled_call_keeps_autos_pick_until_the_table_changes(tmp_path, monkeypatch, interpreter):
+    """Under torch.compile auto's lookup runs once, as Dynamo traces, and its answer is a constant of
+    the graph (no guard on each bucket it read); a new table (auto.clear) makes the call trace again."""
+    import torch.nn.functional as F
+
+    import xrt.pytorch as xp
+    from xrt.pytorch import auto, routing
+
+    def table(p: str) -> None:
+        doc = _doc({"layernorm": {"float32": {"64x1024": p}}})
+        (tmp_path / f"{autotable.model_key(GPU)}.json").write_text(json.dumps(doc))
+
+    table("triton")
+    monkeypatch.setenv(autotable.ENV, str(tmp_path))
+    monkeypatch.setattr(auto, "gpu_name", lambda index: GPU)
+    monkeypatch.setattr(auto, "devices", lambda: range(1))
+    monkeypatch.setattr(routing, "auto_device", lambda t: True)
+    monkeypatch.setattr(auto, "device_index", lambda t: 0)
+    auto.clear()
+    graphs: list[str] = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: F.layer_norm(x, (x.shape[-1],)) * 2, fullgraph=True, backend=backend)
+    x = torch.randn(64, 1024)
+    xp.clear_kernel_policy()
+    try:
+        with xp.kernel_policy(layernorm="auto"):
+            compiled(x)
+            compiled(x)
+            assert len(graphs) == 1 and "xrt" in graphs[0]  # traced once, to xrt's layernorm
+            table("torch")
+            auto.clear()
+            torch.testing.assert_close(compiled(x), F.layer_norm(x, (1024,)) * 2, rtol=1e-4, atol=1e-4)
+            assert len(graphs) == 2 and "xrt" not in graphs[1]  # traced again, to torch's
+    finally:
+        xp.clear_kernel_policy()
+        auto.clear()
+        torch._dynamo.reset()

@@ -25,6 +25,7 @@ _lock = threading.Lock()
 _tables: dict[int, autotable.Table | None] = {}  # CUDA device index -> its model's table
 _memo: dict[tuple, str] = {}
 _routes: dict[tuple[str, ...], bool] = {}
+_generation = 0  # bumped by clear(): the tables a compiled call decided from are gone
 
 
 def devices() -> range:
@@ -61,10 +62,12 @@ def table(index: int) -> autotable.Table | None:
 def clear() -> None:
     """Forget the tables read and the answers given (after ``XRT_AUTO_TABLES`` changes, in tests),
     and the decisions routed calls memoized from them."""
+    global _generation
     with _lock:
         _tables.clear()
         _memo.clear()
         _routes.clear()
+        _generation += 1
     policy.invalidate()
 
 
@@ -88,12 +91,21 @@ def pick(op: str, x: torch.Tensor, shape: Sequence[int], train: bool | None = No
         return TORCH
     if train is None:
         train = x.requires_grad and torch.is_grad_enabled()
-    key = (op, index, x.dtype, tuple(shape), train)
+    return _pick(op, index, x.dtype, tuple(shape), bool(train), _generation)
+
+
+@torch.compiler.assume_constant_result
+def _pick(op: str, index: int, dtype: torch.dtype, shape: tuple[int, ...], train: bool, generation: int) -> str:
+    """:func:`pick` from the call's constants, memoized. Under ``torch.compile`` Dynamo runs it as it
+    traces and keeps the answer as a constant: it does not trace the table's lookup, which would leave
+    a guard on every bucket and memo entry it read (some 600 more per compiled function, each checked
+    on every call). ``generation`` is :data:`_generation`, read by the traced caller: Dynamo guards on
+    that one int, so a compiled call traces again after :func:`clear` (a new table)."""
+    key = (op, index, dtype, shape, train)
     hit = _memo.get(key)
     if hit is None:
         t = table(index)
-        dtype = str(x.dtype).removeprefix("torch.")
-        hit = TORCH if t is None else t.pick(op, dtype, shape, train)[0]
+        hit = TORCH if t is None else t.pick(op, str(dtype).removeprefix("torch."), shape, train)[0]
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = hit
