@@ -362,3 +362,24 @@ def test_gate_paired_without_the_orchestration_layer_says_so(world, capsys):
                               "--head", commits[1]])
     assert args.func(args) == 2
     assert "cannot judge: --paired: measuring needs xrt.orchestrate's commands" in capsys.readouterr().out
+
+
+NOISY_ROUNDS = ([1.25, 1.26, 1.24, 1.25, 1.26],  # steady, 1.25x in every round: a real slowdown
+                [1.0, 1.01, 0.99, 1.0, 1.01],  # steady, unchanged
+                [1.06, 2.04, 1.96, 0.82, 0.75])  # a Triton-interpreter series on the CPU moves like this
+
+
+def test_a_noisy_series_does_not_hide_a_steady_slowdown(world, capsys):
+    """Five rounds of three series. The noisy one (its σ more than ROUND_OUTLIER times the machine's
+    median) is left out of the machine's pool and judged by its own σ; the steady 1.25x is named.
+    Pooled with the noisy series (a CI run of the gate protocol), the pool's σ was 14 % and the
+    steady 1.25x passed as within the round-to-round spread."""
+    repo, (c0, c1, c2), root, db, rng = world
+    for k in range(5):
+        for commit, ratios in ((c1, [2.0] * 3), (c2, [2.0 * s[k] for s in NOISY_ROUNDS])):
+            name = result_names.round_name(result_names.result_file_name(commit, "existing-py"), k + 1)
+            write_shapes(root, commit, ratios, rng, name=name)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and out.count("REGRESSION ") == 1, out
+    assert f"REGRESSION {HOST} [{SHAPES[0]}" in out, out

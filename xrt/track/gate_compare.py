@@ -183,12 +183,15 @@ def within_round_spread(c: Comparison) -> str | None:
     (``round_prior``, :func:`xrt.track.gate_rules.round_spread_pool`): a whole process moves every
     series of a busy machine by its own amount (a 2-core runner under load: 5-11 % in both rounds of an
     A/A pair, with other series 0.95 in one round and 1.26 in the other), and one series' own two
-    rounds say little of how far that goes."""
+    rounds say little of how far that goes; its own σ where that is the larger."""
     d = round_logs(c.b, c.h, c.paired) if c.rounds is not None and c.round_prior else None
     if d is None:
         return None
-    t = float(d.mean()) * c.sign / (c.round_prior / np.sqrt(len(d)))
-    spread = f"{len(d)} rounds, σ {np.expm1(c.round_prior):.1%} a round pooled over the machine's series, t {t:.1f}"
+    # A series noisier than the pool (one the pool left out as an outlier) is judged by its own σ.
+    own = float(np.std(d, ddof=1))
+    sigma, whose = (own, "its own") if own > c.round_prior else (c.round_prior, "pooled over the machine's series")
+    t = float(d.mean()) * c.sign / (sigma / np.sqrt(len(d)))
+    spread = f"{len(d)} rounds, σ {np.expm1(sigma):.1%} a round {whose}, t {t:.1f}"
     if t >= noisemod.Z:
         c.item["round_spread"] = f"beyond the round-to-round spread: {spread} >= {noisemod.Z:g}"
         return None
