@@ -40,6 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from xrt.bench.sidebyside import error_line, model_steps  # noqa: E402
+
 TOKENS = (8, 1024)  # batch x sequence: 8192 tokens
 WIDTHS = (1024, 2048)
 QUICK = {"tokens": (2, 16), "widths": (64,)}  # --device cpu: what the interpreter gets through in seconds
@@ -89,7 +91,7 @@ def emit(rows: list[dict], head: dict[str, Any], run: Any) -> None:
     try:
         row.update(run())
     except Exception as e:  # a variant that fails is a row, not the end of the run
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        row["error"] = error_line(e, 200)
     rows.append(row)
     print(json.dumps(row), flush=True)
 
@@ -210,18 +212,10 @@ def gpt_rows(rows: list[dict], bsz: int, s: int, d: int, dt: Any, dev: str, time
     for name, model in (("torch", plain), ("xrt", fused)):
         def run(model=model, name=name):
             with xp.kernel_policy(**policy) if name == "xrt" else xp.kernel_policy():
-                def train() -> None:
-                    model(x).float().pow(2).mean().backward()
-                    model.zero_grad(set_to_none=True)
-                    x.grad = None
-
-                def infer() -> None:
-                    with torch.no_grad():
-                        model(x)
-
+                step = model_steps(model, x, model)
                 with torch.no_grad():
                     err = _err(model(x), ref)
-                return {"err": err, "fwd_ms": timed(infer), "train_ms": timed(train),
+                return {"err": err, "fwd_ms": timed(step["infer"]), "train_ms": timed(step["train"]),
                         "fused": len(found) if name == "xrt" else 0}
 
         _row(rows, "gpt", f"B{bsz} S{s} d{d} x4", name, run)

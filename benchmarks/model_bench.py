@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import parse_args, rel_err, save  # noqa: E402
+from xrt.bench.sidebyside import error_line, model_steps, parse_args, rel_err, save  # noqa: E402
 from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
 
 QUADS = 15  # ABBA quads of each variant against its base (quick: 3)
@@ -100,21 +100,6 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                 **{name: (POLICIES[p], torch.compile(own_frame(model), dynamic=False)) for name, p in COMPILED.items()}}
     rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name} for name in variants}
 
-    def steps(name: str) -> dict[str, Any]:
-        """The variant's train and inference steps (run in its policy's scope)."""
-        m = variants[name][1]
-
-        def train() -> None:
-            m(x).float().pow(2).mean().backward()
-            model.zero_grad(set_to_none=True)
-            x.grad = None
-
-        def infer() -> None:
-            with torch.no_grad():
-                m(x)
-
-        return {"train": train, "infer": infer}
-
     for name, (policy, m) in variants.items():
         row = rows[name]
         try:
@@ -122,13 +107,13 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                 row["err"] = rel_err(m(x), ref)
             row["xrt_ops"] = [] if name in COMPILED else xrt_ops(m, x, policy)
         except Exception as e:  # a variant that fails is a row, not the end of the run
-            row["error"] = error_line(e)
+            row["error"] = error_line(e, 200)
     quads = 3 if quick else QUADS
     for name, base in PAIRS:
         if "error" in rows[name] or "error" in rows[base]:
             continue
         try:
-            mine, theirs = steps(name), steps(base)
+            mine, theirs = model_steps(variants[name][1], x, model), model_steps(variants[base][1], x, model)
             scopes = (lambda p=variants[base][0]: scope(p), lambda p=variants[name][0]: scope(p))
             for k in ("train", "infer"):
                 r = paired(theirs[k], mine[k], quads=quads, sync=torch.cuda.synchronize, scopes=scopes)
@@ -136,14 +121,10 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                 rows[name][f"{k}_vs_torch"] = r["ratio"]
                 rows[base][f"{k}_ms"] = r["base_ms"]  # the last pair's: auto's
         except Exception as e:
-            rows[name]["error"] = error_line(e)
+            rows[name]["error"] = error_line(e, 200)
     for row in rows.values():
         print(json.dumps(row), flush=True)
     return list(rows.values())
-
-
-def error_line(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
 def ops_cell(r: dict) -> str:

@@ -76,9 +76,32 @@ def run_row(group: str, shape: str, label: str, fn: Callable[[], Any], ref: Any,
         if flops is not None:
             row["tflops"] = tflops(flops, row["ms"])
     except Exception as e:  # a config over the resources, a compile failure: recorded, not fatal
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        row["error"] = error_line(e)
         traceback.print_exc(file=sys.stderr)
     return row
+
+
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """A failure as one line of a row: its type and the first line of its message."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:limit]
+
+
+def model_steps(call: Callable[[Any], Any], x: Any, model: Any) -> dict[str, Callable[[], None]]:
+    """A model's ``train`` step on ``x`` (forward, backward of the mean square, gradients set to None)
+    and its ``infer`` step (a ``no_grad`` forward). ``call`` runs the model (itself, or compiled);
+    ``model`` holds the parameters."""
+    import torch
+
+    def train() -> None:
+        call(x).float().pow(2).mean().backward()
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+
+    def infer() -> None:
+        with torch.no_grad():
+            call(x)
+
+    return {"train": train, "infer": infer}
 
 
 def fmt(v: Any, spec: str) -> str:
