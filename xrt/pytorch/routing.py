@@ -264,7 +264,7 @@ def _linear_key(args: tuple, kwargs: dict) -> tuple | None:
     x, w = args[0], args[1]
     if type(x) not in _PLAIN or type(w) not in _PLAIN:
         return None
-    train = (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2])) and _grad()
+    train = _grad() and (w.requires_grad or x.requires_grad or len(args) == 3 and _rg(args[2]))
     return ("route:linear", _where(x), x.dtype, x.shape, w.shape, train)
 
 
@@ -274,7 +274,7 @@ def _matmul_key(args: tuple, kwargs: dict) -> tuple | None:
     a, b = args
     if type(a) not in _PLAIN or type(b) not in _PLAIN:
         return None
-    return ("route:matmul", _where(a), a.dtype, a.shape, b.shape, (a.requires_grad or b.requires_grad) and _grad())
+    return ("route:matmul", _where(a), a.dtype, a.shape, b.shape, _grad() and (a.requires_grad or b.requires_grad))
 
 
 def _keywords_after(signature: Callable[..., tuple]) -> tuple[frozenset[str], ...]:
@@ -295,8 +295,8 @@ def _layer_norm_key(args: tuple, kwargs: dict) -> tuple | None:
     x, ns = args[0], args[1]
     if type(x) not in _PLAIN or type(ns) not in (int, tuple, torch.Size):
         return None
-    train = (x.requires_grad or _rg(args[2] if len(args) > 2 else kwargs.get("weight"))
-             or _rg(args[3] if len(args) > 3 else kwargs.get("bias"))) and _grad()
+    train = _grad() and (x.requires_grad or _rg(args[2] if n > 2 else kwargs.get("weight"))
+                         or _rg(args[3] if n > 3 else kwargs.get("bias")))
     return ("route:layer_norm", _where(x), x.dtype, x.shape, ns, train)
 
 
@@ -307,7 +307,7 @@ def _softmax_key(args: tuple, kwargs: dict) -> tuple | None:
     x = args[0]
     if type(x) not in _PLAIN:
         return None
-    return ("route:softmax", _where(x), x.dtype, x.shape, x.requires_grad and _grad())
+    return ("route:softmax", _where(x), x.dtype, x.shape, _grad() and x.requires_grad)
 
 
 _SDPA_KW = _keywords_after(_sdpa_sig)
@@ -321,7 +321,7 @@ def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
     if type(q) not in _PLAIN:
         return None
     causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
-    train = (q.requires_grad or _rg(args[1]) or _rg(args[2])) and _grad()
+    train = _grad() and (q.requires_grad or _rg(args[1]) or _rg(args[2]))
     return ("route:sdpa", _where(q), q.dtype, q.shape, causal, train)
 
 
