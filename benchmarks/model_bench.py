@@ -22,7 +22,9 @@ gradients set to None), then of inference steps (``no_grad`` forward), as a trai
 wall time between two synchronizes, the host's part included (``xrt.bench.sidebyside.paired``).
 A ratio is the median of the quads' own ratios; the quartiles show their spread. The host's speed
 drifts by tens of percent within seconds on a shared GPU host; a quad lasts a tenth of a second, so
-a drift moves both sides of it alike. A step's ms is the median of its blocks.
+a drift moves both sides of it alike. A step's ms is the median of its blocks. Beside it, the GPU's
+busy ms a step (the profiler's device events, ``sidebyside.device_busy_ms``): where the wall time is
+well above it, the step waits on its host, and a variant's extra host time per call shows in full.
 Each variant's output is checked against torch's (largest difference relative to the largest magnitude),
 and the profiler names the xrt ops one routed step ran.
 """
@@ -39,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import error_line, model_steps, parse_args, rel_err, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, error_line, model_steps, parse_args, rel_err, save  # noqa: E402
 from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
 
 QUADS = 15  # ABBA quads of each variant against its base (quick: 3)
@@ -122,6 +124,13 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                 rows[base][f"{k}_ms"] = r["base_ms"]  # the last pair's: auto's
         except Exception as e:
             rows[name]["error"] = error_line(e, 200)
+    for name, (policy, m) in variants.items():  # the GPU's busy time a step, beside its wall time
+        if "error" in rows[name]:
+            continue
+        steps = model_steps(m, x, model)
+        with scope(policy):
+            for k in ("train", "infer"):
+                rows[name][f"{k}_gpu_ms"] = device_busy_ms(steps[k])
     for row in rows.values():
         print(json.dumps(row), flush=True)
     return list(rows.values())
@@ -145,19 +154,26 @@ def ratio_cell(r: dict, k: str) -> str:
     return cell + f" ({ratios[q]:.2f}-{ratios[-1 - q]:.2f})"
 
 
+def gpu_cell(r: dict) -> str:
+    """The GPU's busy ms a train and an inference step (the profiler's device events)."""
+    got = [r.get(f"{k}_gpu_ms") for k in ("train", "infer")]
+    return " / ".join("-" if v is None else f"{v:.2f}" for v in got)
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     out = [f"GPT-style model, bf16, {meta['gpu']}, torch {meta['torch']}, commit {meta['commit']}, {meta['date']}",
            "", "(/ torch: the median of the ABBA quads' ratios to torch's eager step, a compiled variant's to "
-           "torch compiled; in brackets the quads' quartiles)", "",
-           "| shape | variant | train step ms | / torch | inference ms | / torch | max rel err "
+           "torch compiled; in brackets the quads' quartiles. GPU busy: the device's busy ms in a train / "
+           "inference step; a step whose wall time is well above it waits on its host)", "",
+           "| shape | variant | train step ms | / torch | inference ms | / torch | GPU busy ms | max rel err "
            "| xrt ops in a step |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['shape']} | {r['variant']} | error: {r['error']} | | | | | |")
+            out.append(f"| {r['shape']} | {r['variant']} | error: {r['error']} | | | | | | |")
             continue
         out.append(f"| {r['shape']} | {r['variant']} | {r['train_ms']:.2f} | {ratio_cell(r, 'train')} | "
-                   f"{r['infer_ms']:.2f} | {ratio_cell(r, 'infer')} | {r['err']:.1e} | "
+                   f"{r['infer_ms']:.2f} | {ratio_cell(r, 'infer')} | {gpu_cell(r)} | {r['err']:.1e} | "
                    f"{ops_cell(r)} |")
     return "\n".join(out) + "\n"
 

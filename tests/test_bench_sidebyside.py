@@ -132,3 +132,18 @@ def test_paired_quads_cancel_a_drifting_host(monkeypatch):
     assert r["calls_per_block"] == 4 and len(r["ratios"]) == 5
     assert all(abs(x - 1.25) < 0.02 for x in r["ratios"]), r["ratios"]
     assert abs(r["ratio"] - 1.25) < 0.01 and r["ms"] > r["base_ms"] > 1.0
+
+
+def test_busy_time_counts_the_devices_events_only():
+    """The GPU's busy time is the sum of the device events (kernels, copies), not the host ops that
+    launched them (their device totals count the same kernels again)."""
+    from types import SimpleNamespace
+
+    dt = torch.autograd.DeviceType
+    events = [SimpleNamespace(device_type=dt.CPU, device_time_total=90.0),  # aten::addmm: its kernel's 40 + 50
+              SimpleNamespace(device_type=dt.CUDA, device_time_total=40.0),
+              SimpleNamespace(device_type=dt.CUDA, device_time_total=50.0),
+              SimpleNamespace(device_type=dt.CPU, device_time_total=0.0)]
+    assert sidebyside.busy_us(events) == 90.0
+    if not torch.cuda.is_available():
+        assert sidebyside.device_busy_ms(lambda: None) is None  # no GPU: it cannot say, and says so

@@ -104,6 +104,33 @@ def model_steps(call: Callable[[Any], Any], x: Any, model: Any) -> dict[str, Cal
     return {"train": train, "infer": infer}
 
 
+def busy_us(events: Any) -> float:
+    """The device's busy time in µs over a profiler's ``events``: the kernels, copies and fills it
+    ran (events of a device type), not the host's ops that launched them."""
+    import torch
+
+    cpu = torch.autograd.DeviceType.CPU
+    return float(sum(e.device_time_total for e in events if e.device_type != cpu))
+
+
+def device_busy_ms(step: Callable[[], Any], steps: int = 5) -> float | None:
+    """ms a ``step`` keeps the GPU busy (the profiler's device events of ``steps`` steps, after one
+    unprofiled step), ``None`` without CUDA. Beside the step's wall time it says whether the step
+    waits on its host: then the host's cost per call shows in the wall time in full."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    step()
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return busy_us(prof.events()) / steps / 1e3
+
+
 def fmt(v: Any, spec: str) -> str:
     """A table cell: empty where there is no value."""
     return "" if v is None else format(v, spec)
