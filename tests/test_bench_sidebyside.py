@@ -135,15 +135,20 @@ def test_paired_quads_cancel_a_drifting_host(monkeypatch):
 
 
 def test_busy_time_counts_the_devices_events_only():
-    """The GPU's busy time is the sum of the device events (kernels, copies), not the host ops that
-    launched them (their device totals count the same kernels again)."""
+    """The GPU's busy time is the union of the device events (kernels, copies): not the host ops that
+    launched them, not a record_function range marked on the device (it spans its kernels and the gaps
+    between them), and two kernels that overlap count once."""
     from types import SimpleNamespace
 
     dt = torch.autograd.DeviceType
-    events = [SimpleNamespace(device_type=dt.CPU, device_time_total=90.0),  # aten::addmm: its kernel's 40 + 50
-              SimpleNamespace(device_type=dt.CUDA, device_time_total=40.0),
-              SimpleNamespace(device_type=dt.CUDA, device_time_total=50.0),
-              SimpleNamespace(device_type=dt.CPU, device_time_total=0.0)]
+
+    def ev(kind, a, b, note=False):
+        return SimpleNamespace(device_type=kind, time_range=SimpleNamespace(start=a, end=b), is_user_annotation=note)
+
+    events = [ev(dt.CPU, 0.0, 100.0),  # aten::addmm on the host
+              ev(dt.CUDA, 10.0, 50.0), ev(dt.CUDA, 60.0, 110.0),  # two kernels, 90 µs
+              ev(dt.CUDA, 5.0, 120.0, note=True),  # xrt::matmul[triton] marked on the device: 115 µs
+              ev(dt.CUDA, 100.0, 110.0)]  # a kernel on another stream, inside the second
     assert sidebyside.busy_us(events) == 90.0
     if not torch.cuda.is_available():
         assert sidebyside.device_busy_ms(lambda: None) is None  # no GPU: it cannot say, and says so

@@ -105,12 +105,21 @@ def model_steps(call: Callable[[Any], Any], x: Any, model: Any) -> dict[str, Cal
 
 
 def busy_us(events: Any) -> float:
-    """The device's busy time in µs over a profiler's ``events``: the kernels, copies and fills it
-    ran (events of a device type), not the host's ops that launched them."""
+    """The device's busy time in µs over a profiler's ``events``: the union of the intervals of the
+    kernels, copies and fills it ran (events of a device type). Not the host's ops that launched
+    them, nor the ranges a ``record_function`` marks on the device's timeline (user annotations,
+    which span their kernels and the gaps between them); overlapping work counts once."""
     import torch
 
     cpu = torch.autograd.DeviceType.CPU
-    return float(sum(e.device_time_total for e in events if e.device_type != cpu))
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type != cpu and not getattr(e, "is_user_annotation", False))
+    busy, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    return float(busy)
 
 
 def device_busy_ms(step: Callable[[], Any], steps: int = 5) -> float | None:
