@@ -314,3 +314,17 @@ def test_twins_trace_once_with_dynamic_shapes(traced, op):
         args = inputs(m)
         torch.testing.assert_close(f(*args), want(*args), rtol=1e-5, atol=1e-5)
     assert len(graphs) == 1 and "triton_kernel_wrapper_functional" in graphs[0].code
+
+
+@pytest.mark.parametrize("provider, error", [("nope", "unknown kernel 'nope' for op 'square'"),
+                                             ("cuda", "provider 'cuda' is unavailable")])
+def test_a_compiled_call_checks_its_provider_as_eager_does(interpreter, provider, error):
+    """Under torch.compile the chosen provider is checked as Dynamo traces (a constant of the trace,
+    ``dispatch._checked``): eager's errors still come, for an unknown provider and for one that
+    cannot run the tensor here (CUDA C on the CPU)."""
+    x = torch.randn(8)
+    with pytest.raises(Exception, match=error):
+        xp.ops.square(x, provider=provider)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=error):
+        torch.compile(lambda t: xp.ops.square(t, provider=provider), backend="aot_eager", fullgraph=True)(x)

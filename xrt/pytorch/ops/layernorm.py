@@ -298,6 +298,9 @@ def _native_op(*args: Any) -> torch.Tensor:
     return _native_op(*args)
 
 
+_compiling = torch.compiler.is_compiling
+# traced by these names under torch.compile (xrt.pytorch.ops.dispatch's docstring says why)
+_floating, _choose, _compiled_op = _checks.floating, dispatch.choose, dispatch.compiled
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else lambda: -1
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
@@ -335,10 +338,11 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
     >>> fused_layernorm(torch.tensor([[1.0, 3.0]]), 2)
     tensor([[-1.0000,  1.0000]])
     """
-    y = _fast(input, normalized_shape, weight, bias, eps, provider)
-    if y is not None:
-        return y
-    x = cast_for_hint(_checks.floating("input", "fused_layernorm", input))
+    if not _compiling():  # (under torch.compile the custom op's twin, and nothing of the plans traced)
+        y = _fast(input, normalized_shape, weight, bias, eps, provider)
+        if y is not None:
+            return y
+    x = cast_for_hint(_floating("input", "fused_layernorm", input))
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
     if not ns or tuple(x.shape[x.dim() - len(ns):]) != ns or x.dim() < len(ns):
         raise ValueError(f"fused_layernorm: input.shape={tuple(x.shape)} must end with "
@@ -348,13 +352,16 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
     if bias is None:
         bias = torch.zeros(ns, dtype=x.dtype, device=x.device)
     for name, t in (("weight", weight), ("bias", bias)):
-        _checks.floating(name, "fused_layernorm", t)
+        _floating(name, "fused_layernorm", t)
         if tuple(t.shape) != ns:
             raise ValueError(f"fused_layernorm: {name}.shape={tuple(t.shape)} must equal normalized_shape={ns}")
         if t.device != x.device:
             raise ValueError(f"fused_layernorm: {name} is on {t.device} but input is on {x.device}")
-    chosen = dispatch.choose("layernorm", x, provider)
+    chosen = _choose("layernorm", x, provider)
     weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    if _compiling():
+        y, _, _ = _compiled_op("layernorm", chosen.name, _layernorm_op, x)(x, ns, weight, bias, float(eps), chosen.name)
+        return y
     with dispatch.op_range("layernorm", chosen.name):
         route = dispatch.route(x, weight, bias)
         if route == dispatch.DIRECT_GRAD:

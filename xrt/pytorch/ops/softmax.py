@@ -24,6 +24,7 @@ def _backward(ctx, grad: torch.Tensor):
 # the custom op xrt::softmax, and the same for eager training
 _softmax_op, _eager = dispatch.define("softmax", dispatch.contiguous_like, _setup_context, _backward,
                                      triton=True)
+_floating, _choose, _call = _checks.floating, dispatch.choose, dispatch.call  # traced by name (dispatch's docstring)
 
 
 def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -39,8 +40,8 @@ def softmax(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     >>> softmax(torch.tensor([0.0, 0.0]))
     tensor([0.5000, 0.5000])
     """
-    x = cast_for_hint(_checks.floating("x", "softmax", x))
+    x = cast_for_hint(_floating("x", "softmax", x))
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension, got a 0-d tensor")
-    chosen = dispatch.choose("softmax", x, provider)
-    return dispatch.call("softmax", chosen, _softmax_op, _eager, x)
+    chosen = _choose("softmax", x, provider)
+    return _call("softmax", chosen, _softmax_op, _eager, x)

@@ -27,6 +27,7 @@ def _backward(ctx, grad: torch.Tensor):
 
 # the custom op xrt::square, and the same for eager training
 _square_op, _eager = dispatch.define("square", dispatch.contiguous_like, _setup_context, _backward, triton=True)
+_choose, _call = dispatch.choose, dispatch.call  # traced by name (dispatch's docstring)
 
 
 def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
@@ -47,5 +48,5 @@ def square(x: torch.Tensor, *, provider: str | None = None) -> torch.Tensor:
     if not x.is_floating_point():
         raise TypeError(f"square expects a floating tensor, got dtype {x.dtype}")
     x = cast_for_hint(x)
-    chosen = dispatch.choose("square", x, provider)
-    return dispatch.call("square", chosen, _square_op, _eager, x)
+    chosen = _choose("square", x, provider)
+    return _call("square", chosen, _square_op, _eager, x)
