@@ -86,7 +86,7 @@ def _xrt(*args: str, check: bool = True) -> int:
 # The demo's slowdown: about 50 µs of Python in front of every eager ``square`` call, planted in a
 # throwaway commit of a temporary clone (the user's checkout is never changed).
 PLANT_US = 50
-SQUARE_RETURN = '    return dispatch.call("square", chosen, _square_op, _eager, x)\n'
+SQUARE_RETURN = '    return _call("square", chosen, _square_op, _eager, x)\n'  # the line the plant goes before
 PLANT = (f"    _t0 = __import__('time').perf_counter()  # planted by xrt demo: ~{PLANT_US} us of Python a call\n"
          f"    while __import__('time').perf_counter() - _t0 < {PLANT_US}e-6:\n        pass\n")
 # What the demo measures: square, where the slowdown is planted. On the CPU its host series alone: there
