@@ -45,17 +45,10 @@ def device_index(x: torch.Tensor) -> int | None:
     return x.device.index if x.device.index is not None else torch.cuda.current_device()
 
 
-def _constant_under_compile() -> None:
-    """Mark :func:`_pick` for Dynamo as a function whose answer is a constant (once)."""
-    if not getattr(_pick, "_dynamo_marked_constant", False):
-        torch.compiler.assume_constant_result(_pick)
-
-
 def table(index: int) -> autotable.Table | None:
     """The table of CUDA device ``index``'s model, read on the first call; ``None`` when there is
     none, or when it cannot be read (one warning names the file and why: ``auto`` is then torch)."""
     if index not in _tables:
-        _constant_under_compile()
         with _lock:
             if index not in _tables:
                 try:
@@ -101,14 +94,13 @@ def pick(op: str, x: torch.Tensor, shape: Sequence[int], train: bool | None = No
     return _pick(op, index, x.dtype, tuple(shape), bool(train), _generation)
 
 
+@policy.trace_constant
 def _pick(op: str, index: int, dtype: torch.dtype, shape: tuple[int, ...], train: bool, generation: int) -> str:
     """:func:`pick` from the call's constants, memoized. Under ``torch.compile`` Dynamo runs it as it
     traces and keeps the answer as a constant: it does not trace the table's lookup, which would leave
     a guard on every bucket and memo entry it read (some 600 more per compiled function, each checked
     on every call). ``generation`` is :data:`_generation`, read by the traced caller: Dynamo guards on
-    that one int, so a compiled call traces again after :func:`clear` (a new table). Marked for
-    Dynamo by :func:`_constant_under_compile` when a table is first read, not at import: the mark
-    imports Dynamo, which an eager user never pays for."""
+    that one int, so a compiled call traces again after :func:`clear` (a new table)."""
     key = (op, index, dtype, shape, train)
     hit = _memo.get(key)
     if hit is None:

@@ -385,6 +385,16 @@ def _bump() -> None:
         _version += 1
 
 
+def trace_constant(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compiler.assume_constant_result(fn)`` without importing Dynamo (an eager user never
+    pays for that import; the mark is this attribute): while torch.compile traces, Dynamo calls
+    ``fn`` with the call's constants and keeps its answer as a constant, leaving no guard on what
+    ``fn`` read. Its answer must depend only on its arguments (a stamp among them, where it reads
+    state that can change)."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
 def invalidate() -> None:
     """Drop every thread's memoized answers (tuned lookups, routed calls' decisions): what they were
     computed from changed outside the policy (``auto``'s tables read again)."""

@@ -8,10 +8,10 @@ the device's preference order.
 Under torch.compile an op's public function is traced, and Dynamo guards on the path to every
 object it reads; the compiled code checks those guards on every call. So the traced path is kept
 short: :func:`choose` checks the chosen provider in a constant of the trace (:func:`_checked`),
-:func:`call` goes straight to the op's twin, and layernorm, softmax and square call these functions
-by names of their own (``_choose = dispatch.choose``): a module reached by two paths (an op module's ``dispatch`` and
-``dispatch``'s own globals) costs a Python check on every call (CPU: the guard check of
-``fused_layernorm`` went from 3.8 to 2.6 µs, the twin called directly 1.2).
+:func:`call` goes straight to the op's twin, and layernorm, softmax and square call these
+functions by names of their own (``_choose = dispatch.choose``): a module reached by two paths (an op
+module's ``dispatch`` and ``dispatch``'s own globals) costs a Python check on every call (CPU: the
+guard check of ``fused_layernorm`` went from 3.8 to 2.6 µs, the twin called directly 1.2).
 """
 
 from __future__ import annotations
@@ -95,19 +95,16 @@ class _Probe:
         self.is_cuda, self.is_cpu = device_type == "cuda", device_type == "cpu"
 
 
+@policy.trace_constant
 def _checked(op: str, name: str, device_type: str, index: int | None, dtype: torch.dtype) -> str:
     """``name``, a valid choice of ``op`` whose provider can run a tensor of this device and dtype
-    (else the error :func:`require` raises). Under torch.compile a constant of the trace (marked
-    below): Dynamo runs it as it traces, and leaves no guard on the registry and the checks it
-    read (some 30 a call, each evaluated on every call of the compiled function)."""
+    (else the error :func:`require` raises). Under torch.compile a constant of the trace: Dynamo
+    runs it as it traces, and leaves no guard on the registry and the checks it read (some 30 a
+    call, each evaluated on every call of the compiled function)."""
     policy.resolve(op, name)  # an unknown choice raises here
     require(op, name, _Probe(device_type, index, dtype))  # type: ignore[arg-type]
     return name
 
-
-# torch.compiler.assume_constant_result(_checked), without importing Dynamo here (the mark is this
-# attribute; an eager user never pays for Dynamo's import).
-_checked._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def choose(op: str, x: torch.Tensor, explicit: str | None = None,
