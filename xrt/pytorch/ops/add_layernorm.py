@@ -241,7 +241,7 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
         if t.device != x.device:
             raise ValueError(f"add_layernorm: {name} is on {t.device} but x is on {x.device}")
     chosen = dispatch.choose("add_layernorm", x, provider)
-    weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    weight, bias = _checks.of_dtype(weight, x.dtype), _checks.of_dtype(bias, x.dtype)
     eps = float(eps)
     with dispatch.op_range("add_layernorm", chosen.name):
         route = dispatch.route(x, residual, weight, bias)

@@ -300,7 +300,7 @@ def _native_op(*args: Any) -> torch.Tensor:
 
 _compiling = torch.compiler.is_compiling
 # traced by these names under torch.compile (xrt.pytorch.ops.dispatch's docstring says why)
-_floating, _choose, _compiled_op = _checks.floating, dispatch.choose, dispatch.compiled
+_floating, _of_dtype, _choose, _compiled_op = _checks.floating, _checks.of_dtype, dispatch.choose, dispatch.compiled
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else lambda: -1
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
@@ -358,7 +358,7 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
         if t.device != x.device:
             raise ValueError(f"fused_layernorm: {name} is on {t.device} but input is on {x.device}")
     chosen = _choose("layernorm", x, provider)
-    weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+    weight, bias = _of_dtype(weight, x.dtype), _of_dtype(bias, x.dtype)
     if _compiling():  # the OP route, no profiler range (as dispatch.call)
         return _through_op(x, ns, weight, bias, eps, chosen.name)
     with dispatch.op_range("layernorm", chosen.name):
