@@ -467,6 +467,32 @@ def test_in_place_on_a_routed_output_behaves_as_on_torchs(interpreter, case):
             torch.testing.assert_close(g, t, rtol=1e-3, atol=1e-3)
 
 
+def _penalty_grads(x, w, b):
+    """A gradient penalty through ``F.linear``: the weight's and bias's gradients of ``|d(y^2)/dx|^2``."""
+    x, w, b = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    y = F.linear(x, w, b)
+    gx, = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+    gx.square().sum().backward()
+    return y.detach(), w.grad, b.grad
+
+
+def test_routed_linear_is_one_autograd_node_and_twice_differentiable(interpreter):
+    """A routed ``F.linear`` that autograd records is one node (the fold of the rows, the weight's
+    transpose and the bias inside it); its gradients and a gradient penalty's match torch's."""
+    x, w, b = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
+    theirs = _penalty_grads(x, w, b)
+    with xp.kernel_policy(matmul="triton"):
+        y = F.linear(*(t.detach().requires_grad_() for t in (x, w, b)))
+        assert type(y.grad_fn).__name__ == "_EagerLinearBackward" and y._base is None and y.shape == (2, 3, 5)
+        with torch.no_grad():
+            z = F.linear(x, w, b)
+        assert z.grad_fn is None and z._base is None
+        got, seen = _xrt_events(lambda: _penalty_grads(x, w, b))
+    assert seen == {"xrt::matmul[triton]"}
+    for g, t in zip(got, theirs):
+        torch.testing.assert_close(g, t, rtol=1e-4, atol=1e-4)
+
+
 def test_fsdp2_wrapped_model_is_routed(interpreter):
     """FSDP2 (``fully_shard``, one CPU rank over gloo): its parameters are DTensors between steps
     and plain tensors while a module computes, so the calls are routed and its hooks still run."""

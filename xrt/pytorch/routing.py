@@ -52,6 +52,7 @@ from xrt.kernels import autotable, defs
 from xrt.pytorch import auto, ops, policy
 from xrt.pytorch.ops import dispatch
 from xrt.pytorch.ops.attention import unsupported as attention_unsupported
+from xrt.pytorch.ops.matmul import linear as _linear_op
 
 F = torch.nn.functional
 TORCH = "torch"
@@ -138,16 +139,7 @@ def _usable(x: Any, *others: Any) -> bool:
 
 # -- the handlers: (func, args, kwargs) -> torch's result or the xrt op's ---------------------------
 
-_unsafe_view = torch.ops.aten._unsafe_view.default
-
-
-def _fresh(y: torch.Tensor, shape: Any) -> torch.Tensor:
-    """An xrt op's output ``y``, shaped ``shape``, that autograd does not take for a view (as
-    ``aten::matmul`` returns its folded result): ``y`` may be a view made inside the op's autograd
-    Function, which an in-place op after it (``nn.ReLU(inplace=True)``) would fail on, and FSDP2
-    warns on module outputs that are views. Only for outputs that no backward saves (GEMM,
-    layernorm): an in-place op on them cannot corrupt a saved tensor."""
-    return _unsafe_view(y, shape)
+_fresh = dispatch.fresh
 
 def _bind(signature: Callable[..., tuple], args: tuple, kwargs: dict) -> tuple | None:
     """The call's arguments by ``signature``'s parameters, or ``None`` when they do not fit it
@@ -339,11 +331,7 @@ def _linear(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
             or input.shape[-1] != weight.shape[1] or (bias is not None and tuple(bias.shape) != (weight.shape[0],))
             or not _eager_safe(input)):
         return func(*args, **kwargs)
-    k, n = weight.shape[1], weight.shape[0]
-    y = ops.matmul(input.reshape(-1, k), weight.t(), provider=p)
-    if bias is not None:
-        y = y + bias
-    return _fresh(y, (*input.shape[:-1], n))
+    return _linear_op(input, weight, bias, p)
 
 
 def _matmul(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:

@@ -226,6 +226,18 @@ def eager_autograd(op: str, setup_context: Callable[..., None],
         "forward": staticmethod(forward), "backward": staticmethod(back)})
 
 
+_unsafe_view = torch.ops.aten._unsafe_view.default
+
+
+def fresh(y: torch.Tensor, shape: Any) -> torch.Tensor:
+    """An op's output ``y``, shaped ``shape``, that autograd does not take for a view (as
+    ``aten::matmul`` returns its folded result): ``y`` may be a view made inside the op's autograd
+    Function, which an in-place op after it (``nn.ReLU(inplace=True)``) would fail on, and FSDP2
+    warns on module outputs that are views. Only for outputs that no backward saves (GEMM,
+    layernorm): an in-place op on them cannot corrupt a saved tensor."""
+    return _unsafe_view(y, shape)
+
+
 def contiguous_like(x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     """The fake output of an op whose output is shaped like its first input, contiguous."""
     return torch.empty_like(x, memory_format=torch.contiguous_format)

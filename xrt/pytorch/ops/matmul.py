@@ -21,7 +21,7 @@ import torch
 
 from xrt.kernels import checks
 from xrt.pytorch import auto, policy
-from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 kernel_providers.register("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
@@ -177,3 +177,72 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
     """
     a, b = _check("bmm", a, b, 3)
     return _call("bmm", a, b, provider)
+
+
+# -- a routed F.linear in plain eager PyTorch ---------------------------------------------------------
+
+def _linear_fwd(fn: Callable[..., torch.Tensor], x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` on a provider's GEMM: one GEMM over all rows of ``x``, the bias
+    added in place, shaped ``[..., N]`` as a tensor of its own (not a view)."""
+    n, k = weight.shape
+    y = fn(x.reshape(-1, k), weight.t())
+    if bias is not None:
+        y.add_(bias)
+    return dispatch.fresh(y, (*x.shape[:-1], n))
+
+
+class _EagerLinear(torch.autograd.Function):
+    """A routed ``F.linear`` that autograd records, in one Function: the rows folded, the weight
+    transposed and the bias added inside it, so autograd records no view or add of its own, and the
+    backward runs the provider's GEMMs directly (``dX = g @ W``, ``dW = g.T @ x``, ``db`` the sum of
+    ``g``'s rows). Under ``create_graph`` the gradients are the differentiable op's GEMMs."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, provider):
+        ctx.provider = provider
+        ctx.save_for_backward(x, weight)
+        return _linear_fwd(dispatch.get("matmul", provider).fn, x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        n, k = weight.shape
+        g = grad.reshape(-1, n)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dw = db = None
+        with dispatch.op_range("matmul", ctx.provider):
+            if torch.is_grad_enabled():  # double backward: GEMMs autograd records
+                if need_x:
+                    dx = _call("matmul", g, weight, ctx.provider).reshape(x.shape)
+                if need_w:
+                    dw = _call("matmul", g.mT, x.reshape(-1, k), ctx.provider)
+            else:
+                fn = dispatch.get("matmul", ctx.provider).fn
+                if need_x:
+                    dx = dispatch.fresh(fn(g, weight), x.shape)
+                if need_w:
+                    dw = fn(g.mT, x.reshape(-1, k))
+        if need_b:
+            db = g.sum(0)
+        return dx, dw, db, None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, provider: str) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` on ``provider``'s GEMM (one of xrt's, able to run ``x``), for the
+    routing of unmodified models (xrt.pytorch.routing): ``x`` ``[..., K]``, ``weight`` ``[N, K]``,
+    ``bias`` ``[N]`` or ``None``, one dtype and device, checked by the caller. In plain eager PyTorch
+    one Function (:class:`_EagerLinear`) or, without autograd, the GEMM and an in-place add; under
+    torch.compile, modes and transforms the op's GEMM and an add, as the graph should show them.
+    Returns ``[..., N]``, a tensor of its own (not a view)."""
+    how = dispatch.route(x, weight, bias)
+    if how == dispatch.OP or get_precision_hint() is not None:
+        n, k = weight.shape
+        y = matmul(x.reshape(-1, k), weight.t(), provider=provider)
+        if bias is not None:
+            y = y + bias
+        return dispatch.fresh(y, (*x.shape[:-1], n))
+    with dispatch.op_range("matmul", provider):
+        if how == dispatch.DIRECT_GRAD:
+            return _EagerLinear.apply(x, weight, bias, provider)
+        return _linear_fwd(dispatch.get("matmul", provider).fn, x, weight, bias)
