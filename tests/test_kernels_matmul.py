@@ -37,6 +37,21 @@ def test_triton_reads_transposed_views_in_place(interpreter, mnk):
     check_gemm(matmul(a, b, TILED_SMALL), a, b, torch.float32)
 
 
+@pytest.mark.parametrize("mnk", [(17, 13, 29), (1, 40, 9)], ids=str)
+def test_triton_linear_adds_the_bias_in_the_epilogue(interpreter, mnk):
+    """``linear``: x @ W.T + bias in one GEMM, W read transposed in place; no answer where the
+    config splits K (split K has no epilogue), so the caller adds the bias itself."""
+    from xrt.kernels.triton.matmul import linear
+
+    m, n, k = mnk
+    x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    with poisoned_outputs():
+        y = linear(x, w, bias, TILED_SMALL)
+    want = x.double() @ w.double().T + bias.double()
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+    assert linear(x, w, bias, {**TILED_SMALL, "SPLIT_K": 2}) is None
+
+
 def test_triton_bmm_under_interpreter(interpreter):
     from xrt.kernels.triton.matmul import bmm
 

@@ -464,6 +464,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = Non
     return run(a.unsqueeze(0), b.unsqueeze(0), default_config(a, b, config))[0]
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, config: dict[str, Any] | None = None
+           ) -> torch.Tensor | None:
+    """``x @ weight.T + bias`` for ``x`` [M, K], ``weight`` [N, K] and ``bias`` [N] (one dtype) -> [M, N]
+    contiguous: :func:`matmul` of ``x`` and ``weight.mT`` with the bias added in the GEMM's epilogue
+    (no second pass over the output). ``config`` as :func:`matmul`'s. ``None`` where that config
+    splits K (split K has no epilogue): then the caller adds the bias itself."""
+    b = weight.mT
+    check_pair("linear", x, b, 2)
+    cfg = default_config(x, b, config)
+    if cfg.get("SPLIT_K", 1) > 1:
+        return None
+    return run(x.unsqueeze(0), b.unsqueeze(0), cfg, Epilogue(bias.contiguous()))[0]
+
+
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``torch.bmm(a, b)`` for ``a`` [B, M, K] and ``b`` [B, K, N] (any strides) -> [B, M, N]
     contiguous; ``config`` from the ``bmm.triton`` space."""

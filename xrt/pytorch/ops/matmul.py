@@ -14,12 +14,13 @@ same provider) -> :func:`matmul` and :func:`bmm`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from xrt.kernels import checks
+from xrt.kernels import checks, defs
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
@@ -181,14 +182,23 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
 
 # -- a routed F.linear in plain eager PyTorch ---------------------------------------------------------
 
-def _linear_fwd(fn: Callable[..., torch.Tensor], x: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None) -> torch.Tensor:
+_TRITON_SPACE = defs.get("matmul").space_keys["triton"]
+
+
+def _linear_fwd(provider: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` on a provider's GEMM: one GEMM over all rows of ``x``, the bias
-    added in place, shaped ``[..., N]`` as a tensor of its own (not a view)."""
+    in the Triton GEMM's epilogue (added in place after the others'), shaped ``[..., N]`` as a
+    tensor of its own (not a view). The config is the one the provider's plain GEMM takes."""
     n, k = weight.shape
-    y = fn(x.reshape(-1, k), weight.t())
-    if bias is not None:
-        y.add_(bias)
+    x2 = x.reshape(-1, k)
+    y = None
+    if bias is not None and provider == "triton":
+        cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, (x2.shape[0], n, k))
+        y = importlib.import_module("xrt.kernels.triton.matmul").linear(x2, weight, bias, cfg)
+    if y is None:
+        y = dispatch.get("matmul", provider).fn(x2, weight.t())
+        if bias is not None:
+            y.add_(bias)
     return dispatch.fresh(y, (*x.shape[:-1], n))
 
 
@@ -202,7 +212,7 @@ class _EagerLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, provider):
         ctx.provider = provider
         ctx.save_for_backward(x, weight)
-        return _linear_fwd(dispatch.get("matmul", provider).fn, x, weight, bias)
+        return _linear_fwd(provider, x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
@@ -245,4 +255,4 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     with dispatch.op_range("matmul", provider):
         if how == dispatch.DIRECT_GRAD:
             return _EagerLinear.apply(x, weight, bias, provider)
-        return _linear_fwd(dispatch.get("matmul", provider).fn, x, weight, bias)
+        return _linear_fwd(provider, x, weight, bias)
