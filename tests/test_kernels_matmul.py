@@ -40,7 +40,7 @@ def test_triton_reads_transposed_views_in_place(interpreter, mnk):
 @pytest.mark.parametrize("mnk", [(17, 13, 29), (1, 40, 9)], ids=str)
 def test_triton_linear_adds_the_bias_in_the_epilogue(interpreter, mnk):
     """``linear``: x @ W.T + bias in one GEMM, W read transposed in place; no answer where the
-    config splits K (split K has no epilogue), so the caller adds the bias itself."""
+    config splits K (split K has no epilogue) or K is 0, so the caller adds the bias itself."""
     from xrt.kernels.triton.matmul import linear
 
     m, n, k = mnk
@@ -50,6 +50,7 @@ def test_triton_linear_adds_the_bias_in_the_epilogue(interpreter, mnk):
     want = x.double() @ w.double().T + bias.double()
     torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
     assert linear(x, w, bias, {**TILED_SMALL, "SPLIT_K": 2}) is None
+    assert linear(x[:, :0], w[:, :0], bias, TILED_SMALL) is None  # K = 0: no GEMM to add it in
 
 
 def test_triton_bmm_under_interpreter(interpreter):

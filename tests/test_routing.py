@@ -5,6 +5,7 @@ Results are bounded against float64: xrt's error at most 2x torch's own error at
 precision, plus a small floor.
 """
 
+import contextlib
 import threading
 
 import pytest
@@ -491,6 +492,52 @@ def test_routed_linear_is_one_autograd_node_and_twice_differentiable(interpreter
     assert seen == {"xrt::matmul[triton]"}
     for g, t in zip(got, theirs):
         torch.testing.assert_close(g, t, rtol=1e-4, atol=1e-4)
+
+
+def _saved_shapes(fn, routed):
+    """The shapes of the tensors autograd saves for ``fn()`` (``saved_tensors_hooks``)."""
+    packed = []
+    with xp.kernel_policy(matmul="triton") if routed else contextlib.nullcontext():
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(tuple(t.shape)) or t, lambda t: t):
+            fn()
+    return packed
+
+
+@pytest.mark.parametrize("needs", ["x", "weight", "bias", "x weight bias"])
+def test_routed_linear_saves_what_torch_saves(interpreter, needs):
+    """A routed ``F.linear`` saves what torch's does (the folded rows for the weight's gradient,
+    ``W.T`` for the input's), so that a non-reentrant checkpoint that recomputes with torch's own
+    ``F.linear`` (backward after the scope, or on another thread) finds the same tensors; and with only
+    the bias to differentiate it saves nothing, so a second backward works as torch's does."""
+    x, w, b = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
+    x, w, b = (t.requires_grad_(name in needs.split()) for t, name in ((x, "x"), (w, "weight"), (b, "bias")))
+    assert _saved_shapes(lambda: F.linear(x, w, b), True) == _saved_shapes(lambda: F.linear(x, w, b), False)
+    with xp.kernel_policy(matmul="triton"):
+        y = torch.utils.checkpoint.checkpoint(lambda t: F.linear(t, w, b).relu(), x, use_reentrant=False)
+        assert type(y.grad_fn).__name__ == "ReluBackward0"
+    y.sum().backward()  # the recomputation runs torch's F.linear: no policy here
+    if needs == "bias":
+        b.grad = None
+        y2 = _routed_linear(x, w, b)
+        y2.sum().backward()
+        y2.sum().backward()
+        torch.testing.assert_close(b.grad, torch.full((5,), 2 * 6.0))  # two backwards of 6 rows
+
+
+def _routed_linear(*args):
+    with xp.kernel_policy(matmul="triton"):
+        y = F.linear(*args)
+    assert type(y.grad_fn).__name__ == "_EagerLinearBackward"
+    return y
+
+
+def test_routed_linear_takes_an_empty_weight(interpreter):
+    """N = 0: an empty output, and its backward, as torch's."""
+    x, w = torch.randn(3, 8, requires_grad=True), torch.randn(0, 8, requires_grad=True)
+    y = _routed_linear(x, w)
+    assert y.shape == (3, 0)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros(3, 8)) and w.grad.shape == (0, 8)
 
 
 def test_fsdp2_wrapped_model_is_routed(interpreter):

@@ -469,11 +469,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, config: di
     """``x @ weight.T + bias`` for ``x`` [M, K], ``weight`` [N, K] and ``bias`` [N] (one dtype) -> [M, N]
     contiguous: :func:`matmul` of ``x`` and ``weight.mT`` with the bias added in the GEMM's epilogue
     (no second pass over the output). ``config`` as :func:`matmul`'s. ``None`` where that config
-    splits K (split K has no epilogue): then the caller adds the bias itself."""
+    splits K (split K has no epilogue), and for K = 0 (no GEMM runs): then the caller adds the bias."""
     b = weight.mT
     check_pair("linear", x, b, 2)
     cfg = default_config(x, b, config)
-    if cfg.get("SPLIT_K", 1) > 1:
+    if cfg.get("SPLIT_K", 1) > 1 or x.shape[1] == 0:
         return None
     return run(x.unsqueeze(0), b.unsqueeze(0), cfg, Epilogue(bias.contiguous()))[0]
 

@@ -15,6 +15,7 @@ same provider) -> :func:`matmul` and :func:`bmm`.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -185,54 +186,62 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
 _TRITON_SPACE = defs.get("matmul").space_keys["triton"]
 
 
-def _linear_fwd(provider: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` on a provider's GEMM: one GEMM over all rows of ``x``, the bias
-    in the Triton GEMM's epilogue (added in place after the others'), shaped ``[..., N]`` as a
-    tensor of its own (not a view). The config is the one the provider's plain GEMM takes."""
-    n, k = weight.shape
-    x2 = x.reshape(-1, k)
+def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` of the rows ``x2`` [M, K] on a provider's GEMM -> [M, N]: the bias in the Triton
+    GEMM's epilogue (added in place after the others'). The config is the one the provider's plain
+    GEMM takes."""
     y = None
     if bias is not None and provider == "triton":
+        n, k = weight.shape
         cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, (x2.shape[0], n, k))
         y = importlib.import_module("xrt.kernels.triton.matmul").linear(x2, weight, bias, cfg)
     if y is None:
         y = dispatch.get("matmul", provider).fn(x2, weight.t())
         if bias is not None:
             y.add_(bias)
-    return dispatch.fresh(y, (*x.shape[:-1], n))
+    return y
 
 
 class _EagerLinear(torch.autograd.Function):
     """A routed ``F.linear`` that autograd records, in one Function: the rows folded, the weight
     transposed and the bias added inside it, so autograd records no view or add of its own, and the
     backward runs the provider's GEMMs directly (``dX = g @ W``, ``dW = g.T @ x``, ``db`` the sum of
-    ``g``'s rows). Under ``create_graph`` the gradients are the differentiable op's GEMMs."""
+    ``g``'s rows). It saves what torch's ``mm`` would: the folded rows where the weight needs a
+    gradient, ``W.T`` where ``x`` does (a checkpoint that recomputes with torch's own op finds the
+    same), as views that keep their history, so that under ``create_graph`` the gradients are the
+    differentiable op's GEMMs of them."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, provider):
-        ctx.provider = provider
-        ctx.save_for_backward(x, weight)
-        return _linear_fwd(provider, x, weight, bias)
+        n, k = weight.shape
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        ctx.provider, ctx.shape = provider, x.shape
+        with torch.enable_grad():
+            x2 = x.reshape(-1, k)
+            wt = weight.t() if need_x else None
+        ctx.save_for_backward(x2 if need_w else None, wt)
+        return dispatch.fresh(_linear_rows(provider, x2, weight, bias), (*x.shape[:-1], n))
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        n, k = weight.shape
-        g = grad.reshape(-1, n)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        # (read only when saved: with only the bias to differentiate, a second backward must work, as torch's)
+        x2, wt = ctx.saved_tensors if need_x or need_w else (None, None)
+        shape, p = ctx.shape, ctx.provider
+        g = grad.reshape(math.prod(shape[:-1]), grad.shape[-1])  # (-1 cannot stand for M where N is 0)
         dx = dw = db = None
-        with dispatch.op_range("matmul", ctx.provider):
+        with dispatch.op_range("matmul", p):
             if torch.is_grad_enabled():  # double backward: GEMMs autograd records
                 if need_x:
-                    dx = _call("matmul", g, weight, ctx.provider).reshape(x.shape)
+                    dx = _call("matmul", g, wt.mT, p).reshape(shape)
                 if need_w:
-                    dw = _call("matmul", g.mT, x.reshape(-1, k), ctx.provider)
+                    dw = _call("matmul", g.mT, x2, p)
             else:
-                fn = dispatch.get("matmul", ctx.provider).fn
+                fn = dispatch.get("matmul", p).fn
                 if need_x:
-                    dx = dispatch.fresh(fn(g, weight), x.shape)
+                    dx = fn(g, wt.mT).view(shape)
                 if need_w:
-                    dw = fn(g.mT, x.reshape(-1, k))
+                    dw = fn(g.mT, x2)
         if need_b:
             db = g.sum(0)
         return dx, dw, db, None
@@ -255,4 +264,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     with dispatch.op_range("matmul", provider):
         if how == dispatch.DIRECT_GRAD:
             return _EagerLinear.apply(x, weight, bias, provider)
-        return _linear_fwd(provider, x, weight, bias)
+        n, k = weight.shape
+        return dispatch.fresh(_linear_rows(provider, x.reshape(-1, k), weight, bias), (*x.shape[:-1], n))
