@@ -184,6 +184,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
 # -- a routed F.linear in plain eager PyTorch ---------------------------------------------------------
 
 _TRITON_SPACE = defs.get("matmul").space_keys["triton"]
+_set_grad = torch._C._set_grad_enabled
 
 
 def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -216,9 +217,10 @@ class _EagerLinear(torch.autograd.Function):
         n, k = weight.shape
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         ctx.provider, ctx.shape = provider, x.shape
-        with torch.enable_grad():
-            x2 = x.reshape(-1, k)
-            wt = weight.t() if need_x else None
+        _set_grad(True)  # (cheaper than torch.enable_grad; nothing here raises)
+        x2 = x.reshape(-1, k)
+        wt = weight.t() if need_x else None
+        _set_grad(False)
         ctx.save_for_backward(x2 if need_w else None, wt)
         return dispatch.fresh(_linear_rows(provider, x2, weight, bias), (*x.shape[:-1], n))
 
