@@ -524,6 +524,19 @@ def test_routed_linear_saves_what_torch_saves(interpreter, needs):
         torch.testing.assert_close(b.grad, torch.full((5,), 2 * 6.0))  # two backwards of 6 rows
 
 
+@pytest.mark.xfail(strict=True, raises=torch.utils.checkpoint.CheckpointError,
+                   reason="a routed layer norm saves other tensors than torch's (docs/runtime.md, "
+                          "Activation checkpointing)")
+def test_routed_layer_norm_in_a_checkpoint_recomputed_by_torch(interpreter):
+    """Backward outside the policy (as on CUDA's autograd device thread) recomputes with torch's
+    ``F.layer_norm``; today xrt's op saved other shapes, and the checkpoint refuses."""
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    with xp.kernel_policy(layernorm="triton"):
+        y = torch.utils.checkpoint.checkpoint(lambda t: F.layer_norm(t, (8,), w, b).relu(), x, use_reentrant=False)
+    y.sum().backward()
+
+
 def _routed_linear(*args):
     with xp.kernel_policy(matmul="triton"):
         y = F.linear(*args)
