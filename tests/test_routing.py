@@ -503,25 +503,46 @@ def _saved_shapes(fn, routed):
     return packed
 
 
+# Square operands ([8, 8] matrices), so that tensors saved in another order than torch's
+# would pass the checkpoint's shape check and give wrong gradients.
+_SAVE_FORMS = {  # name: (call, uses the bias)
+    "linear 3-D, bias": (lambda x, w, b: F.linear(x, w, b), True),
+    "linear 3-D, no bias": (lambda x, w, b: F.linear(x, w), False),
+    "linear 2-D, no bias": (lambda x, w, b: F.linear(x[0], w), False),
+    "linear 1-D, bias": (lambda x, w, b: F.linear(x[0, 0], w, b), True),
+    "a @ b": (lambda x, w, b: x @ w, False),
+    "bmm": (lambda x, w, b: torch.bmm(x, w[None]), False),
+}
+
+
 @pytest.mark.parametrize("needs", ["x", "weight", "bias", "x weight bias"])
-def test_routed_linear_saves_what_torch_saves(interpreter, needs):
-    """A routed ``F.linear`` saves what torch's does (the folded rows for the weight's gradient,
-    ``W.T`` for the input's), so that a non-reentrant checkpoint that recomputes with torch's own
-    ``F.linear`` (backward after the scope, or on another thread) finds the same tensors; and with only
-    the bias to differentiate it saves nothing, so a second backward works as torch's does."""
-    x, w, b = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
+@pytest.mark.parametrize("form", list(_SAVE_FORMS))
+def test_routed_gemm_saves_what_torch_saves(interpreter, form, needs):
+    """A routed GEMM call saves what torch's own saves, in its order (``F.linear``: the folded rows
+    for the weight's gradient, ``W.T`` for the input's, in ``addmm``'s or ``mm``'s order), so that a
+    non-reentrant checkpoint that recomputes with torch's op (backward outside the policy, or on
+    CUDA's autograd device thread) finds the same tensors in the same places: same gradients. With
+    only the bias to differentiate nothing is saved, so a second backward works as torch's does."""
+    fn, uses_bias = _SAVE_FORMS[form]
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 8, 8), torch.randn(8, 8), torch.randn(8)
     x, w, b = (t.requires_grad_(name in needs.split()) for t, name in ((x, "x"), (w, "weight"), (b, "bias")))
-    assert _saved_shapes(lambda: F.linear(x, w, b), True) == _saved_shapes(lambda: F.linear(x, w, b), False)
+    leaves = [t for t in (x, w, b) if t.requires_grad and (uses_bias or t is not b)]
+    if not leaves:
+        pytest.skip("nothing to differentiate")
+    assert _saved_shapes(lambda: fn(x, w, b), True) == _saved_shapes(lambda: fn(x, w, b), False)
+    want = torch.autograd.grad(fn(x, w, b).square().sum(), leaves)
     with xp.kernel_policy(matmul="triton"):
-        y = torch.utils.checkpoint.checkpoint(lambda t: F.linear(t, w, b).relu(), x, use_reentrant=False)
-        assert type(y.grad_fn).__name__ == "ReluBackward0"
-    y.sum().backward()  # the recomputation runs torch's F.linear: no policy here
-    if needs == "bias":
-        b.grad = None
+        y = torch.utils.checkpoint.checkpoint(lambda t: fn(t, w, b).square(), x, use_reentrant=False)
+        assert type(y.grad_fn).__name__ == "PowBackward0"
+    got = torch.autograd.grad(y.sum(), leaves)  # the recomputation runs torch's op: no policy here
+    for g, t in zip(got, want):
+        torch.testing.assert_close(g, t, rtol=1e-4, atol=1e-4)
+    if needs == "bias" and uses_bias:
         y2 = _routed_linear(x, w, b)
         y2.sum().backward()
         y2.sum().backward()
-        torch.testing.assert_close(b.grad, torch.full((5,), 2 * 6.0))  # two backwards of 6 rows
+        torch.testing.assert_close(b.grad, torch.full((8,), 2 * 8.0))  # two backwards of 8 rows
 
 
 @pytest.mark.xfail(strict=True, raises=torch.utils.checkpoint.CheckpointError,

@@ -85,9 +85,13 @@ def _column_major(t: torch.Tensor) -> bool:
 
 
 def _setup_context(ctx, inputs, output) -> None:
+    """Saves what torch's ``mm`` / ``bmm`` saves, in its order: ``b`` where ``a`` needs a gradient,
+    ``a`` where ``b`` does (memory, and a non-reentrant checkpoint that recomputes with torch's op
+    finds the same tensors in the same places), and the operands' layouts, which the gradients follow."""
     a, b, provider = inputs
-    ctx.provider = provider
-    ctx.save_for_backward(a, b)
+    need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    ctx.provider, ctx.layouts = provider, (_column_major(a), _column_major(b))
+    ctx.save_for_backward(b if need_a else None, a if need_b else None)
 
 
 def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[int, ...]]) -> tuple[Any, Any]:
@@ -102,17 +106,17 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
 
     def backward_with(gemm: Any) -> Callable[..., Any]:
         def backward(ctx, grad: torch.Tensor):
-            a, b = ctx.saved_tensors
-            p = ctx.provider
+            b, a = ctx.saved_tensors
+            p, (a_column, b_column) = ctx.provider, ctx.layouts
             # Each gradient is made in its input's layout: a transposed view's gradient (W.T in a routed
             # linear) as the transpose of a row-major product, so that it reaches W as a row-major
             # tensor and autograd's accumulation has no layout to copy into. The kernels read the
             # transposed operands (g.T, W.T) in place.
             da = db = None
             if ctx.needs_input_grad[0]:
-                da = gemm(b, grad.mT, p).mT if _column_major(a) else gemm(grad, b.mT, p)
+                da = gemm(b, grad.mT, p).mT if a_column else gemm(grad, b.mT, p)
             if ctx.needs_input_grad[1]:
-                db = gemm(grad.mT, a, p).mT if _column_major(b) else gemm(a.mT, grad, p)
+                db = gemm(grad.mT, a, p).mT if b_column else gemm(a.mT, grad, p)
             return da, db, None
 
         return backward
@@ -207,28 +211,33 @@ class _EagerLinear(torch.autograd.Function):
     """A routed ``F.linear`` that autograd records, in one Function: the rows folded, the weight
     transposed and the bias added inside it, so autograd records no view or add of its own, and the
     backward runs the provider's GEMMs directly (``dX = g @ W``, ``dW = g.T @ x``, ``db`` the sum of
-    ``g``'s rows). It saves what torch's ``mm`` would: the folded rows where the weight needs a
-    gradient, ``W.T`` where ``x`` does (a checkpoint that recomputes with torch's own op finds the
-    same), as views that keep their history, so that under ``create_graph`` the gradients are the
-    differentiable op's GEMMs of them."""
+    ``g``'s rows). It saves what torch's ``F.linear`` would, in its order: the folded rows where the
+    weight needs a gradient, ``W.T`` where ``x`` does (``addmm``'s order where torch takes ``addmm``,
+    ``mm``'s otherwise), so that a checkpoint that recomputes with torch's own op finds the same tensors
+    in the same places; as views that keep their history, so that under ``create_graph`` the gradients
+    are the differentiable op's GEMMs of them."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, provider):
         n, k = weight.shape
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # torch's F.linear: addmm (saves x, W.T) with a bias and a 2-D or contiguous x; else mm (W.T, x)
+        ctx.addmm = bias is not None and (x.dim() == 2 or x.is_contiguous())
         ctx.provider, ctx.shape = provider, x.shape
         _set_grad(True)  # (cheaper than torch.enable_grad; nothing here raises)
         x2 = x.reshape(-1, k)
         wt = weight.t() if need_x else None
         _set_grad(False)
-        ctx.save_for_backward(x2 if need_w else None, wt)
+        saved = (x2 if need_w else None, wt)
+        ctx.save_for_backward(*(saved if ctx.addmm else saved[::-1]))
         return dispatch.fresh(_linear_rows(provider, x2, weight, bias), (*x.shape[:-1], n))
 
     @staticmethod
     def backward(ctx, grad):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         # (read only when saved: with only the bias to differentiate, a second backward must work, as torch's)
-        x2, wt = ctx.saved_tensors if need_x or need_w else (None, None)
+        saved = ctx.saved_tensors if need_x or need_w else (None, None)
+        x2, wt = saved if ctx.addmm else saved[::-1]
         shape, p = ctx.shape, ctx.provider
         g = grad.reshape(math.prod(shape[:-1]), grad.shape[-1])  # (-1 cannot stand for M where N is 0)
         dx = dw = db = None
