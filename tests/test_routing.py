@@ -515,14 +515,16 @@ _SAVE_FORMS = {  # name: (call, uses the bias)
 }
 
 
+@pytest.mark.parametrize("mode", [None, "torch.device"])
 @pytest.mark.parametrize("needs", ["x", "weight", "bias", "x weight bias"])
 @pytest.mark.parametrize("form", list(_SAVE_FORMS))
-def test_routed_gemm_saves_what_torch_saves(interpreter, form, needs):
+def test_routed_gemm_saves_what_torch_saves(interpreter, form, needs, mode):
     """A routed GEMM call saves what torch's own saves, in its order (``F.linear``: the folded rows
     for the weight's gradient, ``W.T`` for the input's, in ``addmm``'s or ``mm``'s order), so that a
     non-reentrant checkpoint that recomputes with torch's op (backward outside the policy, or on
-    CUDA's autograd device thread) finds the same tensors in the same places: same gradients. With
-    only the bias to differentiate nothing is saved, so a second backward works as torch's does."""
+    CUDA's autograd device thread) finds the same tensors in the same places: same gradients; also
+    under a torch-function mode (the calls go through the custom op). With only the bias to
+    differentiate nothing is saved, so a second backward works as torch's does."""
     fn, uses_bias = _SAVE_FORMS[form]
     torch.manual_seed(0)
     x, w, b = torch.randn(1, 8, 8), torch.randn(8, 8), torch.randn(8)
@@ -530,9 +532,11 @@ def test_routed_gemm_saves_what_torch_saves(interpreter, form, needs):
     leaves = [t for t in (x, w, b) if t.requires_grad and (uses_bias or t is not b)]
     if not leaves:
         pytest.skip("nothing to differentiate")
-    assert _saved_shapes(lambda: fn(x, w, b), True) == _saved_shapes(lambda: fn(x, w, b), False)
+    with (torch.device("cpu") if mode else contextlib.nullcontext()):
+        assert _saved_shapes(lambda: fn(x, w, b), True) == _saved_shapes(lambda: fn(x, w, b), False)
     want = torch.autograd.grad(fn(x, w, b).square().sum(), leaves)
-    with xp.kernel_policy(matmul="triton"):
+    in_mode = (lambda: torch.device("cpu")) if mode else contextlib.nullcontext
+    with xp.kernel_policy(matmul="triton"), in_mode():
         y = torch.utils.checkpoint.checkpoint(lambda t: fn(t, w, b).square(), x, use_reentrant=False)
         assert type(y.grad_fn).__name__ == "PowBackward0"
     got = torch.autograd.grad(y.sum(), leaves)  # the recomputation runs torch's op: no policy here

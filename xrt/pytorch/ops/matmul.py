@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -189,6 +190,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
 
 _TRITON_SPACE = defs.get("matmul").space_keys["triton"]
 _set_grad = torch._C._set_grad_enabled
+_compiling = torch.compiler.is_compiling
 
 
 def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -218,7 +220,7 @@ class _EagerLinear(torch.autograd.Function):
     are the differentiable op's GEMMs of them."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, provider):
+    def forward(ctx, x, weight, bias, provider, through_op):
         n, k = weight.shape
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         # torch's F.linear: addmm (saves x, W.T) with a bias and a 2-D or contiguous x; else mm (W.T, x)
@@ -230,7 +232,13 @@ class _EagerLinear(torch.autograd.Function):
         _set_grad(False)
         saved = (x2 if need_w else None, wt)
         ctx.save_for_backward(*(saved if ctx.addmm else saved[::-1]))
-        return dispatch.fresh(_linear_rows(provider, x2, weight, bias), (*x.shape[:-1], n))
+        ctx.through_op = through_op
+        if through_op:  # the custom op, which a mode sees (a FakeTensorMode, a flop counter)
+            y = _matmul_op(x2, weight.t(), provider)
+            y = y if bias is None else y + bias
+        else:
+            y = _linear_rows(provider, x2, weight, bias)
+        return dispatch.fresh(y, (*x.shape[:-1], n))
 
     @staticmethod
     def backward(ctx, grad):
@@ -248,32 +256,35 @@ class _EagerLinear(torch.autograd.Function):
                 if need_w:
                     dw = _call("matmul", g.mT, x2, p)
             else:
-                fn = dispatch.get("matmul", p).fn
+                fn = partial(_matmul_op, provider=p) if ctx.through_op else dispatch.get("matmul", p).fn
                 if need_x:
                     dx = fn(g, wt.mT).view(shape)
                 if need_w:
                     dw = fn(g.mT, x2)
         if need_b:
             db = g.sum(0)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, provider: str) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` on ``provider``'s GEMM (one of xrt's, able to run ``x``), for the
     routing of unmodified models (xrt.pytorch.routing): ``x`` ``[..., K]``, ``weight`` ``[N, K]``,
     ``bias`` ``[N]`` or ``None``, one dtype and device, checked by the caller. In plain eager PyTorch
-    one Function (:class:`_EagerLinear`) or, without autograd, the GEMM and an in-place add; under
-    torch.compile, modes and transforms the op's GEMM and an add, as the graph should show them.
+    one Function (:class:`_EagerLinear`) or, without autograd, the GEMM and an in-place add. Under a
+    mode that autograd records, the same Function around the custom op (it saves what torch's
+    ``F.linear`` saves, which the op alone cannot: ``addmm``'s order with a bias). Under torch.compile,
+    and under modes without autograd, the op's GEMM and an add, as the graph should show them.
     Returns ``[..., N]``, a tensor of its own (not a view)."""
     how = dispatch.route(x, weight, bias)
-    if how == dispatch.OP or get_precision_hint() is not None:
-        n, k = weight.shape
+    n, k = weight.shape
+    records = how == dispatch.DIRECT_GRAD or (how == dispatch.OP and torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias)))
+    if _compiling() or get_precision_hint() is not None or how == dispatch.OP and not records:
         y = matmul(x.reshape(-1, k), weight.t(), provider=provider)
         if bias is not None:
             y = y + bias
         return dispatch.fresh(y, (*x.shape[:-1], n))
     with dispatch.op_range("matmul", provider):
-        if how == dispatch.DIRECT_GRAD:
-            return _EagerLinear.apply(x, weight, bias, provider)
-        n, k = weight.shape
+        if records:
+            return _EagerLinear.apply(x, weight, bias, provider, how == dispatch.OP)
         return dispatch.fresh(_linear_rows(provider, x.reshape(-1, k), weight, bias), (*x.shape[:-1], n))
