@@ -578,6 +578,34 @@ def test_routed_linear_takes_an_empty_weight(interpreter):
     assert torch.equal(x.grad, torch.zeros(3, 8)) and w.grad.shape == (0, 8)
 
 
+def _flops(fn, policy=None):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with xp.kernel_policy(**policy) if policy else contextlib.nullcontext(), FlopCounterMode(display=False) as fc:
+        fn()
+    return fc.get_total_flops(), {str(k) for k in fc.get_flop_counts()["Global"]}
+
+
+def test_a_flop_counter_counts_routed_calls_as_torchs(interpreter):
+    """``FlopCounterMode`` counts xrt's GEMMs as torch's mm / bmm and its attention as SDPA (torch's
+    formulas), forward and backward: a routed model shows the FLOPs torch's own does."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    x, a, b = torch.randn(2, 5, 16, requires_grad=True), torch.randn(3, 4, 8, requires_grad=True), torch.randn(8, 6)
+    for step in (lambda: model(x).sum().backward(), lambda: (a @ b).sum().backward(),
+                 lambda: torch.bmm(a, a.transpose(1, 2)).sum().backward()):
+        theirs, ops = _flops(step)
+        mine, xrt_ops = _flops(step, {"matmul": "triton"})
+        assert mine == theirs > 0 and xrt_ops <= {"xrt.matmul", "xrt.bmm"} and not ops & xrt_ops
+    q = torch.randn(1, 2, 16, 64, dtype=torch.float16, requires_grad=True)
+    count, ops = _flops(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True).float().sum().backward(),
+                        {"attention": "triton"})
+    shape = tuple(q.shape)
+    assert ops == {"xrt.attention", "xrt.attention_bwd"}
+    assert count == sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape)
+
+
 def test_fsdp2_wrapped_model_is_routed(interpreter):
     """FSDP2 (``fully_shard``, one CPU rank over gloo): its parameters are DTensors between steps
     and plain tensors while a module computes, so the calls are routed and its hooks still run."""

@@ -22,6 +22,7 @@ import math
 import warnings
 
 import torch
+from torch.utils import flop_counter
 
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint
@@ -74,6 +75,20 @@ def _backward(ctx, do, _dlse):
 
 
 attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# torch's FlopCounterMode counts xrt's attention as torch's SDPA (its formula: 4 B H S_q S_k D forward,
+# the causal mask not halving it, as for SDPA).
+
+
+@flop_counter.register_flop_formula(torch.ops.xrt.attention)
+def _attention_flops(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(q_shape, k_shape, v_shape)
+
+
+@flop_counter.register_flop_formula(torch.ops.xrt.attention_bwd)
+def _attention_bwd_flops(do_shape, q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(do_shape, q_shape, k_shape, v_shape)
 
 
 class _EagerAttention(torch.autograd.Function):

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from torch.utils import flop_counter
 
 from xrt.kernels import checks, defs
 from xrt.pytorch import auto, policy
@@ -143,6 +144,20 @@ def _gemm_op(op: str, out_shape: Callable[[torch.Tensor, torch.Tensor], tuple[in
 _matmul_op, _eager_matmul = _gemm_op("matmul", lambda a, b: (a.shape[0], b.shape[1]))
 _bmm_op, _eager_bmm = _gemm_op("bmm", lambda a, b: (a.shape[0], a.shape[1], b.shape[2]))
 _OPS = {"matmul": (_matmul_op, _eager_matmul), "bmm": (_bmm_op, _eager_bmm)}
+
+
+def _gemm_flops(count: Callable[..., int]) -> Callable[..., int]:
+    def flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+        return count(a_shape, b_shape)
+
+    return flops
+
+
+# torch's FlopCounterMode counts xrt's GEMMs (the ops and their torch.compile twins) as torch's mm and
+# bmm: 2 M N K a product. A routed model under the counter shows the FLOPs torch's own would.
+for _op, _count in (("matmul", flop_counter.mm_flop), ("bmm", flop_counter.bmm_flop)):
+    flop_counter.register_flop_formula([getattr(torch.ops.xrt, name) for name in (_op, f"{_op}_triton", f"{_op}_cuda")
+                                  if hasattr(torch.ops.xrt, name)])(_gemm_flops(_count))
 
 
 def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
