@@ -16,7 +16,6 @@ def floating(name: str, op: str, t: object) -> torch.Tensor:
     return t
 
 
-
 def of_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``t`` cast to ``dtype``; ``t`` itself when it has it. Under ``torch.compile`` a cast to the
     tensor's own dtype would still be traced into the graph (Inductor then handles an alias of the

@@ -79,8 +79,6 @@ attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 # torch's FlopCounterMode counts xrt's attention as torch's SDPA (its formula: 4 B H S_q S_k D forward,
 # the causal mask not halving it, as for SDPA).
-
-
 @flop_counter.register_flop_formula(torch.ops.xrt.attention)
 def _attention_flops(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
     return flop_counter.sdpa_flop_count(q_shape, k_shape, v_shape)

@@ -259,7 +259,7 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
                          f"x.shape={tuple(x.shape)}, stride={stride}), as nn.BatchNorm2d does")
     name = _provider(x, provider, training)
     if name == "torch":  # the unfused reference: torch's own ops (autograd, torch.compile, cuDNN)
-        w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
+        w = _checks.of_dtype(weight, x.dtype)
         return ref.conv_bn_relu(x, w, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding,
                                 training, momentum)
     if not x.is_contiguous(memory_format=torch.channels_last):
@@ -268,7 +268,7 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
         stats.count(f"{OP}.converted_to_channels_last")
         x = x.contiguous(memory_format=torch.channels_last)
     if training:
-        w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
+        w = _checks.of_dtype(weight, x.dtype)
         with dispatch.op_range(OP, name):
             y, mean, var = _train_op(x, w, bn_weight, bn_bias, eps, stride, padding, name)
         if running_mean is not None and running_var is not None:

@@ -106,7 +106,6 @@ def _checked(op: str, name: str, device_type: str, index: int | None, dtype: tor
     return name
 
 
-
 def choose(op: str, x: torch.Tensor, explicit: str | None = None,
            order: dict[str, tuple[str, ...]] | None = None) -> Provider:
     """The provider that runs ``op`` on ``x`` under the policy in force. ``auto`` on a GPU takes

@@ -28,9 +28,14 @@ from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
-kernel_providers.register("matmul", shape_args=lambda a, b: (a.shape[0], b.shape[1], a.shape[1]))
-kernel_providers.register("bmm", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
 
+def _mnk(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(M, N, K) of ``a`` [M, K] x ``b`` [K, N]: what the GEMM's tuned configs are bucketed by."""
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
+kernel_providers.register("matmul", shape_args=_mnk)
+kernel_providers.register("bmm", shape_args=lambda a, b: (a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
 
 
 def _cuda_missing(x: torch.Tensor) -> str | None:
@@ -212,13 +217,12 @@ def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: to
     """``F.linear`` of the rows ``x2`` [M, K] on a provider's GEMM -> [M, N]: the bias in the Triton
     GEMM's epilogue (added in place after the others'). The config is the one the provider's plain
     GEMM takes."""
-    y = None
+    y, wt = None, weight.t()
     if bias is not None and provider == "triton":
-        n, k = weight.shape
-        cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, (x2.shape[0], n, k))
+        cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, _mnk(x2, wt))  # the provider's own lookup
         y = importlib.import_module("xrt.kernels.triton.matmul").linear(x2, weight, bias, cfg)
     if y is None:
-        y = dispatch.get("matmul", provider).fn(x2, weight.t())
+        y = dispatch.get("matmul", provider).fn(x2, wt)
         if bias is not None:
             y.add_(bias)
     return y
