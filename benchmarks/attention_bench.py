@@ -109,6 +109,12 @@ MODEL_FWD_SWEEP = [
     {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "tma": False},
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "tma": False},
+    # causal only: the other program orders (xrt/kernels/triton/attention.py, _fwd_program)
+    *({**c, "order": o} for c in ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+                                  {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+                                  {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+                                  {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "tma": False})
+      for o in (1, 2)),
 ]
 
 # --bwd-sweep: block / warp / stage bases, each with the pointer kernels and the TMA kernels. What
@@ -462,6 +468,8 @@ def model_sweep_case(s: int, d: int, causal: bool) -> list[dict]:
     rows = []
     with torch.no_grad():
         for cfg in MODEL_FWD_SWEEP:
+            if cfg.get("order") and not causal:  # the order of a forward without causality is 0
+                continue
             row: dict[str, Any] = {"S": s, "d": d, "causal": causal, "config": cfg}
             try:
                 row["xrt_ms"] = device_ms(lambda c=cfg: attention(q, k, v, causal, scale, c), **QUICK_SWEEP)

@@ -257,6 +257,23 @@ def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
     assert (o1.double() - want).abs().max() < 2e-3
 
 
+@pytest.mark.parametrize("shape_q,s_k", [((2, 3, 1), 1), ((1, 2, 37), 45), ((2, 1, 64), 64), ((1, 2, 130), 100)],
+                         ids=str)
+def test_program_orders_agree(interpreter, shape_q, s_k):
+    """A causal forward's program orders (config ``order``: one head's blocks side by side, every
+    head's longest first, a block and its mirror) give the same bits, TMA and pointer kernels alike:
+    odd and even counts of query blocks, a ragged last block, S_q != S_k."""
+    from xrt.kernels.triton import attention as attention_kernels
+
+    q, k, v, _ = _inputs(shape_q, s_k, torch.float16, "cpu")
+    got = [attention_kernels.attention(q, k, v, True, 0.125, {**SMALL_FWD, "tma": tma, "order": order})
+           for tma in (True, False) for order in (0, 1, 2)]
+    for o, lse in got[1:]:
+        assert torch.equal(o, got[0][0]) and torch.equal(lse, got[0][1])
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True, scale=0.125)
+    assert (got[0][0].double() - want).abs().max() < 2e-3
+
+
 BWD_VARIANTS = [{"tma": True}, {"causal_pairs": True}, {"fuse_delta": True},
                 {"tma": True, "causal_pairs": True, "fuse_delta": True},
                 {"num_warps2": 8, "num_stages2": 1}, {"tma": True, "num_warps2": 4, "num_stages2": 3}]
@@ -393,7 +410,11 @@ def test_on_gpu(shape_q, s_k, causal, dtype, d):
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
                                  {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},
                                  {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
-                                  "warp_specialize": True}], ids=str)
+                                  "warp_specialize": True},
+                                 {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "order": 1},
+                                 {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "order": 2},
+                                 {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "order": 2,
+                                  "tma": False}], ids=str)
 def test_configs_on_gpu(cfg):
     q, k, v, do = _inputs((1, 2, 1000), 1000, torch.bfloat16, "cuda", d=128)
     bwd = {"BLOCK_M1": 64, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 64, "num_warps": 4, "num_stages": 2}
@@ -465,8 +486,8 @@ def test_the_op_runs_each_head_dims_own_default(interpreter, monkeypatch):
 def test_the_forward_takes_the_model_shape_table(interpreter, monkeypatch):
     """Where nothing is tuned or asked for, the forward takes the table of the model's shapes
     (spaces.ATTENTION_FWD_TABLE, by head dim, mask and S bucket), else its head dim's default; a
-    config asked for is kept. Through the public op at S 300 causal (the 512 bucket: 64 x 64 blocks,
-    pointer loads), the output matches torch's."""
+    config asked for is kept. Through the public op at S 300 causal (the 512 bucket: 128 x 64 blocks,
+    a block and its mirror a program), the output matches torch's."""
     from xrt.kernels.triton import attention as attention_kernels
 
     def blocks(d, causal, s, config=None):
@@ -476,18 +497,20 @@ def test_the_forward_takes_the_model_shape_table(interpreter, monkeypatch):
 
     assert blocks(64, True, 1000) == (64, 64, True) == blocks(64, True, 2048)
     assert blocks(64, True, 4096) == (64, 128, True) == blocks(64, False, 3000)
-    assert blocks(64, True, 300) == (64, 64, False)
+    assert blocks(64, True, 300) == (128, 64, True)
+    assert attention_kernels.forward_config(torch.empty(1, 1, 1000, 64), True, None)["order"] == 2
     assert blocks(64, False, 1024) == (128, 64, True)  # no entry: hd 64's default
     assert blocks(128, False, 4096) == (128, 128, True)  # no entry: hd 128's default
     assert blocks(64, True, 100) == (128, 64, True) == blocks(64, True, 8192)  # outside the table
     assert blocks(64, True, 1000, {"BLOCK_M": 32, "BLOCK_N": 32})[:2] == (32, 32)
     launched = []
-    real = attention_kernels._fwd
-    monkeypatch.setattr(attention_kernels, "_fwd", lambda *a, **kw: (launched.append((kw["BLOCK_M"], kw["BLOCK_N"])),
-                                                                     real(*a, **kw))[1])
+    real = attention_kernels._fwd_tma
+    monkeypatch.setattr(attention_kernels, "_fwd_tma",
+                        lambda grid, *a, **kw: (launched.append((grid, kw["BLOCK_M"], kw["BLOCK_N"], kw["ORDER"])),
+                                                real(grid, *a, **kw))[1])
     q, k, v, _ = _inputs((1, 1, 300), 300, torch.float16, "cpu", d=64)
     out = xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton")
-    assert launched == [(64, 64)]
+    assert launched == [((2, 1), 128, 64, 2)]  # 3 query blocks: (2, 0) and (1) a program
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
 

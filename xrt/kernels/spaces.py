@@ -88,8 +88,11 @@ SPACES: dict[str, dict[str, list[Any]]] = {
     # pipeline stages; "warp_specialize" splits the key loop into producer / consumer warps (Triton's
     # tl.range(warp_specialize=True)), honoured on Hopper and newer only, else the plain loop.
     # "tma": q, k, v and o tiles moved by the TMA engine (Hopper; contiguous inputs), else pointer loads.
+    # "order" (causal only): which query blocks a program takes; 0, one head's blocks side by side,
+    # longest first; 1, every head's longest block first; 2, a block and its mirror (equal work).
     "attention.triton": {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
-                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True], "tma": [False, True]},
+                         "num_stages": [1, 2, 3, 4, 5], "warp_specialize": [False, True], "tma": [False, True],
+                         "order": [0, 1, 2]},
     # Attention backward: the dK/dV kernel holds BLOCK_N1 keys and steps BLOCK_M1 queries, the dQ
     # kernel holds BLOCK_M2 queries and steps BLOCK_N2 keys (FlashAttention-2's split). num_warps /
     # num_stages are the dK/dV kernel's, num_warps2 / num_stages2 the dQ kernel's ("same": the
@@ -159,7 +162,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # was the best forward at hd128, causal or not (0.911 ms against 1.046 for 128 x 64); hd64 keeps
     # 128 x 64 (SHAPE_DEFAULTS: 0.600 ms against 0.762 for 128 x 128).
     "attention.triton": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": False,
-                         "tma": True},
+                         "tma": True, "order": 0},
     # H100 sweep (benchmarks/attention_bench.py --bwd-sweep, bf16, S=4096, 2026-11-23): 64/64/64/64,
     # 4 warps, 2 stages with the TMA kernels was the best backward in every case (hd128 3.128 ms against
     # 3.182 with pointer loads, hd64 1.934 / 1.972); causal hd128 best with causal pairs and the fused
@@ -201,13 +204,18 @@ SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
 # (head dim, causal, S bucket: the next power of two of S_q) -> the attention.triton config used when
 # none is tuned or asked for; elsewhere the head dim's default (SHAPE_DEFAULTS). From
 # benchmarks/attention_bench.py --model-sweep on an H100 (B 8, H 16, bf16, each config beside SDPA;
-# results/gpu/attention-model-sweep-h100.json): each shape's best of 12 configs where it beat the
+# results/gpu/attention-model-sweep-h100.json, two runs): each shape's best config where it beat the
 # default by 3 % or more. Short causal sequences gain most from 64-query blocks (7-15 % at S <= 2048):
-# 128-query blocks leave few programs there.
+# 128-query blocks leave few programs there. And from the program order (``order``, causal only:
+# xrt/kernels/triton/attention.py, _fwd_program): a program that takes a query block and its mirror
+# (order 2) does equal work, so the last wave has no long programs left: SDPA / xrt at S 1024 hd 64
+# 0.93 -> 0.96, S 512 0.90 -> 0.96 (128 x 64 blocks, 4 warps), S 2048 0.957 -> 0.964. At hd 128 and
+# at S 4096 it lost.
 _FWD_64 = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 _FWD_64_128 = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
 ATTENTION_FWD_TABLE: dict[tuple[int, bool, int], dict[str, Any]] = {
-    (64, True, 512): {**_FWD_64, "tma": False}, (64, True, 1024): _FWD_64, (64, True, 2048): _FWD_64,
+    (64, True, 512): {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "order": 2},
+    (64, True, 1024): {**_FWD_64, "order": 2}, (64, True, 2048): {**_FWD_64, "order": 2},
     (64, True, 4096): _FWD_64_128, (64, False, 4096): _FWD_64_128,
     (128, True, 512): _FWD_64, (128, True, 1024): _FWD_64, (128, True, 2048): _FWD_64, (128, False, 512): _FWD_64,
 }

@@ -118,28 +118,11 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_v
 
 
 @triton.jit
-def _attn_fwd_kernel(
-    q_ptr,  # [B, H, S_q, D] queries, any strides
-    k_ptr,  # [B, H, S_k, D] keys, any strides
-    v_ptr,  # [B, H, S_k, D] values, any strides
-    o_ptr,  # [B, H, S_q, D] output, q's dtype, any strides (contiguous from the launcher)
-    lse_ptr,  # [B, H, S_q] fp32, contiguous: natural-log log-sum-exp of each row's scores
-    sqb, sqh, sqm, sqd,  # q strides
-    skb, skh, skn, skd,  # k strides
-    svb, svh, svn, svd,  # v strides
-    sob, soh, som, sod,  # o strides
-    H, S_q, S_k,
-    qk_scale,  # scale * log2(e)
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
-):
-    start_m = tl.program_id(0)
-    if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
-        start_m = tl.num_programs(0) - 1 - start_m
-    bh = tl.program_id(1)
+def _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+              sob, soh, som, sod, H, bh, start_m, S_q, S_k, qk_scale,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+              WS: tl.constexpr):
+    """Query block ``start_m`` of ``bh``: its rows' outputs and log-sum-exps."""
     b, h = _batch_head(bh, H)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -162,6 +145,55 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
+def _fwd_program(S_q, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, ORDER: tl.constexpr):
+    """(bh, first query block, count, step) of this program: it runs ``count`` query blocks of head
+    ``bh``, from the first down by ``step``. The config's ``order`` of a causal forward (without
+    causality every order is 0): 0, grid (query blocks, B*H), one head's blocks side by side, its
+    longest first; 1, grid (query blocks * B*H,), every head's longest block before any head's next;
+    2, grid (ceil(query blocks / 2), B*H), block j and its mirror n-1-j in one program, equal work."""
+    n_m = tl.cdiv(S_q, BLOCK_M)
+    if ORDER == 1:
+        n_bh = tl.num_programs(0) // n_m
+        pid = tl.program_id(0)
+        return pid % n_bh, n_m - 1 - pid // n_bh, 1, 0
+    elif ORDER == 2:
+        j = tl.program_id(0)
+        return tl.program_id(1), n_m - 1 - j, 1 + (j < n_m - 1 - j).to(tl.int32), n_m - 1 - 2 * j
+    else:
+        start_m = tl.program_id(0)
+        if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
+            start_m = n_m - 1 - start_m
+        return tl.program_id(1), start_m, 1, 0
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    q_ptr,  # [B, H, S_q, D] queries, any strides
+    k_ptr,  # [B, H, S_k, D] keys, any strides
+    v_ptr,  # [B, H, S_k, D] values, any strides
+    o_ptr,  # [B, H, S_q, D] output, q's dtype, any strides (contiguous from the launcher)
+    lse_ptr,  # [B, H, S_q] fp32, contiguous: natural-log log-sum-exp of each row's scores
+    sqb, sqh, sqm, sqd,  # q strides
+    skb, skh, skn, skd,  # k strides
+    svb, svh, svn, svd,  # v strides
+    sob, soh, som, sod,  # o strides
+    H, S_q, S_k,
+    qk_scale,  # scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
+    ORDER: tl.constexpr,  # which query blocks a program takes (_fwd_program)
+):
+    bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
+    for t in range(count):
+        _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                  sob, soh, som, sod, H, bh, start_m - t * step, S_q, S_k, qk_scale,
+                  HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
+
+
+@triton.jit
 def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, lo, hi, S_k, qk_scale,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                     WS: tl.constexpr):
@@ -173,6 +205,26 @@ def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, lo, hi, S_k, q
         acc, l_i, m_i = _online_step(acc, l_i, m_i, tl.dot(q, tl.trans(k)), v, start_n + offs_n0, offs_m, S_k,
                                      qk_scale, MASKED, CAUSAL)
     return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                  WS: tl.constexpr):
+    """Query block ``start_m`` of ``bh``: its rows' outputs and log-sum-exps."""
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
+                                    HEAD_DIM, BLOCK_N, False, CAUSAL, WS)
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
+                                    HEAD_DIM, BLOCK_N, True, CAUSAL, WS)
+    # rows past S_q (zeros from the engine) see key 0 like every row: l > 0, and their stores are clipped
+    desc_o.store([bh, start_m * BLOCK_M, 0], (acc / l_i[:, None]).to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
+    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, _lse(m_i, l_i), mask=offs_m < S_q)
 
 
 @triton.jit
@@ -189,26 +241,14 @@ def _attn_fwd_tma_kernel(
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     WS: tl.constexpr,
+    ORDER: tl.constexpr,
 ):
     """The forward of :func:`_attn_fwd_kernel` with every tile moved by the TMA engine (Hopper):
-    the same online softmax, the same unmasked / masked split of the key loop."""
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m
-    bh = tl.program_id(1)
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
-                                    HEAD_DIM, BLOCK_N, False, CAUSAL, WS)
-    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
-                                    HEAD_DIM, BLOCK_N, True, CAUSAL, WS)
-    # rows past S_q (zeros from the engine) see key 0 like every row: l > 0, and their stores are clipped
-    desc_o.store([bh, start_m * BLOCK_M, 0], (acc / l_i[:, None]).to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
-    tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, _lse(m_i, l_i), mask=offs_m < S_q)
+    the same online softmax, the same unmasked / masked split of the key loop, the same orders."""
+    bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
+    for t in range(count):
+        _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m - t * step, S_q, S_k, qk_scale,
+                      HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
 
 @triton.jit
@@ -675,17 +715,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, s_q, s_k,
                 float(scale) * LOG2E)
         launch = _fwd
+    order = int(cfg.get("order", 0)) if is_causal else 0
+    if order == 1:
+        grid = (grid[0] * grid[1], 1)
+    elif order == 2:
+        grid = (cdiv(grid[0], 2), grid[1])
     ws = _ws(q, cfg)
     try:
         launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=ws,
-               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], ORDER=order)
     except Exception:
         if not ws:
             raise
         # Triton's warp specialization does not compile this config here: plain loop from now on.
         _WS_BROKEN.add((q.device, tuple(cfg.items())))
         launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=False,
-               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], ORDER=order)
     return o, lse
 
 
