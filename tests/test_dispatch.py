@@ -354,6 +354,53 @@ def test_interpreter_kernels_take_the_normal_path(interpreter):
     torch.testing.assert_close(tsq.square(x, {"BLOCK_SIZE": 256}), x * x)
 
 
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y or (not isinstance(x, torch.Tensor) and x == y) for x, y in zip(a, b))
+
+
+def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatch):
+    """A kept TMA kernel calls the C launcher with exactly what Triton's own wrapper would pass,
+    and encodes a host descriptor once per (argument, base address, shape, strides)."""
+    from triton.backends.nvidia.driver import wrap_handle_tensordesc
+
+    from xrt.kernels.triton import launch as lm
+
+    passed = []
+    sig = {"a_desc": "tensordesc<fp16[1, 16, 16]>", "p": "*fp16", "n": "i32", "b_desc": "tensordesc<fp16[1, 16, 16]>",
+           "BLOCK": "constexpr"}
+    run = type("Run", (), {"launch": staticmethod(wrap_handle_tensordesc(lambda *a: passed.append(a), sig, None)),
+                           "global_scratch_size": 0, "profile_scratch_size": 0,
+                           "launch_cooperative_grid": False, "launch_pdl": False})()
+    compiled = type("Compiled", (), {"run": run, "function": 7, "packed_metadata": "pm"})()
+    launcher = type("L", (), {"epoch": 0})()
+    monkeypatch.setattr(lm, "_current_device", lambda: 0)
+    monkeypatch.setattr(lm, "_current_stream", lambda d: 99)
+    monkeypatch.setattr(lm, "hooks_set", lambda: False)
+    encoded = []
+    monkeypatch.setattr(lm, "_encode", lambda d, md, real=lm._encode: (encoded.append(d.base), real(d, md))[1])
+    kept = lm.Kept(launcher, compiled, (16,), 0)
+    assert kept.direct is not None
+    t, u, p = torch.zeros(1, 16, 16, dtype=torch.float16), torch.ones(1, 16, 16, dtype=torch.float16), torch.zeros(4)
+    spec = ((1, 16, 16), (256, 16, 1), [1, 16, 16])
+    a, b = lm.HostDesc(t, *spec), lm.HostDesc(u, *spec)
+    assert kept((2, 3), a, p, 5, b)
+    run.launch(2, 3, 1, 99, 7, False, False, None, None, "pm", None, None, None, a, p, 5, b, 16)  # Triton's own
+    assert _same(passed[0], passed[1]) and len(passed[0]) > 13 + 5
+    for _ in range(3):
+        assert kept((2, 3), lm.HostDesc(t, (1, 16, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)
+    assert encoded == [t, u]  # each descriptor once
+    c = torch.zeros(1, 16, 16, dtype=torch.float16)
+    kept((2, 3), lm.HostDesc(c, (1, 16, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)  # another address
+    assert encoded == [t, u, c] and passed[-1][13] is c
+    kept((2, 3), lm.HostDesc(t, (1, 8, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)  # another shape
+    assert len(encoded) == 4 and passed[-1][14:17] == (1, 8, 16)
+    # No wrapper to read (another launcher), or scratch memory: Triton's own launch.
+    assert lm._direct_launch(type("R", (), {"launch": print, "global_scratch_size": 0,
+                                            "profile_scratch_size": 0})()) is None
+    run.global_scratch_size = 128
+    assert lm._direct_launch(run) is None
+
+
 # -- prepared CUDA C launches -------------------------------------------------------------------
 
 class FakeFunction:

@@ -365,15 +365,22 @@ class Kept:
     """The compiled kernel a :class:`Launcher` keeps for one launch signature, called without the
     Launcher's key: for an owner that keys its own plan on everything the signature depends on (a
     GEMM's shapes, strides, dtype and config), so that a later call with that plan has it. Unlike
-    :class:`Site`, the arguments may be host TMA descriptors (Triton's launcher expands them) and the
-    grid is the call's. ``Kept.of(...)`` after a launch; ``kept(grid, *args)`` is False where it
-    cannot launch (hooks set, another device, a cleared Launcher, compile-only): then launch as usual."""
+    :class:`Site`, the arguments may be host TMA descriptors and the grid is the call's.
+    ``Kept.of(...)`` after a launch; ``kept(grid, *args)`` is False where it cannot launch (hooks
+    set, another device, a cleared Launcher, compile-only): then launch as usual.
 
-    __slots__ = ("launcher", "compiled", "meta", "device", "epoch")
+    Host descriptors: Triton's launcher encodes each one (``fill_tma_descriptor``) on every launch.
+    A kept kernel calls the C launcher itself and keeps each encoding, per argument, base address,
+    shape and strides (:data:`DESCRIPTORS` at most): a model's steps hand the same addresses back
+    (weights, and activations from the caching allocator), so most launches encode nothing."""
+
+    __slots__ = ("launcher", "compiled", "meta", "device", "epoch", "direct", "encoded")
 
     def __init__(self, launcher: Launcher, compiled: Any, meta: tuple, device: int) -> None:
         self.launcher, self.compiled, self.meta, self.device = launcher, compiled, meta, device
         self.epoch = launcher.epoch
+        self.direct = _direct_launch(compiled.run)  # (C launch, {argument index: descriptor metadata})
+        self.encoded: dict[tuple, list] = {}
 
     @classmethod
     def of(cls, launcher: Launcher, args: tuple, num_warps: int, num_stages: int | None,
@@ -397,9 +404,63 @@ class Kept:
                 or _current_device() != self.device):
             return False
         c = self.compiled
-        c.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-              _current_stream(self.device), c.function, c.packed_metadata, None, None, None, *args, *self.meta)
+        gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+        stream = _current_stream(self.device)
+        if self.direct is None:
+            c.run(gx, gy, gz, stream, c.function, c.packed_metadata, None, None, None, *args, *self.meta)
+            return True
+        launch, descs = self.direct
+        run = c.run
+        final = [gx, gy, gz, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                 c.packed_metadata, None, None, None]
+        for i, a in enumerate(args):
+            md = descs.get(i, _PLAIN)
+            if md is _PLAIN:
+                final.append(a)
+            else:
+                final.extend(self._encoded(i, a, md))
+        final.extend(self.meta)
+        launch(*final)
         return True
+
+    def _encoded(self, i: int, d: Any, md: Any) -> list:
+        """Argument ``i``, host descriptor ``d``, as the C launcher takes it (Triton's own
+        expansion), kept per (argument, base address, shape, strides)."""
+        key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides))
+        hit = self.encoded.get(key)
+        if hit is None:
+            if len(self.encoded) >= DESCRIPTORS:
+                self.encoded.clear()
+            hit = self.encoded[key] = _encode(d, md)
+        return hit
+
+
+DESCRIPTORS = 64  # encoded host descriptors a kept kernel holds (beyond: all dropped, made again)
+_PLAIN = object()  # not a descriptor argument
+
+
+def _encode(d: Any, md: Any) -> list:
+    """Triton's expansion of a host descriptor for its C launcher (its CUtensorMap, shape, strides)."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    return make_tensordesc_arg(d, md)
+
+
+def _direct_launch(run: Any) -> tuple[Callable, dict[int, Any]] | None:
+    """(the C launch function, {kernel argument index: its descriptor's metadata}) of a compiled
+    kernel's launcher whose host descriptors Triton's wrapper expands (Triton 3.6's
+    ``wrap_handle_tensordesc``), read from that wrapper; None where the launcher is another or
+    needs scratch memory (then ``compiled.run`` launches, as Triton does)."""
+    wrapper = getattr(run, "launch", None)
+    code = getattr(wrapper, "__code__", None)
+    if (code is None or wrapper.__closure__ is None or getattr(run, "global_scratch_size", 1)
+            or getattr(run, "profile_scratch_size", 1)):
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in wrapper.__closure__)))
+    launch, indices, metas = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")
+    if not (callable(launch) and isinstance(indices, set) and isinstance(metas, list) and len(metas) == len(indices)):
+        return None
+    return launch, dict(zip(sorted(indices), metas))
 
 
 class HostDesc:
