@@ -359,16 +359,25 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatch):
-    """A kept TMA kernel calls the C launcher with exactly what Triton's own wrapper would pass,
-    and encodes a host descriptor once per (argument, base address, shape, strides)."""
-    from triton.backends.nvidia.driver import wrap_handle_tensordesc
+    """A kept TMA kernel calls the C launcher with exactly what Triton's own wrapper would pass, and
+    encodes a host descriptor once per base address, shape, strides and the kernel's metadata of it."""
+    from triton.backends.nvidia import driver as nvd
 
     from xrt.kernels.triton import launch as lm
 
+    encoded = []
+
+    def encode(arg, md):  # Triton's expansion, with a stand-in for the CUtensorMap (no driver here)
+        encoded.append((arg.base, md["swizzle"]))
+        return [("map", arg.base.data_ptr(), tuple(arg.shape), md["swizzle"]), *arg.shape, *arg.strides]
+
+    monkeypatch.setattr(nvd, "make_tensordesc_arg", encode)
+    monkeypatch.setattr(lm, "_ENCODED", {})
     passed = []
     sig = {"a_desc": "tensordesc<fp16[1, 16, 16]>", "p": "*fp16", "n": "i32", "b_desc": "tensordesc<fp16[1, 16, 16]>",
            "BLOCK": "constexpr"}
-    run = type("Run", (), {"launch": staticmethod(wrap_handle_tensordesc(lambda *a: passed.append(a), sig, None)),
+    meta = [{"swizzle": 128, "block_size": [1, 16, 16]}, {"swizzle": 64, "block_size": [1, 16, 16]}]
+    run = type("Run", (), {"launch": staticmethod(nvd.wrap_handle_tensordesc(lambda *a: passed.append(a), sig, meta)),
                            "global_scratch_size": 0, "profile_scratch_size": 0,
                            "launch_cooperative_grid": False, "launch_pdl": False})()
     compiled = type("Compiled", (), {"run": run, "function": 7, "packed_metadata": "pm"})()
@@ -376,24 +385,26 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
     monkeypatch.setattr(lm, "_current_device", lambda: 0)
     monkeypatch.setattr(lm, "_current_stream", lambda d: 99)
     monkeypatch.setattr(lm, "hooks_set", lambda: False)
-    encoded = []
-    monkeypatch.setattr(lm, "_encode", lambda d, md, real=lm._encode: (encoded.append(d.base), real(d, md))[1])
     kept = lm.Kept(launcher, compiled, (16,), 0)
     assert kept.direct is not None
     t, u, p = torch.zeros(1, 16, 16, dtype=torch.float16), torch.ones(1, 16, 16, dtype=torch.float16), torch.zeros(4)
     spec = ((1, 16, 16), (256, 16, 1), [1, 16, 16])
-    a, b = lm.HostDesc(t, *spec), lm.HostDesc(u, *spec)
-    assert kept((2, 3), a, p, 5, b)
-    run.launch(2, 3, 1, 99, 7, False, False, None, None, "pm", None, None, None, a, p, 5, b, 16)  # Triton's own
-    assert _same(passed[0], passed[1]) and len(passed[0]) > 13 + 5
+    assert kept((2, 3), lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec))
+    run.launch(2, 3, 1, 99, 7, False, False, None, None, "pm", None, None, None,  # Triton's own
+               lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec), 16)
+    assert _same(passed[0], passed[1]) and passed[0][13] == ("map", t.data_ptr(), (1, 16, 16), 128)
+    assert passed[0][-8][3] == 64  # b's own metadata
+    del encoded[2:]  # Triton's own launch encoded both again
     for _ in range(3):
-        assert kept((2, 3), lm.HostDesc(t, (1, 16, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)
-    assert encoded == [t, u]  # each descriptor once
+        assert kept((2, 3), lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec))
+    assert encoded == [(t, 128), (u, 64)] and _same(passed[-1], passed[0])  # each descriptor once
     c = torch.zeros(1, 16, 16, dtype=torch.float16)
-    kept((2, 3), lm.HostDesc(c, (1, 16, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)  # another address
-    assert encoded == [t, u, c] and passed[-1][13] is c
-    kept((2, 3), lm.HostDesc(t, (1, 8, 16), (256, 16, 1), [1, 16, 16]), p, 5, b)  # another shape
-    assert len(encoded) == 4 and passed[-1][14:17] == (1, 8, 16)
+    kept((2, 3), lm.HostDesc(c, *spec), p, 5, lm.HostDesc(u, *spec))  # another address
+    assert encoded[-1] == (c, 128) and len(encoded) == 3
+    kept((2, 3), lm.HostDesc(t, (1, 8, 16), (256, 16, 1), [1, 16, 16]), p, 5, lm.HostDesc(u, *spec))  # another shape
+    assert len(encoded) == 4 and passed[-1][13][2] == (1, 8, 16)
+    kept((2, 3), lm.HostDesc(u, *spec), p, 5, lm.HostDesc(u, *spec))  # u as a: a's metadata (swizzle 128)
+    assert encoded[-1] == (u, 128) and passed[-1][13][3] == 128 and passed[-1][-8][3] == 64
     # No wrapper to read (another launcher), or scratch memory: Triton's own launch.
     assert lm._direct_launch(type("R", (), {"launch": print, "global_scratch_size": 0,
                                             "profile_scratch_size": 0})()) is None

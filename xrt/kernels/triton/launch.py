@@ -370,17 +370,16 @@ class Kept:
     set, another device, a cleared Launcher, compile-only): then launch as usual.
 
     Host descriptors: Triton's launcher encodes each one (``fill_tma_descriptor``) on every launch.
-    A kept kernel calls the C launcher itself and keeps each encoding, per argument, base address,
-    shape and strides (:data:`DESCRIPTORS` at most): a model's steps hand the same addresses back
-    (weights, and activations from the caching allocator), so most launches encode nothing."""
+    A kept kernel calls the C launcher itself with each encoding kept (:func:`_encoded`): a model's
+    steps hand the same addresses back (weights, and activations from the caching allocator), so
+    most launches encode nothing."""
 
-    __slots__ = ("launcher", "compiled", "meta", "device", "epoch", "direct", "encoded")
+    __slots__ = ("launcher", "compiled", "meta", "device", "epoch", "direct")
 
     def __init__(self, launcher: Launcher, compiled: Any, meta: tuple, device: int) -> None:
         self.launcher, self.compiled, self.meta, self.device = launcher, compiled, meta, device
         self.epoch = launcher.epoch
-        self.direct = _direct_launch(compiled.run)  # (C launch, {argument index: descriptor metadata})
-        self.encoded: dict[tuple, list] = {}
+        self.direct = _direct_launch(compiled.run)  # (C launch, {argument index: (metadata, its key)})
 
     @classmethod
     def of(cls, launcher: Launcher, args: tuple, num_warps: int, num_stages: int | None,
@@ -414,29 +413,34 @@ class Kept:
         final = [gx, gy, gz, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
                  c.packed_metadata, None, None, None]
         for i, a in enumerate(args):
-            md = descs.get(i, _PLAIN)
-            if md is _PLAIN:
+            md = descs.get(i)
+            if md is None:
                 final.append(a)
             else:
-                final.extend(self._encoded(i, a, md))
+                final.extend(_encoded(a, *md))
         final.extend(self.meta)
         launch(*final)
         return True
 
-    def _encoded(self, i: int, d: Any, md: Any) -> list:
-        """Argument ``i``, host descriptor ``d``, as the C launcher takes it (Triton's own
-        expansion), kept per (argument, base address, shape, strides)."""
-        key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides))
-        hit = self.encoded.get(key)
-        if hit is None:
-            if len(self.encoded) >= DESCRIPTORS:
-                self.encoded.clear()
-            hit = self.encoded[key] = _encode(d, md)
-        return hit
+
+DESCRIPTORS = 4096  # encoded host descriptors kept, all kernels together (beyond: all dropped, made again)
+_ENCODED: dict[tuple, list] = {}
 
 
-DESCRIPTORS = 64  # encoded host descriptors a kept kernel holds (beyond: all dropped, made again)
-_PLAIN = object()  # not a descriptor argument
+def _encoded(d: Any, md: Any, md_key: str) -> list:
+    """Host descriptor ``d`` as Triton's C launcher takes it (its own expansion), kept per what the
+    encoding depends on: the base address, shape and strides, and the kernel's metadata of it (block,
+    swizzle, element type; ``md_key``). A model reuses its addresses step after step. Without
+    metadata Triton passes the tensor itself: nothing is kept (it would keep the tensor alive)."""
+    if md is None:
+        return _encode(d, md)
+    key = (d.base.data_ptr(), tuple(d.shape), tuple(d.strides), d.padding, md_key)
+    hit = _ENCODED.get(key)
+    if hit is None:
+        if len(_ENCODED) >= DESCRIPTORS:
+            _ENCODED.clear()
+        hit = _ENCODED[key] = _encode(d, md)
+    return hit
 
 
 def _encode(d: Any, md: Any) -> list:
@@ -446,8 +450,15 @@ def _encode(d: Any, md: Any) -> list:
     return make_tensordesc_arg(d, md)
 
 
-def _direct_launch(run: Any) -> tuple[Callable, dict[int, Any]] | None:
-    """(the C launch function, {kernel argument index: its descriptor's metadata}) of a compiled
+def _md_key(md: Any) -> str:
+    """What a descriptor's encoding reads of the kernel's metadata of it (a dict of the compiled
+    kernel's, or None), as a key: its text, whatever its values' types."""
+    return repr(sorted(md.items())) if isinstance(md, dict) else repr(md)
+
+
+def _direct_launch(run: Any) -> tuple[Callable, dict[int, tuple[Any, str]]] | None:
+    """(the C launch function, {kernel argument index: its descriptor's metadata and
+    :func:`_md_key`}) of a compiled
     kernel's launcher whose host descriptors Triton's wrapper expands (Triton 3.6's
     ``wrap_handle_tensordesc``), read from that wrapper; None where the launcher is another or
     needs scratch memory (then ``compiled.run`` launches, as Triton does)."""
@@ -460,7 +471,7 @@ def _direct_launch(run: Any) -> tuple[Callable, dict[int, Any]] | None:
     launch, indices, metas = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")
     if not (callable(launch) and isinstance(indices, set) and isinstance(metas, list) and len(metas) == len(indices)):
         return None
-    return launch, dict(zip(sorted(indices), metas))
+    return launch, {i: (md, _md_key(md)) for i, md in zip(sorted(indices), metas)}
 
 
 class HostDesc:
