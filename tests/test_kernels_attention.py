@@ -384,6 +384,19 @@ def test_backward_space_keys():
     assert spaces.why_dropped(key, spaces.default(key), limits) is None
 
 
+def test_forward_space_rules_read_the_shape():
+    """A shape is (B, H, S, D, causal): shared memory from the head dim D, and the program order
+    only under causality (a forward without it takes order 0 whatever the config says)."""
+    key = "attention.triton"
+    h100 = spaces.Limits(max_shared_memory_per_block=232448)
+    big = spaces.check(key, {"BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 5})  # (128 + 5 * 256) * D * 2 bytes
+    assert spaces.why_dropped(key, big, spaces.Problem((8, 16, 1024, 128, 1), 2, h100))
+    assert spaces.why_dropped(key, big, spaces.Problem((8, 16, 1024, 32, 1), 2, h100)) is None
+    ordered = spaces.check(key, {"order": 2})
+    assert spaces.why_dropped(key, ordered, spaces.Problem((8, 16, 1024, 64, 0), 2, h100))
+    assert spaces.why_dropped(key, ordered, spaces.Problem((8, 16, 1024, 64, 1), 2, h100)) is None
+
+
 def test_spaces_hold_the_defaults():
     for key in ("attention.triton", "attention_bwd.triton"):
         assert spaces.check(key, {}) == spaces.default(key)

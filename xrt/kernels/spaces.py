@@ -506,9 +506,16 @@ def _cuda_gemm_tiles(c: dict[str, Any], p: Problem) -> str | None:
 
 
 def _attention_smem(c: dict[str, Any], p: Problem) -> str | None:
-    hd = p.shape[-1] if p.shape else 64
+    hd = p.shape[3] if len(p.shape) >= 4 else 64  # a shape is (B, H, S, D, causal)
     need = (c["BLOCK_M"] + c["num_stages"] * 2 * c["BLOCK_N"]) * hd * p.esize
     return _smem(need, p)
+
+
+def _attention_order(c: dict[str, Any], p: Problem) -> str | None:
+    # without causality every program does the same work: the kernels take order 0
+    if c.get("order", 0) and len(p.shape) >= 5 and not p.shape[4]:
+        return "order without causality (ignored: order 0)"
+    return None
 
 
 def _attention_bwd_same(c: dict[str, Any], p: Problem) -> str | None:
@@ -531,7 +538,8 @@ CONSTRAINTS: dict[str, list] = {
     "add_layernorm.triton": [_warps], "add_layernorm_bwd.triton": [_warps],
     "linear_gelu_bwd.triton": [_warps, _block_size_vs_threads],
     "matmul.cuda": [_cuda_gemm_tiles], "bmm.cuda": [_cuda_gemm_tiles],
-    "attention.triton": [_warps, _attention_smem], "attention_bwd.triton": [_warps, _attention_bwd_same],
+    "attention.triton": [_warps, _attention_smem, _attention_order],
+    "attention_bwd.triton": [_warps, _attention_bwd_same],
 }
 
 
