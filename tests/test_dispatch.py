@@ -359,8 +359,9 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatch):
-    """A kept TMA kernel calls the C launcher with exactly what Triton's own wrapper would pass, and
-    encodes a host descriptor once per base address, shape, strides and the kernel's metadata of it."""
+    """A kept TMA kernel calls the C launcher with exactly what Triton's own launcher would pass, and
+    encodes a host descriptor once per base address, shape, strides, padding and the kernel's
+    metadata of it."""
     from triton.backends.nvidia import driver as nvd
 
     from xrt.kernels.triton import launch as lm
@@ -369,7 +370,8 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
 
     def encode(arg, md):  # Triton's expansion, with a stand-in for the CUtensorMap (no driver here)
         encoded.append((arg.base, md["swizzle"]))
-        return [("map", arg.base.data_ptr(), tuple(arg.shape), md["swizzle"]), *arg.shape, *arg.strides]
+        return [("map", arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), arg.padding, md["swizzle"]),
+                *arg.shape, *arg.strides]
 
     monkeypatch.setattr(nvd, "make_tensordesc_arg", encode)
     monkeypatch.setattr(lm, "_ENCODED", {})
@@ -377,9 +379,11 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
     sig = {"a_desc": "tensordesc<fp16[1, 16, 16]>", "p": "*fp16", "n": "i32", "b_desc": "tensordesc<fp16[1, 16, 16]>",
            "BLOCK": "constexpr"}
     meta = [{"swizzle": 128, "block_size": [1, 16, 16]}, {"swizzle": 64, "block_size": [1, 16, 16]}]
-    run = type("Run", (), {"launch": staticmethod(nvd.wrap_handle_tensordesc(lambda *a: passed.append(a), sig, meta)),
-                           "global_scratch_size": 0, "profile_scratch_size": 0,
-                           "launch_cooperative_grid": False, "launch_pdl": False})()
+    run = object.__new__(nvd.CudaLauncher)  # Triton's launcher, without compiling its C module
+    run.launch = nvd.wrap_handle_tensordesc(lambda *a: passed.append(a), sig, meta)
+    run.num_ctas, run.global_scratch_size, run.profile_scratch_size = 1, 0, 0
+    run.global_scratch_align = run.profile_scratch_align = 1
+    run.launch_cooperative_grid, run.launch_pdl = "COOP", "PDL"  # told apart from each other and from None
     compiled = type("Compiled", (), {"run": run, "function": 7, "packed_metadata": "pm"})()
     launcher = type("L", (), {"epoch": 0})()
     monkeypatch.setattr(lm, "_current_device", lambda: 0)
@@ -390,21 +394,29 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
     t, u, p = torch.zeros(1, 16, 16, dtype=torch.float16), torch.ones(1, 16, 16, dtype=torch.float16), torch.zeros(4)
     spec = ((1, 16, 16), (256, 16, 1), [1, 16, 16])
     assert kept((2, 3), lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec))
-    run.launch(2, 3, 1, 99, 7, False, False, None, None, "pm", None, None, None,  # Triton's own
-               lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec), 16)
-    assert _same(passed[0], passed[1]) and passed[0][13] == ("map", t.data_ptr(), (1, 16, 16), 128)
-    assert passed[0][-8][3] == 64  # b's own metadata
+    # Triton's own launch of the same call (what Kept's fallback, compiled.run(...), does)
+    nvd.CudaLauncher.__call__(run, 2, 3, 1, 99, 7, "pm", None, None, None, lm.HostDesc(t, *spec), p, 5,
+                              lm.HostDesc(u, *spec), 16)
+    assert _same(passed[0], passed[1]) and passed[0][5:7] == ("COOP", "PDL")
+    assert passed[0][13][:2] == ("map", t.data_ptr()) and passed[0][-8][-1] == 64  # b's own metadata
     del encoded[2:]  # Triton's own launch encoded both again
     for _ in range(3):
         assert kept((2, 3), lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec))
     assert encoded == [(t, 128), (u, 64)] and _same(passed[-1], passed[0])  # each descriptor once
     c = torch.zeros(1, 16, 16, dtype=torch.float16)
-    kept((2, 3), lm.HostDesc(c, *spec), p, 5, lm.HostDesc(u, *spec))  # another address
-    assert encoded[-1] == (c, 128) and len(encoded) == 3
-    kept((2, 3), lm.HostDesc(t, (1, 8, 16), (256, 16, 1), [1, 16, 16]), p, 5, lm.HostDesc(u, *spec))  # another shape
-    assert len(encoded) == 4 and passed[-1][13][2] == (1, 8, 16)
+    for d, what in ((lm.HostDesc(c, *spec), "another address"),
+                    (lm.HostDesc(t, (1, 8, 16), (256, 16, 1), [1, 16, 16]), "another shape"),
+                    (lm.HostDesc(t, (1, 16, 16), (512, 32, 1), [1, 16, 16]), "other strides")):
+        n = len(encoded)
+        kept((2, 3), d, p, 5, lm.HostDesc(u, *spec))
+        assert len(encoded) == n + 1, what
+        assert passed[-1][13][1:4] == (d.base.data_ptr(), tuple(d.shape), tuple(d.strides)), what
+    nan = lm.HostDesc(t, *spec)
+    nan.padding = "nan"
+    kept((2, 3), nan, p, 5, lm.HostDesc(u, *spec))
+    assert len(encoded) == 6 and passed[-1][13][4] == "nan"
     kept((2, 3), lm.HostDesc(u, *spec), p, 5, lm.HostDesc(u, *spec))  # u as a: a's metadata (swizzle 128)
-    assert encoded[-1] == (u, 128) and passed[-1][13][3] == 128 and passed[-1][-8][3] == 64
+    assert encoded[-1] == (u, 128) and passed[-1][13][-1] == 128 and passed[-1][-8][-1] == 64
     # No wrapper to read (another launcher), or scratch memory: Triton's own launch.
     assert lm._direct_launch(type("R", (), {"launch": print, "global_scratch_size": 0,
                                             "profile_scratch_size": 0})()) is None

@@ -462,6 +462,14 @@ def _direct_launch(run: Any) -> tuple[Callable, dict[int, tuple[Any, str]]] | No
     kernel's launcher whose host descriptors Triton's wrapper expands (Triton 3.6's
     ``wrap_handle_tensordesc``), read from that wrapper; None where the launcher is another or
     needs scratch memory (then ``compiled.run`` launches, as Triton does)."""
+    try:
+        from triton.backends.nvidia import driver as nvd
+    except ImportError:
+        return None
+    # the header Kept.__call__ writes: grid, stream, function, cooperative, PDL, two scratch
+    # pointers, packed metadata, launch metadata, two hooks
+    if not isinstance(run, nvd.CudaLauncher) or getattr(nvd, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
+        return None
     wrapper = getattr(run, "launch", None)
     code = getattr(wrapper, "__code__", None)
     if (code is None or wrapper.__closure__ is None or getattr(run, "global_scratch_size", 1)
