@@ -84,7 +84,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy, dh, _dmean, _drstd):
     h, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = add_layernorm_bwd_op(dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
+    dx, dw, db = dispatch.in_transforms(add_layernorm_bwd_op)(dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
     return dx, dx, dw, db, None, None
 
 
@@ -250,5 +250,5 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
         elif route == dispatch.DIRECT_GRAD:
             y, h, _, _ = _EagerAddLayerNorm.apply(x, residual, weight, bias, eps, chosen.name)
         else:
-            y, h, _, _ = add_layernorm_op(x, residual, weight, bias, eps, chosen.name)
+            y, h, _, _ = dispatch.in_transforms(add_layernorm_op)(x, residual, weight, bias, eps, chosen.name)
     return y, h

@@ -70,7 +70,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = attention_bwd_op(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
+    dq, dk, dv = dispatch.in_transforms(attention_bwd_op)(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
     return dq, dk, dv, None, None, None
 
 
@@ -217,4 +217,4 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             return _EagerAttention.apply(q, k, v, causal, s, "triton")
         if route == dispatch.DIRECT:
             return dispatch.get("attention", "triton").fn(q, k, v, causal, s)[0]
-        return attention_op(q, k, v, causal, s, "triton")[0]
+        return dispatch.in_transforms(attention_op)(q, k, v, causal, s, "triton")[0]

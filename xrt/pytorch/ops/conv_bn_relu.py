@@ -270,7 +270,7 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
     if training:
         w = _checks.of_dtype(weight, x.dtype)
         with dispatch.op_range(OP, name):
-            y, mean, var = _train_op(x, w, bn_weight, bn_bias, eps, stride, padding, name)
+            y, mean, var = dispatch.in_transforms(_train_op)(x, w, bn_weight, bn_bias, eps, stride, padding, name)
         if running_mean is not None and running_var is not None:
             count = y.numel() // y.shape[1]
             with torch.no_grad():
@@ -290,4 +290,4 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bn_weight: torch.Tensor,
             return fn(x, w, b, stride, padding, True)
         if route == dispatch.DIRECT_GRAD:
             return _eager_infer.apply(x, w, b, stride, padding, True, name)
-        return _infer_op(x, w, b, stride, padding, True, name)
+        return dispatch.in_transforms(_infer_op)(x, w, b, stride, padding, True, name)

@@ -353,11 +353,55 @@ TRITON_OP_ON_CPU = False
 def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     """The op a call of ``op`` on ``x`` through ``provider`` goes to on the ``OP`` route: under
     torch.compile its :data:`COMPILED` twin where there is one (for a CPU ``x`` only with
-    :data:`TRITON_OP_ON_CPU`), else ``custom``. (Only under compile: in eager the twins would add
+    :data:`TRITON_OP_ON_CPU`); inside a functorch transform, ``custom`` through
+    :func:`transformable`; else ``custom``. (Only under compile: in eager the twins would add
     nothing but their own dispatch.)"""
-    if _is_compiling() and (x.device.type != "cpu" or TRITON_OP_ON_CPU):
-        return COMPILED.get((op, provider), custom)
-    return custom
+    if _is_compiling():
+        if x.device.type != "cpu" or TRITON_OP_ON_CPU:
+            return COMPILED.get((op, provider), custom)
+        return custom
+    return in_transforms(custom)
+
+
+def in_transforms(custom: Any) -> Any:
+    """``custom``, or inside a functorch transform its :func:`transformable` form (under
+    torch.compile: ``custom``; Dynamo handles the transforms itself)."""
+    return transformable(custom) if not _is_compiling() and _functorch() else custom
+
+
+_TRANSFORMABLE: dict[str, Callable[..., Any]] = {}
+
+
+def transformable(custom: Any) -> Callable[..., Any]:
+    """``custom`` (a ``torch.library.custom_op`` with ``register_autograd``), callable inside
+    functorch transforms (``torch.func.grad``, ``vjp``, ``jacrev``, ``vmap``): torch's own autograd of
+    a custom op is an ``autograd.Function`` without a separate ``setup_context``, which functorch
+    refuses. This one runs the op with its registered ``setup_context`` and ``backward``, and lets
+    functorch derive its vmap rule (the op itself then runs once per batch entry under ``vmap``)."""
+    name = custom._qualname
+    fn = _TRANSFORMABLE.get(name)
+    if fn is None:
+        setup, back = custom._setup_context_fn, custom._backward_fn
+
+        def forward(*args: Any) -> Any:
+            return custom(*args)
+
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            # functorch calls it at every level, a level without gradients included: the op's own
+            # runs where autograd records, as for torch's autograd of the op
+            if setup is not None and any(getattr(ctx, "needs_input_grad", (True,))):
+                setup(ctx=ctx, inputs=inputs, output=output)
+
+        def backward(ctx: Any, *grads: Any) -> Any:
+            if back is None:
+                raise RuntimeError(f"{name} has no derivative (its backward is not differentiable)")
+            return back(ctx, *grads)
+
+        cls = type(f"Transformable_{name.replace('::', '_')}", (torch.autograd.Function,), {
+            "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+            "backward": staticmethod(backward), "generate_vmap_rule": True})
+        fn = _TRANSFORMABLE[name] = cls.apply
+    return fn
 
 
 def profiling() -> bool:

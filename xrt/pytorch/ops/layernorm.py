@@ -64,7 +64,7 @@ def _backward_with(bwd: Any):
 
     def backward(ctx, dy, _dmean, _drstd):
         x, weight, mean, rstd = ctx.saved_tensors
-        dx, dw, db = bwd(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
+        dx, dw, db = dispatch.in_transforms(bwd)(dy.contiguous(), x, weight, mean, rstd, ctx.provider)
         return dx, None, dw, db, None, None
 
     return backward

@@ -116,5 +116,5 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
             loss = chosen.fn(h2, weight, t1, ii, ls, False)[0]
         else:
             grads = torch.is_grad_enabled() and (h2.requires_grad or weight.requires_grad)
-            loss = linear_cross_entropy_op(h2, weight, t1, ii, ls, grads, chosen.name)[0]
+            loss = dispatch.in_transforms(linear_cross_entropy_op)(h2, weight, t1, ii, ls, grads, chosen.name)[0]
     return loss.to(out)

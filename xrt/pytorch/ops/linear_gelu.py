@@ -73,7 +73,8 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy, _dz):
     x, weight, z = ctx.saved_tensors
-    dx, dw, db = linear_gelu_bwd_op(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
+    bwd = dispatch.in_transforms(linear_gelu_bwd_op)
+    dx, dw, db = bwd(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
     return dx, dw, (db if ctx.has_bias else None), None, None, None
 
 
@@ -140,4 +141,4 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         if route == dispatch.DIRECT_GRAD:
             return _EagerLinearGelu.apply(x, weight, bias, approximate, chosen.name)
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-        return linear_gelu_op(x, weight, bias, approximate, grad, chosen.name)[0]
+        return dispatch.in_transforms(linear_gelu_op)(x, weight, bias, approximate, grad, chosen.name)[0]

@@ -1,0 +1,94 @@
+"""xrt's ops inside functorch transforms (``torch.func.grad``, ``jacrev``, ``vmap``): the same values
+and gradients as torch's own functions, for the torch provider and for Triton's (in the interpreter,
+fp16, tiny shapes). Torch's autograd of a custom op is an ``autograd.Function`` that functorch refuses
+(no separate ``setup_context``); the ops take ``dispatch.transformable`` there instead."""
+
+import warnings
+
+import pytest
+import torch
+
+import xrt.pytorch as xp
+from xrt.pytorch.ops import dispatch
+
+F = torch.nn.functional
+
+
+def _cases(p: str, dt: torch.dtype) -> dict:
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(dt)
+
+    x, res, w, b = r(4, 16), r(4, 16), r(16) + 1, r(16)
+    wl, bl, tgt = r(8, 16), r(8), torch.randint(0, 8, (4,), generator=g)
+    q, k, v = r(1, 2, 5, 64), r(1, 2, 5, 64), r(1, 2, 5, 64)
+    return {
+        "square": (lambda t: xp.ops.square(t, provider=p), lambda t: t * t, x),
+        "softmax": (lambda t: xp.ops.softmax(t, provider=p), lambda t: torch.softmax(t, -1), x),
+        "fused_layernorm": (lambda t: xp.ops.fused_layernorm(t, 16, w, b, provider=p),
+                            lambda t: F.layer_norm(t, (16,), w, b), x),
+        "matmul": (lambda t: xp.ops.matmul(t, wl.T, provider=p), lambda t: t @ wl.T, x),
+        "add_layernorm": (lambda t: xp.ops.add_layernorm(t, res, 16, w, b, provider=p)[0],
+                          lambda t: F.layer_norm(t + res, (16,), w, b), x),
+        "linear_gelu": (lambda t: xp.ops.linear_gelu(t, wl, bl, provider=p), lambda t: F.gelu(F.linear(t, wl, bl)), x),
+        "linear_cross_entropy": (lambda t: xp.ops.linear_cross_entropy(t, wl, tgt, provider=p),
+                                 lambda t: F.cross_entropy(F.linear(t, wl).float(), tgt), x),
+        "fused_attention": (lambda t: xp.ops.fused_attention(t, k, v, is_causal=True, provider=p),
+                            lambda t: F.scaled_dot_product_attention(t, k, v, is_causal=True), q),
+    }
+
+
+PROVIDERS = [("torch", torch.float32, 1e-5), ("triton", torch.float16, 2e-2)]
+OPS = list(_cases("torch", torch.float32))
+
+
+def _provider(p: str, request) -> None:
+    if p == "triton":
+        request.getfixturevalue("interpreter")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("p,dt,tol", PROVIDERS, ids=[p for p, _, _ in PROVIDERS])
+def test_grad_and_vmap_match_torch(op, p, dt, tol, request):
+    _provider(p, request)
+    mine, ref, x = _cases(p, dt)[op]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # vmap's batching fallback for a custom op warns of its speed
+        for name, transform in (("grad", lambda f: torch.func.grad(lambda t: f(t).float().pow(2).sum())(x)),
+                                ("vmap", lambda f: torch.func.vmap(f)(torch.stack([x, x * 2])))):
+            got, want = transform(mine), transform(ref)
+            scale = float(want.float().abs().max()) or 1.0
+            assert got.shape == want.shape, (op, name)
+            assert float((got.float() - want.float()).abs().max()) <= tol * scale, (op, name)
+
+
+def test_jacrev_and_grad_of_vmap(request):
+    """Nested transforms: a Jacobian (vmap over vjp) and a gradient through vmap."""
+    x, w = torch.randn(3, 8), torch.randn(5, 8)
+
+    def mine(t):
+        return xp.ops.fused_layernorm(xp.ops.matmul(t, w.T, provider="torch"), 5, provider="torch")
+
+    def ref(t):
+        return F.layer_norm(t @ w.T, (5,))
+
+    torch.testing.assert_close(torch.func.jacrev(mine)(x), torch.func.jacrev(ref)(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.func.grad(lambda t: torch.func.vmap(mine)(t[None].expand(2, 3, 8)).pow(2).sum())(x)
+    want = torch.func.grad(lambda t: torch.func.vmap(ref)(t[None].expand(2, 3, 8)).pow(2).sum())(x)
+    torch.testing.assert_close(got, want)
+
+
+def test_transformable_only_inside_transforms():
+    """Outside a transform the ops call the custom op itself (no extra Function); the transformable
+    form is made once per op."""
+    op = torch.ops.xrt.square.default
+    from xrt.pytorch.ops.square import _square_op
+
+    assert dispatch.in_transforms(_square_op) is _square_op
+    seen = []
+    torch.func.grad(lambda t: (seen.append(dispatch.in_transforms(_square_op)), t.sum())[1])(torch.ones(2))
+    assert seen[0] is dispatch.transformable(_square_op) is not _square_op
+    assert op is torch.ops.xrt.square.default
