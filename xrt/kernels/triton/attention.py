@@ -187,10 +187,14 @@ def _attn_fwd_kernel(
     ORDER: tl.constexpr,  # which query blocks a program takes (_fwd_program)
 ):
     bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
-    for t in range(count):
+    if ORDER == 2:  # one or two query blocks (the key loops nested in this one)
+        for t in range(count):
+            _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn,
+                      svd, sob, soh, som, sod, H, bh, start_m - t * step, S_q, S_k, qk_scale,
+                      HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
+    else:  # one query block, the key loops at the top level (warp specialization takes them there)
         _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                  sob, soh, som, sod, H, bh, start_m - t * step, S_q, S_k, qk_scale,
-                  HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
+                  sob, soh, som, sod, H, bh, start_m, S_q, S_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
 
 @triton.jit
@@ -246,8 +250,12 @@ def _attn_fwd_tma_kernel(
     """The forward of :func:`_attn_fwd_kernel` with every tile moved by the TMA engine (Hopper):
     the same online softmax, the same unmasked / masked split of the key loop, the same orders."""
     bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
-    for t in range(count):
-        _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m - t * step, S_q, S_k, qk_scale,
+    if ORDER == 2:
+        for t in range(count):
+            _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m - t * step, S_q, S_k, qk_scale,
+                          HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
+    else:
+        _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
 
