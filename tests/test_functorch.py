@@ -92,3 +92,48 @@ def test_transformable_only_inside_transforms():
     torch.func.grad(lambda t: (seen.append(dispatch.in_transforms(_square_op)), t.sum())[1])(torch.ones(2))
     assert seen[0] is dispatch.transformable(_square_op) is not _square_op
     assert op is torch.ops.xrt.square.default
+
+
+def test_once_differentiable_ops_refuse_nested_gradients(request):
+    """``linear_cross_entropy`` and ``conv_bn_relu`` in training save constants for their backward:
+    a second derivative would read as zeros (inside transforms) or be wrong (conv in eager). Nested
+    gradient transforms (and conv's eager double backward) raise instead; first derivatives stay
+    torch's."""
+    h, w, t = torch.randn(4, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64), torch.tensor([0, 1, 4, 2])
+
+    def lce(x):
+        return xp.ops.linear_cross_entropy(x, w, t, provider="torch")
+
+    torch.testing.assert_close(torch.func.grad(lce)(h), torch.func.grad(lambda x: F.cross_entropy(x @ w.T, t))(h))
+    with pytest.raises(RuntimeError, match="linear_cross_entropy: its gradient has no derivative"):
+        torch.func.jacrev(torch.func.jacrev(lce))(h)
+
+
+def test_conv_bn_relu_training_refuses_second_derivatives(interpreter):
+    """The Triton provider's training backward (the torch provider's is torch's own ops, twice
+    differentiable)."""
+    x, cw = torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3)  # (conv_bn_relu takes fp32 at most)
+    g, b = torch.rand(4) + 0.5, torch.randn(4)
+
+    def conv(t_):
+        return xp.ops.conv_bn_relu(t_, cw, g, b, None, None, training=True, provider="triton").pow(2).sum()
+
+    with pytest.raises(RuntimeError, match="conv_bn_relu_train: its gradient has no derivative"):
+        torch.func.grad(lambda t_: torch.func.grad(conv)(t_).pow(2).sum())(x)
+    xg = x.clone().requires_grad_()
+    (gx,) = torch.autograd.grad(conv(xg), xg, create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(gx.sum(), xg)
+
+
+def test_an_op_under_no_grad_inside_a_transform():
+    """``no_grad`` inside ``grad``: the op runs without recording (torch's autograd of it runs
+    nothing), as torch's own functions do."""
+    x, w = torch.randn(3, 8), torch.randn(4, 8)
+
+    def f(t):
+        with torch.no_grad():
+            z = xp.ops.linear_gelu(t, w, provider="torch")
+        return (t * z.sum()).sum()
+
+    torch.testing.assert_close(torch.func.grad(f)(x), torch.full_like(x, float(F.gelu(x @ w.T).sum())))

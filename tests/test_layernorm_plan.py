@@ -67,6 +67,21 @@ def test_plan_runs_the_general_paths_kernels_to_the_bit(interpreter):
         assert torch.equal(xp.ops.fused_layernorm(x, 24, w, b, provider="triton"), y2)
 
 
+def test_a_normalized_shape_of_several_dims_trains(interpreter):
+    """normalized_shape (3, 5): the plan's kernels give flat dweight and dbias, which the backward
+    returns shaped as the weight (torch's gradients, not an autograd shape error)."""
+    x = torch.randn(2, 3, 5, requires_grad=True)
+    w, b = torch.randn(3, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    y = xp.ops.fused_layernorm(x, (3, 5), w, b, provider="triton")
+    assert type(y.grad_fn).__name__ == "_LeanLayerNormBackward"
+    y.pow(2).sum().backward()
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    F.layer_norm(x2, (3, 5), w2, b2).pow(2).sum().backward()
+    for mine, ref in ((x, x2), (w, w2), (b, b2)):
+        assert mine.grad.shape == ref.grad.shape
+        torch.testing.assert_close(mine.grad, ref.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_a_second_backward_does_not_write_over_the_firsts_gradients(interpreter):
     """The forward allocates the backward's buffers for small inputs; only one backward may use them."""
     x, w, b = _inputs((4, 16), grad=True)

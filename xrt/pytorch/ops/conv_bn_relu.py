@@ -143,6 +143,7 @@ def _train_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, weight, bn_weight, y, mean, var)
 
 
+@dispatch.once_differentiable  # mean and var enter as constants: no second derivative
 def _train_backward(ctx, grad: torch.Tensor, _gmean: Any = None, _gvar: Any = None):
     x, weight, gamma, y, mean, var = ctx.saved_tensors
     z = torch.nn.functional.conv2d(x, weight, None, ctx.stride, ctx.padding).float()  # recomputed

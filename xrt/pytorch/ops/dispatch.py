@@ -135,6 +135,7 @@ _is_compiling = torch.compiler.is_compiling
 _function_modes = torch._C._is_torch_function_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_grad_enabled = torch.is_grad_enabled
 _profiling = torch._C._autograd._profiler_enabled
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _forward_ad = importlib.import_module("torch.autograd.forward_ad")
@@ -364,9 +365,28 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
 
 
 def in_transforms(custom: Any) -> Any:
-    """``custom``, or inside a functorch transform its :func:`transformable` form (under
-    torch.compile: ``custom``; Dynamo handles the transforms itself)."""
-    return transformable(custom) if not _is_compiling() and _functorch() else custom
+    """``custom``, or inside a functorch transform where autograd records (grad mode on) its
+    :func:`transformable` form. Under ``no_grad`` torch's autograd of the op runs nothing, and
+    under torch.compile the custom op stays (``torch.compile`` of a transform is not supported)."""
+    return transformable(custom) if not _is_compiling() and _functorch() and _grad_enabled() else custom
+
+
+def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """A custom op's backward whose gradients have no derivative of their own (saved constants):
+    torch's ``once_differentiable`` in eager autograd; inside functorch transforms
+    (:func:`transformable`) the op refuses nested gradient transforms, where a second derivative
+    would read as zeros."""
+    wrapped = torch.autograd.function.once_differentiable(backward)
+    wrapped.xrt_once = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _gradient_levels() -> int:
+    """How many functorch transforms that differentiate (grad, vjp, jacrev, jvp) are active."""
+    from torch._functorch import pyfunctorch
+
+    return sum(str(i.key()).rsplit(".", 1)[-1] in ("Grad", "Jvp")
+               for i in pyfunctorch.retrieve_all_functorch_interpreters())
 
 
 _TRANSFORMABLE: dict[str, Callable[..., Any]] = {}
@@ -382,6 +402,7 @@ def transformable(custom: Any) -> Callable[..., Any]:
     fn = _TRANSFORMABLE.get(name)
     if fn is None:
         setup, back = custom._setup_context_fn, custom._backward_fn
+        once = getattr(back, "xrt_once", False)
 
         def forward(*args: Any) -> Any:
             return custom(*args)
@@ -400,7 +421,14 @@ def transformable(custom: Any) -> Callable[..., Any]:
         cls = type(f"Transformable_{name.replace('::', '_')}", (torch.autograd.Function,), {
             "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
             "backward": staticmethod(backward), "generate_vmap_rule": True})
-        fn = _TRANSFORMABLE[name] = cls.apply
+        fn = cls.apply
+        if once:
+            def fn(*args: Any, _apply: Callable[..., Any] = cls.apply) -> Any:
+                if _gradient_levels() > 1:
+                    raise RuntimeError(f"{name}: its gradient has no derivative, so it cannot run inside nested "
+                                       "gradient transforms (grad of grad, jacrev of jacrev, hessian)")
+                return _apply(*args)
+        _TRANSFORMABLE[name] = fn
     return fn
 
 

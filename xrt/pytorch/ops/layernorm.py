@@ -253,6 +253,8 @@ def _lean_backward(ctx, dy):
     x, weight, stats = ctx.saved_tensors
     buffers, ctx.buffers = ctx.buffers, None
     dx, dw, db = ctx.plan.backward(dy.contiguous(), x, weight, stats, buffers)
+    if weight.dim() != 1:  # the kernels' dweight and dbias are flat
+        dw, db = dw.view(weight.shape), db.view(weight.shape)
     return dx, dw, db, None, None
 
 

@@ -300,7 +300,9 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const uint64_t slots[kBwdSlots] = {address(dy), address(x), address(weight), address(stats),
                                        address(dx), address(part), address(dwdb)};
     for (const Launch& l : p.bwd) run(l, slots, 0.0, stream);
-    variable_list out = {dx, dwdb[0], dwdb[1], at::Tensor(), at::Tensor(), at::Tensor()};
+    // dweight and dbias shaped as the weight (normalized_shape may have several dims; bias's is the same)
+    variable_list out = {dx, dwdb[0].view(weight.sizes()), dwdb[1].view(weight.sizes()), at::Tensor(), at::Tensor(),
+                         at::Tensor()};
     if (torch::autograd::GradMode::is_enabled()) {
       // create_graph=True: as Python's once_differentiable, the gradients carry a node that fails
       // if they are differentiated again (this backward is not itself differentiable).
