@@ -417,7 +417,11 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
     assert len(encoded) == 6 and passed[-1][13][4] == "nan"
     kept((2, 3), lm.HostDesc(u, *spec), p, 5, lm.HostDesc(u, *spec))  # u as a: a's metadata (swizzle 128)
     assert encoded[-1] == (u, 128) and passed[-1][13][-1] == 128 and passed[-1][-8][-1] == 64
-    # No wrapper to read (another launcher), or scratch memory: Triton's own launch.
+    # A kernel without host descriptors: its launch is the C function itself (what a Site calls).
+    plain = object.__new__(nvd.CudaLauncher)
+    plain.launch, plain.global_scratch_size, plain.profile_scratch_size = print, 0, 0
+    assert lm._direct_launch(plain) == (print, {})
+    # Another launcher, or scratch memory: Triton's own launch.
     assert lm._direct_launch(type("R", (), {"launch": print, "global_scratch_size": 0,
                                             "profile_scratch_size": 0})()) is None
     run.global_scratch_size = 128

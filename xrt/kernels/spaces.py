@@ -207,7 +207,7 @@ SHAPE_DEFAULTS: dict[str, list[tuple[int, dict[str, Any]]]] = {
 # results/gpu/attention-model-sweep-h100.json, two runs): each shape's best config where it beat the
 # default by 3 % or more. Short causal sequences gain most from 64-query blocks (7-15 % at S <= 2048):
 # 128-query blocks leave few programs there. And from the program order (``order``, causal only:
-# xrt/kernels/triton/attention.py, _fwd_program): a program that takes a query block and its mirror
+# xrt/kernels/triton/attention.py, _fwd_program and _program_block): a program that takes a query block and its mirror
 # (order 2) does equal work, so the last wave has no long programs left: SDPA / xrt at S 1024 hd 64
 # 0.93 -> 0.96, S 512 0.90 -> 0.96 (128 x 64 blocks, 4 warps), S 2048 0.957 -> 0.964. At hd 128 and
 # at S 4096 it lost.

@@ -146,24 +146,20 @@ def _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh,
 
 @triton.jit
 def _fwd_program(S_q, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, ORDER: tl.constexpr):
-    """(bh, first query block, count, step) of this program: it runs ``count`` query blocks of head
-    ``bh``, from the first down by ``step``. The config's ``order`` of a causal forward (without
-    causality every order is 0): 0, grid (query blocks, B*H), one head's blocks side by side, its
-    longest first; 1, grid (query blocks * B*H,), every head's longest block before any head's next;
-    2, grid (ceil(query blocks / 2), B*H), block j and its mirror n-1-j in one program, equal work."""
+    """(bh, query block) of a forward program that takes one block. The config's ``order`` of a
+    causal forward (without causality every order is 0): 0, grid (query blocks, B*H), one head's
+    blocks side by side, its longest first; 1, grid (query blocks * B*H,), every head's longest block
+    before any head's next. (Order 2, grid (ceil(query blocks / 2), B*H): the backward's causal
+    pairs, block j and its mirror n-1-j in one program, equal work: :func:`_program_block`.)"""
     n_m = tl.cdiv(S_q, BLOCK_M)
     if ORDER == 1:
         n_bh = tl.num_programs(0) // n_m
         pid = tl.program_id(0)
-        return pid % n_bh, n_m - 1 - pid // n_bh, 1, 0
-    elif ORDER == 2:
-        j = tl.program_id(0)
-        return tl.program_id(1), n_m - 1 - j, 1 + (j < n_m - 1 - j).to(tl.int32), n_m - 1 - 2 * j
-    else:
-        start_m = tl.program_id(0)
-        if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
-            start_m = n_m - 1 - start_m
-        return tl.program_id(1), start_m, 1, 0
+        return pid % n_bh, n_m - 1 - pid // n_bh
+    start_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: start them first, the short ones fill the tail
+        start_m = n_m - 1 - start_m
+    return tl.program_id(1), start_m
 
 
 @triton.jit
@@ -184,15 +180,18 @@ def _attn_fwd_kernel(
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
-    ORDER: tl.constexpr,  # which query blocks a program takes (_fwd_program)
+    ORDER: tl.constexpr,  # which query blocks a program takes (_fwd_program, order 2: _program_block)
 ):
-    bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
-    if ORDER == 2:  # one or two query blocks (the key loops nested in this one)
+    if ORDER == 2:  # causal pairs, the mirror (the longer) first; the key loops nested in this one
+        pid, bh, n_m = _program_place(S_q, BLOCK_M)
+        count = _program_count(pid, n_m, True)
         for t in range(count):
+            start_m, _ = _program_block(pid, count - 1 - t, n_m, BLOCK_M, False, True)
             _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn,
-                      svd, sob, soh, som, sod, H, bh, start_m - t * step, S_q, S_k, qk_scale,
+                      svd, sob, soh, som, sod, H, bh, start_m, S_q, S_k, qk_scale,
                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
     else:  # one query block, the key loops at the top level (warp specialization takes them there)
+        bh, start_m = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
         _fwd_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                   sob, soh, som, sod, H, bh, start_m, S_q, S_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
@@ -249,12 +248,15 @@ def _attn_fwd_tma_kernel(
 ):
     """The forward of :func:`_attn_fwd_kernel` with every tile moved by the TMA engine (Hopper):
     the same online softmax, the same unmasked / masked split of the key loop, the same orders."""
-    bh, start_m, count, step = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
     if ORDER == 2:
+        pid, bh, n_m = _program_place(S_q, BLOCK_M)
+        count = _program_count(pid, n_m, True)
         for t in range(count):
-            _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m - t * step, S_q, S_k, qk_scale,
+            start_m, _ = _program_block(pid, count - 1 - t, n_m, BLOCK_M, False, True)
+            _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
                           HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
     else:
+        bh, start_m = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
         _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
@@ -288,9 +290,9 @@ def _bwd_preprocess_kernel(
 
 
 @triton.jit
-def _bwd_program(S, BLOCK: tl.constexpr):
-    """(pid, bh, n_blocks) of a backward program: its place along the sequence, its (batch, head)
-    ``bh`` and the count of ``BLOCK``-blocks of a sequence of ``S``."""
+def _program_place(S, BLOCK: tl.constexpr):
+    """(pid, bh, n_blocks) of a program on a grid (blocks along the sequence, B*H): its place along
+    the sequence, its (batch, head) ``bh`` and the count of ``BLOCK``-blocks of a sequence of ``S``."""
     return tl.program_id(0), tl.program_id(1), tl.cdiv(S, BLOCK)
 
 
@@ -418,7 +420,7 @@ def _attn_bwd_dkdv_kernel(
     PAIRS: tl.constexpr,  # a program takes key block j and its mirror (causal: equal work per program)
 ):
     # Causal: the first key blocks see the most queries, so the plain order starts the heaviest first.
-    pid, bh, n_blocks = _bwd_program(S_k, BLOCK_N)
+    pid, bh, n_blocks = _program_place(S_k, BLOCK_N)
     b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     q_base = q_ptr + b * sqb + h * sqh
@@ -463,7 +465,7 @@ def _attn_bwd_dkdv_tma_kernel(
 ):
     """:func:`_attn_bwd_dkdv_kernel` with every tile moved by the TMA engine (Hopper): the same
     step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
-    pid, bh, n_blocks = _bwd_program(S_k, BLOCK_N)
+    pid, bh, n_blocks = _program_place(S_k, BLOCK_N)
     lse_base, delta_base = _row_bases(lse_ptr, delta_ptr, bh, S_q)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
         start_n, offs_n = _program_block(pid, t, n_blocks, BLOCK_N, False, PAIRS)
@@ -578,7 +580,7 @@ def _attn_bwd_dq_kernel(
     PAIRS: tl.constexpr,  # a program takes query block j and its mirror (causal: equal work per program)
     FUSE_DELTA: tl.constexpr,  # compute delta here (no preprocess kernel)
 ):
-    pid, bh, n_blocks = _bwd_program(S_q, BLOCK_M)
+    pid, bh, n_blocks = _program_place(S_q, BLOCK_M)
     b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     k_base = k_ptr + b * skb + h * skh
@@ -621,7 +623,7 @@ def _attn_bwd_dq_tma_kernel(
     FUSE_DELTA: tl.constexpr,
 ):
     """:func:`_attn_bwd_dq_kernel` with every tile moved by the TMA engine (Hopper)."""
-    pid, bh, n_blocks = _bwd_program(S_q, BLOCK_M)
+    pid, bh, n_blocks = _program_place(S_q, BLOCK_M)
     b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
     for t in range(_program_count(pid, n_blocks, PAIRS)):

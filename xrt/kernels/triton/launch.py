@@ -265,14 +265,10 @@ class Site:
         kept = Kept.of(self.launcher, args, self.num_warps, self.num_stages, self.constexprs)
         if kept is None:
             return None
-        compiled = kept.compiled
-        run = compiled.run
-        if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        if kept.direct is None or kept.direct[1]:  # (a site's arguments are pointers, no host descriptor)
             return None
-        launch = getattr(run, "launch", None)
-        if launch is None:
-            return None
-        return (kept.device, launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+        compiled, run = kept.compiled, kept.compiled.run
+        return (kept.device, kept.direct[0], compiled.function, run.launch_cooperative_grid, run.launch_pdl,
                 compiled.packed_metadata, kept.meta, compiled)
 
     def native(self) -> LaunchSpec | None:
@@ -457,11 +453,11 @@ def _md_key(md: Any) -> str:
 
 
 def _direct_launch(run: Any) -> tuple[Callable, dict[int, tuple[Any, str]]] | None:
-    """(the C launch function, {kernel argument index: its descriptor's metadata and
-    :func:`_md_key`}) of a compiled
-    kernel's launcher whose host descriptors Triton's wrapper expands (Triton 3.6's
-    ``wrap_handle_tensordesc``), read from that wrapper; None where the launcher is another or
-    needs scratch memory (then ``compiled.run`` launches, as Triton does)."""
+    """(the C launch function, {kernel argument index: its host descriptor's metadata and
+    :func:`_md_key`}) of a compiled kernel's launcher ``run``: the launch itself where the kernel
+    takes no host descriptor (``{}``), else read from the wrapper that expands them (Triton 3.6's
+    ``wrap_handle_tensordesc``). None where the launcher is another or needs scratch memory (then
+    ``compiled.run`` launches, as Triton does). What :class:`Site` and :class:`Kept` call."""
     try:
         from triton.backends.nvidia import driver as nvd
     except ImportError:
@@ -471,9 +467,12 @@ def _direct_launch(run: Any) -> tuple[Callable, dict[int, tuple[Any, str]]] | No
     if not isinstance(run, nvd.CudaLauncher) or getattr(nvd, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
         return None
     wrapper = getattr(run, "launch", None)
+    if wrapper is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
     code = getattr(wrapper, "__code__", None)
-    if (code is None or wrapper.__closure__ is None or getattr(run, "global_scratch_size", 1)
-            or getattr(run, "profile_scratch_size", 1)):
+    if code is None:  # no host descriptor: the C function itself
+        return wrapper, {}
+    if wrapper.__closure__ is None:
         return None
     cells = dict(zip(code.co_freevars, (c.cell_contents for c in wrapper.__closure__)))
     launch, indices, metas = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")

@@ -383,10 +383,11 @@ def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
 
 def _gradient_levels() -> int:
     """How many functorch transforms that differentiate (grad, vjp, jacrev, jvp) are active."""
+    from torch._C._functorch import TransformType
     from torch._functorch import pyfunctorch
 
-    return sum(str(i.key()).rsplit(".", 1)[-1] in ("Grad", "Jvp")
-               for i in pyfunctorch.retrieve_all_functorch_interpreters())
+    levels = pyfunctorch.retrieve_all_functorch_interpreters()
+    return sum(i.key() in (TransformType.Grad, TransformType.Jvp) for i in levels)
 
 
 _TRANSFORMABLE: dict[str, Callable[..., Any]] = {}
