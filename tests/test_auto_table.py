@@ -222,6 +222,32 @@ def test_routes_says_whether_a_table_names_an_xrt_provider_for_an_op():
     assert not t.routes(["matmul", "bmm"])  # not in the table
 
 
+def _all_torch_up_to(t: autotable.Table, op: str, width: int) -> list[tuple]:
+    """Every call of ``op`` no wider than ``width`` that ``t`` does not give torch: each dtype the
+    table holds and one it does not, rows 1 to 2**24, widths up to ``width`` (powers of two, one
+    above each, ``width`` itself), forward and training."""
+    dtypes = {d for o, d in t.entries if o == op} | {"float64"}
+    widths = sorted({w for k in range(width.bit_length()) for w in (1 << k, (1 << k) + 1) if w <= width} | {width})
+    return [(d, m, n, train) for d in dtypes for m in (1 << k for k in range(25)) for n in widths
+            for train in (False, True) if t.pick(op, d, (m, n), train)[0] != autotable.TORCH]
+
+
+def test_torch_width_bounds_every_call_the_table_leaves_to_torch():
+    """A routed row op's call no wider than ``torch_width`` is torch's whatever its rows: the wrapper
+    skips the lookup for it. Checked against ``pick`` over rows, dtypes and modes, on a planted table
+    (training's winner narrower than the forward's), the committed H100 table, and one naming no xrt
+    provider; and the bound is tight: a call one power of two wider can be another provider's."""
+    t = autotable.Table(TRAIN)  # layernorm: triton at 64x1024 forward, 4096x4096 both ways; softmax: ties
+    assert t.torch_width("layernorm") == 256  # 1024 one power of two away (NEAR) is nearest, 512 can hit it
+    assert _all_torch_up_to(t, "layernorm", 256) == []
+    assert t.pick("layernorm", "float16", (64, 512)) == ("triton", autotable.NEAREST)
+    assert t.torch_width("softmax") == t.torch_width("matmul") == autotable.ANY_WIDTH
+    h100 = autotable.find("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and h100.torch_width("layernorm") >= 1024  # a GPT's d 768 and 1024: no lookup
+    for op in ("layernorm", "softmax"):
+        assert _all_torch_up_to(h100, op, h100.torch_width(op)) == [], op
+
+
 def test_the_default_tables_are_the_checkouts():
     from conftest import ROOT
 

@@ -165,6 +165,7 @@ def test_torch_choice_calls_torch_itself_and_auto_asks_one_function(monkeypatch,
     from xrt.pytorch import auto
 
     monkeypatch.setattr(auto, "routes", lambda ops: True)  # as where a table names an xrt provider
+    monkeypatch.setattr(auto, "torch_width", lambda op: -1)  # for rows of any width
     with xp.kernel_policy(softmax="triton", layernorm="auto"):  # matmul: nothing named, not routed
         y, seen = _xrt_events(lambda: (F.linear(x, w), F.layer_norm(x, (8,))))
     assert seen == set() and calls == ["layernorm"]  # F.layer_norm's wrapper asked once (not torch.layer_norm's)

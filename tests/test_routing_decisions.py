@@ -37,6 +37,7 @@ def table(monkeypatch):
 
     monkeypatch.setattr(routing, "auto_device", lambda t: True)
     monkeypatch.setattr(auto, "routes", lambda ops: True)
+    monkeypatch.setattr(auto, "torch_width", lambda op: -1)  # no row is torch's before the lookup
     monkeypatch.setattr(routing, "auto_provider", auto_provider)
     return answer, lookups
 
@@ -208,3 +209,38 @@ def test_a_routed_call_reads_neither_the_environment_nor_the_providers_check_per
             assert torch.equal(F.softmax(x, dim=-1), torch.softmax(x, -1))
         monkeypatch.setattr(os, "environ", env.real)
     assert len(checks) == 1 and env.reads == 0
+
+
+def test_rows_no_wider_than_autos_torch_width_go_to_torch_without_a_key(table, interpreter, monkeypatch):
+    """Under auto, a layer norm or softmax whose rows are no wider than every width the table gives
+    to xrt (``auto.torch_width``) calls torch without making its key or looking it up; a wider one,
+    or any call under a policy that names a provider, is decided as before. A new table or policy
+    reads the width again."""
+    answer, lookups = table
+    answer.update(layernorm="triton", softmax="triton")
+    widths = {"layernorm": 8, "softmax": 8}
+    monkeypatch.setattr(auto, "torch_width", lambda op: widths[op])
+    keys = []
+    for h in (routing._layer_norm, routing._f_softmax):
+        rule = routing.RULES[h]
+        monkeypatch.setitem(routing.RULES, h, rule._replace(key=lambda a, k, f=rule.key: keys.append(1) or f(a, k)))
+    narrow, wide = torch.randn(4, 8), torch.randn(4, 16)
+    with xp.kernel_policy(layernorm="auto", softmax="auto"):
+        nn_ln = torch.nn.LayerNorm(8)
+        for call in (lambda: F.layer_norm(narrow, (8,)), lambda: nn_ln(narrow), lambda: F.softmax(narrow, -1),
+                     lambda: narrow.softmax(-1)):
+            assert _xrt_events(call) == set()
+        with pytest.raises(TypeError, match="normalized_shape"):  # torch's own error, as without a policy
+            F.layer_norm(narrow, 8)
+        assert keys == [] and lookups == []
+        assert _xrt_events(lambda: F.layer_norm(wide, (16,))) == {"xrt::layernorm[triton]"}
+        assert _xrt_events(lambda: F.softmax(wide, -1)) == {"xrt::softmax[triton]"}
+        assert len(keys) == 2 and len(lookups) == 2
+        # several normalized dims: no width to compare, decided by the key
+        assert _xrt_events(lambda: F.layer_norm(narrow.view(4, 2, 4), (2, 4))) == {"xrt::layernorm[triton]"}
+        widths["layernorm"] = 4
+        auto.clear()  # a new table: its width is read again
+        assert _xrt_events(lambda: F.layer_norm(narrow, (8,))) == {"xrt::layernorm[triton]"}
+        with xp.kernel_policy(softmax="triton"):  # a named provider: no width applies
+            assert _xrt_events(lambda: F.softmax(narrow, -1)) == {"xrt::softmax[triton]"}
+    torch.testing.assert_close(F.layer_norm(narrow, (8,)), torch.nn.functional.layer_norm(narrow, (8,)))

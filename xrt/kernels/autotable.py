@@ -48,6 +48,7 @@ MARGIN = 0.02
 # that waits on its host pays it in full, so another provider wins a bucket only when its median plus
 # this, once a call (twice with the backward), still beats torch's: never slower, GPU-bound or not.
 HOST_PENALTY_S = 50e-6
+ANY_WIDTH = 1 << 62  # Table.torch_width of an op that never leaves torch
 NEAR = 1  # rule 2: powers of two each dim of the nearest measured bucket may be away
 ENV = "XRT_AUTO_TABLES"  # a directory of tables that replaces the checkout's results/auto
 # The checkout's tables (xrt/kernels/ is two levels below the repository root; a wheel has no results/
@@ -189,6 +190,20 @@ class Table:
                 summed[b] = Entry(fastest(med, calls=2), med, fwd[b].shapes, fwd[b].commit, fwd[b].date)
             self._summed[key] = summed
         return self._summed[key]
+
+    def torch_width(self, op: str) -> int:
+        """The widest row that :meth:`pick` leaves to torch whatever the rows, dtype and mode, for a
+        row op (suite shape (M, N)): a call whose N is at most this needs no lookup. Every bucket of
+        a provider other than torch, forward or training, bounds it: the rule's step 1 hits it only
+        at its own width, step 2 (memory-bound ops) from within :data:`NEAR` powers of two of it."""
+        near = NEAR if defs.OPS[op].gpucheck else 0
+        widths = [int(b.rsplit("x", 1)[-1]) for (o, dtype), measured in self.entries.items() if o == op
+                  for b, e in [*measured.items(), *(self._train(op, dtype).items() if op in BACKWARD else ())]
+                  if e.provider != TORCH]
+        if not widths:
+            return ANY_WIDTH
+        # a width W is bucketed to the power of two _up(W); one below min(widths) / 2**near cannot reach it
+        return min(widths) >> (near + 1)
 
     def routes(self, ops: Sequence[str]) -> bool:
         """Can :meth:`pick` name a provider other than torch for any of ``ops`` (forward or training)?"""

@@ -25,6 +25,7 @@ _lock = threading.Lock()
 _tables: dict[int, autotable.Table | None] = {}  # CUDA device index -> its model's table
 _memo: dict[tuple, str] = {}
 _routes: dict[tuple[str, ...], bool] = {}
+_widths: dict[str, int] = {}  # torch_width()
 _generation = 0  # bumped by clear(): the tables a compiled call decided from are gone
 
 
@@ -67,6 +68,7 @@ def clear() -> None:
         _tables.clear()
         _memo.clear()
         _routes.clear()
+        _widths.clear()
         _generation += 1
     policy.invalidate()
 
@@ -79,6 +81,17 @@ def routes(ops: Sequence[str]) -> bool:
     hit = _routes.get(key)
     if hit is None:
         hit = _routes[key] = any(t is not None and t.routes(ops) for t in map(table, devices()))
+    return hit
+
+
+def torch_width(op: str) -> int:
+    """The widest row of row op ``op`` that ``auto`` leaves to torch on every GPU of this process,
+    whatever the call's rows, dtype and mode (:meth:`xrt.kernels.autotable.Table.torch_width`): a
+    routed call no wider needs no lookup. Read when a routed call first asks under a policy."""
+    hit = _widths.get(op)
+    if hit is None:
+        widths = [t.torch_width(op) for t in map(table, devices()) if t is not None]
+        hit = _widths[op] = min(widths) if widths else autotable.ANY_WIDTH
     return hit
 
 

@@ -317,6 +317,26 @@ def _sdpa_key(args: tuple, kwargs: dict) -> tuple | None:
     return ("route:sdpa", _where(q), q.dtype, q.shape, causal, train)
 
 
+# -- a row op's width: what auto's floor is compared with, before any key ---------------------------
+#
+# Under auto, a row op's call whose rows are no wider than every width the table gives to xrt
+# (:func:`xrt.pytorch.auto.torch_width`) is torch's whatever else it holds: the wrapper calls torch
+# without making its key. A model's layer norms are mostly such calls (d <= 1024 on the H100).
+
+def _layer_norm_width(args: tuple, kwargs: dict) -> int | None:
+    ns = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+    if type(ns) is int:
+        return ns
+    if type(ns) in (tuple, torch.Size) and len(ns) == 1 and type(ns[0]) is int:
+        return ns[0]
+    return None  # several dims, or a form the key decides
+
+
+def _softmax_width(args: tuple, kwargs: dict) -> int | None:
+    x = args[0] if args else None
+    return x.shape[-1] if type(x) in _PLAIN and x.dim() else None
+
+
 # -- the handlers: (func, args, kwargs, provider) -> the xrt op's result, or torch's ---------------
 #
 # A handler runs once the call's provider is one of xrt's; it still falls back to torch's function
@@ -421,14 +441,15 @@ class Rule(NamedTuple):
     first: str
     measured: Callable[[tuple, dict], Measured] | None
     key: Callable[[tuple, dict], tuple | None]
+    width: Callable[[tuple, dict], int | None] | None = None  # a row op's N (auto's floor)
 
 
 RULES: dict[Handler, Rule] = {
     _linear: Rule("matmul", "input", _linear_measured, _linear_key),
     _matmul: Rule("matmul", "input", _matmul_measured, _matmul_key),
-    _layer_norm: Rule("layernorm", "input", _layer_norm_measured, _layer_norm_key),
-    _softmax: Rule("softmax", "input", None, _softmax_key),
-    _f_softmax: Rule("softmax", "input", None, _softmax_key),
+    _layer_norm: Rule("layernorm", "input", _layer_norm_measured, _layer_norm_key, _layer_norm_width),
+    _softmax: Rule("softmax", "input", None, _softmax_key, _softmax_width),
+    _f_softmax: Rule("softmax", "input", None, _softmax_key, _softmax_width),
     _sdpa: Rule("attention", "query", _sdpa_measured, _sdpa_key),
 }
 
@@ -508,6 +529,12 @@ _compiling = torch.compiler.is_compiling
 _state = policy.state
 
 
+def _floor(op: str) -> int:
+    """The widest row of ``op`` whose calls are torch's under the policy in force without a lookup:
+    under ``auto`` the table's (:func:`xrt.pytorch.auto.torch_width`), else -1 (none)."""
+    return auto.torch_width(op) if policy.resolve(op) == policy.AUTO else -1
+
+
 def _route(func: Callable, handler: Handler, rule: Rule, args: tuple, kwargs: dict) -> Any:
     """A routed call decided afresh, without the kept decisions: what Dynamo traces under
     ``torch.compile`` (it guards on the policy state itself; the pause is eager's)."""
@@ -526,7 +553,8 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
     torch's own call. While torch's function or the handler runs, the routed functions called inside
     them (the xrt op's own, torch's fallback) are torch's (the thread's pause)."""
     rule = RULES[handler]
-    key_of = rule.key
+    key_of, width_of = rule.key, rule.width
+    floor_key = ("route-floor:", op)
 
     def routed_call(*args: Any, **kwargs: Any) -> Any:
         if op not in _tls.ops:
@@ -539,6 +567,13 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
         pause.depth += 1
         try:
             memo = _state().memo
+            if width_of is not None:
+                floor = memo.get(floor_key)
+                if floor is None:
+                    floor = memo[floor_key] = _floor(op)
+                w = width_of(args, kwargs)
+                if w is not None and w <= floor:
+                    return func(*args, **kwargs)
             key = key_of(args, kwargs)
             try:
                 p = memo.get(key)  # None: not decided yet, or no key (never stored)
