@@ -60,6 +60,21 @@ SPLIT_SWEEP = [
     {**_TMA, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "SPLIT_K": 2},
     {**_TMA, "BLOCK_N": 64, "num_warps": 4, "num_stages": 5, "SPLIT_K": 2},
 ]
+# --narrow: the GEMMs still under the target at the last full run (T, K, N, layouts), and a wider
+# sweep on them: 64-row tiles (more programs for a narrow C), BLOCK_K 128, deeper pipelines, split K
+# with 4 warps, 128 x 256 split in four.
+NARROW = ((8192, 1024, 3072, ("tn",)), (8192, 1024, 1024, ("nt", "nn", "tn")), (16384, 1024, 3072, ("tn",)),
+          (16384, 1024, 1024, ("tn",)))
+NARROW_SWEEP = [
+    *({**_TMA, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+      for bm, bn, bk, w, s in ((64, 128, 64, 4, 4), (64, 128, 64, 4, 5), (64, 256, 64, 4, 4), (64, 256, 64, 8, 4),
+                               (64, 128, 128, 4, 3), (128, 128, 128, 8, 3), (128, 256, 128, 8, 2),
+                               (128, 128, 64, 8, 5), (256, 128, 64, 8, 3), (128, 64, 64, 4, 5))),
+    *({**_TMA, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s, "SPLIT_K": sk}
+      for bm, bn, bk, w, s, sk in ((64, 128, 64, 4, 4, 2), (128, 128, 64, 8, 5, 2), (128, 128, 128, 8, 3, 2),
+                                   (128, 256, 64, 8, 3, 4), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 4, 2))),
+    {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 2, "GROUP_M": 1},
+]
 # --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
 CPU_ROWS = (32,)
 CPU_FEATURES = ((16, 48), (48, 16))
@@ -70,6 +85,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace | None:
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the rows")
     ap.add_argument("--md", type=Path, help="also write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
+    ap.add_argument("--narrow", action="store_true",
+                    help="only the GEMMs under the target (NARROW), with the wider NARROW_SWEEP")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: tiny shapes under Triton's interpreter (a smoke run)")
     args = ap.parse_args(argv)
@@ -149,17 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     rule = ({"base": 0.05, "impl": 0.05, "timer": {"min_samples": 2, "warmup_time": 0.0, "min_time": 0.0}} if cpu
             else {"base": 0.3, "impl": 0.15, "timer": {}})
     sms = 132 if cpu else torch.cuda.get_device_properties(0).multi_processor_count
+    gemms = [(t, k, n, ("nt", "nn", "tn")) for t in rows_t for k, n in features]
+    if args.narrow and not cpu:
+        gemms, configs = list(NARROW), [None, *NARROW_SWEEP]
     rows: list[dict] = []
-    for t in rows_t:
-        for k, n in features:
-            x = torch.randn(t, k, device=args.device).to(dtype)
-            w = torch.randn(n, k, device=args.device).to(dtype) / k ** 0.5
-            g = torch.randn(t, n, device=args.device).to(dtype)
-            for lay, gm, gn, gk in spaces.linear_gemms(t, k, n):
-                a, b = operands(lay, x, w, g)
-                split = [] if args.quick else [c for c in SPLIT_SWEEP if spaces.split_k_why(c, gm, gn, gk, sms) is None]
-                rows += bench_gemm(lay, a, b, configs + split, args.device, rule)
-            del x, w, g
+    for t, k, n, layouts in gemms:
+        x = torch.randn(t, k, device=args.device).to(dtype)
+        w = torch.randn(n, k, device=args.device).to(dtype) / k ** 0.5
+        g = torch.randn(t, n, device=args.device).to(dtype)
+        for lay, gm, gn, gk in spaces.linear_gemms(t, k, n):
+            if lay not in layouts:
+                continue
+            a, b = operands(lay, x, w, g)
+            split = [] if args.quick or args.narrow else [
+                c for c in SPLIT_SWEEP if spaces.split_k_why(c, gm, gn, gk, sms) is None]
+            rows += bench_gemm(lay, a, b, configs + split, args.device, rule)
+        del x, w, g
     summaries = [r for r in rows if r.get("summary")]
     table = {}  # the winners, keyed as GEMM_LAYOUT_DEFAULTS is; a bucket's slowest winner ratio kept
     for r in summaries:

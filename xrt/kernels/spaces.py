@@ -252,10 +252,11 @@ _TILE_256 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_
              "num_warps": 8, "num_stages": 3, "EPILOGUE_SUBTILE": False, "warp_specialize": False, "SPLIT_K": 1}
 
 _SPLIT_2 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
-            "num_warps": 8, "num_stages": 4, "EPILOGUE_SUBTILE": False, "warp_specialize": False, "SPLIT_K": 2}
+            "num_warps": 4, "num_stages": 4, "EPILOGUE_SUBTILE": False, "warp_specialize": False, "SPLIT_K": 2}
 # Where another tile won the H100 sweep (benchmarks/gemm_linear_bench.py, results/gpu/gemm-linear-h100.json):
 # the narrow weight gradients (a 1024 x 1024 output over a long K: 64 tiles of 128 x 128 for 132
-# SMs) take K split in two, three buckets the full-width C store.
+# SMs) take K split in two (4 warps: 0.80 -> 0.83 and 0.91 -> 0.94 of cuBLAS against 8 warps in one
+# run, gemm_linear_bench.py --narrow), three buckets the full-width C store.
 _LINEAR_WINNERS = {
     ("tn", 1024, 1024, 8192): _SPLIT_2, ("tn", 1024, 1024, 16384): _SPLIT_2,
     ("nn", 8192, 16384, 4096): _TILE_256, ("nn", 16384, 4096, 1024): _TILE_256, ("nn", 16384, 4096, 16384): _TILE_256,
