@@ -212,6 +212,50 @@ def test_the_policy_is_read_when_tracing(traced):
     assert "xrt.square.default" in targets(counter.graphs[1])
 
 
+def test_a_compiled_call_guards_on_the_policys_content(traced, monkeypatch):
+    """Dynamo guards on three stamps of the policy (this thread's scopes, the global policy,
+    XRT_KERNEL_POLICY), not on each layer: a scope of equal choices entered again reuses the graph;
+    another choice in any layer, set on this thread or another, traces again."""
+    import threading
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda t: xp.ops.square(t), backend=counter, fullgraph=True)
+    x = torch.randn(8)
+
+    def provider_of_last_graph():
+        targets = {str(n.target) for n in counter.graphs[-1].graph.nodes if n.op == "call_function"}
+        return "triton" if "xrt.square_triton.default" in targets else "torch"
+
+    def run():
+        torch.testing.assert_close(f(x), x * x)
+        return counter.frame_count, provider_of_last_graph()
+
+    xp.clear_kernel_policy()
+    try:
+        with xp.kernel_policy(square="triton"):
+            assert run() == (1, "triton")
+        with xp.kernel_policy(xp.KernelPolicy(square="triton")):  # an equal scope: the same graph
+            assert run() == (1, "triton")
+        with xp.kernel_policy(square="torch"), xp.kernel_policy(softmax="torch"):  # inner scopes merge
+            assert run() == (2, "torch")
+        t = threading.Thread(target=lambda: xp.set_kernel_policy(square="triton"))  # the global, elsewhere
+        t.start()
+        t.join(10)
+        assert run() == (3, "triton")
+        with xp.kernel_policy(square="torch"):  # a scope wins over the global policy
+            assert run() == (4, "torch")
+        xp.clear_kernel_policy()
+        monkeypatch.setenv("XRT_KERNEL_POLICY", "square=triton")
+        assert run()[1] == "triton"
+        monkeypatch.setenv("XRT_KERNEL_POLICY", "square=torch")
+        assert run()[1] == "torch"
+    finally:
+        xp.clear_kernel_policy()
+
+
 # -- on a GPU: Inductor's own code ----------------------------------------------------------------
 
 KERNELS = {"square": ["_square_kernel"], "softmax": ["_softmax_kernel"],

@@ -244,3 +244,25 @@ def test_rows_no_wider_than_autos_torch_width_go_to_torch_without_a_key(table, i
         with xp.kernel_policy(softmax="triton"):  # a named provider: no width applies
             assert _xrt_events(lambda: F.softmax(narrow, -1)) == {"xrt::softmax[triton]"}
     torch.testing.assert_close(F.layer_norm(narrow, (8,)), torch.nn.functional.layer_norm(narrow, (8,)))
+
+
+def test_under_compile_rows_below_autos_floor_trace_to_torch_without_a_lookup(table, interpreter, monkeypatch):
+    """The compiled path applies the same floor: a narrow layer norm traces to torch's op without
+    the decision (no lookup, none of its guards); a wide one to xrt's."""
+    answer, lookups = table
+    answer["layernorm"] = "triton"
+    monkeypatch.setattr(auto, "torch_width", lambda op: 8)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: F.layer_norm(t, (t.shape[-1],)) * 2, backend=backend, fullgraph=True)
+    with xp.kernel_policy(layernorm="auto"):
+        narrow, wide = torch.randn(4, 8), torch.randn(4, 16)
+        torch.testing.assert_close(f(narrow), torch.nn.functional.layer_norm(narrow, (8,)) * 2)
+        assert lookups == [] and "xrt" not in graphs[-1]
+        torch.testing.assert_close(f(wide), torch.nn.functional.layer_norm(wide, (16,)) * 2, rtol=1e-4, atol=1e-4)
+        assert lookups and {shape for _, shape, _ in lookups} == {(4, 16)} and "xrt" in graphs[-1]

@@ -365,9 +365,38 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.scopes: list[KernelPolicy] = []  # innermost last
         self.merged: _Merged | None = None
+        self.scope_stamp = 0  # the stamp of the scopes' merged choices (_stamp)
 
 
 _tls = _ThreadState()
+
+# Under torch.compile an op's choice is a constant of three stamps (resolve): the thread's scopes',
+# the global policy's and the raw XRT_KERNEL_POLICY. Dynamo guards on those alone, not on every
+# layer and dict it would read, and a compiled model checks its guards on every call. A stamp
+# numbers the content of a merged set of choices, so an equal scope entered again is the same stamp
+# and traces nothing again.
+_STAMPS: dict[tuple[tuple[str, str], ...], int] = {(): 0}
+_STAMPED: list[dict[str, str]] = [{}]  # stamp -> its choices
+_global_stamp = 0
+
+
+def _stamp(layers: Sequence[KernelPolicy | None]) -> int:
+    """The stamp of ``layers``' merged choices (lowest precedence first)."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        if layer is not None:
+            merged.update(layer.choices)
+    key = tuple(sorted(merged.items()))
+    with _lock:
+        hit = _STAMPS.get(key)
+        if hit is None:
+            hit = _STAMPS[key] = len(_STAMPED)
+            _STAMPED.append(merged)
+    return hit
+
+
+def _restamp_scopes() -> None:
+    _tls.scope_stamp = _stamp(_tls.scopes)
 
 # os.environ.get costs about a microsecond; the mapping behind it (bytes keys on POSIX) a tenth.
 POLICY_ENV, TUNED_ENV = "XRT_KERNEL_POLICY", "XRT_TUNED"  # the policy layer and the tuned configs of the environment
@@ -536,15 +565,15 @@ def set_kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Kern
         set_kernel_policy(matmul="cublasLt", attention="flash_v2")
         set_kernel_policy(KernelPolicy(square="triton"))
     """
-    global _global_policy
+    global _global_policy, _global_stamp
     new = _given("set_kernel_policy", policy, kwargs)
     with _lock:
-        old = _global_policy
-        _global_policy = new
+        old, old_stamp = _global_policy, _global_stamp
+        _global_policy, _global_stamp = new, _stamp([new])
 
         def rollback() -> None:
-            global _global_policy
-            _global_policy = old
+            global _global_policy, _global_stamp
+            _global_policy, _global_stamp = old, old_stamp
 
         _changed(rollback)
     return new
@@ -571,9 +600,15 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
     scoped = _given("kernel_policy", policy, kwargs)
     scoped = scoped if scoped is not None else KernelPolicy()
     scopes = _tls.scopes
+
+    def rollback() -> None:
+        scopes.pop()
+        _restamp_scopes()
+
     with _lock:
         scopes.append(scoped)
-        _changed(scopes.pop, everywhere=False)
+        _restamp_scopes()
+        _changed(rollback, everywhere=False)
     try:
         yield scoped
     finally:
@@ -583,6 +618,7 @@ def kernel_policy(policy: KernelPolicy | None = None, **kwargs: str) -> Iterator
                 if scopes[i] is scoped:
                     del scopes[i]
                     break
+            _restamp_scopes()
             _tls.merged = None
             _sync_switches()
         _notify()
@@ -718,15 +754,25 @@ def resolve(op: str, explicit: str | None = None) -> str:
         return _validate(op, explicit)
     if op not in _OPS:
         _validate(op, AUTO)
-    if torch.compiler.is_compiling():
-        for layer in _choice_layers(strict=True):  # Dynamo traces the state itself and guards on it
-            choice = layer.get(op)
-            if choice is not None:
-                return choice
+    if torch.compiler.is_compiling():  # Dynamo guards on the three stamps, the choice is a constant
+        # os.environ, not its raw mapping: Dynamo guards on the one variable, not on every key
+        return _compiled_choice(op, _tls.scope_stamp, _global_stamp, os.environ.get(POLICY_ENV))
     else:
         choice = _merged().choices.get(op)
         if choice is not None:
             return choice
+    return AUTO if _OPS[op].apply is None else "default"
+
+
+@trace_constant
+def _compiled_choice(op: str, scope_stamp: int, global_stamp: int, env: Any) -> str:
+    """:func:`resolve` from the stamps of the layers (scopes, global) and ``XRT_KERNEL_POLICY``:
+    what Dynamo runs as it traces, keeping the answer as a constant."""
+    choice = _STAMPED[scope_stamp].get(op) or _STAMPED[global_stamp].get(op)
+    if choice is None and env:
+        choice = _env_policy(env).get(op)  # a malformed value raises, as uncompiled
+    if choice is not None:
+        return choice
     return AUTO if _OPS[op].apply is None else "default"
 
 
