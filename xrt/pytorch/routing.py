@@ -525,7 +525,8 @@ def _remember(memo: dict, key: tuple | None, rule: Rule, args: tuple, kwargs: di
 
 
 _ROUTING = dispatch.ROUTING
-_compiling = torch.compiler.is_compiling
+# Dynamo folds it to True as it traces; in eager it is one frame (is_compiling is two).
+_compiling = torch.compiler.is_dynamo_compiling
 _state = policy.state
 
 
@@ -566,16 +567,16 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
     them (the xrt op's own, torch's fallback) are torch's (the thread's pause)."""
     rule = RULES[handler]
     key_of, width_of = rule.key, rule.width
-    floor_key = ("route-floor:", op)
+    floor_key = f"route-floor:{op}"  # a str: its hash is kept
 
     def routed_call(*args: Any, **kwargs: Any) -> Any:
-        if op not in _tls.ops:
+        # The pause first: the second wrapper inside a routed call (torch.layer_norm inside
+        # F.layer_norm) costs two attribute reads. Tracing, Dynamo reads it as 0 and guards on that.
+        pause = _ROUTING.pause
+        if pause.depth or op not in _tls.ops:
             return func(*args, **kwargs)
         if _compiling():
             return _route(func, handler, rule, args, kwargs)
-        pause = _ROUTING.pause
-        if pause.depth:
-            return func(*args, **kwargs)
         pause.depth += 1
         try:
             memo = _state().memo
