@@ -266,3 +266,42 @@ def test_under_compile_rows_below_autos_floor_trace_to_torch_without_a_lookup(ta
         assert lookups == [] and "xrt" not in graphs[-1]
         torch.testing.assert_close(f(wide), torch.nn.functional.layer_norm(wide, (16,)) * 2, rtol=1e-4, atol=1e-4)
         assert lookups and {shape for _, shape, _ in lookups} == {(4, 16)} and "xrt" in graphs[-1]
+
+
+def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatch):
+    """A layer norm the policy leaves to torch, in nn.LayerNorm's call form, runs aten's layer_norm
+    with the arguments and cuDNN switch F.layer_norm would pass (without F.layer_norm's Python); a
+    tensor subclass, a torch-function mode, another call form, or a function another library put in
+    F.layer_norm's place before the policy get the function itself."""
+    from torch.overrides import TorchFunctionMode
+
+    monkeypatch.setattr(auto, "torch_width", lambda op: 1 << 20)  # every row is torch's
+    seen = []
+    real = routing._aten_layer_norm
+    monkeypatch.setattr(routing, "_aten_layer_norm", lambda *a: seen.append(a[4:]) or real(*a))
+    ln = torch.nn.LayerNorm(8, eps=1e-3)
+    x = torch.randn(4, 8)
+    want = torch.nn.functional.layer_norm(x, (8,), ln.weight, ln.bias, 1e-3)
+    with xp.kernel_policy(layernorm="auto"):
+        assert torch.equal(ln(x), want) and seen == [(1e-3, torch.backends.cudnn.enabled)]
+        with torch.backends.cudnn.flags(enabled=not torch.backends.cudnn.enabled):
+            ln(x)
+        assert seen[-1] == (1e-3, not torch.backends.cudnn.enabled)
+        assert torch.equal(F.layer_norm(x, (8,), eps=1e-3), torch.nn.functional.layer_norm(x, (8,), eps=1e-3))
+        assert len(seen) == 2  # a keyword: F.layer_norm itself
+
+        class Spy(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                calls.append(getattr(func, "__name__", str(func)))
+                return func(*args, **(kwargs or {}))
+
+        calls: list[str] = []
+        with Spy():
+            assert torch.equal(ln(x), want)
+        assert "layer_norm" in calls and len(seen) == 2  # the mode saw F.layer_norm's call
+    xp.clear_kernel_policy()
+    mine = []
+    theirs = torch.nn.functional.layer_norm
+    monkeypatch.setattr(torch.nn.functional, "layer_norm", lambda *a, **k: mine.append(1) or theirs(*a, **k))
+    with xp.kernel_policy(layernorm="auto"):
+        assert torch.equal(ln(x), want) and mine == [1] and len(seen) == 2
