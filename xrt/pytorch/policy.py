@@ -638,9 +638,9 @@ def _layers() -> list[KernelPolicy]:
     return layers
 
 
-def _choice_layers(strict: bool = False) -> list[KernelPolicy]:
-    """The layers that hold choices (not XRT_TUNED's configs). A malformed XRT_KERNEL_POLICY
-    raises when ``strict`` (an op's resolve), else is a warning (PyTorch's switches)."""
+def _choice_layers() -> list[KernelPolicy]:
+    """The layers that hold choices (not XRT_TUNED's configs), for PyTorch's switches: a malformed
+    XRT_KERNEL_POLICY is a warning here (an op's resolve raises)."""
     layers = list(reversed(_tls.scopes))
     if _global_policy is not None:
         layers.append(_global_policy)
@@ -649,8 +649,6 @@ def _choice_layers(strict: bool = False) -> list[KernelPolicy]:
         try:
             layers.append(_env_policy(env))
         except ValueError as e:
-            if strict:
-                raise
             warnings.warn(f"{e}; PyTorch's switches ignore it", RuntimeWarning, stacklevel=4)
     return layers
 
@@ -757,10 +755,12 @@ def resolve(op: str, explicit: str | None = None) -> str:
     if torch.compiler.is_compiling():  # Dynamo guards on the three stamps, the choice is a constant
         # os.environ, not its raw mapping: Dynamo guards on the one variable, not on every key
         return _compiled_choice(op, _tls.scope_stamp, _global_stamp, os.environ.get(POLICY_ENV))
-    else:
-        choice = _merged().choices.get(op)
-        if choice is not None:
-            return choice
+    choice = _merged().choices.get(op)
+    return choice if choice is not None else _unnamed(op)
+
+
+def _unnamed(op: str) -> str:
+    """The choice of an op that no layer names: ``auto``, or a switch op's ``default``."""
     return AUTO if _OPS[op].apply is None else "default"
 
 
@@ -771,9 +771,7 @@ def _compiled_choice(op: str, scope_stamp: int, global_stamp: int, env: Any) -> 
     choice = _STAMPED[scope_stamp].get(op) or _STAMPED[global_stamp].get(op)
     if choice is None and env:
         choice = _env_policy(env).get(op)  # a malformed value raises, as uncompiled
-    if choice is not None:
-        return choice
-    return AUTO if _OPS[op].apply is None else "default"
+    return choice if choice is not None else _unnamed(op)
 
 
 def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any = None,

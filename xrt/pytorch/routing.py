@@ -547,6 +547,9 @@ def _f_layer_norm_as_torch(args: tuple, kwargs: dict) -> Any:
     return _aten_layer_norm(x, ns, w, b, eps, _cudnn_enabled())
 
 
+_F_FILE = F.__file__  # torch/nn/functional.py, where torch's F.layer_norm is defined
+
+
 def _as_torch(func: Callable) -> Callable[[tuple, dict], Any] | None:
     """How a wrapper calls ``func`` for a call that stays torch's, where that is not ``func`` itself:
     for torch's own ``F.layer_norm`` (by its code, not by the object in the namespace now: a function
@@ -557,19 +560,12 @@ def _as_torch(func: Callable) -> Callable[[tuple, dict], Any] | None:
     return None
 
 
-_F_FILE = F.__file__  # torch/nn/functional.py, where torch's F.layer_norm is defined
-
-
-def _floor(op: str) -> int:
-    """The widest row of ``op`` whose calls are torch's under the policy in force without a lookup:
-    under ``auto`` the table's (:func:`xrt.pytorch.auto.torch_width`), else -1 (none)."""
-    return auto.torch_width(op) if policy.resolve(op) == policy.AUTO else -1
-
-
 @policy.trace_constant
-def _compiled_floor(op: str, choice: str, generation: int) -> int:
-    """:func:`_floor` while Dynamo traces: a constant of the op's choice and auto's table generation
-    (the guards), not of the tables and memos it reads."""
+def _floor(op: str, choice: str, generation: int) -> int:
+    """The widest row of ``op`` whose calls are torch's without a lookup under ``choice``, the op's
+    choice in force: under ``auto`` the table's (:func:`xrt.pytorch.auto.torch_width`), else -1
+    (none). ``generation`` is auto's: while Dynamo traces, the answer is a constant of the choice and
+    the generation (its guards), not of the tables and memos it reads."""
     return auto.torch_width(op) if choice == policy.AUTO else -1
 
 
@@ -579,7 +575,7 @@ def _route(func: Callable, handler: Handler, rule: Rule, args: tuple, kwargs: di
     below auto's floor is torch's before the decision, as in eager: fewer guards on every call."""
     if rule.width is not None:
         w = rule.width(args, kwargs)
-        if w is not None and w <= _compiled_floor(rule.op, policy.resolve(rule.op), auto._generation):
+        if w is not None and w <= _floor(rule.op, policy.resolve(rule.op), auto._generation):
             return func(*args, **kwargs)
     p = _decide(rule, args, kwargs)
     return func(*args, **kwargs) if p == TORCH else handler(func, args, kwargs, p)
@@ -611,22 +607,22 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
         pause.depth += 1
         try:
             memo = _state().memo
+            p = None
             if width_of is not None:
                 floor = memo.get(floor_key)
                 if floor is None:
-                    floor = memo[floor_key] = _floor(op)
+                    floor = memo[floor_key] = _floor(op, policy.resolve(op), auto._generation)
                 w = width_of(args, kwargs)
                 if w is not None and w <= floor:
-                    if as_torch is not None and (y := as_torch(args, kwargs)) is not None:
-                        return y
-                    return func(*args, **kwargs)
-            key = key_of(args, kwargs)
-            try:
-                p = memo.get(key)  # None: not decided yet, or no key (never stored)
-            except TypeError:  # an unhashable argument (a list as normalized_shape)
-                p = key = None
+                    p = TORCH
             if p is None:
-                p = _remember(memo, key, rule, args, kwargs)
+                key = key_of(args, kwargs)
+                try:
+                    p = memo.get(key)  # None: not decided yet, or no key (never stored)
+                except TypeError:  # an unhashable argument (a list as normalized_shape)
+                    p = key = None
+                if p is None:
+                    p = _remember(memo, key, rule, args, kwargs)
             if p == TORCH:
                 if as_torch is not None and (y := as_torch(args, kwargs)) is not None:
                     return y
