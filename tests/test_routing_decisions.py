@@ -268,14 +268,17 @@ def test_under_compile_rows_below_autos_floor_trace_to_torch_without_a_lookup(ta
         assert lookups and {shape for _, shape, _ in lookups} == {(4, 16)} and "xrt" in graphs[-1]
 
 
-def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatch):
+@pytest.mark.parametrize("floor", [1 << 20, 4], ids=["below-autos-floor", "decided-torch"])
+def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatch, floor):
     """A layer norm the policy leaves to torch, in nn.LayerNorm's call form, runs aten's layer_norm
     with the arguments and cuDNN switch F.layer_norm would pass (without F.layer_norm's Python); a
     tensor subclass, a torch-function mode, another call form, or a function another library put in
-    F.layer_norm's place before the policy get the function itself."""
+    F.layer_norm's place before the policy get the function itself. Alike for a row below auto's
+    floor (torch's before any decision) and for a wider one that the table decides is torch's."""
     from torch.overrides import TorchFunctionMode
 
-    monkeypatch.setattr(auto, "torch_width", lambda op: 1 << 20)  # every row is torch's
+    answer, lookups = table
+    monkeypatch.setattr(auto, "torch_width", lambda op: floor)
     seen = []
     real = routing._aten_layer_norm
     monkeypatch.setattr(routing, "_aten_layer_norm", lambda *a: seen.append(a[4:]) or real(*a))
@@ -284,6 +287,7 @@ def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatc
     want = torch.nn.functional.layer_norm(x, (8,), ln.weight, ln.bias, 1e-3)
     with xp.kernel_policy(layernorm="auto"):
         assert torch.equal(ln(x), want) and seen == [(1e-3, torch.backends.cudnn.enabled)]
+        assert len(lookups) == (floor < 8)  # the wider row was decided once, then kept
         with torch.backends.cudnn.flags(enabled=not torch.backends.cudnn.enabled):
             ln(x)
         assert seen[-1] == (1e-3, not torch.backends.cudnn.enabled)

@@ -537,13 +537,19 @@ _state = policy.state
 _aten_layer_norm = torch._C._VariableFunctions.layer_norm
 _cudnn_enabled = torch._C._get_cudnn_enabled
 _has_torch_function = torch._C._has_torch_function_variadic
+_ANY_WIDTH = autotable.ANY_WIDTH
 
 
-def _f_layer_norm_as_torch(args: tuple, kwargs: dict) -> Any:
-    """``F.layer_norm(*args)`` where the call's form allows, else ``None`` (the caller calls it)."""
-    if kwargs or len(args) != 5 or _has_torch_function(args[0], args[2], args[3]):
+def _f_layer_norm_as_torch(args: tuple, kwargs: dict, floor: int) -> Any:
+    """``F.layer_norm(*args)`` where the call's form allows and its row is no wider than ``floor``
+    (:data:`_ANY_WIDTH`: any row), else ``None`` (the caller decides, or calls it)."""
+    if kwargs or len(args) != 5:
         return None
     x, ns, w, b, eps = args
+    if floor != _ANY_WIDTH and (type(ns) is not tuple or len(ns) != 1 or ns[0] > floor):
+        return None
+    if _has_torch_function(x, w, b):
+        return None
     return _aten_layer_norm(x, ns, w, b, eps, _cudnn_enabled())
 
 
@@ -604,9 +610,13 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
             return func(*args, **kwargs)
         if _compiling():
             return _route(func, handler, rule, args, kwargs)
+        memo = _state().memo
+        if as_torch is not None:  # below the floor, aten's own op: no routed function runs inside
+            floor = memo.get(floor_key)
+            if floor is not None and (y := as_torch(args, kwargs, floor)) is not None:
+                return y
         pause.depth += 1
         try:
-            memo = _state().memo
             p = None
             if width_of is not None:
                 floor = memo.get(floor_key)
@@ -624,7 +634,7 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
                 if p is None:
                     p = _remember(memo, key, rule, args, kwargs)
             if p == TORCH:
-                if as_torch is not None and (y := as_torch(args, kwargs)) is not None:
+                if as_torch is not None and (y := as_torch(args, kwargs, _ANY_WIDTH)) is not None:
                     return y
                 return func(*args, **kwargs)
             return handler(func, args, kwargs, p)
