@@ -6,6 +6,8 @@ On the CPU the kernels run under Triton's interpreter and the graphs are checked
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from functorch.compile import make_boxed_func
@@ -129,6 +131,38 @@ def test_both_options_trace_without_graph_breaks(traced, op):
     assert f"xrt.{op}.default" in targets["torch"]
 
 
+@pytest.mark.parametrize("grad", ["no_grad", "inputs_without_grad"])
+def test_a_compiled_layernorm_that_autograd_does_not_record_computes_no_statistics(traced, grad):
+    """Under no_grad, or on inputs none of which requires grad, the compiled layer norm is the
+    twin without statistics (``xrt::layernorm_infer_triton``: the kernel with STATS off, no mean or
+    rstd buffer); with grad it stays the twin that saves them. Outputs match torch in float64."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(7, N), torch.randn(N), torch.randn(N)
+    codes: list[str] = []
+
+    def keep(gm, _inputs):
+        codes.append(gm.code)
+        return make_boxed_func(gm)
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    torch._dynamo.reset()
+    f = torch.compile(_xrt("layernorm", "triton"), backend=aot_autograd(fw_compiler=keep), fullgraph=True)
+    with torch.no_grad() if grad == "no_grad" else contextlib.nullcontext():
+        y = f(x, w, b)
+    torch.testing.assert_close(y.double(), _torch("layernorm")(x.double(), w.double(), b.double()),
+                               rtol=1e-5, atol=1e-5)
+    (code,) = codes
+    assert "'STATS': False" in code and "'STATS': True" not in code and "torch.float32" not in code, code
+    explained = torch._dynamo.explain(_xrt("layernorm", "triton"))(x, w, b)
+    assert {str(n.target) for n in explained.graphs[0].graph.nodes if n.op == "call_function"} >= {
+        "xrt.layernorm_infer_triton.default"}
+    x.requires_grad_(True)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(_xrt("layernorm", "triton"))(x, w, b)
+    assert "xrt.layernorm_triton.default" in {str(n.target) for n in explained.graphs[0].graph.nodes}
+
+
 def test_matmul_forward_traces_into_the_kernel(traced):
     a, b = torch.randn(6, 11), torch.randn(11, 5)
     codes: list[str] = []
@@ -158,6 +192,10 @@ def test_layernorm_twin_passes_opcheck(interpreter):
                torch.randn(17, requires_grad=True))
     result = torch.library.opcheck(dispatch.COMPILED[("layernorm", "triton")], (x, [17], w, b, 1e-5, "triton"))
     assert set(result.values()) == {"SUCCESS"}, result
+    x, w, b = (t.detach() for t in (x, w, b))
+    infer = dispatch.COMPILED[("layernorm_infer", "triton")]
+    result = torch.library.opcheck(infer, (x, [17], w, b, 1e-5, "triton"))
+    assert set(result.values()) - {"SKIP"} == {"SUCCESS"}, result
 
 
 def test_only_the_cuda_c_twins_are_cudagraph_unsafe():
@@ -282,6 +320,24 @@ def test_inductor_launches_the_kernels_directly_on_gpu(op):
     for name in KERNELS[op]:
         assert name in code, name
     _check_against_float64(op, args, y, grads, dy)
+
+
+@pytest.mark.gpu
+def test_inductor_runs_a_layernorm_without_grad_as_one_kernel_and_one_buffer():
+    """Inference on the GPU: Inductor's code launches the forward kernel with no statistics and
+    allocates the output alone (no mean or rstd buffer, no copy of an input)."""
+    from torch._inductor.utils import run_and_get_code
+
+    x, w, b = (t.detach() for t in _inputs("layernorm", "cuda", torch.bfloat16))
+    torch._dynamo.reset()
+    compiled = torch.compile(_xrt("layernorm", "triton"), fullgraph=True)
+    with torch.no_grad():
+        y, codes = run_and_get_code(compiled, x, w, b)
+    code = "\n".join(codes)
+    assert "_layernorm_fwd_kernel" in code and "torch.ops.xrt" not in code
+    assert code.count("empty_strided_cuda(") == 1 and "copy_" not in code and ".clone(" not in code, code
+    want = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float())
+    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu

@@ -337,6 +337,24 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y, mean, rstd
 
 
+def layernorm_infer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                    config: dict[str, Any] | None = None) -> torch.Tensor:
+    """``y`` alone for ``x`` ``[M, N]``: the forward without its statistics, for a call that no
+    autograd records (torch.compile's inference twin). The statistics' pointers are ``x``'s, never
+    written (``STATS=False``), so nothing else is allocated."""
+    m, n = _check(x, weight, bias)
+    cfg = checks.tuning("layernorm.triton", config)
+    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
+    y = torch.empty_like(x)
+    if m == 0 or n == 0:
+        return y
+    block = next_power_of_2(n)
+    rows, warps = fwd_plan(block, m, cfg["num_warps"], cfg["rows"])
+    _fwd((cdiv(m, rows),), x, weight, bias, y, x, x, 0, m, n, float(eps),
+         STATS=False, ROWS=rows, BLOCK=block, num_warps=warps)
+    return y
+
+
 def partial_programs(x: torch.Tensor, m: int, programs_per_sm: int) -> int:
     """How many programs (blocks) share the rows of the backward: a few per SM, at most one a row."""
     sms = _sm_count(x.device) if x.is_cuda else 2

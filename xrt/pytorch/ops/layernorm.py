@@ -31,6 +31,18 @@ def _layernorm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.T
     return y.view(x.shape), mean, rstd
 
 
+def _layernorm_infer_triton(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor,
+                            bias: torch.Tensor, eps: float, provider: str) -> torch.Tensor:
+    """The Triton forward's ``y`` alone: what torch.compile runs for a call that no autograd records
+    (no statistics computed or allocated; the op has no backward)."""
+    from xrt.kernels.triton.layernorm import layernorm_infer
+
+    n = math.prod(normalized_shape)
+    x2 = x.reshape(-1, n)
+    cfg = kernel_providers.config("layernorm", "layernorm.triton", x2)
+    return layernorm_infer(x2, weight.reshape(n), bias.reshape(n), eps, cfg).view(x.shape)
+
+
 def _layernorm_fake(x, normalized_shape, weight, bias, eps, provider):
     m = x.numel() // math.prod(normalized_shape)
     stat = x.new_empty((m,), dtype=torch.float32)
@@ -80,6 +92,8 @@ _layernorm_op.register_autograd(_backward_with(layernorm_bwd), setup_context=_se
 for _name in ("triton", "cuda"):
     _bwd = dispatch.compiled_twin("layernorm_bwd", _name, _layernorm_bwd, fake=_layernorm_bwd_fake)
     dispatch.compiled_twin("layernorm", _name, _layernorm, _setup_context, _backward_with(_bwd), _layernorm_fake)
+# xrt::layernorm_infer_triton: torch.compile's Triton forward where autograd records nothing.
+dispatch.compiled_twin("layernorm_infer", "triton", _layernorm_infer_triton)
 
 
 class _EagerLayerNorm(torch.autograd.Function):
@@ -303,6 +317,7 @@ def _native_op(*args: Any) -> torch.Tensor:
 _compiling = torch.compiler.is_compiling
 # traced by these names under torch.compile (xrt.pytorch.ops.dispatch's docstring says why)
 _floating, _of_dtype, _choose, _compiled_op = _checks.floating, _checks.of_dtype, dispatch.choose, dispatch.compiled
+_grad_enabled = torch.is_grad_enabled
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else lambda: -1
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
@@ -376,6 +391,11 @@ def fused_layernorm(input: torch.Tensor, normalized_shape: int | Sequence[int],
 
 def _through_op(x: torch.Tensor, ns: tuple[int, ...], weight: torch.Tensor, bias: torch.Tensor, eps: float,
                 provider: str) -> torch.Tensor:
-    """The call through the custom op (under torch.compile its twin for ``provider``)."""
+    """The call through the custom op (under torch.compile its twin for ``provider``; where autograd
+    records nothing, the twin without statistics when ``provider`` has one)."""
+    if _compiling() and not (_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad)):
+        infer = _compiled_op("layernorm_infer", provider, None, x)
+        if infer is not None:
+            return infer(x, ns, weight, bias, float(eps), provider)
     y, _, _ = _compiled_op("layernorm", provider, _layernorm_op, x)(x, ns, weight, bias, float(eps), provider)
     return y
