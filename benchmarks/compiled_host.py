@@ -26,6 +26,7 @@ Rows that need what this machine lacks (Triton without a GPU) are listed as skip
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -111,7 +112,8 @@ def markdown(result: dict) -> str:
              f"`torch.compile(fullgraph=True, dynamic=False, backend={result['backend']!r})`; "
              f"{result['calls']} back-to-back calls, median of {result['repeats']} repeats "
              f"(benchmarks/compiled_host.py); torch {result['torch']}, triton {result['triton'] or '-'}; "
-             f"{result['when']}; commit {result.get('commit') or '-'}.", "",
+             f"{result['when']}; commit {result.get('commit') or '-'}; Inductor's static launch of user-defined "
+             f"Triton kernels {'on' if result.get('static_user_launch') else 'off'}.", "",
              "| group | call | host µs / call | repeats (µs) | target | met |", "|---|---|---:|---|---|---|"]
     for r in result["rows"]:
         if r["host_us"] is None:
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=100, help="calls before timing [100]")
     p.add_argument("--backend", default="inductor", help="torch.compile backend [inductor]")
     p.add_argument("--quick", action="store_true", help="20 calls, 2 repeats, 2 warm-up calls: does it run")
+    p.add_argument("--only", metavar="TEXT", help="only the groups whose name contains TEXT (e.g. 'layernorm')")
     args = p.parse_args(argv)
     if args.quick:
         args.calls, args.repeats, args.warmup = 20, 2, 2
@@ -157,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") \
         else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     print(f"host cost under torch.compile on {name}: {args.calls} calls x {args.repeats} repeats", flush=True)
-    rows = measure_rows(build_rows(args.device, args.backend), args.device, args.calls, args.repeats, args.warmup)
+    todo = [r for r in build_rows(args.device, args.backend) if args.only is None or args.only in r["group"]]
+    if not todo:
+        p.error(f"--only {args.only!r}: no group's name contains it")
+    rows = measure_rows(todo, args.device, args.calls, args.repeats, args.warmup)
     import xrt
     from xrt.bench import worktrees
 
@@ -169,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": args.device, "device_name": name, "torch": torch.__version__, "triton": triton_version,
               "backend": args.backend, "xrt_source": str(source), "commit": commit, "calls": args.calls,
               "repeats": args.repeats, "warmup": args.warmup,
+              # torch._inductor.config.static_launch_user_defined_triton_kernels (off unless set, e.g. by
+              # TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1): how Inductor launches xrt's kernels
+              "static_user_launch": bool(importlib.import_module("torch._inductor.config")
+                                         .static_launch_user_defined_triton_kernels),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

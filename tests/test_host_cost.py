@@ -75,3 +75,21 @@ def test_compiled_host_runs_on_the_cpu_and_writes_the_table(tmp_path):
         assert twin["host_us"] is None and "CUDA GPU" in twin["skipped"], twin
         assert twin["target"] == f"<= torch: {group} + 10 µs"
     assert md.read_text() in run.stdout and "| group | call | host µs / call |" in md.read_text()
+
+
+def test_compiled_host_only_names_groups_and_refuses_one_that_matches_none(tmp_path):
+    """--only keeps the groups whose name contains the text (the table says how Inductor launched
+    the kernels); a text no group contains is one line on stderr and exit 2, nothing written."""
+    out = tmp_path / "c.json"
+    script = ROOT / "benchmarks" / "compiled_host.py"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--backend", "eager",
+                          "--only", "square", "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert {r["group"] for r in res["rows"]} == {"square [4096] fp32"} and res["static_user_launch"] is False
+    assert "static launch of user-defined Triton kernels off" in run.stdout
+    out.unlink()
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--only", "gelu",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 2 and "--only 'gelu': no group's name contains it" in run.stderr and not out.exists()
