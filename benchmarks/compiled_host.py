@@ -14,7 +14,8 @@ backward):
   kernels Inductor launches from its own code. Target: <= torch + 10 µs;
 * ``torch.ops.xrt.<op>_triton(..., "triton")``: the triton_op called directly, without the public
   function's Python (its checks, the policy lookup), which Dynamo guards on (no target; it shows
-  what the guards cost);
+  what the guards cost); for layernorm's forward, on inputs without grad, the twin without
+  statistics (``xrt::layernorm_infer_triton``), which the public call takes there;
 * ``torch.ops.xrt.<op>(..., "triton")``: the opaque custom op, which compiled code calls through the
   dispatcher (what every provider took before the triton_op twins; no target, for comparison);
 * ``xp.ops.<op>(..., provider="torch")``: the torch provider through the custom op (no target).
@@ -99,10 +100,24 @@ def build_rows(device: str, backend: str) -> list[dict]:
     ln_xrt = lambda p, a, c, d: xp.ops.fused_layernorm(a, 1024, c, d, 1e-5, provider=p)  # noqa: E731
     ln_opaque = lambda a, c, d: torch.ops.xrt.layernorm(a, [1024], c, d, 1e-5, "triton")[0]  # noqa: E731
     ln_twin = lambda a, c, d: torch.ops.xrt.layernorm_triton(a, [1024], c, d, 1e-5, "triton")[0]  # noqa: E731
-    group("layernorm [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_twin, (xs, w, b))
+    # no input requires grad: the public call takes the twin without statistics, so its direct row does too
+    ln_infer = lambda a, c, d: torch.ops.xrt.layernorm_infer_triton(a, [1024], c, d, 1e-5, "triton")  # noqa: E731
+    group("layernorm [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_infer, (xs, w, b))
     group("layernorm fwd+bwd [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_twin, (xg, wg, bg),
           grad=True)
     return rows
+
+
+def static_user_launch(backend: str) -> bool:
+    """Does Inductor launch user-defined Triton kernels (xrt's twins) with its static launcher?
+    ``torch._inductor.config.static_launch_user_defined_triton_kernels`` (off unless set, e.g. by
+    ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1``), which needs the static launcher
+    itself and no C++ wrapper; any other backend launches nothing of its own."""
+    if backend != "inductor":
+        return False
+    cfg = importlib.import_module("torch._inductor.config")
+    return bool(getattr(cfg, "static_launch_user_defined_triton_kernels", False)
+                and getattr(cfg, "use_static_cuda_launcher", False) and not getattr(cfg, "cpp_wrapper", False))
 
 
 def markdown(result: dict) -> str:
@@ -175,10 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": args.device, "device_name": name, "torch": torch.__version__, "triton": triton_version,
               "backend": args.backend, "xrt_source": str(source), "commit": commit, "calls": args.calls,
               "repeats": args.repeats, "warmup": args.warmup,
-              # torch._inductor.config.static_launch_user_defined_triton_kernels (off unless set, e.g. by
-              # TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1): how Inductor launches xrt's kernels
-              "static_user_launch": bool(importlib.import_module("torch._inductor.config")
-                                         .static_launch_user_defined_triton_kernels),
+              "static_user_launch": static_user_launch(args.backend),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

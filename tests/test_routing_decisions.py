@@ -276,6 +276,7 @@ def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatc
     F.layer_norm's place before the policy get the function itself. Alike for a row below auto's
     floor (torch's before any decision) and for a wider one that the table decides is torch's."""
     from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     answer, lookups = table
     monkeypatch.setattr(auto, "torch_width", lambda op: floor)
@@ -303,9 +304,24 @@ def test_a_layer_norm_that_stays_torchs_is_torchs_call_exactly(table, monkeypatc
         with Spy():
             assert torch.equal(ln(x), want)
         assert "layer_norm" in calls and len(seen) == 2  # the mode saw F.layer_norm's call
+        # what runs inside torch's op (a dispatch mode, a saved-tensor hook) sees torch's functions
+        depths: list[int] = []
+
+        class Watch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                depths.append(routing._ROUTING.pause.depth)
+                return func(*args, **(kwargs or {}))
+
+        with Watch():
+            ln(x)
+        xg = x.clone().requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: depths.append(routing._ROUTING.pause.depth) or t,
+                                                      lambda t: t):
+            ln(xg)
+        assert len(seen) == 4 and depths and set(depths) == {1}, depths
     xp.clear_kernel_policy()
     mine = []
     theirs = torch.nn.functional.layer_norm
     monkeypatch.setattr(torch.nn.functional, "layer_norm", lambda *a, **k: mine.append(1) or theirs(*a, **k))
     with xp.kernel_policy(layernorm="auto"):
-        assert torch.equal(ln(x), want) and mine == [1] and len(seen) == 2
+        assert torch.equal(ln(x), want) and mine == [1] and len(seen) == 4

@@ -546,7 +546,7 @@ def _f_layer_norm_as_torch(args: tuple, kwargs: dict, floor: int) -> Any:
     if kwargs or len(args) != 5:
         return None
     x, ns, w, b, eps = args
-    if floor != _ANY_WIDTH and (type(ns) is not tuple or len(ns) != 1 or ns[0] > floor):
+    if floor != _ANY_WIDTH and (type(ns) is not tuple or len(ns) != 1 or type(ns[0]) is not int or ns[0] > floor):
         return None
     if _has_torch_function(x, w, b):
         return None
@@ -611,12 +611,12 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
         if _compiling():
             return _route(func, handler, rule, args, kwargs)
         memo = _state().memo
-        if as_torch is not None:  # below the floor, aten's own op: no routed function runs inside
-            floor = memo.get(floor_key)
-            if floor is not None and (y := as_torch(args, kwargs, floor)) is not None:
-                return y
-        pause.depth += 1
+        pause.depth += 1  # (a dispatch mode or saved-tensor hook inside torch's op sees torch's functions)
         try:
+            if as_torch is not None:  # below the floor: aten's own op, before the width, key and decision
+                floor = memo.get(floor_key)
+                if floor is not None and (y := as_torch(args, kwargs, floor)) is not None:
+                    return y
             p = None
             if width_of is not None:
                 floor = memo.get(floor_key)

@@ -341,7 +341,10 @@ def layernorm_infer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, e
                     config: dict[str, Any] | None = None) -> torch.Tensor:
     """``y`` alone for ``x`` ``[M, N]``: the forward without its statistics, for a call that no
     autograd records (torch.compile's inference twin). The statistics' pointers are ``x``'s, never
-    written (``STATS=False``), so nothing else is allocated."""
+    written (``STATS=False``), so nothing else is allocated. Not ``y``'s: where PyTorch cannot tell
+    which pointers a kernel writes (no GPU driver) it clones each written argument and copies them
+    back in turn, and a never-written alias of ``y`` would overwrite it; a copy of ``x`` back onto
+    itself changes nothing."""
     m, n = _check(x, weight, bias)
     cfg = checks.tuning("layernorm.triton", config)
     x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
