@@ -358,6 +358,11 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     :func:`transformable`; else ``custom``. (Only under compile: in eager the twins would add
     nothing but their own dispatch.)"""
     if _is_compiling():
+        if _functorch():
+            # A traced torch.func transform over an xrt op: the custom ops have no rule there, and
+            # forward-mode AD (jvp) would give zero tangents without a word. Eager transforms run.
+            raise NotImplementedError(f"xrt::{op}: torch.compile of a torch.func transform (grad, jvp, vmap) over "
+                                      f"xrt's ops is not supported; run the transform eagerly or compile without it")
         if x.device.type != "cpu" or TRITON_OP_ON_CPU:
             return COMPILED.get((op, provider), custom)
         return custom
