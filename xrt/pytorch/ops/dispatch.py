@@ -351,6 +351,13 @@ def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Func
 TRITON_OP_ON_CPU = False
 
 
+@policy.trace_constant
+def _traced_transforms() -> tuple[str, ...]:
+    """The kinds of the torch.func transforms in force ("Vmap", "Grad", "Jvp", ...), outermost
+    first; while Dynamo traces, a constant of the trace."""
+    return tuple(str(i.key()).rsplit(".", 1)[-1] for i in torch._C._functorch.get_interpreter_stack() or ())
+
+
 def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     """The op a call of ``op`` on ``x`` through ``provider`` goes to on the ``OP`` route: under
     torch.compile its :data:`COMPILED` twin where there is one (for a CPU ``x`` only with
@@ -358,11 +365,13 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     :func:`transformable`; else ``custom``. (Only under compile: in eager the twins would add
     nothing but their own dispatch.)"""
     if _is_compiling():
-        if _functorch():
-            # A traced torch.func transform over an xrt op: the custom ops have no rule there, and
-            # forward-mode AD (jvp) would give zero tangents without a word. Eager transforms run.
-            raise NotImplementedError(f"xrt::{op}: torch.compile of a torch.func transform (grad, jvp, vmap) over "
-                                      f"xrt's ops is not supported; run the transform eagerly or compile without it")
+        if _functorch() and set(_traced_transforms()) - {"Vmap"}:
+            # A traced gradient transform over an xrt op: the custom ops have no rule there, and
+            # forward-mode AD (jvp) gave zero tangents without a word. (vmap runs: torch's
+            # per-sample fallback.) Eager transforms run.
+            raise NotImplementedError(f"xrt::{op}: torch.compile of a torch.func gradient transform (grad, vjp, jvp, "
+                                      f"jacrev, jacfwd) over xrt's ops is not supported; run the transform eagerly "
+                                      f"or compile without it")
         if x.device.type != "cpu" or TRITON_OP_ON_CPU:
             return COMPILED.get((op, provider), custom)
         return custom
