@@ -38,8 +38,10 @@ def test_route_is_direct_only_in_plain_eager():
     assert seen == [dispatch.OP]
     import torch.autograd.forward_ad as fwAD
 
-    with fwAD.dual_level():  # forward-mode AD: the custom op says it has no formula; no silent zero
-        assert dispatch.route(fwAD.make_dual(torch.randn(3), torch.randn(3))) == dispatch.OP
+    with fwAD.dual_level():  # forward-mode AD: a tangent is refused (its output came back without one)
+        with pytest.raises(NotImplementedError, match="no forward-mode derivative"):
+            dispatch.route(fwAD.make_dual(torch.randn(3), torch.randn(3)))
+        assert dispatch.route(torch.randn(3)) == dispatch.OP
 
 
 def _custom_op_calls(monkeypatch, module, name):

@@ -166,10 +166,56 @@ def test_compiling_a_gradient_transform_over_an_xrt_op_refuses_it(interpreter, m
         chain = [info.value]
         while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
             chain.append(chain[-1].__cause__ or chain[-1].__context__)
-        assert any("xrt::square: torch.compile of a torch.func gradient transform" in str(e) for e in chain), chain
+        assert any("xrt::square: torch.compile of forward-mode AD" in str(e) for e in chain), chain
     want = torch.func.jvp(lambda a: F.layer_norm(a, (33,)), (x,), (t,))[1]
     with xp.kernel_policy(layernorm="triton"):
         torch._dynamo.reset()
         got = torch.compile(lambda a, b: torch.func.jvp(lambda y: F.layer_norm(y, (33,)), (a,), (b,))[1],
                             backend="aot_eager", fullgraph=True)(x, t)
     torch.testing.assert_close(got, want)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out = [e]
+    while out[-1].__cause__ is not None or out[-1].__context__ is not None:
+        out.append(out[-1].__cause__ or out[-1].__context__)
+    return out
+
+
+def test_forward_mode_ad_refuses_xrt_ops_and_routes_to_torch(interpreter, monkeypatch):
+    """Forward-mode AD (``torch.autograd.forward_ad``): an xrt op given a tensor with a tangent
+    raises (its output came back without one), eager and compiled; a routed torch function stays
+    torch's and its tangent is torch's, eager and compiled. Inside ``grad`` under ``no_grad`` a
+    compiled xrt op runs (no derivative is asked of it)."""
+    import torch.autograd.forward_ad as fwAD
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(dispatch, "TRITON_OP_ON_CPU", True)
+    torch.manual_seed(0)
+    x, t = torch.randn(7, 33), torch.randn(7, 33)
+
+    def tangent(f, compiled):
+        fn = torch.compile(f, backend="aot_eager", fullgraph=True) if compiled else f
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(fn(fwAD.make_dual(x, t))).tangent
+
+    want = tangent(lambda a: F.layer_norm(a, (33,)), False)
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as info:
+            tangent(lambda a: xp.ops.square(a, provider="triton"), compiled)
+        assert any("forward-mode" in str(e) for e in _chain(info.value)), _chain(info.value)
+        with xp.kernel_policy(layernorm="triton"):
+            torch._dynamo.reset()
+            torch.testing.assert_close(tangent(lambda a: F.layer_norm(a, (33,)), compiled), want)
+    with fwAD.dual_level():  # no tangent on the input: the op runs
+        torch.testing.assert_close(xp.ops.square(x, provider="triton"), x * x)
+
+    def loss(a):
+        with torch.no_grad():
+            s = xp.ops.square(a, provider="triton")
+        return (a * s).sum()
+
+    torch._dynamo.reset()
+    got = torch.compile(lambda a: torch.func.grad(loss)(a), backend="aot_eager", fullgraph=True)(x)
+    torch.testing.assert_close(got, x * x)

@@ -123,12 +123,12 @@ def _plain(*tensors: Any) -> bool:
 def _eager_safe(x: torch.Tensor) -> bool:
     """Does this call's context leave xrt's ops free to run? Not under autocast (its casts are the
     dispatcher's, below the wrappers), a functorch transform or forward-mode AD (no rules for them).
-    Under torch.compile, not inside a traced ``torch.func`` transform (xrt's ops do not run there,
-    :func:`xrt.pytorch.ops.dispatch.compiled`); Dynamo answers that while it traces, a constant."""
+    Under torch.compile, not inside a traced ``torch.func`` transform or forward-mode AD either (xrt's
+    ops do not run there, :func:`xrt.pytorch.ops.dispatch.compiled`): constants of the trace."""
     if torch.is_autocast_enabled(x.device.type):
         return False
     if torch.compiler.is_compiling():
-        return not _functorch()
+        return not (_functorch() or dispatch._forward_ad_level() >= 0)
     return not (_functorch() or _forward_ad._current_level >= 0)
 
 

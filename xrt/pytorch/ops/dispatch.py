@@ -156,6 +156,8 @@ def route(*tensors: torch.Tensor | None) -> int:
     """
     if (_is_compiling() or _function_modes() or _dispatch_modes() or _functorch()
             or _forward_ad._current_level >= 0):
+        if _forward_ad._current_level >= 0 and not (_is_compiling() or _functorch()):
+            _refuse_tangents(tensors)
         return OP
     grad = False
     for t in tensors:
@@ -164,6 +166,15 @@ def route(*tensors: torch.Tensor | None) -> int:
                 return OP
             grad = grad or t.requires_grad
     return DIRECT_GRAD if grad and torch.is_grad_enabled() else DIRECT
+
+
+def _refuse_tangents(tensors: tuple[torch.Tensor | None, ...]) -> None:
+    """Forward-mode AD (``dual_level``) reaching an xrt op with a tangent: the custom ops have no
+    forward rule, and the output would come back without its tangent."""
+    for t in tensors:
+        if t is not None and _forward_ad.unpack_dual(t).tangent is not None:
+            raise NotImplementedError("xrt's ops have no forward-mode derivative: an input carries a tangent "
+                                      "(torch.autograd.forward_ad); use torch's op, or reverse mode")
 
 
 class Pause:
@@ -351,6 +362,24 @@ def call(op: str, chosen: Provider, custom: Any, eager: type[torch.autograd.Func
 TRITON_OP_ON_CPU = False
 
 
+def _refuse_traced_derivatives(op: str) -> None:
+    """While Dynamo traces an xrt op under forward-mode AD (``jvp``, ``jacfwd``, ``dual_level``) or
+    under a torch.func gradient transform with grad mode on: the custom ops have no rule there, and
+    forward mode gave zero tangents without a word. (vmap runs: torch's per-sample fallback; so does
+    a call under ``no_grad`` inside ``grad``.) Eager transforms run."""
+    kinds = set(_traced_transforms())
+    if _forward_ad_level() >= 0 or "Jvp" in kinds or (kinds - {"Vmap", "Jvp"} and _grad_enabled()):
+        raise NotImplementedError(f"xrt::{op}: torch.compile of forward-mode AD (jvp, jacfwd, dual_level) or of a "
+                                  f"torch.func gradient transform (grad, vjp, jacrev) over xrt's ops is not "
+                                  f"supported; run the transform eagerly or compile without it")
+
+
+@policy.trace_constant
+def _forward_ad_level() -> int:
+    """``torch.autograd.forward_ad``'s current level (-1: none); while Dynamo traces, a constant."""
+    return _forward_ad._current_level
+
+
 @policy.trace_constant
 def _traced_transforms() -> tuple[str, ...]:
     """The kinds of the torch.func transforms in force ("Vmap", "Grad", "Jvp", ...), outermost
@@ -365,13 +394,8 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     :func:`transformable`; else ``custom``. (Only under compile: in eager the twins would add
     nothing but their own dispatch.)"""
     if _is_compiling():
-        if _functorch() and set(_traced_transforms()) - {"Vmap"}:
-            # A traced gradient transform over an xrt op: the custom ops have no rule there, and
-            # forward-mode AD (jvp) gave zero tangents without a word. (vmap runs: torch's
-            # per-sample fallback.) Eager transforms run.
-            raise NotImplementedError(f"xrt::{op}: torch.compile of a torch.func gradient transform (grad, vjp, jvp, "
-                                      f"jacrev, jacfwd) over xrt's ops is not supported; run the transform eagerly "
-                                      f"or compile without it")
+        if _functorch() or _forward_ad_level() >= 0:
+            _refuse_traced_derivatives(op)
         if x.device.type != "cpu" or TRITON_OP_ON_CPU:
             return COMPILED.get((op, provider), custom)
         return custom
