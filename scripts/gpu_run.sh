@@ -11,25 +11,25 @@
 # layers   : scripts/host_layers.py, host µs per layer under layernorm (where the time goes)
 # gpucheck : python -m xrt.bench.gpucheck, device time of every op beside torch
 # gemm     : the GEMM family's GPU tests, then benchmarks/gemm_bench.py (Triton bf16 and CUDA C fp32
-#            against cuBLAS, with a small config sweep; gemm-h100.json / gemm-h100.md)
+#            against cuBLAS, with a small config sweep; gemm-<gpu>.json / gemm-<gpu>.md)
 # linear   : the GEMM family's Triton GPU tests, then benchmarks/gemm_linear_bench.py (a transformer
 #            linear's forward x @ W.T, dX = g @ W and dW = g.T @ x beside cuBLAS, a few configs each,
-#            the winners per (layout, shape); linear-h100.json / linear-h100.md)
+#            the winners per (layout, shape); linear-<gpu>.json / linear-<gpu>.md)
 # conv     : the fused conv3x3 + BatchNorm + ReLU GPU tests (kernels, op, CNN modules), then
 #            benchmarks/conv_bench.py (xrt vs torch cuDNN conv + BN + ReLU, both strides, a config sweep,
-#            and the CNN macro-benchmark; conv-h100.json / conv-h100.md), then xrt diag conv_bn_relu
+#            and the CNN macro-benchmark; conv-<gpu>.json / conv-<gpu>.md), then xrt diag conv_bn_relu
 # attnbwd  : the attention GPU tests, the defaults through the op at S 4096, 1024, 16384 (--defaults), the backward sweep (--bwd-sweep)
 # model    : the routing tests, then benchmarks/model_bench.py: an unmodified GPT-style model on torch and
-#            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-h100.json / .md)
+#            on xrt's kernels through the policy (xrt, auto), train and inference steps (model-<gpu>.json / .md)
 # routehost: the routing tests, then benchmarks/routing_host.py on the GPU: each routed function's host
 #            µs per call under no policy, auto (the GPU's table) and triton, with each call decided
-#            afresh beside the kept decisions (--per-call; routehost-h100.json), and a small model's
-#            forward per policy (routehost-forward-h100.json)
+#            afresh beside the kept decisions (--per-call; routehost-<gpu>.json), and a small model's
+#            forward per policy (routehost-forward-<gpu>.json)
 # fusion   : the fused ops' GPU tests (add_layernorm, linear_gelu, xp.fuse), then benchmarks/fusion_bench.py:
-#            torch vs the fused ops and a GPT before and after xp.fuse, bf16 (fusion-h100.json / .md)
+#            torch vs the fused ops and a GPT before and after xp.fuse, bf16 (fusion-<gpu>.json / .md)
 # fusionsweep: benchmarks/fusion_bench.py --sweep: torch vs the fused ops with e2e, device and host time
 #            each (which of the GPU or the host is slow), and add_layernorm's kernels over a grid of
-#            configs around the defaults (fusion-sweep-h100.json / .md)
+#            configs around the defaults (fusion-sweep-<gpu>.json / .md)
 # attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
@@ -42,9 +42,13 @@
 #            commit: the eager steps, then the compiled ones, each in its own results folder, both within
 #            MODELSUITE_TIMEOUT s (480); each ingested into a scratch database to print ms and tokens/s
 #            (images/s) per series ($OUT/modelsuite.txt); $OUT/modelsuite-results.tgz for results/gpu/
+# autotable: the device series of the routed ops (matmul, bmm, layernorm and its backward, softmax,
+#            attention and its backward; full profile, this commit), the asv results in one archive
+#            ($OUT/autotable-results.tgz: unpack into results/asv), then xrt kernels auto-table over
+#            them into $OUT/auto/ (this GPU's table, to commit under results/auto/)
 # compilehost: tests/test_compile_triton.py (Inductor launches xrt's Triton kernels itself; reduce-overhead
 #            captures them), then benchmarks/compiled_host.py: host µs per call inside torch.compile, xrt
-#            vs torch (compiled_host-h100.json / .md)
+#            vs torch (compiled_host-<gpu>.json / .md)
 # tune     : the exhaustive Triton bf16 GEMM space at 4096x4096x4096 (pruned against this GPU's limits;
 #            `xrt tune space` prints its size first), every evaluation in the journal under
 #            $OUT/tuned/journal/, top-K in $OUT/tuned/matmul.json; stops proposing after 330 s.
@@ -100,6 +104,9 @@ fi
 git branch -f main HEAD >/dev/null 2>&1 || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks_event_reasons.active --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+# The GPU's model in output names (NVIDIA H100 80GB HBM3 -> h100, NVIDIA H200 -> h200).
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
+GPU=${GPU:-gpu}
 rc=0
 for step in "$@"; do
   start=$(date +%s)
@@ -110,7 +117,7 @@ for step in "$@"; do
         tests/test_kernels_layernorm.py tests/test_layernorm_plan.py tests/test_native_layernorm.py tests/test_kernels_cuda_c.py tests/test_bench_timer.py \
         tests/test_bench_gpucheck.py 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     host)
-      python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-h100.json" --md "$OUT/host_cost-h100.md" \
+      python3 benchmarks/host_cost.py --device cuda --out "$OUT/host_cost-${GPU}.json" --md "$OUT/host_cost-${GPU}.md" \
         2>&1 | tee "$OUT/host.log" | tail -45 ;;
     gate)
       XRT_TEST_PLANT_US=50 python3 -m pytest -q -p no:cacheprovider -rA tests/test_host_gate.py 2>&1 \
@@ -123,7 +130,7 @@ for step in "$@"; do
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_matmul.py tests/test_ops_matmul.py \
         tests/test_kernels_cuda_c.py 2>&1 | tee "$OUT/gemm-tests.log" | tail -15
       t=${PIPESTATUS[0]}
-      python3 benchmarks/gemm_bench.py --out "$OUT/gemm-h100.json" --md "$OUT/gemm-h100.md" \
+      python3 benchmarks/gemm_bench.py --out "$OUT/gemm-${GPU}.json" --md "$OUT/gemm-${GPU}.md" \
         2>"$OUT/gemm-bench.err" | tee "$OUT/gemm-bench.log" | tail -45
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
@@ -131,7 +138,7 @@ for step in "$@"; do
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_matmul.py tests/test_ops_matmul.py \
         2>&1 | tee "$OUT/linear-tests.log" | tail -15
       t=${PIPESTATUS[0]}
-      python3 benchmarks/gemm_linear_bench.py --out "$OUT/linear-h100.json" --md "$OUT/linear-h100.md" \
+      python3 benchmarks/gemm_linear_bench.py --out "$OUT/linear-${GPU}.json" --md "$OUT/linear-${GPU}.md" \
         2>"$OUT/linear-bench.err" | tee "$OUT/linear-bench.log" | tail -60
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
@@ -139,7 +146,7 @@ for step in "$@"; do
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_conv.py tests/test_ops_conv.py \
         tests/test_modules_cnn.py 2>&1 | tee "$OUT/conv-tests.log" | tail -15
       t=${PIPESTATUS[0]}
-      python3 benchmarks/conv_bench.py --out "$OUT/conv-h100.json" --md "$OUT/conv-h100.md" \
+      python3 benchmarks/conv_bench.py --out "$OUT/conv-${GPU}.json" --md "$OUT/conv-${GPU}.md" \
         2>"$OUT/conv-bench.err" | tee "$OUT/conv-bench.log" | tail -60
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       for s in 64x64x56x56x64x1 64x64x56x56x128x2; do
@@ -150,17 +157,17 @@ for step in "$@"; do
     attnbwd)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -8
       s=${PIPESTATUS[0]}
-      python3 benchmarks/attention_bench.py --defaults --out "$OUT/attention-defaults-h100.json" \
-        --md "$OUT/attention-defaults-h100.md" 2>&1 | tail -24
+      python3 benchmarks/attention_bench.py --defaults --out "$OUT/attention-defaults-${GPU}.json" \
+        --md "$OUT/attention-defaults-${GPU}.md" 2>&1 | tail -24
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
-      python3 benchmarks/attention_bench.py --bwd-sweep --out "$OUT/attention-bwd-h100.json" \
-        --md "$OUT/attention-bwd-h100.md" 2>&1 | tee "$OUT/attn_bwd.log" | tail -80
+      python3 benchmarks/attention_bench.py --bwd-sweep --out "$OUT/attention-bwd-${GPU}.json" \
+        --md "$OUT/attention-bwd-${GPU}.md" 2>&1 | tee "$OUT/attn_bwd.log" | tail -80
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     attn)
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_attention.py 2>&1 | tee "$OUT/attn_tests.log" | tail -15
       s=${PIPESTATUS[0]}
-      python3 benchmarks/attention_bench.py --out "$OUT/attention-h100.json" --md "$OUT/attention-h100.md" \
+      python3 benchmarks/attention_bench.py --out "$OUT/attention-${GPU}.json" --md "$OUT/attention-${GPU}.md" \
         2>&1 | tee "$OUT/attn_bench.log" | tail -60
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
@@ -168,17 +175,17 @@ for step in "$@"; do
       python3 -m pytest -q -p no:cacheprovider tests/test_kernels_fused.py tests/test_fuse.py 2>&1 \
         | tee "$OUT/fusion_tests.log" | tail -15
       s=${PIPESTATUS[0]}
-      python3 benchmarks/fusion_bench.py --out "$OUT/fusion-h100.json" --md "$OUT/fusion-h100.md" \
+      python3 benchmarks/fusion_bench.py --out "$OUT/fusion-${GPU}.json" --md "$OUT/fusion-${GPU}.md" \
         2>&1 | tee "$OUT/fusion_bench.log" | tail -30
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     fusionsweep)
-      python3 benchmarks/fusion_bench.py --sweep --out "$OUT/fusion-sweep-h100.json" --md "$OUT/fusion-sweep-h100.md" \
+      python3 benchmarks/fusion_bench.py --sweep --out "$OUT/fusion-sweep-${GPU}.json" --md "$OUT/fusion-sweep-${GPU}.md" \
         2>&1 | tee "$OUT/fusion_sweep.log" | tail -60 ;;
     model)
       python3 -m pytest -q -p no:cacheprovider tests/test_routing.py 2>&1 | tee "$OUT/model_tests.log" | tail -5
       s=${PIPESTATUS[0]}
-      python3 benchmarks/model_bench.py --out "$OUT/model-h100.json" --md "$OUT/model-h100.md" \
+      python3 benchmarks/model_bench.py --out "$OUT/model-${GPU}.json" --md "$OUT/model-${GPU}.md" \
         2>&1 | tee "$OUT/model_bench.log" | tail -20
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
@@ -186,10 +193,10 @@ for step in "$@"; do
       python3 -m pytest -q -p no:cacheprovider tests/test_routing.py tests/test_routing_decisions.py 2>&1 \
         | tee "$OUT/routehost_tests.log" | tail -5
       s=${PIPESTATUS[0]}
-      python3 benchmarks/routing_host.py --per-call --device cuda --clock wall --out "$OUT/routehost-h100.json" \
+      python3 benchmarks/routing_host.py --per-call --device cuda --clock wall --out "$OUT/routehost-${GPU}.json" \
         2>&1 | tee "$OUT/routehost.log" | tail -12
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
-      python3 benchmarks/routing_host.py --device cuda --clock wall --out "$OUT/routehost-forward-h100.json" \
+      python3 benchmarks/routing_host.py --device cuda --clock wall --out "$OUT/routehost-forward-${GPU}.json" \
         2>&1 | tee -a "$OUT/routehost.log" | tail -4
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
@@ -237,11 +244,21 @@ for step in "$@"; do
       done
       tar -czf "$OUT/modelsuite-results.tgz" -C "$OUT" modelsuite 2>/dev/null && rm -rf "$OUT/modelsuite"
       (exit $t) ;;
+    autotable)
+      python3 -m xrt.cli bench run --commits HEAD --results "$OUT/autotable" --device cuda:0 \
+        --bench '^bench_ops\.(Attention|AttentionBwd|Bmm|Layernorm|LayernormBwd|Matmul|Softmax)\.time_op' 2>&1 \
+        | tee "$OUT/autotable.log" | tail -8
+      t=${PIPESTATUS[0]}
+      [ "$t" -eq 0 ] && python3 -m xrt.cli kernels auto-table --results "$OUT/autotable" --out "$OUT/auto" 2>&1 \
+        | tee -a "$OUT/autotable.log" | tail -3
+      # the device hands back few files and shallow folders: the asv results as one archive
+      tar -czf "$OUT/autotable-results.tgz" -C "$OUT" autotable 2>/dev/null && rm -rf "$OUT/autotable"
+      (exit $t) ;;
     compilehost)
       python3 -m pytest -q -p no:cacheprovider -rs tests/test_compile_triton.py 2>&1 | tee "$OUT/compile-tests.log" | tail -15
       t=${PIPESTATUS[0]}
-      python3 benchmarks/compiled_host.py --device cuda --out "$OUT/compiled_host-h100.json" \
-        --md "$OUT/compiled_host-h100.md" 2>"$OUT/compiled_host.err" | tee "$OUT/compiled_host.log" | tail -25
+      python3 benchmarks/compiled_host.py --device cuda --out "$OUT/compiled_host-${GPU}.json" \
+        --md "$OUT/compiled_host-${GPU}.md" 2>"$OUT/compiled_host.err" | tee "$OUT/compiled_host.log" | tail -25
       [ "${PIPESTATUS[0]}" -ne 0 ] && t=1
       (exit $t) ;;
     tune)
