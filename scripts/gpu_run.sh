@@ -44,8 +44,8 @@
 #            (images/s) per series ($OUT/modelsuite.txt); $OUT/modelsuite-results.tgz for results/gpu/
 # autotable: the device series of the routed ops (matmul, bmm, layernorm and its backward, softmax,
 #            attention and its backward; full profile, this commit), the asv results in one archive
-#            ($OUT/autotable-results.tgz: unpack into results/asv), then xrt kernels auto-table over
-#            them into $OUT/auto/ (this GPU's table, to commit under results/auto/)
+#            ($OUT/autotable-results.tgz: unpack into results/asv, then run xrt kernels auto-table there
+#            for the tables to commit), and $OUT/auto/: the table of this run's results alone, a preview
 # compilehost: tests/test_compile_triton.py (Inductor launches xrt's Triton kernels itself; reduce-overhead
 #            captures them), then benchmarks/compiled_host.py: host µs per call inside torch.compile, xrt
 #            vs torch (compiled_host-<gpu>.json / .md)
