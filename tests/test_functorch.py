@@ -210,6 +210,13 @@ def test_forward_mode_ad_refuses_xrt_ops_and_routes_to_torch(interpreter, monkey
             torch.testing.assert_close(tangent(lambda a: F.layer_norm(a, (33,)), compiled), want)
     with fwAD.dual_level():  # no tangent on the input: the op runs
         torch.testing.assert_close(xp.ops.square(x, provider="triton"), x * x)
+    # an op whose compiled call keeps its custom op (dispatch.in_transforms) is refused alike
+    w, b = torch.randn(33), torch.randn(33)
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as info:
+        torch.compile(lambda a, c: torch.func.jvp(lambda y: xp.ops.add_layernorm(y, a, 33, w, b, provider="triton")[0],
+                                                  (a,), (c,))[1], backend="aot_eager", fullgraph=True)(x, t)
+    assert any("xrt::add_layernorm: torch.compile of forward-mode AD" in str(e) for e in _chain(info.value))
 
     def loss(a):
         with torch.no_grad():

@@ -363,10 +363,13 @@ TRITON_OP_ON_CPU = False
 
 
 def _refuse_traced_derivatives(op: str) -> None:
-    """While Dynamo traces an xrt op under forward-mode AD (``jvp``, ``jacfwd``, ``dual_level``) or
-    under a torch.func gradient transform with grad mode on: the custom ops have no rule there, and
+    """Raise while Dynamo traces an xrt op under forward-mode AD (``jvp``, ``jacfwd``, ``dual_level``)
+    or under a torch.func gradient transform with grad mode on: the custom ops have no rule there, and
     forward mode gave zero tangents without a word. (vmap runs: torch's per-sample fallback; so does
-    a call under ``no_grad`` inside ``grad``.) Eager transforms run."""
+    a call under ``no_grad`` inside ``grad``.) Eager transforms run. Every op's compiled call passes
+    here: :func:`compiled` (the ops of :func:`call`, layernorm) and :func:`in_transforms` (the others)."""
+    if not (_functorch() or _forward_ad_level() >= 0):
+        return
     kinds = set(_traced_transforms())
     if _forward_ad_level() >= 0 or "Jvp" in kinds or (kinds - {"Vmap", "Jvp"} and _grad_enabled()):
         raise NotImplementedError(f"xrt::{op}: torch.compile of forward-mode AD (jvp, jacfwd, dual_level) or of a "
@@ -394,8 +397,7 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
     :func:`transformable`; else ``custom``. (Only under compile: in eager the twins would add
     nothing but their own dispatch.)"""
     if _is_compiling():
-        if _functorch() or _forward_ad_level() >= 0:
-            _refuse_traced_derivatives(op)
+        _refuse_traced_derivatives(op)
         if x.device.type != "cpu" or TRITON_OP_ON_CPU:
             return COMPILED.get((op, provider), custom)
         return custom
@@ -405,8 +407,12 @@ def compiled(op: str, provider: str, custom: Any, x: torch.Tensor) -> Any:
 def in_transforms(custom: Any) -> Any:
     """``custom``, or inside a functorch transform where autograd records (grad mode on) its
     :func:`transformable` form. Under ``no_grad`` torch's autograd of the op runs nothing, and
-    under torch.compile the custom op stays (``torch.compile`` of a transform is not supported)."""
-    return transformable(custom) if not _is_compiling() and _functorch() and _grad_enabled() else custom
+    under torch.compile the custom op stays (inside a traced derivative transform it raises,
+    :func:`_refuse_traced_derivatives`)."""
+    if _is_compiling():
+        _refuse_traced_derivatives(custom._qualname.removeprefix("xrt::"))
+        return custom
+    return transformable(custom) if _functorch() and _grad_enabled() else custom
 
 
 def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
