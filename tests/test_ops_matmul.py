@@ -264,3 +264,70 @@ def test_routed_linear_gradients_against_float64(interpreter, dtype):
     check_gemm(lin.weight.grad, g2.T, x2, dtype, what="dW")
     torch.testing.assert_close(lin.bias.grad.double(), g2.double().sum(0), rtol=1e-2, atol=1e-2)
     assert lin.weight.grad.is_contiguous()
+
+
+def _plans(kind: str) -> list:
+    """The GEMM launch plans the merged policy's memo holds now, of ``kind`` ("linear-plan", "gemm-plan")."""
+    return [v for k, v in policy.tuned_state().memo.items() if isinstance(k, tuple) and k and k[0] == kind]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_routed_linear_repeats_its_plan_on_gpu(bias):
+    """A routed nn.Linear's second call of one signature launches the kept plan (no checks, no
+    view): its values are the first call's, within the GEMM bound of float64 for new data, and an
+    operand of the same shape and strides that is not 16-byte aligned takes the general path."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 384, bias=bias).cuda().to(torch.bfloat16)
+    w, b = lin.weight.detach(), lin.bias.detach() if bias else None
+    x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16)
+
+    def check(y, x):
+        ref_y = y.float() - b.float() if bias else y
+        check_gemm(ref_y.to(torch.bfloat16).reshape(-1, 384) if bias else y.reshape(-1, 384),
+                   x.reshape(-1, 256), w.T, torch.bfloat16, c=8.0 if bias else 4.0)
+
+    with xp.kernel_policy(matmul="triton"), torch.no_grad():
+        first = lin(x)
+        assert len(_plans("linear-plan")) == 1 and _plans("linear-plan")[0] is not False
+        again = lin(x)
+        assert torch.equal(first, again) and again.shape == (4, 64, 384) and again._base is None
+        check(again, x)
+        x2 = torch.randn_like(x)
+        check(lin(x2), x2)
+        buf = torch.randn(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
+        skew = buf[1:].view(4, 64, 256)  # same shape and strides, 2 bytes off alignment
+        check(lin(skew), skew)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            lin(x)
+        assert "xrt::matmul[triton]" in {e.name for e in prof.events()}
+    with xp.kernel_policy(matmul="triton"):
+        assert _plans("linear-plan") == []  # a new scope: a new memo, no plan of the last one
+    y = again.relu_()  # a tensor of its own: an in-place op under grad mode is fine
+    assert y is again
+
+
+@pytest.mark.gpu
+def test_routed_linear_training_through_plans_on_gpu():
+    """Two training steps of a routed nn.Linear (the forward's plan, the backward's dX and dW plans):
+    the second step's gradients equal the first's, and both are within the GEMM bound of float64."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 384).cuda().to(torch.bfloat16)
+    x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(4, 64, 384, device="cuda", dtype=torch.bfloat16)
+    grads = []
+    with xp.kernel_policy(matmul="triton"):
+        for _ in range(2):
+            lin(x).backward(g)
+            grads.append((x.grad, lin.weight.grad, lin.bias.grad))
+            x.grad = None
+            lin.zero_grad(set_to_none=True)
+        assert len(_plans("gemm-plan")) >= 1
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    dx, dw, _ = grads[1]
+    g2, x2, w = g.reshape(-1, 384), x.detach().reshape(-1, 256), lin.weight.detach()
+    check_gemm(dx.reshape(-1, 256), g2, w, torch.bfloat16, what="dX")
+    check_gemm(dw, g2.T, x2, torch.bfloat16, what="dW")

@@ -125,7 +125,7 @@ def _eager_safe(x: torch.Tensor) -> bool:
     dispatcher's, below the wrappers), a functorch transform or forward-mode AD (no rules for them).
     Under torch.compile, not inside a traced ``torch.func`` transform or forward-mode AD either (xrt's
     ops do not run there, :func:`xrt.pytorch.ops.dispatch.compiled`): constants of the trace."""
-    if torch.is_autocast_enabled(x.device.type):
+    if torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):  # (a device object costs a microsecond)
         return False
     if torch.compiler.is_compiling():
         return not (_functorch() or dispatch._forward_ad_level() >= 0)
@@ -135,9 +135,17 @@ def _eager_safe(x: torch.Tensor) -> bool:
 def _usable(x: Any, *others: Any) -> bool:
     """A non-empty plain tensor of a routed dtype, with ``others`` (tensors or ``None``) of its
     dtype and device."""
-    if type(x) not in _PLAIN or x.dtype not in DTYPES or x.numel() == 0 or not _plain(*others):
+    if type(x) not in _PLAIN or x.dtype not in DTYPES or x.numel() == 0:
         return False
-    return all(t is None or (t.dtype == x.dtype and t.device == x.device) for t in others)
+    dtype, index, cuda = x.dtype, x.get_device(), x.is_cuda
+    for t in others:
+        if t is None:
+            continue
+        if type(t) not in _PLAIN or t.dtype != dtype or t.get_device() != index:
+            return False
+        if not (cuda and t.is_cuda) and t.device != x.device:  # (two CUDA tensors: the index said it)
+            return False
+    return True
 
 
 # -- the handlers: (func, args, kwargs) -> torch's result or the xrt op's ---------------------------

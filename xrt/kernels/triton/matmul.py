@@ -316,8 +316,11 @@ class _TmaPlan(NamedTuple):
     specs: tuple
     sizes: tuple[int, int, int, int]
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, ep: Epilogue) -> bool:
-        z, bias = ep.z, ep.bias
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None = None,
+                 z: torch.Tensor | None = None) -> bool:
+        """Launch on these tensors (only their addresses are read: ``a``, ``b`` and ``c`` may be
+        any tensors that start where the planned views start), or ``False`` where one is not
+        16-byte aligned or the kept kernel cannot launch now."""
         p = a.data_ptr() | b.data_ptr() | c.data_ptr()
         if z is not None:
             p |= z.data_ptr()
@@ -395,7 +398,7 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
         # A plan for real CUDA tensors only (a trace's fake tensors have no address to launch with)
         key = plan_key(a, b, c, cfg, ep) if a.__class__ is torch.Tensor and a.is_cuda else None
         plan = _PLANS.get(key) if key is not None else None
-        if plan is not None and plan(a, b, c, ep):
+        if plan is not None and plan(a, b, c, ep.bias, ep.z):
             return c
         if tma_ok(a, b, c, *z):
             plan = _launch_tma(a, b, c, cfg, bm, bn, bk, stages, group, warps, precision, ep)
@@ -476,6 +479,53 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, config: di
     if cfg.get("SPLIT_K", 1) > 1 or x.shape[1] == 0:
         return None
     return run(x.unsqueeze(0), b.unsqueeze(0), cfg, Epilogue(bias.contiguous()))[0]
+
+
+class GemmPlan(NamedTuple):
+    """``a @ b (+ bias)`` for 2-D operands of one signature (shapes, strides, dtype, device): made
+    once by :func:`gemm_planned`, then each call allocates C and launches the kept TMA kernel. Its
+    owner keys it by that signature and keeps the config's owner's lifetime (a tuned config that
+    changes must drop it). The launch reads only the operands' addresses, so a call may pass the
+    tensors the planned views were made of (``x`` for its rows ``x.reshape(-1, K)``, ``W`` for
+    ``W.T``), and C is allocated in ``shape``: [M, N], or [..., N] for rows folded from more dims."""
+
+    tma: _TmaPlan
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+        """C for these operands of the plan's signature, or ``None`` where the launch cannot be
+        repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
+        c = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        return c if self.tma(a, b, c, bias) else None
+
+
+def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, config: dict[str, Any] | None = None,
+                 shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor | None, GemmPlan | None]:
+    """``a @ b`` for ``a`` [M, K] and ``b`` [K, N], plus ``bias`` ([N], contiguous) in the epilogue
+    when given (:func:`linear`'s and :func:`matmul`'s call), and the :class:`GemmPlan` that repeats
+    it; ``(None, None)`` where :func:`linear` returns ``None``. The plan is ``None`` where the launch
+    took no kept TMA kernel (the tiled kernel, split K, the interpreter, an unaligned operand).
+    ``shape``: the plan's output shape (default [M, N]; its product must be M N)."""
+    check_pair("linear" if bias is not None else "matmul", a, b, 2)
+    if bias is not None and (bias.dim() != 1 or bias.stride(0) != 1 and bias.numel() > 1):
+        raise ValueError(f"Triton linear: bias must be a contiguous [N] tensor, got shape {tuple(bias.shape)} "
+                         f"and strides {bias.stride()}")
+    cfg = default_config(a, b, config)
+    if bias is not None and (cfg.get("SPLIT_K", 1) > 1 or a.shape[1] == 0):
+        return None, None
+    a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
+    c3, done = checks.gemm_output(a3, b3)
+    if done:
+        return c3[0], None
+    ep = Epilogue(bias) if bias is not None else NO_EPILOGUE
+    run(a3, b3, cfg, ep if bias is not None else None, c=c3)  # (no epilogue: split K may run)
+    key = plan_key(a3, b3, c3, cfg, ep) if a3.__class__ is torch.Tensor and a.is_cuda else None
+    tma = _PLANS.get(key) if key is not None else None
+    out = (a.shape[0], b.shape[1]) if shape is None else tuple(shape)
+    plan = None if tma is None else GemmPlan(tma, out, a.dtype, a.device)
+    return c3[0], plan
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:

@@ -213,11 +213,68 @@ _set_grad = torch._C._set_grad_enabled
 _compiling = torch.compiler.is_compiling
 
 
+def _plan(key: tuple, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+          shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
+    """The first call of a signature: the Triton GEMM with the provider's config, and its
+    ``GemmPlan`` (or ``False``: none) kept in the policy's memo under ``key``."""
+    memo = policy.tuned_state().memo
+    cfg = kernel_providers.config("matmul", _TRITON_SPACE, a, _mnk(a, b))  # the provider's own lookup
+    y, plan = importlib.import_module("xrt.kernels.triton.matmul").gemm_planned(a, b, bias, cfg, shape)
+    if len(memo) > 4096:
+        memo.clear()
+    memo[key] = plan if plan is not None else False
+    return y
+
+
+def _planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The Triton provider's ``a @ b`` (+ ``bias`` in the epilogue) for 2-D tensors in plain eager
+    PyTorch, through the launch plan kept for this signature (``xrt.kernels.triton.matmul.GemmPlan``):
+    a repeated call allocates C and launches, with no checks, config lookup or descriptor made again.
+    Plans live in the policy's memo, so a new policy or tuned config drops them. ``None`` where the
+    caller takes the general path (no plan for this signature, or it cannot launch now)."""
+    key = ("gemm-plan", a.shape, a.stride(), b.shape, b.stride(), None if bias is None else bias.stride(),
+           a.dtype, b.dtype, a.get_device())
+    plan = policy.tuned_state().memo.get(key)
+    if plan is None:
+        return _plan(key, a, b, bias)
+    return plan(a, b, bias) if plan is not False else None
+
+
+def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """:func:`_planned` for a whole ``F.linear(x, weight, bias)`` of any ``x`` [..., K] whose rows
+    fold without a copy: keyed by ``x``'s own shape, the plan launches on ``x`` and ``weight`` as they
+    are and allocates the output as [..., N], with no view, fold or transpose made per call."""
+    key = ("linear-plan", x.shape, x.stride(), weight.shape, weight.stride(),
+           None if bias is None else bias.stride(), x.dtype, weight.dtype, x.get_device())
+    plan = policy.tuned_state().memo.get(key)
+    if plan is not None:
+        return plan(x, weight, bias) if plan is not False else None
+    n, k = weight.shape
+    x2 = x.reshape(-1, k)
+    if (bias is not None and bias.stride(0) != 1 or x.dim() == 0 or x2.data_ptr() != x.data_ptr()
+            or x2.numel() == 0):
+        # (a fold that copied: a plan would read x's memory as rows it is not)
+        policy.tuned_state().memo[key] = False
+        return None
+    shape = (*x.shape[:-1], n)
+    y = _plan(key, x2, weight.t(), bias, shape)
+    return None if y is None else dispatch.fresh(y, shape)
+
+
+def _rows_gemm(provider: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The provider's ``a @ b`` of 2-D tensors in plain eager PyTorch (the Triton GEMM's planned)."""
+    if provider == "triton" and (y := _planned(a, b, None)) is not None:
+        return y
+    return dispatch.get("matmul", provider).fn(a, b)
+
+
 def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear`` of the rows ``x2`` [M, K] on a provider's GEMM -> [M, N]: the bias in the Triton
     GEMM's epilogue (added in place after the others'). The config is the one the provider's plain
     GEMM takes."""
     y, wt = None, weight.t()
+    if provider == "triton" and (bias is None or bias.stride(0) == 1) and (y := _planned(x2, wt, bias)) is not None:
+        return y
     if bias is not None and provider == "triton":
         cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, _mnk(x2, wt))  # the provider's own lookup
         y = importlib.import_module("xrt.kernels.triton.matmul").linear(x2, weight, bias, cfg)
@@ -256,6 +313,8 @@ class _EagerLinear(torch.autograd.Function):
             y = _matmul_op(x2, weight.t(), provider)
             y = y if bias is None else y + bias
         else:
+            if provider == "triton" and (y := _planned_linear(x, weight, bias)) is not None:
+                return y
             y = _linear_rows(provider, x2, weight, bias)
         return dispatch.fresh(y, (*x.shape[:-1], n))
 
@@ -275,7 +334,7 @@ class _EagerLinear(torch.autograd.Function):
                 if need_w:
                     dw = _call("matmul", g.mT, x2, p)
             else:
-                fn = partial(_matmul_op, provider=p) if ctx.through_op else dispatch.get("matmul", p).fn
+                fn = partial(_matmul_op, provider=p) if ctx.through_op else partial(_rows_gemm, p)
                 if need_x:
                     dx = fn(g, wt.mT).view(shape)
                 if need_w:
@@ -303,6 +362,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
         if bias is not None:
             y = y + bias
         return dispatch.fresh(y, (*x.shape[:-1], n))
+    if (how == dispatch.DIRECT and provider == "triton" and not dispatch.profiling()
+            and (y := _planned_linear(x, weight, bias)) is not None):
+        return y  # (a profiler gets the op's range below)
     with dispatch.op_range("matmul", provider):
         if records:
             return _EagerLinear.apply(x, weight, bias, provider, how == dispatch.OP)
