@@ -310,9 +310,20 @@ def test_routed_linear_repeats_its_plan_on_gpu(bias):
 
 
 @pytest.mark.gpu
-def test_routed_linear_training_through_plans_on_gpu():
+def test_routed_linear_training_through_plans_on_gpu(monkeypatch):
     """Two training steps of a routed nn.Linear (the forward's plan, the backward's dX and dW plans):
     the second step's gradients equal the first's, and both are within the GEMM bound of float64."""
+    from xrt.kernels.triton import matmul as tm
+
+    launched = []
+    call = tm.GemmPlan.__call__
+
+    def counted(self, *args):
+        y = call(self, *args)
+        launched.append(y is not None)
+        return y
+
+    monkeypatch.setattr(tm.GemmPlan, "__call__", counted)  # (the backward's plans live on autograd's thread)
     torch.manual_seed(0)
     lin = torch.nn.Linear(256, 384).cuda().to(torch.bfloat16)
     x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -324,7 +335,7 @@ def test_routed_linear_training_through_plans_on_gpu():
             grads.append((x.grad, lin.weight.grad, lin.bias.grad))
             x.grad = None
             lin.zero_grad(set_to_none=True)
-        assert len(_plans("gemm-plan")) >= 1
+    assert launched.count(True) >= 2  # the second step's forward and its dX at least
     for a, b in zip(*grads):
         assert torch.equal(a, b)
     dx, dw, _ = grads[1]

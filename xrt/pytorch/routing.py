@@ -137,13 +137,19 @@ def _usable(x: Any, *others: Any) -> bool:
     dtype and device."""
     if type(x) not in _PLAIN or x.dtype not in DTYPES or x.numel() == 0:
         return False
-    dtype, index, cuda = x.dtype, x.get_device(), x.is_cuda
+    dtype = x.dtype
     for t in others:
-        if t is None:
-            continue
-        if type(t) not in _PLAIN or t.dtype != dtype or t.get_device() != index:
+        if t is not None and (type(t) not in _PLAIN or t.dtype != dtype):
             return False
-        if not (cuda and t.is_cuda) and t.device != x.device:  # (two CUDA tensors: the index said it)
+    return _same_device(x, *others)
+
+
+def _same_device(x: torch.Tensor, *others: Any) -> bool:
+    """Are ``others`` (tensors or ``None``) on ``x``'s device? (A ``torch.device`` is made anew on each
+    access: two CUDA tensors compare by index alone.)"""
+    index, cuda = x.get_device(), x.is_cuda
+    for t in others:
+        if t is not None and (t.get_device() != index or not (cuda and t.is_cuda) and t.device != x.device):
             return False
     return True
 
@@ -432,7 +438,7 @@ def _sdpa(func: Callable, args: tuple, kwargs: dict, p: str) -> Any:
     query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = bound
     if not _plain(key, value, attn_mask) or not _eager_safe(query):
         return func(*args, **kwargs)
-    if (query.numel() == 0 or query.device != key.device or query.device != value.device
+    if (query.numel() == 0 or not _same_device(query, key, value)
             or attention_unsupported(query, key, value, attn_mask, dropout_p, enable_gqa, scale) is not None):
         return func(*args, **kwargs)
     return ops.fused_attention(query, key, value, is_causal=bool(is_causal), scale=scale, provider=p)

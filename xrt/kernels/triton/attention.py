@@ -26,14 +26,14 @@ place); outputs are contiguous.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
-from xrt.kernels.triton.launch import Launcher, cdiv
+from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
 DTYPES = (torch.float16, torch.bfloat16)
@@ -699,9 +699,44 @@ def forward_config(q: torch.Tensor, is_causal: bool, config: dict[str, Any] | No
     return checks.tuning("attention.triton", found) if found else checks.effective_config("attention.triton", d, None)
 
 
+class ForwardPlan(NamedTuple):
+    """The TMA forward launch of one signature (q, k, v shapes and strides, dtype, device, mask,
+    scale and config), made once by :func:`attention_planned` and repeated: a call allocates the
+    output and lse and launches the kept kernel, with no checks, config or descriptor made again."""
+
+    kept: Kept
+    grid: tuple[int, ...]
+    specs: tuple  # (shape, strides, block) of the q, k, v and out descriptors, as [B*H, S, D]
+    shape: tuple[int, int, int, int]  # the output's
+    tail: tuple  # the scalar arguments: s_q, s_k, scale * log2(e)
+    dtype: torch.dtype
+    device: torch.device
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(out, lse)`` for tensors of the plan's signature, or ``None`` where the launch cannot be
+        repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+            return None
+        o = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        lse = torch.empty(self.shape[:3], dtype=torch.float32, device=self.device)
+        sq, sk, sv, so = self.specs
+        if self.kept(self.grid, HostDesc(q, *sq), HostDesc(k, *sk), HostDesc(v, *sv), HostDesc(o, *so), lse,
+                     *self.tail):
+            return o, lse
+        return None
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
+    return attention_planned(q, k, v, is_causal, scale, config)[:2]
+
+
+def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+                      config: dict[str, Any] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, ForwardPlan | None]:
+    """:func:`attention`, and the :class:`ForwardPlan` that repeats it for tensors of the same
+    signature (``None`` where no kept TMA kernel ran: the pointer kernel, the interpreter)."""
     _check(q, k, v, scale)
     cfg = forward_config(q, is_causal, config)
     bsz, h, s_q, d = q.shape
@@ -709,7 +744,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
     o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
-        return o, lse
+        return o, lse, None
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     grid = (cdiv(s_q, bm), bsz * h)
     tma = _tma_views(q, k, v, o) if cfg.get("tma") else None
@@ -730,18 +765,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         grid = (grid[0] * grid[1], 1)
     elif order == 2:
         grid = (cdiv(grid[0], 2), grid[1])
-    ws = _ws(q, cfg)
+    meta = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=_ws(q, cfg), ORDER=order)
     try:
-        launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=ws,
-               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], ORDER=order)
+        launch(grid, *args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **meta)
     except Exception:
-        if not ws:
+        if not meta["WS"]:
             raise
         # Triton's warp specialization does not compile this config here: plain loop from now on.
         _WS_BROKEN.add((q.device, tuple(cfg.items())))
-        launch(grid, *args, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(is_causal), WS=False,
-               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], ORDER=order)
-    return o, lse
+        meta["WS"] = False
+        launch(grid, *args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **meta)
+    if tma is None or not o.is_cuda or o.__class__ is not torch.Tensor:
+        return o, lse, None
+    kept = Kept.of(launch, args, cfg["num_warps"], cfg["num_stages"], meta)
+    if kept is None:
+        return o, lse, None
+    specs = tuple((tuple(a.shape), tuple(a.strides), list(a.block_shape)) for a in args[:4])
+    return o, lse, ForwardPlan(kept, grid, specs, (bsz, h, s_q, d), args[5:], q.dtype, q.device)
 
 
 def _tma_views(*ts: torch.Tensor) -> tuple[torch.Tensor, ...] | None:

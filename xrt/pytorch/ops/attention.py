@@ -18,14 +18,16 @@ Which implementation runs is the ``attention`` policy choice (or ``provider=``):
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
+from typing import Any
 
 import torch
 from torch.utils import flop_counter
 
 from xrt.pytorch import auto, policy
-from xrt.pytorch.autocast import cast_for_hint
+from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
 
 kernel_providers.register("attention")
@@ -95,7 +97,10 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale, provider):
-        o, lse = dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
+        if provider == "triton":
+            o, lse = _forward(q, k, v, is_causal, scale)
+        else:
+            o, lse = dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
         ctx.is_causal, ctx.scale, ctx.provider = is_causal, scale, provider
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -106,6 +111,60 @@ class _EagerAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = dispatch.get("attention_bwd", ctx.provider).fn(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
         return dq, dk, dv, None, None, None
+
+
+def _signature(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+            q.get_device(), k.get_device(), v.get_device())
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton provider's ``(out, lse)`` in plain eager PyTorch, through the forward's launch plan
+    kept for this signature in the policy's memo (``xrt.kernels.triton.attention.ForwardPlan``: no
+    checks, config lookup or descriptors made again); the provider's own call where there is none."""
+    memo = policy.tuned_state().memo
+    key = ("attention-plan", *_signature(q, k, v), causal, scale)
+    plan = memo.get(key)
+    if plan:
+        out = plan(q, k, v)
+        if out is not None:
+            return out
+    elif plan is None:
+        cfg = kernel_providers.provider_config("attention", "triton", q, k, v, causal, scale)
+        o, lse, plan = importlib.import_module("xrt.kernels.triton.attention").attention_planned(
+            q, k, v, causal, scale, cfg)
+        if len(memo) > 4096:
+            memo.clear()
+        memo[key] = plan if plan is not None else False
+        return o, lse
+    return dispatch.get("attention", "triton").fn(q, k, v, causal, scale)
+
+
+def _call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: Any, scale: Any,
+              provider: str | None) -> tuple:
+    """A call of :func:`fused_attention` (no mask, dropout or grouped query) as a key: the same key in
+    the same policy state is the same choice."""
+    return ("attention-call", provider, *_signature(q, k, v), is_causal, scale)
+
+
+def _repeat(q: Any, k: Any, v: Any, is_causal: Any, scale: Any, provider: str | None) -> torch.Tensor | None:
+    """A plain eager call whose key took the Triton kernels before in this policy state, straight to
+    them (no checks, casts or choice made again); ``None`` for the general path."""
+    if torch.compiler.is_compiling() or get_precision_hint() is not None or dispatch.profiling():
+        return None  # (traced, the op's own path; Dynamo cannot trace the profiler's switch)
+    route = dispatch.route(q, k, v)
+    if route == dispatch.OP:
+        return None
+    try:
+        if policy.tuned_state().memo.get(_call_key(q, k, v, is_causal, scale, provider)) is None:
+            return None
+    except (AttributeError, TypeError):  # not tensors, an unhashable scale
+        return None
+    causal, s = bool(is_causal), float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if route == dispatch.DIRECT_GRAD:
+        return _EagerAttention.apply(q, k, v, causal, s, "triton")
+    return _forward(q, k, v, causal, s)[0]
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -201,6 +260,9 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     >>> fused_attention(q, q, q, is_causal=True).shape  # doctest: +SKIP
     torch.Size([1, 2, 5, 64])
     """
+    plain = attn_mask is None and not dropout_p and not enable_gqa
+    if plain and (out := _repeat(query, key, value, is_causal, scale, provider)) is not None:
+        return out
     q = cast_for_hint(_checks.floating("query", "fused_attention", query))
     k = cast_for_hint(_checks.floating("key", "fused_attention", key))
     v = cast_for_hint(_checks.floating("value", "fused_attention", value))
@@ -213,8 +275,13 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     causal = bool(is_causal)
     with dispatch.op_range("attention", "triton"):
         route = dispatch.route(q, k, v)
+        if route != dispatch.OP and plain and get_precision_hint() is None:
+            try:  # the next such call goes straight to the kernels (_repeat)
+                policy.tuned_state().memo[_call_key(query, key, value, is_causal, scale, provider)] = True
+            except TypeError:
+                pass
         if route == dispatch.DIRECT_GRAD:
             return _EagerAttention.apply(q, k, v, causal, s, "triton")
         if route == dispatch.DIRECT:
-            return dispatch.get("attention", "triton").fn(q, k, v, causal, s)[0]
+            return _forward(q, k, v, causal, s)[0]
         return dispatch.in_transforms(attention_op)(q, k, v, causal, s, "triton")[0]

@@ -65,6 +65,15 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
     return hit
 
 
+_CONFIG_OF: dict[tuple[str, str], Callable[..., Any]] = {}  # (op, "triton" / "cuda") -> its config lookup
+
+
+def provider_config(op: str, kind: str, *args: Any) -> Any:
+    """The tuned config the ``kind`` (``"triton"``, ``"cuda"``) provider of ``op`` launches with for
+    these arguments: what its registered function passes to the kernel (:func:`register`)."""
+    return _CONFIG_OF[(op, kind)](*args)
+
+
 def _numel(x: torch.Tensor) -> tuple[int]:
     return (x.numel(),)
 
@@ -106,12 +115,15 @@ def register(op: str, module: str | None = None, fn: str | None = None,
     def tuned(kind: str, space: str) -> Callable[..., Any]:
         key = keys.get(space, f"{op}.{space}")  # the definition's space for the provider (``spaces``)
 
-        def run(*args: Any) -> Any:
+        def config_of(*args: Any) -> Any:
             x = args[0]
-            bucket = shape_args(*args) if shape_args else shape(x) if shape else None
-            return kernel(kind)(*args, config(op, key, x, bucket))
+            return config(op, key, x, shape_args(*args) if shape_args else shape(x) if shape else None)
+
+        def run(*args: Any) -> Any:
+            return kernel(kind)(*args, config_of(*args))
 
         run.__name__ = f"_{op}_{kind}"
+        _CONFIG_OF[(op, space)] = config_of
         return run
 
     dispatch.register(op, "torch", dispatch.torch_missing)(reference)
