@@ -555,8 +555,9 @@ def test_bwd_sweep_candidates_are_in_the_space():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["contiguous", "qkv_view"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_repeated_calls_take_the_kept_plan_on_gpu(causal):
+def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
     """A routed SDPA's repeated calls of one signature go straight to the kept forward launch: the
     second call's output is the first's, new data of the same signature and an unaligned view with
     the same strides still match SDPA, a profiler still sees the op, and training steps through the
@@ -570,15 +571,18 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal):
         return [v for k, v in memo.items() if isinstance(k, tuple) and k and k[0] == "attention-plan"]
 
     q, k, v, do = _inputs((2, 4, 256), 256, torch.bfloat16, "cuda", d=64)
+    if layout == "qkv_view":  # a model's q, k, v: views of one projection (the pointer kernel's plan)
+        q, k, v = torch.randn(2, 256, 3, 4, 64, device="cuda", dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
     with xp.kernel_policy(attention="triton"):
         with torch.no_grad():
             first = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             assert len(plans()) == 1 and plans()[0]
             again = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             assert torch.equal(first, again)
-            buf = torch.randn(q.numel() + 1, device="cuda", dtype=torch.bfloat16)
-            skew = buf[1:].view(q.shape)  # same shape and strides, not 16-byte aligned
-            q2 = torch.randn_like(q)
+            buf = torch.randn(q.untyped_storage().nbytes() // 2 + 1, device="cuda", dtype=torch.bfloat16)
+            skew = buf[1:].as_strided(q.shape, q.stride())  # same shape and strides, not 16-byte aligned
+            q2 = torch.randn(q.untyped_storage().nbytes() // 2, device="cuda", dtype=torch.bfloat16).as_strided(
+                q.shape, q.stride())
             for a in (q2, skew):
                 got = F.scaled_dot_product_attention(a, k, v, is_causal=causal)
                 ref = F.scaled_dot_product_attention(a.double(), k.double(), v.double(), is_causal=causal)

@@ -700,30 +700,33 @@ def forward_config(q: torch.Tensor, is_causal: bool, config: dict[str, Any] | No
 
 
 class ForwardPlan(NamedTuple):
-    """The TMA forward launch of one signature (q, k, v shapes and strides, dtype, device, mask,
-    scale and config), made once by :func:`attention_planned` and repeated: a call allocates the
-    output and lse and launches the kept kernel, with no checks, config or descriptor made again."""
+    """The forward launch of one signature (q, k, v shapes and strides, dtype, device, mask, scale
+    and config), made once by :func:`attention_planned` and repeated: a call allocates the output
+    and lse and launches the kept kernel (the TMA one, or the pointer one for strided inputs such as
+    a model's ``qkv.view(...).permute(...)``), with no checks, config or descriptor made again."""
 
     kept: Kept
     grid: tuple[int, ...]
-    specs: tuple  # (shape, strides, block) of the q, k, v and out descriptors, as [B*H, S, D]
+    specs: tuple | None  # TMA: (shape, strides, block) of the q, k, v and out descriptors ([B*H, S, D])
     shape: tuple[int, int, int, int]  # the output's
-    tail: tuple  # the scalar arguments: s_q, s_k, scale * log2(e)
+    tail: tuple  # the arguments after lse: (strides, H,) S_q, S_k, scale * log2(e)
     dtype: torch.dtype
     device: torch.device
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(out, lse)`` for tensors of the plan's signature, or ``None`` where the launch cannot be
         repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
-        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # the kernel was specialised on aligned ones
             return None
         o = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         lse = torch.empty(self.shape[:3], dtype=torch.float32, device=self.device)
-        sq, sk, sv, so = self.specs
-        if self.kept(self.grid, HostDesc(q, *sq), HostDesc(k, *sk), HostDesc(v, *sv), HostDesc(o, *so), lse,
-                     *self.tail):
-            return o, lse
-        return None
+        if self.specs is None:
+            done = self.kept(self.grid, q, k, v, o, lse, *self.tail)
+        else:
+            sq, sk, sv, so = self.specs
+            done = self.kept(self.grid, HostDesc(q, *sq), HostDesc(k, *sk), HostDesc(v, *sv), HostDesc(o, *so), lse,
+                             *self.tail)
+        return (o, lse) if done else None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
@@ -775,12 +778,12 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
         _WS_BROKEN.add((q.device, tuple(cfg.items())))
         meta["WS"] = False
         launch(grid, *args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **meta)
-    if tma is None or not o.is_cuda or o.__class__ is not torch.Tensor:
+    if not o.is_cuda or o.__class__ is not torch.Tensor or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
         return o, lse, None
     kept = Kept.of(launch, args, cfg["num_warps"], cfg["num_stages"], meta)
     if kept is None:
         return o, lse, None
-    specs = tuple((tuple(a.shape), tuple(a.strides), list(a.block_shape)) for a in args[:4])
+    specs = None if tma is None else tuple((tuple(a.shape), tuple(a.strides), list(a.block_shape)) for a in args[:4])
     return o, lse, ForwardPlan(kept, grid, specs, (bsz, h, s_q, d), args[5:], q.dtype, q.device)
 
 
