@@ -275,7 +275,7 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     causal = bool(is_causal)
     with dispatch.op_range("attention", "triton"):
         route = dispatch.route(q, k, v)
-        if route != dispatch.OP and plain and get_precision_hint() is None:
+        if route != dispatch.OP and plain and q.is_cuda and get_precision_hint() is None:
             try:  # the next such call goes straight to the kernels (_repeat)
                 policy.tuned_state().memo[_call_key(query, key, value, is_causal, scale, provider)] = True
             except TypeError:
