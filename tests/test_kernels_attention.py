@@ -599,3 +599,47 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
     for x, y in zip(*grads):
         assert torch.equal(x, y)
     _check_against_sdpa(q, k, v, do, causal)
+
+
+@pytest.mark.parametrize("provider", [None, "torch", "math"])
+def test_nested_tensors_still_go_to_sdpa(provider):
+    """A nested query has no shape to key a repeated call by: the call goes to SDPA as before."""
+    q = torch.nested.nested_tensor([torch.randn(2, 5, 64), torch.randn(2, 7, 64)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = xp.ops.fused_attention(q, q, q, provider=provider)
+    assert y.is_nested
+    for got, one in zip(y.unbind(), q.unbind()):
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(one, one, one))
+
+
+def test_forward_ad_through_sdpa_keeps_its_tangent():
+    """Under forward-mode AD a call that goes to SDPA returns SDPA's tangent (xrt's kernels have none)."""
+    import torch.autograd.forward_ad as fwAD
+
+    q, t = torch.randn(1, 2, 5, 64), torch.randn(1, 2, 5, 64)
+    with fwAD.dual_level():
+        y = xp.ops.fused_attention(fwAD.make_dual(q, t), q, q, provider="math")
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            want = F.scaled_dot_product_attention(fwAD.make_dual(q, t), q, q)
+        torch.testing.assert_close(fwAD.unpack_dual(y).tangent, fwAD.unpack_dual(want).tangent)
+
+
+@pytest.mark.gpu
+def test_a_repeated_call_keeps_auto_s_training_and_inference_choices_apart_on_gpu(monkeypatch):
+    """auto's table has training and inference rows: a repeated call of one signature goes where its
+    own kind of call went (here: Triton when autograd records it, SDPA when it does not)."""
+    monkeypatch.setattr(attention_module, "_auto_runs_triton", lambda q, causal=False: torch.is_grad_enabled()
+                        and q.requires_grad)
+    sdpa_calls = []
+    real = attention_module._sdpa
+    monkeypatch.setattr(attention_module, "_sdpa", lambda *a: sdpa_calls.append(1) or real(*a))
+    q = torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    with xp.kernel_policy(attention="auto"):
+        for _ in range(2):
+            y = xp.ops.fused_attention(q, q, q, is_causal=True)
+            assert y.grad_fn is not None and "Eager" in type(y.grad_fn).__name__
+            with torch.no_grad():
+                before = len(sdpa_calls)
+                xp.ops.fused_attention(q, q, q, is_causal=True)
+                assert len(sdpa_calls) == before + 1

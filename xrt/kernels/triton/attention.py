@@ -716,7 +716,7 @@ class ForwardPlan(NamedTuple):
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(out, lse)`` for tensors of the plan's signature, or ``None`` where the launch cannot be
         repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
-        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # the kernel was specialised on aligned ones
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 or not self.kept.ready():  # (specialised on aligned ones)
             return None
         o = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         lse = torch.empty(self.shape[:3], dtype=torch.float32, device=self.device)
@@ -728,18 +728,23 @@ class ForwardPlan(NamedTuple):
                              *self.tail)
         return (o, lse) if done else None
 
+    def stale(self) -> bool:
+        """Will it never launch again (its Launcher was cleared)? Its owner makes it anew."""
+        return self.kept.stale()
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
-    return attention_planned(q, k, v, is_causal, scale, config)[:2]
+    return attention_planned(q, k, v, is_causal, scale, config, plan=False)[:2]
 
 
 def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
-                      config: dict[str, Any] | None = None
+                      config: dict[str, Any] | None = None, plan: bool = True
                       ) -> tuple[torch.Tensor, torch.Tensor, ForwardPlan | None]:
     """:func:`attention`, and the :class:`ForwardPlan` that repeats it for tensors of the same
-    signature (``None`` where no kept TMA kernel ran: the pointer kernel, the interpreter)."""
+    signature (``None`` where no kernel was kept: the interpreter, a trace, unaligned inputs; and
+    where ``plan`` is false)."""
     _check(q, k, v, scale)
     cfg = forward_config(q, is_causal, config)
     bsz, h, s_q, d = q.shape
@@ -778,7 +783,8 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
         _WS_BROKEN.add((q.device, tuple(cfg.items())))
         meta["WS"] = False
         launch(grid, *args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **meta)
-    if not o.is_cuda or o.__class__ is not torch.Tensor or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+    if (not plan or not o.is_cuda or o.__class__ is not torch.Tensor
+            or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15):
         return o, lse, None
     kept = Kept.of(launch, args, cfg["num_warps"], cfg["num_stages"], meta)
     if kept is None:

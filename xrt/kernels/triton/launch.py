@@ -394,9 +394,17 @@ class Kept:
             return None
         return cls(launcher, compiled, meta, device)
 
+    def ready(self) -> bool:
+        """Can it launch now (what ``__call__`` checks first)? An owner asks before it allocates."""
+        return not (self.epoch != self.launcher.epoch or _COMPILE_ONLY[0] or hooks_set()
+                    or _current_device() != self.device)
+
+    def stale(self) -> bool:
+        """Was its Launcher cleared since (then it never launches again: make it anew)?"""
+        return self.epoch != self.launcher.epoch
+
     def __call__(self, grid: Sequence[int], *args: Any) -> bool:
-        if (self.epoch != self.launcher.epoch or _COMPILE_ONLY[0] or hooks_set()
-                or _current_device() != self.device):
+        if not self.ready():
             return False
         c = self.compiled
         gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1

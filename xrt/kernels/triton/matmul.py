@@ -496,9 +496,16 @@ class GemmPlan(NamedTuple):
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
         """C for these operands of the plan's signature, or ``None`` where the launch cannot be
-        repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
+        repeated (an operand not 16-byte aligned, launch hooks set, another current device, a
+        cleared Launcher: then :meth:`stale`)."""
+        if not self.tma.kept.ready():
+            return None
         c = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         return c if self.tma(a, b, c, bias) else None
+
+    def stale(self) -> bool:
+        """Will it never launch again (its Launcher was cleared)? Its owner makes it anew."""
+        return self.tma.kept.stale()
 
 
 def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, config: dict[str, Any] | None = None,

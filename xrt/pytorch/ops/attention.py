@@ -130,7 +130,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         out = plan(q, k, v)
         if out is not None:
             return out
-    elif plan is None:
+    if plan is None or plan and plan.stale():
         cfg = kernel_providers.provider_config("attention", "triton", q, k, v, causal, scale)
         o, lse, plan = importlib.import_module("xrt.kernels.triton.attention").attention_planned(
             q, k, v, causal, scale, cfg)
@@ -142,24 +142,28 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
 
 
 def _call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: Any, scale: Any,
-              provider: str | None) -> tuple:
+              provider: str | None, route: int) -> tuple:
     """A call of :func:`fused_attention` (no mask, dropout or grouped query) as a key: the same key in
-    the same policy state is the same choice."""
-    return ("attention-call", provider, *_signature(q, k, v), is_causal, scale)
+    the same policy state is the same choice. The route says whether autograd records the call
+    (``auto``'s table has training and inference rows)."""
+    return ("attention-call", provider, route, *_signature(q, k, v), is_causal, scale)
 
 
 def _repeat(q: Any, k: Any, v: Any, is_causal: Any, scale: Any, provider: str | None) -> torch.Tensor | None:
     """A plain eager call whose key took the Triton kernels before in this policy state, straight to
     them (no checks, casts or choice made again); ``None`` for the general path."""
-    if torch.compiler.is_compiling() or get_precision_hint() is not None or dispatch.profiling():
+    if (torch.compiler.is_compiling() or get_precision_hint() is not None or dispatch.profiling()
+            or dispatch._forward_ad._current_level >= 0):
         return None  # (traced, the op's own path; Dynamo cannot trace the profiler's switch)
+    if type(q) is not torch.Tensor or q.is_nested:  # (a nested tensor has no shape to key by)
+        return None
     route = dispatch.route(q, k, v)
     if route == dispatch.OP:
         return None
     try:
-        if policy.tuned_state().memo.get(_call_key(q, k, v, is_causal, scale, provider)) is None:
+        if policy.tuned_state().memo.get(_call_key(q, k, v, is_causal, scale, provider, route)) is None:
             return None
-    except (AttributeError, TypeError):  # not tensors, an unhashable scale
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable scale
         return None
     causal, s = bool(is_causal), float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if route == dispatch.DIRECT_GRAD:
@@ -277,8 +281,8 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         route = dispatch.route(q, k, v)
         if route != dispatch.OP and plain and q.is_cuda and get_precision_hint() is None:
             try:  # the next such call goes straight to the kernels (_repeat)
-                policy.tuned_state().memo[_call_key(query, key, value, is_causal, scale, provider)] = True
-            except TypeError:
+                policy.tuned_state().memo[_call_key(query, key, value, is_causal, scale, provider, route)] = True
+            except (TypeError, RuntimeError):  # (an unhashable scale; a tensor with no shape to key by)
                 pass
         if route == dispatch.DIRECT_GRAD:
             return _EagerAttention.apply(q, k, v, causal, s, "triton")

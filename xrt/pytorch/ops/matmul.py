@@ -237,7 +237,10 @@ def _planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tor
     plan = policy.tuned_state().memo.get(key)
     if plan is None:
         return _plan(key, a, b, bias)
-    return plan(a, b, bias) if plan is not False else None
+    if plan is False:
+        return None
+    y = plan(a, b, bias)
+    return y if y is not None or not plan.stale() else _plan(key, a, b, bias)
 
 
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -246,15 +249,20 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     are and allocates the output as [..., N], with no view, fold or transpose made per call."""
     key = ("linear-plan", x.shape, x.stride(), weight.shape, weight.stride(),
            None if bias is None else bias.stride(), x.dtype, weight.dtype, x.get_device())
-    plan = policy.tuned_state().memo.get(key)
-    if plan is not None:
-        return plan(x, weight, bias) if plan is not False else None
+    memo = policy.tuned_state().memo
+    plan = memo.get(key)
+    if plan is False:
+        return None
+    if plan is not None and ((y := plan(x, weight, bias)) is not None or not plan.stale()):
+        return y
     n, k = weight.shape
     x2 = x.reshape(-1, k)
     if (bias is not None and bias.stride(0) != 1 or x.dim() == 0 or x2.data_ptr() != x.data_ptr()
             or x2.numel() == 0):
         # (a fold that copied: a plan would read x's memory as rows it is not)
-        policy.tuned_state().memo[key] = False
+        if len(memo) > 4096:
+            memo.clear()
+        memo[key] = False
         return None
     shape = (*x.shape[:-1], n)
     y = _plan(key, x2, weight.t(), bias, shape)
