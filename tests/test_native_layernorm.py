@@ -194,6 +194,40 @@ def test_a_failed_build_says_what_each_compiler_said(monkeypatch, tmp_path):
     assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
 
 
+def test_a_failed_detached_build_says_what_the_builder_said(monkeypatch, tmp_path):
+    """The background build runs in a process of its own; its failure comes back as its one line."""
+    monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", _fake_compiler(tmp_path, "cxx1", "echo 'error: this compiler refuses' >&2\nexit 3\n"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # (no g++ or c++ to fall back on)
+    with pytest.raises(RuntimeError, match=r"layernorm.cpp failed: .*cxx1: exit 3: error: this compiler refuses$"):
+        native.build_detached(quiet=True)
+    assert not list((tmp_path / "cache").glob("*.so")) and not list((tmp_path / "cache").glob("*.log"))
+
+
+@needs_compiler
+def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
+    """A short process that asks for the library and ends at once still leaves it in the cache for
+    the next process (before, the build died with it and every short process began it again)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    real = native.library_path()  # built by the lib fixture, in the default cache
+    slow = _fake_compiler(tmp_path, "slowcxx",
+                          f'sleep 2\nfor a; do case $prev in -o) cp "{real}" "$a";; esac; prev=$a; done\n')
+    env = dict(os.environ, XRT_NATIVE_CACHE=str(tmp_path / "cache"), CXX=slow)
+    asked = subprocess.run([sys.executable, "-c", "from xrt.pytorch.ops import native; print(native.ready())"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert asked.returncode == 0 and asked.stdout.strip() == "False", asked.stderr
+    want = tmp_path / "cache" / real.name
+    assert not want.exists()  # the process ended before the build did
+    deadline = time.monotonic() + 120
+    while not want.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert want.exists(), "the build died with the process that asked for it"
+
+
 # -- the library on the CPU: build, plans, autograd plumbing ---------------------------------------
 
 @needs_compiler

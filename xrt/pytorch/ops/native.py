@@ -11,7 +11,10 @@ so that it builds, and its autograd plumbing is tested, on machines without a GP
 
 The library is built once per source and torch version into ``XRT_NATIVE_CACHE`` (default
 ``~/.cache/xrt/native``), in the background on first use: calls take the Python path until it is
-ready. ``XRT_NATIVE=0`` turns it off; ``python -m xrt.pytorch.ops.native`` builds it ahead of time.
+ready. The background build runs in a process of its own, so that it finishes (and the next process
+finds the library) even when the process that asked for it ends first, as a short script or a
+benchmark's process does. ``XRT_NATIVE=0`` turns it off; ``python -m xrt.pytorch.ops.native`` builds
+it ahead of time.
 """
 
 from __future__ import annotations
@@ -137,9 +140,60 @@ def build(quiet: bool = False) -> Path:
     raise RuntimeError(f"building {SOURCE.name} failed: " + "; ".join(failures))
 
 
-def load(quiet: bool = False) -> bool:
+_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds this xrt package
+
+# The detached builder: this very xrt's build(), its failure as one line on stderr.
+_BUILDER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from xrt.pytorch.ops import native
+try:
+    native.build(quiet=True)
+except Exception as e:
+    print(str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def build_detached(quiet: bool = False, timeout: float = 900) -> Path:
+    """:func:`build` in a process of its own, in a new session, and wait for it: the library's
+    path. The builder outlives this process, so a build that this process does not wait out still
+    lands in the cache. Raises ``RuntimeError`` with the builder's own line where it fails."""
+    pending = _spawn_builder(quiet)
+    return library_path() if pending is None else _wait_builder(*pending, timeout=timeout)
+
+
+def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
+    """Start the detached builder (``None``: the library is already built)."""
+    out = library_path()
+    if out.exists():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        print(f"xrt: building the native layernorm op into {out} (once per torch version, in the background)",
+              file=sys.stderr)
+    log = out.with_name(f"{out.stem}.build-{os.getpid()}-{threading.get_ident()}.log")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(_ROOT)], stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=f, start_new_session=True)
+    return proc, log, out
+
+
+def _wait_builder(proc: subprocess.Popen, log: Path, out: Path, timeout: float = 900) -> Path:
+    try:
+        rc = proc.wait(timeout)
+        said = log.read_text().strip().splitlines()
+    finally:
+        log.unlink(missing_ok=True)
+    if rc != 0 or not out.exists():
+        raise RuntimeError(said[-1] if said else f"the native op's builder exited with {rc}")
+    return out
+
+
+def load(quiet: bool = False, pending: tuple | None = None) -> bool:
     """Build (if needed) and load the library now; ``True`` when its ops are there. Where it
-    cannot be had, :func:`why` says why."""
+    cannot be had, :func:`why` says why. ``pending``: a detached builder that :func:`ready` started
+    (:func:`_spawn_builder`), to wait for instead of building here."""
     with _lock:
         if _state["status"] == "ready":
             return True
@@ -151,7 +205,7 @@ def load(quiet: bool = False) -> bool:
             raise
         if not on:
             raise RuntimeError("XRT_NATIVE=0")
-        path = build(quiet)
+        path = _wait_builder(*pending) if pending is not None else build(quiet)
         with _lock:
             if _state["status"] != "ready":
                 torch.ops.load_library(str(path))
@@ -173,7 +227,14 @@ def ready() -> bool:
         with _lock:
             if _state["status"] is None:
                 _state["status"] = "building"
-                t = _state["thread"] = threading.Thread(target=load, name="xrt-native-build", daemon=True)
+                pending = None
+                try:  # the builder starts now, in a process of its own: it finishes even if this one ends
+                    if enabled():
+                        pending = _spawn_builder(quiet=False)
+                except (ValueError, OSError):  # load() says why (a bad XRT_NATIVE, no cache folder)
+                    pending = None
+                t = _state["thread"] = threading.Thread(target=load, kwargs={"pending": pending},
+                                                        name="xrt-native-build", daemon=True)
                 t.start()
     return False
 
