@@ -226,6 +226,10 @@ def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
     while not want.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert want.exists(), "the build died with the process that asked for it"
+    deadline = time.monotonic() + 10
+    while list(want.parent.glob("*.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(want.parent.glob("*.log")), "the builder left its log behind"
 
 
 # -- the library on the CPU: build, plans, autograd plumbing ---------------------------------------

@@ -144,11 +144,14 @@ _ROOT = Path(__file__).resolve().parents[3]  # the folder that holds this xrt pa
 
 # The detached builder: this very xrt's build(), its failure as one line on stderr.
 _BUILDER = """
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
 from xrt.pytorch.ops import native
 try:
     native.build(quiet=True)
+    os.unlink(sys.argv[2])  # (its log: kept only where the build failed and no caller read it)
+except FileNotFoundError:
+    pass
 except Exception as e:
     print(str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(1)
@@ -174,7 +177,7 @@ def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
               file=sys.stderr)
     log = out.with_name(f"{out.stem}.build-{os.getpid()}-{threading.get_ident()}.log")
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(_ROOT)], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(_ROOT), str(log)], stdin=subprocess.DEVNULL,
                                 stdout=f, stderr=f, start_new_session=True)
     return proc, log, out
 
@@ -182,7 +185,7 @@ def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
 def _wait_builder(proc: subprocess.Popen, log: Path, out: Path, timeout: float = 900) -> Path:
     try:
         rc = proc.wait(timeout)
-        said = log.read_text().strip().splitlines()
+        said = log.read_text().strip().splitlines() if log.exists() else []
     finally:
         log.unlink(missing_ok=True)
     if rc != 0 or not out.exists():
