@@ -232,6 +232,23 @@ def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
     assert not list(want.parent.glob("*.log")), "the builder left its log behind"
 
 
+@needs_compiler
+def test_builders_started_together_build_once(lib, tmp_path, monkeypatch):
+    """Two processes that ask at once start two builders; the second waits for the first and finds
+    the library built."""
+    real = native.library_path()
+    runs = tmp_path / "runs"
+    cxx = _fake_compiler(tmp_path, "countcxx", f'echo run >> "{runs}"\nsleep 1\n'
+                         f'for a; do case $prev in -o) cp "{real}" "$a";; esac; prev=$a; done\n')
+    monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", cxx)
+    pending = [native._spawn_builder(quiet=True) for _ in range(2)]
+    assert all(p is not None for p in pending)
+    paths = {native._wait_builder(*p, timeout=120) for p in pending}
+    assert paths == {tmp_path / "cache" / real.name}
+    assert runs.read_text().splitlines() == ["run"]
+
+
 # -- the library on the CPU: build, plans, autograd plumbing ---------------------------------------
 
 @needs_compiler

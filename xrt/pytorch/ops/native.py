@@ -148,13 +148,20 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 from xrt.pytorch.ops import native
 try:
-    native.build(quiet=True)
-    os.unlink(sys.argv[2])  # (its log: kept only where the build failed and no caller read it)
-except FileNotFoundError:
+    import fcntl
+    lock = open(native.library_path().with_suffix(".lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time: a later one finds the library built
+except ImportError:
     pass
+try:
+    native.build(quiet=True)
 except Exception as e:
     print(str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(1)
+try:
+    os.unlink(sys.argv[2])  # (its log: kept only where the build failed and no caller read it)
+except FileNotFoundError:
+    pass
 """
 
 
@@ -175,7 +182,7 @@ def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
     if not quiet:
         print(f"xrt: building the native layernorm op into {out} (once per torch version, in the background)",
               file=sys.stderr)
-    log = out.with_name(f"{out.stem}.build-{os.getpid()}-{threading.get_ident()}.log")
+    log = out.with_name(f"{out.stem}.build-{os.getpid()}-{time.monotonic_ns()}.log")
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(_ROOT), str(log)], stdin=subprocess.DEVNULL,
                                 stdout=f, stderr=f, start_new_session=True)
