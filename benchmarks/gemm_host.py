@@ -6,10 +6,14 @@ Each line is the best of 7 batches of 20 back-to-back calls without a device wai
 queue never fills), in µs: torch's ``x @ W.T``; xrt's Triton GEMM launcher (``run`` with a config),
 the public op, its custom op; a routed ``F.linear`` forward under autograd and its backward; a routed
 ``nn.LayerNorm``, each beside torch's. Shapes: x [8192, 1024], W [3072, 1024], g [8192, 3072], bf16.
+Then the layers of a routed linear without autograd, top to bottom (the Triton ``linear``, the op's
+``linear`` on [8, 1024, 1024], routed ``F.linear`` and ``nn.Linear`` with a bias), and causal SDPA
+[8, 16, 1024, 64] routed and not, with and without autograd (docs/runtime.md: the launch plans).
 results/gpu/host-gemm-h100.md holds a run before and after the GEMM's kept launch plans.
 """
 
 import contextlib
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -83,6 +87,24 @@ def main() -> int:
 
             show(f"layernorm fwd {name}", lambda: ln(xg))
             show(f"layernorm backward {name}", lbwd, n=10)
+    om = importlib.import_module("xrt.pytorch.ops.matmul")  # (xp.ops.matmul is the function)
+    x3, b = x.view(8, 1024, K), torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    lin = torch.nn.Linear(K, N, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(8, 16, 1024, 64, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        show("F.linear nograd torch", lambda: F.linear(x3, w, b))
+        show("nn.Linear nograd torch", lambda: lin(x3))
+        show("triton linear(cfg) nograd", lambda: tm.linear(x, w, b, cfg))
+        show("op's linear nograd", lambda: om.linear(x3, w, b, "triton"))
+        with xp.kernel_policy(matmul="triton"):
+            show("F.linear nograd routed triton", lambda: F.linear(x3, w, b))
+            show("nn.Linear nograd routed triton", lambda: lin(x3))
+    qg = q.detach().requires_grad_()
+    for pol, name in ((None, "torch"), ("triton", "routed triton")):
+        with xp.kernel_policy(attention=pol) if pol else contextlib.nullcontext():
+            with torch.no_grad():
+                show(f"sdpa causal nograd {name}", lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))
+            show(f"sdpa causal fwd (grad) {name}", lambda: F.scaled_dot_product_attention(qg, q, q, is_causal=True))
     return 0
 
 
