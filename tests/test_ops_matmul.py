@@ -266,6 +266,35 @@ def test_routed_linear_gradients_against_float64(interpreter, dtype):
     assert lin.weight.grad.is_contiguous()
 
 
+def test_kept_plans_live_in_the_policy_state_and_are_made_anew_when_stale():
+    """The ops' launch plans (GEMM, attention) are kept in the policy state's memo: none at first,
+    ``False`` once none can be made, the plan itself after, none again once its kernel's Launcher
+    was cleared (stale) or the policy state changed; the memo stays bounded."""
+    class Plan:
+        old = False
+
+        def stale(self):
+            return self.old
+
+    key = ("test-plan", 1)
+    with xp.kernel_policy(matmul="triton"):
+        assert kernel_providers.kept_plan(key) is None
+        kernel_providers.keep_plan(key, None)
+        assert kernel_providers.kept_plan(key) is False
+        plan = Plan()
+        kernel_providers.keep_plan(key, plan)
+        assert kernel_providers.kept_plan(key) is plan
+        plan.old = True
+        assert kernel_providers.kept_plan(key) is None
+        kernel_providers.keep_plan(key, Plan())
+        memo = policy.tuned_state().memo
+        memo.update({("filler", i): False for i in range(4100)})
+        kernel_providers.keep_plan(("test-plan", 2), Plan())
+        assert len(memo) == 1 and kernel_providers.kept_plan(key) is None
+    with xp.kernel_policy(matmul="triton"):
+        assert kernel_providers.kept_plan(("test-plan", 2)) is None  # a new scope, a new memo
+
+
 def _plans(kind: str) -> list:
     """The GEMM launch plans the merged policy's memo holds now, of ``kind`` ("linear-plan", "gemm-plan")."""
     return [v for k, v in policy.tuned_state().memo.items() if isinstance(k, tuple) and k and k[0] == kind]

@@ -463,8 +463,7 @@ def default_config(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | No
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N] (fp16, bf16 or fp32, any strides) -> [M, N]
     contiguous, a's dtype; ``config`` from the ``matmul.triton`` space (default: the layout table's)."""
-    check_pair("matmul", a, b, 2)
-    return run(a.unsqueeze(0), b.unsqueeze(0), default_config(a, b, config))[0]
+    return gemm_planned(a, b, None, config, plan=False)[0]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, config: dict[str, Any] | None = None
@@ -473,12 +472,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, config: di
     contiguous: :func:`matmul` of ``x`` and ``weight.mT`` with the bias added in the GEMM's epilogue
     (no second pass over the output). ``config`` as :func:`matmul`'s. ``None`` where that config
     splits K (split K has no epilogue), and for K = 0 (no GEMM runs): then the caller adds the bias."""
-    b = weight.mT
-    check_pair("linear", x, b, 2)
-    cfg = default_config(x, b, config)
-    if cfg.get("SPLIT_K", 1) > 1 or x.shape[1] == 0:
-        return None
-    return run(x.unsqueeze(0), b.unsqueeze(0), cfg, Epilogue(bias.contiguous()))[0]
+    return gemm_planned(x, weight.mT, bias.contiguous(), config, plan=False)[0]
 
 
 class GemmPlan(NamedTuple):
@@ -509,12 +503,14 @@ class GemmPlan(NamedTuple):
 
 
 def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, config: dict[str, Any] | None = None,
-                 shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor | None, GemmPlan | None]:
+                 shape: tuple[int, ...] | None = None, plan: bool = True
+                 ) -> tuple[torch.Tensor | None, GemmPlan | None]:
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N], plus ``bias`` ([N], contiguous) in the epilogue
-    when given (:func:`linear`'s and :func:`matmul`'s call), and the :class:`GemmPlan` that repeats
-    it; ``(None, None)`` where :func:`linear` returns ``None``. The plan is ``None`` where the launch
-    took no kept TMA kernel (the tiled kernel, split K, the interpreter, an unaligned operand).
-    ``shape``: the plan's output shape (default [M, N]; its product must be M N)."""
+    when given (:func:`linear` and :func:`matmul` are this without the plan), and the
+    :class:`GemmPlan` that repeats it; ``(None, None)`` where :func:`linear` returns ``None``. The
+    plan is ``None`` where the launch took no kept TMA kernel (the tiled kernel, split K, the
+    interpreter, an unaligned operand) and where ``plan`` is false. ``shape``: the plan's output
+    shape (default [M, N]; its product must be M N)."""
     check_pair("linear" if bias is not None else "matmul", a, b, 2)
     if bias is not None and (bias.dim() != 1 or bias.stride(0) != 1 and bias.numel() > 1):
         raise ValueError(f"Triton linear: bias must be a contiguous [N] tensor, got shape {tuple(bias.shape)} "
@@ -528,11 +524,10 @@ def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, co
         return c3[0], None
     ep = Epilogue(bias) if bias is not None else NO_EPILOGUE
     run(a3, b3, cfg, ep if bias is not None else None, c=c3)  # (no epilogue: split K may run)
-    key = plan_key(a3, b3, c3, cfg, ep) if a3.__class__ is torch.Tensor and a.is_cuda else None
+    key = plan_key(a3, b3, c3, cfg, ep) if plan and a3.__class__ is torch.Tensor and a.is_cuda else None
     tma = _PLANS.get(key) if key is not None else None
     out = (a.shape[0], b.shape[1]) if shape is None else tuple(shape)
-    plan = None if tma is None else GemmPlan(tma, out, a.dtype, a.device)
-    return c3[0], plan
+    return c3[0], None if tma is None else GemmPlan(tma, out, a.dtype, a.device)
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:

@@ -123,22 +123,16 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     """The Triton provider's ``(out, lse)`` in plain eager PyTorch, through the forward's launch plan
     kept for this signature in the policy's memo (``xrt.kernels.triton.attention.ForwardPlan``: no
     checks, config lookup or descriptors made again); the provider's own call where there is none."""
-    memo = policy.tuned_state().memo
     key = ("attention-plan", *_signature(q, k, v), causal, scale)
-    plan = memo.get(key)
-    if plan:
-        out = plan(q, k, v)
-        if out is not None:
-            return out
-    if plan is None or plan and plan.stale():
+    plan = kernel_providers.kept_plan(key)
+    if plan is None:
         cfg = kernel_providers.provider_config("attention", "triton", q, k, v, causal, scale)
         o, lse, plan = importlib.import_module("xrt.kernels.triton.attention").attention_planned(
             q, k, v, causal, scale, cfg)
-        if len(memo) > 4096:
-            memo.clear()
-        memo[key] = plan if plan is not None else False
+        kernel_providers.keep_plan(key, plan)
         return o, lse
-    return dispatch.get("attention", "triton").fn(q, k, v, causal, scale)
+    out = plan(q, k, v) if plan else None
+    return out if out is not None else dispatch.get("attention", "triton").fn(q, k, v, causal, scale)
 
 
 def _call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: Any, scale: Any,

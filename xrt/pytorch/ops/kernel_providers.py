@@ -74,6 +74,23 @@ def provider_config(op: str, kind: str, *args: Any) -> Any:
     return _CONFIG_OF[(op, kind)](*args)
 
 
+def kept_plan(key: Any) -> Any:
+    """The launch plan kept under ``key`` in the policy state's memo (so a new policy, scope, tuned
+    config or auto table drops it): a plan, ``False`` (none can be made for that signature), or
+    ``None``: none yet, or its kernel's Launcher was cleared (``plan.stale()``); then the caller
+    makes one and keeps it (:func:`keep_plan`)."""
+    plan = policy.tuned_state().memo.get(key)
+    return None if plan and plan.stale() else plan
+
+
+def keep_plan(key: Any, plan: Any) -> None:
+    """Keep ``plan`` (``None``: none can be made, kept as ``False``) under ``key`` for :func:`kept_plan`."""
+    memo = policy.tuned_state().memo
+    if len(memo) > 4096:
+        memo.clear()
+    memo[key] = plan if plan is not None else False
+
+
 def _numel(x: torch.Tensor) -> tuple[int]:
     return (x.numel(),)
 

@@ -39,8 +39,9 @@ def _layernorm_infer_triton(x: torch.Tensor, normalized_shape: Sequence[int], we
 
     n = math.prod(normalized_shape)
     x2 = x.reshape(-1, n)
-    cfg = kernel_providers.config("layernorm", "layernorm.triton", x2)
-    return layernorm_infer(x2, weight.reshape(n), bias.reshape(n), eps, cfg).view(x.shape)
+    w, b = weight.reshape(n), bias.reshape(n)
+    cfg = kernel_providers.provider_config("layernorm", "triton", x2, w, b, eps)
+    return layernorm_infer(x2, w, b, eps, cfg).view(x.shape)
 
 
 def _layernorm_fake(x, normalized_shape, weight, bias, eps, provider):

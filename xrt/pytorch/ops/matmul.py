@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
-from xrt.kernels import checks, defs
+from xrt.kernels import checks
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
@@ -208,7 +208,6 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, provider: str | None = None) -> tor
 
 # -- a routed F.linear in plain eager PyTorch ---------------------------------------------------------
 
-_TRITON_SPACE = defs.get("matmul").space_keys["triton"]
 _set_grad = torch._C._set_grad_enabled
 _compiling = torch.compiler.is_compiling
 
@@ -216,13 +215,10 @@ _compiling = torch.compiler.is_compiling
 def _plan(key: tuple, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
           shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
     """The first call of a signature: the Triton GEMM with the provider's config, and its
-    ``GemmPlan`` (or ``False``: none) kept in the policy's memo under ``key``."""
-    memo = policy.tuned_state().memo
-    cfg = kernel_providers.config("matmul", _TRITON_SPACE, a, _mnk(a, b))  # the provider's own lookup
+    ``GemmPlan`` kept under ``key`` (:func:`kernel_providers.keep_plan`)."""
+    cfg = kernel_providers.provider_config("matmul", "triton", a, b)
     y, plan = importlib.import_module("xrt.kernels.triton.matmul").gemm_planned(a, b, bias, cfg, shape)
-    if len(memo) > 4096:
-        memo.clear()
-    memo[key] = plan if plan is not None else False
+    kernel_providers.keep_plan(key, plan)
     return y
 
 
@@ -230,17 +226,14 @@ def _planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tor
     """The Triton provider's ``a @ b`` (+ ``bias`` in the epilogue) for 2-D tensors in plain eager
     PyTorch, through the launch plan kept for this signature (``xrt.kernels.triton.matmul.GemmPlan``):
     a repeated call allocates C and launches, with no checks, config lookup or descriptor made again.
-    Plans live in the policy's memo, so a new policy or tuned config drops them. ``None`` where the
-    caller takes the general path (no plan for this signature, or it cannot launch now)."""
+    ``None`` where the caller takes the general path (no plan for this signature, or it cannot
+    launch now)."""
     key = ("gemm-plan", a.shape, a.stride(), b.shape, b.stride(), None if bias is None else bias.stride(),
            a.dtype, b.dtype, a.get_device())
-    plan = policy.tuned_state().memo.get(key)
+    plan = kernel_providers.kept_plan(key)
     if plan is None:
         return _plan(key, a, b, bias)
-    if plan is False:
-        return None
-    y = plan(a, b, bias)
-    return y if y is not None or not plan.stale() else _plan(key, a, b, bias)
+    return plan(a, b, bias) if plan else None
 
 
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -249,20 +242,14 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     are and allocates the output as [..., N], with no view, fold or transpose made per call."""
     key = ("linear-plan", x.shape, x.stride(), weight.shape, weight.stride(),
            None if bias is None else bias.stride(), x.dtype, weight.dtype, x.get_device())
-    memo = policy.tuned_state().memo
-    plan = memo.get(key)
-    if plan is False:
-        return None
-    if plan is not None and ((y := plan(x, weight, bias)) is not None or not plan.stale()):
-        return y
+    plan = kernel_providers.kept_plan(key)
+    if plan is not None:
+        return plan(x, weight, bias) if plan else None
     n, k = weight.shape
     x2 = x.reshape(-1, k)
     if (bias is not None and bias.stride(0) != 1 or x.dim() == 0 or x2.data_ptr() != x.data_ptr()
             or x2.numel() == 0):
-        # (a fold that copied: a plan would read x's memory as rows it is not)
-        if len(memo) > 4096:
-            memo.clear()
-        memo[key] = False
+        kernel_providers.keep_plan(key, None)  # (a fold that copied: a plan would read x's memory as rows it is not)
         return None
     shape = (*x.shape[:-1], n)
     y = _plan(key, x2, weight.t(), bias, shape)
@@ -284,7 +271,7 @@ def _linear_rows(provider: str, x2: torch.Tensor, weight: torch.Tensor, bias: to
     if provider == "triton" and (bias is None or bias.stride(0) == 1) and (y := _planned(x2, wt, bias)) is not None:
         return y
     if bias is not None and provider == "triton":
-        cfg = kernel_providers.config("matmul", _TRITON_SPACE, x2, _mnk(x2, wt))  # the provider's own lookup
+        cfg = kernel_providers.provider_config("matmul", "triton", x2, wt)
         y = importlib.import_module("xrt.kernels.triton.matmul").linear(x2, weight, bias, cfg)
     if y is None:
         y = dispatch.get("matmul", provider).fn(x2, wt)
