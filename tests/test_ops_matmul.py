@@ -291,8 +291,10 @@ def test_kept_plans_live_in_the_policy_state_and_are_made_anew_when_stale():
         memo.update({("filler", i): False for i in range(4100)})
         kernel_providers.keep_plan(("test-plan", 2), Plan())
         assert len(memo) == 1 and kernel_providers.kept_plan(key) is None
-    with xp.kernel_policy(matmul="triton"):
-        assert kernel_providers.kept_plan(("test-plan", 2)) is None  # a new scope, a new memo
+    with xp.kernel_policy(matmul="triton"):  # the same policy again: its state and memo come back
+        assert kernel_providers.kept_plan(("test-plan", 2)) is not None
+    with xp.kernel_policy(matmul="triton", layernorm="triton"):  # another policy: another memo
+        assert kernel_providers.kept_plan(("test-plan", 2)) is None
 
 
 def _plans(kind: str) -> list:
@@ -333,7 +335,9 @@ def test_routed_linear_repeats_its_plan_on_gpu(bias):
             lin(x)
         assert "xrt::matmul[triton]" in {e.name for e in prof.events()}
     with xp.kernel_policy(matmul="triton"):
-        assert _plans("linear-plan") == []  # a new scope: a new memo, no plan of the last one
+        assert _plans("linear-plan") != []  # the same policy entered again: the plan is kept
+    with xp.kernel_policy(matmul="triton", softmax="triton"):
+        assert _plans("linear-plan") == []  # another policy: another memo, no plan of the last one
     y = again.relu_()  # a tensor of its own: an in-place op under grad mode is fine
     assert y is again
 

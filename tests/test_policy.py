@@ -309,6 +309,36 @@ def test_a_scope_left_by_an_exception_is_popped():
     assert pol.resolve("square") == "auto"
 
 
+def test_a_policy_entered_again_finds_its_answers_kept(monkeypatch):
+    """A loop that enters the same policy every step decides once: the state (and its memo of tuned
+    lookups, routing decisions and launch plans) comes back for equal choices and the same tuned
+    configs. Other choices or other tuned configs get their own, and a thread keeps a few states."""
+    calls = _counting(monkeypatch, pol, "_lookup_tuned_kernel")
+    look = lambda: pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32,
+                                           shape=(1000,))
+    for _ in range(5):
+        with xp.kernel_policy(square="triton", softmax="torch"):
+            assert look() is None
+        with xp.kernel_policy(softmax="torch", square="triton"):  # the same choices, another order
+            assert look() is None
+    assert len(calls) == 1
+    with xp.kernel_policy(square="cuda"):
+        look()
+    assert len(calls) == 2
+    a = xp.KernelPolicy(square="triton").add_tuned("square.triton", {"BLOCK_SIZE": 256})
+    b = xp.KernelPolicy(square="triton").add_tuned("square.triton", {"BLOCK_SIZE": 512})
+    for _ in range(3):
+        with xp.kernel_policy(a):
+            assert look() == {"BLOCK_SIZE": 256}
+        with xp.kernel_policy(b):  # equal choices, other configs: never a's answers
+            assert look() == {"BLOCK_SIZE": 512}
+    assert len(calls) == 4
+    for size in range(pol.KEPT_STATES + 2):  # more policies than a thread keeps
+        with xp.kernel_policy(xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 64 + size})):
+            assert look() == {"BLOCK_SIZE": 64 + size}
+    assert len(pol._tls.states) == pol.KEPT_STATES
+
+
 def test_tuned_lookup_is_memoized_and_follows_changes(monkeypatch, tmp_path):
     calls = _counting(monkeypatch, pol, "_lookup_tuned_kernel")
     look = lambda: pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32,

@@ -126,7 +126,11 @@ def test_a_policy_change_decides_again(table, interpreter):
         assert _xrt_events(ln) == set() and len(lookups) == 1
         with xp.kernel_policy(layernorm="triton"):  # an inner scope names its own choice: no lookup
             assert _xrt_events(ln) == {"xrt::layernorm[triton]"} and len(lookups) == 1
-        # leaving the inner scope is a change of policy: decided again, with the table's new answer
+        # back in the outer policy: its kept decision (a policy entered again decides nothing again)
+        assert _xrt_events(ln) == set() and len(lookups) == 1
+    with xp.kernel_policy(layernorm="auto"):
+        assert _xrt_events(ln) == set() and len(lookups) == 1
+    with xp.kernel_policy(layernorm="auto", softmax="torch"):  # another policy: decided again, the new answer
         assert _xrt_events(ln) == {"xrt::layernorm[triton]"} and len(lookups) == 2
 
 

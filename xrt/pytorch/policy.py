@@ -366,6 +366,7 @@ class _ThreadState(threading.local):
         self.scopes: list[KernelPolicy] = []  # innermost last
         self.merged: _Merged | None = None
         self.scope_stamp = 0  # the stamp of the scopes' merged choices (_stamp)
+        self.states: dict[tuple, _Merged] = {}  # recent merged states by content (_merged), oldest first
 
 
 _tls = _ThreadState()
@@ -445,16 +446,38 @@ class _Merged:
 
 
 def _merged() -> _Merged:
-    """The merged policy in force on this thread, rebuilt only when the stamp changed; ``.memo`` is
-    valid until it changes. Read on every op call and routed call: the stamp is compared inline."""
+    """The merged policy in force on this thread, looked up again only when the stamp changed (one
+    kept for the same content comes back, :func:`_content`); ``.memo`` is valid until it changes.
+    Read on every op call and routed call: the stamp is compared inline."""
     m = _tls.merged
     env = (_ENV_DATA.get(_ENV_KEYS[0]), _ENV_DATA.get(_ENV_KEYS[1]))
     if m is not None and m.version == _version and m.env == env:
         return m
     if env[0] != _synced_env[0]:
         _sync_switches_from_env()
-    m = _tls.merged = _Merged(_version, env, _layers())
+    layers = _layers()
+    key = (_version, env, _content(layers))
+    states = _tls.states
+    m = states.pop(key, None)
+    if m is None:
+        m = _Merged(_version, env, layers)
+        if len(states) >= KEPT_STATES:
+            del states[next(iter(states))]
+    states[key] = m  # the newest last
+    _tls.merged = m
     return m
+
+
+KEPT_STATES = 8  # merged states a thread keeps by content
+
+
+def _content(layers: list[KernelPolicy]) -> tuple:
+    """What a merged state's answers depend on, per layer: its choices, and its tuned configs (by
+    identity: adding one bumps the version). A loop that enters ``kernel_policy(matmul="triton")``
+    every step gets the same state back, with its memo: tuned lookups, routing decisions and launch
+    plans are made once, not once a step."""
+    return tuple((tuple(sorted(layer.choices.items())), id(layer.tuned) if layer.tuned else None)
+                 for layer in layers)
 
 
 state = _merged  # the public name

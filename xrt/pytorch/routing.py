@@ -610,8 +610,9 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
 
     On a thread that routes it, the call is decided once per key (:data:`Rule.key`) and policy
     state, and the decision kept in the thread's merged policy (``policy.state().memo``), which any
-    change of policy replaces: a scope entered or left, the global policy, ``XRT_KERNEL_POLICY``, a
-    new auto table (``auto.clear``). So a call that stays torch's costs the key, one dict lookup and
+    change of policy replaces: a scope of other choices, the global policy, ``XRT_KERNEL_POLICY``, a
+    new auto table (``auto.clear``); a policy entered again finds its merged state and decisions
+    kept. So a call that stays torch's costs the key, one dict lookup and
     torch's own call. While torch's function or the handler runs, the routed functions called inside
     them (the xrt op's own, torch's fallback) are torch's (the thread's pause)."""
     rule = RULES[handler]
