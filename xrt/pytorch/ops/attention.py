@@ -114,8 +114,10 @@ class _EagerAttention(torch.autograd.Function):
 
 
 def _signature(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """Shapes, strides, dtypes and devices (``get_device()`` is an index: cuda:0 and xpu:0 share one,
+    so the key holds ``is_cuda`` too)."""
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-            q.get_device(), k.get_device(), v.get_device())
+            q.is_cuda, q.get_device(), k.get_device(), v.get_device())
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float

@@ -229,7 +229,7 @@ def _planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tor
     ``None`` where the caller takes the general path (no plan for this signature, or it cannot
     launch now)."""
     key = ("gemm-plan", a.shape, a.stride(), b.shape, b.stride(), None if bias is None else bias.stride(),
-           a.dtype, b.dtype, a.get_device())
+           a.dtype, b.dtype, a.is_cuda, a.get_device())
     plan = kernel_providers.kept_plan(key)
     if plan is None:
         return _plan(key, a, b, bias)
@@ -241,7 +241,7 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     fold without a copy: keyed by ``x``'s own shape, the plan launches on ``x`` and ``weight`` as they
     are and allocates the output as [..., N], with no view, fold or transpose made per call."""
     key = ("linear-plan", x.shape, x.stride(), weight.shape, weight.stride(),
-           None if bias is None else bias.stride(), x.dtype, weight.dtype, x.get_device())
+           None if bias is None else bias.stride(), x.dtype, weight.dtype, x.is_cuda, x.get_device())
     plan = kernel_providers.kept_plan(key)
     if plan is not None:
         return plan(x, weight, bias) if plan else None
