@@ -12,11 +12,11 @@ Each variant runs the same model object:
   every routed call on xrt's kernels (xrt.pytorch.routing);
 - ``auto``: the same ops at ``auto``: the provider that measured fastest on this GPU (results/auto), torch
   where nothing was measured;
-- ``torch compiled``, ``auto compiled``: the model through ``torch.compile`` (static shapes), traced with
-  no policy and at ``auto``, each compiled on its own (:func:`own_frame`); their ratios are to
-  ``torch compiled``.
+- ``torch compiled``, ``auto compiled``, ``xrt compiled``: the model through ``torch.compile`` (static
+  shapes), traced with no policy, at ``auto`` and at ``xrt``'s policy (Inductor launches xrt's Triton
+  kernels itself), each compiled on its own (:func:`own_frame`); their ratios are to ``torch compiled``.
 
-Times: each variant against its base (``xrt`` and ``auto`` against ``torch``, ``auto compiled``
+Times: each variant against its base (``xrt`` and ``auto`` against ``torch``, the compiled ones
 against ``torch compiled``) in ABBA quads of ~30 ms blocks of train steps (forward, backward,
 gradients set to None), then of inference steps (``no_grad`` forward), as a training loop feels them:
 wall time between two synchronizes, the host's part included (``xrt.bench.sidebyside.paired``).
@@ -52,10 +52,11 @@ POLICIES: dict[str, dict[str, str] | None] = {
     "auto": {"matmul": "auto", "layernorm": "auto", "softmax": "auto", "attention": "auto"},
 }
 # The compiled variants: the same model through one torch.compile (static shapes), traced with no
-# policy and at auto (the policy in force at trace time picks the providers); their ratios are to
-# "torch compiled".
-COMPILED = {"torch compiled": "torch", "auto compiled": "auto"}
-PAIRS = [("xrt", "torch"), ("auto", "torch"), ("auto compiled", "torch compiled")]  # (variant, its base)
+# policy, at auto and at xrt (the policy in force at trace time picks the providers); their ratios
+# are to "torch compiled".
+COMPILED = {"torch compiled": "torch", "auto compiled": "auto", "xrt compiled": "xrt"}
+PAIRS = [("xrt", "torch"), ("auto", "torch"), ("auto compiled", "torch compiled"),
+         ("xrt compiled", "torch compiled")]  # (variant, its base)
 
 
 def scope(policy: dict[str, str] | None) -> Any:
