@@ -678,3 +678,25 @@ def test_cuda_block_routed_within_twice_torchs_error(compiled):
         err_torch = (t.double() - r).abs().max().item()
         floor = 1e-3 * r.abs().max().item()
         assert err <= 2 * err_torch + floor, f"{name}: error {err:.3g} > 2 x torch's {err_torch:.3g} + {floor:.3g}"
+
+
+def test_a_policy_entered_again_installs_the_wrappers_it_made():
+    """A loop that enters a policy every step installs the wrappers made at its first entry (no new
+    closures per step); a function someone replaced while none was installed gets a wrapper of its own."""
+    with xp.kernel_policy(softmax="triton"):
+        first = routing.patched()
+    with xp.kernel_policy(softmax="triton"):
+        again = routing.patched()
+    assert first and all(again[f] is w for f, w in first.items())
+    real = F.softmax
+
+    def mine(*args, **kwargs):
+        return real(*args, **kwargs)
+
+    F.softmax = mine
+    try:
+        with xp.kernel_policy(softmax="triton"):
+            assert F.softmax.__wrapped__ is mine and F.softmax is not first[real]
+        assert F.softmax is mine
+    finally:
+        F.softmax = real

@@ -671,6 +671,9 @@ _lock = threading.Lock()  # serialises installing and restoring the wrappers
 _wants: dict[int, frozenset[str]] = {}  # thread ident -> the ops it routes (non-empty)
 # (owner, attribute) -> (its own attribute before?, torch's function, the wrapper in its place)
 _patched: dict[tuple[Any, str], tuple[bool, Any, Callable]] = {}
+# (op, owner, attribute) -> (torch's function, its rule, its wrapper): made once and installed again
+# on each scope entry (a loop that enters a policy every step), while the function and rule are the same
+_made: dict[tuple[str, Any, str], tuple[Any, Any, Callable]] = {}
 
 
 def _apply(ops: frozenset[str]) -> None:
@@ -686,7 +689,10 @@ def _apply(ops: frozenset[str]) -> None:
             key = (owner, name)
             if op in ops and key not in _patched:
                 own, func = name in vars(owner), getattr(owner, name)
-                wrapper = _wrapper(op, func, handler)
+                made, rule = _made.get((op, owner, name)), RULES[handler]
+                if made is None or made[0] is not func or made[1] is not rule:
+                    made = _made[(op, owner, name)] = (func, rule, _wrapper(op, func, handler))
+                wrapper = made[2]
                 setattr(owner, name, wrapper)
                 _patched[key] = (own, func, wrapper)
             elif op not in ops and key in _patched:
