@@ -333,10 +333,38 @@ def test_a_policy_entered_again_finds_its_answers_kept(monkeypatch):
         with xp.kernel_policy(b):  # equal choices, other configs: never a's answers
             assert look() == {"BLOCK_SIZE": 512}
     assert len(calls) == 4
-    for size in range(pol.KEPT_STATES + 2):  # more policies than a thread keeps
-        with xp.kernel_policy(xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 64 + size})):
-            assert look() == {"BLOCK_SIZE": 64 + size}
+    # more policies than a thread keeps (made first: adding a tuned config bumps the version)
+    many = [xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 64 + i}) for i in range(pol.KEPT_STATES + 2)]
+    for i, p in enumerate(many):
+        with xp.kernel_policy(p):
+            assert look() == {"BLOCK_SIZE": 64 + i}
     assert len(pol._tls.states) == pol.KEPT_STATES
+
+
+def test_a_change_made_while_a_state_is_built_is_seen_at_the_next_call(monkeypatch):
+    """Another thread's change lands between reading the layers and stamping the state (it swaps the
+    policy in, then bumps the version): that state is stamped with the old version, so the next call
+    builds one from the new policy. Kept states of an old version are dropped."""
+    xp.set_kernel_policy(square="triton")
+    real = pol._layers
+
+    def racing():
+        layers = real()  # the old global policy
+        monkeypatch.setattr(pol, "_layers", real)
+        xp.set_kernel_policy(square="cuda")  # the other thread's change
+        return layers
+
+    monkeypatch.setattr(pol, "_layers", racing)
+    pol._tls.merged = None
+    assert pol.resolve("square") == "triton"  # this call read the old layers
+    assert pol.resolve("square") == "cuda"  # the next one sees the change
+    for choice in ("torch", "triton", "cuda"):
+        with xp.kernel_policy(square=choice):
+            pol.resolve("square")
+    pol.invalidate()
+    with xp.kernel_policy(square="torch"):
+        assert pol.resolve("square") == "torch"
+    assert pol._tls.states and all(k[0] == pol._version for k in pol._tls.states)
 
 
 def test_tuned_lookup_is_memoized_and_follows_changes(monkeypatch, tmp_path):

@@ -352,8 +352,9 @@ def _parse_env_policy(text: str) -> KernelPolicy:
 # computed once per change and cached per thread under a stamp: the global version (bumped by
 # set/clear, by ``add_tuned``/``load_tuned`` on any policy, and by a changed ``XRT_TUNED`` file)
 # and the raw strings of ``XRT_KERNEL_POLICY`` and ``XRT_TUNED``. A thread's scope enter/exit
-# drops that thread's cache only. Under ``torch.compile`` the uncached path runs instead, so Dynamo
-# reads (and guards on) the policy state itself.
+# leaves that thread's current state; a scope of the same content finds its kept state again
+# (``_merged``). Under ``torch.compile`` the uncached path runs instead, so Dynamo reads (and guards
+# on) the policy state itself.
 
 _global_policy: KernelPolicy | None = None
 _version = 0  # bumped by every change that is not an environment variable or a thread's scope
@@ -455,12 +456,17 @@ def _merged() -> _Merged:
         return m
     if env[0] != _synced_env[0]:
         _sync_switches_from_env()
+    # The version first: a change swaps its layers in, then bumps it. Read after the layers, a new
+    # version could stamp the old layers, and that state would pass as current until the next bump.
+    version = _version
     layers = _layers()
-    key = (_version, env, _content(layers))
+    key = (version, env, _content(layers))
     states = _tls.states
     m = states.pop(key, None)
     if m is None:
-        m = _Merged(_version, env, layers)
+        m = _Merged(version, env, layers)
+        for old in [k for k in states if k[0] != version]:  # never found again: their memos go
+            del states[old]
         if len(states) >= KEPT_STATES:
             del states[next(iter(states))]
     states[key] = m  # the newest last
