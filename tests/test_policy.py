@@ -474,3 +474,25 @@ def test_a_tuned_file_caught_half_written_keeps_the_last_good_read(monkeypatch, 
     xp.KernelPolicy().add_tuned("square.triton", {"BLOCK_SIZE": 512}).save_tuned(f)
     os.utime(f, ns=(4, 4))
     assert look() == {"BLOCK_SIZE": 512}
+
+
+def test_every_memo_writer_holds_the_bound(monkeypatch):
+    """Tuned lookups, checked configs, launch plans and a routed call's decisions all go through
+    ``_Merged.keep``: with ``MEMO_MAX`` at 8, shapes without end never grow the memo past 9."""
+    import torch.nn.functional as F
+
+    from xrt.pytorch.ops import kernel_providers
+
+    monkeypatch.setattr(pol, "MEMO_MAX", 8)
+    sizes = []
+    with xp.kernel_policy(layernorm="triton"):
+        state = pol.tuned_state()
+        for n in range(1, 25):
+            pol.lookup_tuned_kernel("square", "square.triton", device=H100, dtype=torch.float32, shape=(n,))
+            kernel_providers.config("square", "square.triton", torch.empty(n))
+            kernel_providers.keep_plan(("test-plan", n), None)
+            sizes.append(len(state.memo))
+        for n in range(1, 13):
+            F.layer_norm(torch.randn(2, n), (n,))  # a routed call: its decision and its layernorm plan
+            sizes.append(len(state.memo))
+    assert max(sizes) == pol.MEMO_MAX + 1 and min(sizes[24:]) <= 3

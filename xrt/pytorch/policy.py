@@ -445,6 +445,18 @@ class _Merged:
         self.choices = choices  # op -> the choice of the highest layer that names it
         self.memo: dict[Any, Any] = {}  # tuned-config lookups, and the ops' own per-input answers
 
+    def keep(self, key: Any, value: Any) -> Any:
+        """``memo[key] = value``, the memo held to :data:`MEMO_MAX` entries (one more empties it: shapes
+        without end, such as a growing KV cache, start afresh); returns ``value``."""
+        memo = self.memo
+        if len(memo) > MEMO_MAX:
+            memo.clear()
+        memo[key] = value
+        return value
+
+
+MEMO_MAX = 4096  # answers a merged state keeps (tuned lookups, routing decisions, launch plans)
+
 
 def _merged() -> _Merged:
     """The merged policy in force on this thread, looked up again only when the stamp changed (one
@@ -818,9 +830,7 @@ def lookup_tuned_kernel(op: str, space: str, *, device: Any = None, dtype: Any =
     try:
         hit = m.memo[key]
     except KeyError:
-        if len(m.memo) > 4096:
-            m.memo.clear()
-        hit = m.memo[key] = _lookup_tuned_kernel(m.layers, op, space, device, dtype, shape)
+        hit = m.keep(key, _lookup_tuned_kernel(m.layers, op, space, device, dtype, shape))
     return None if hit is None else dict(hit)
 
 

@@ -528,17 +528,10 @@ def _decide(rule: Rule, args: tuple, kwargs: dict) -> str:
     return _ask(rule.op, x, lambda: measured(args, kwargs))
 
 
-MEMO_MAX = 4096  # decisions kept per thread and policy state; more (shapes without end) start afresh
-
-
-def _remember(memo: dict, key: tuple | None, rule: Rule, args: tuple, kwargs: dict) -> str:
-    """A decision not in ``memo``: made uncached (:func:`_decide`) and kept under ``key``."""
+def _remember(state: Any, key: tuple | None, rule: Rule, args: tuple, kwargs: dict) -> str:
+    """A decision not in ``state``'s memo: made uncached (:func:`_decide`) and kept under ``key``."""
     p = _decide(rule, args, kwargs)
-    if key is not None:
-        if len(memo) > MEMO_MAX:
-            memo.clear()
-        memo[key] = p
-    return p
+    return p if key is None else state.keep(key, p)
 
 
 _ROUTING = dispatch.ROUTING
@@ -628,7 +621,8 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
             return func(*args, **kwargs)
         if _compiling():
             return _route(func, handler, rule, args, kwargs)
-        memo = _state().memo
+        state = _state()
+        memo = state.memo
         pause.depth += 1  # (a dispatch mode or saved-tensor hook inside torch's op sees torch's functions)
         try:
             if as_torch is not None:  # below the floor: aten's own op, before the width, key and decision
@@ -650,7 +644,7 @@ def _wrapper(op: str, func: Callable, handler: Handler) -> Callable:
                 except TypeError:  # an unhashable argument (a list as normalized_shape)
                     p = key = None
                 if p is None:
-                    p = _remember(memo, key, rule, args, kwargs)
+                    p = _remember(state, key, rule, args, kwargs)
             if p == TORCH:
                 if as_torch is not None and (y := as_torch(args, kwargs, _ANY_WIDTH)) is not None:
                     return y

@@ -183,12 +183,12 @@ def _fast(x: Any, residual: Any, ns: Any, w: Any, b: Any, eps: float,
         key = ("add_layernorm", x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
                residual.dtype, residual.device, ns, w.shape, w.stride(), w.dtype, w.device, b.shape, b.stride(),
                b.dtype, b.device, provider)
-        memo = policy.tuned_state().memo
-        plan = memo.get(key)
+        state = policy.tuned_state()
+        plan = state.memo.get(key)
     except (AttributeError, TypeError):  # not tensors, an unhashable normalized_shape
         return None
     if plan is None:
-        plan = memo[key] = _plan(x, residual, ns, w, b, provider)
+        plan = state.keep(key, _plan(x, residual, ns, w, b, provider))
     if plan is False:
         return None
     if route == dispatch.DIRECT:

@@ -277,7 +277,7 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         route = dispatch.route(q, k, v)
         if route != dispatch.OP and plain and q.is_cuda and get_precision_hint() is None:
             try:  # the next such call goes straight to the kernels (_repeat)
-                policy.tuned_state().memo[_call_key(query, key, value, is_causal, scale, provider, route)] = True
+                policy.tuned_state().keep(_call_key(query, key, value, is_causal, scale, provider, route), True)
             except (TypeError, RuntimeError):  # (an unhashable scale; a tensor with no shape to key by)
                 pass
         if route == dispatch.DIRECT_GRAD:

@@ -58,10 +58,7 @@ def config(op: str, space: str, x: torch.Tensor, shape: Sequence[int] | None = N
         from xrt.kernels import checks
 
         tuned = policy.lookup_tuned_kernel(op, space, device=device_info(x), dtype=x.dtype, shape=shape)
-        hit = checks.tuning(space, tuned)
-        if len(state.memo) > 4096:
-            state.memo.clear()
-        state.memo[key] = hit
+        hit = state.keep(key, checks.tuning(space, tuned))
     return hit
 
 
@@ -75,8 +72,8 @@ def provider_config(op: str, kind: str, *args: Any) -> Any:
 
 
 def kept_plan(key: Any) -> Any:
-    """The launch plan kept under ``key`` in the policy state's memo (so a new policy, scope, tuned
-    config or auto table drops it): a plan, ``False`` (none can be made for that signature), or
+    """The launch plan kept under ``key`` in the policy state's memo (so another policy, a tuned
+    config or a new auto table drops it): a plan, ``False`` (none can be made for that signature), or
     ``None``: none yet, or its kernel's Launcher was cleared (``plan.stale()``); then the caller
     makes one and keeps it (:func:`keep_plan`)."""
     plan = policy.tuned_state().memo.get(key)
@@ -85,10 +82,7 @@ def kept_plan(key: Any) -> Any:
 
 def keep_plan(key: Any, plan: Any) -> None:
     """Keep ``plan`` (``None``: none can be made, kept as ``False``) under ``key`` for :func:`kept_plan`."""
-    memo = policy.tuned_state().memo
-    if len(memo) > 4096:
-        memo.clear()
-    memo[key] = plan if plan is not None else False
+    policy.tuned_state().keep(key, plan if plan is not None else False)
 
 
 def _numel(x: torch.Tensor) -> tuple[int]:

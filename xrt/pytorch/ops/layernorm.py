@@ -125,7 +125,7 @@ class _Plan:
     (shapes, strides, dtypes, devices, provider argument) under the policy in force: the provider
     the policy chose and its kernels' launch plans (``xrt.kernels.<provider>.layernorm``
     ``FwdPlan`` / ``BwdPlan``, tuned configs included). Kept in the policy state's memo, so any
-    policy change, scope or ``XRT_TUNED`` edit makes a new one. Only for contiguous, non-empty
+    policy change, scope of other choices or ``XRT_TUNED`` edit makes a new one. Only for contiguous, non-empty
     inputs whose weight and bias have the input's dtype and device, through Triton or CUDA C; every
     other call takes the general path."""
 
@@ -287,14 +287,14 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
     if route == dispatch.OP or dispatch.profiling():
         return None
     try:
-        memo = policy.tuned_state().memo
+        state = policy.tuned_state()
         key = ("fused_layernorm", x.shape, x.stride(), x.dtype, x.device, ns, w.shape, w.stride(), w.dtype,
                w.device, b.shape, b.stride(), b.dtype, b.device, provider)
-        plan = memo.get(key)
+        plan = state.memo.get(key)
     except (AttributeError, TypeError):  # not tensors, an unhashable normalized_shape
         return None
     if plan is None:
-        plan = memo[key] = _plan(x, ns, w, b, provider)
+        plan = state.keep(key, _plan(x, ns, w, b, provider))
     if plan is False:
         return None
     if route == dispatch.DIRECT:
