@@ -7,6 +7,7 @@ On the CPU the kernels run under Triton's interpreter and the graphs are checked
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -178,6 +179,74 @@ def test_matmul_forward_traces_into_the_kernel(traced):
                       backend=aot_autograd(fw_compiler=keep), fullgraph=True)
     torch.testing.assert_close(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
     assert "triton_kernel_wrapper_functional" in codes[0] and "torch.ops.xrt" not in codes[0]
+
+
+def _traced_gemm_kernels(x: torch.Tensor, w: torch.Tensor) -> list[str]:
+    """The kernels a trace of ``x @ w.T`` (fake CUDA tensors, the layout table's TMA config) records."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from xrt.kernels import spaces
+    from xrt.kernels.triton import matmul as mm
+
+    cfg = spaces.gemm_default("nt", 8192, 3072, 1024)  # a linear's forward: the layout table's TMA tile
+    assert cfg is not None and cfg["kernel"] == "persistent_tma"
+    gm = make_fx(lambda p, q: mm.run(p.unsqueeze(0), q.mT.unsqueeze(0), cfg))(x, w)
+    return [kernel_side_table.get_kernel(n.kwargs["kernel_idx"]).fn.__name__ for n in gm.graph.nodes
+            if n.op == "call_function" and "triton_kernel_wrapper" in str(n.target)]
+
+
+def test_a_trace_records_the_tma_kernel_that_makes_its_descriptors_on_the_device(monkeypatch):
+    """Under torch.compile on Hopper a large GEMM's graph launches the TMA kernel whose descriptors
+    are made on the device (no host descriptor a trace could not record); a view not 16-byte
+    aligned, a GEMM below ``TRACED_TMA_MIN_WORK``, or the switch off record the tiled kernel. Fake
+    CUDA tensors; the device's answer planted."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from xrt.kernels import cuda as kernels_cuda
+    from xrt.kernels.triton import matmul as mm
+
+    monkeypatch.setitem(mm._TMA_DEVICES, 0, True)
+    monkeypatch.setattr(kernels_cuda, "sm_count", lambda device: 132)
+    with FakeTensorMode():
+        x = torch.empty(8192, 1024, dtype=torch.float16, device="cuda:0")
+        w = torch.empty(3072, 1024, dtype=torch.float16, device="cuda:0")
+        assert 8192 * 3072 * 1024 >= mm.TRACED_TMA_MIN_WORK > 1024 * 3072 * 1024
+        shifted = torch.empty(8192 * 1024 + 1, dtype=torch.float16, device="cuda:0")
+        shifted = shifted.as_strided((8192, 1024), (1024, 1), 1)  # 2 bytes past an aligned base
+        small = torch.empty(1024, 1024, dtype=torch.float16, device="cuda:0")
+        assert _traced_gemm_kernels(x, w) == ["_matmul_tma_dev_kernel"]
+        assert _traced_gemm_kernels(shifted, w) == ["_matmul_kernel"]
+        assert _traced_gemm_kernels(small, w) == ["_matmul_kernel"]
+        monkeypatch.setattr(mm, "DEVICE_DESCRIPTORS", [False])
+        assert _traced_gemm_kernels(x, w) == ["_matmul_kernel"]
+
+
+def test_the_traced_tma_kernel_gives_triton_an_allocator_outside_inductor(monkeypatch):
+    """A graph run by another backend (``aot_eager``) launches the recorded kernel itself. It needs
+    Triton's scratch memory, so the recorded kernel sets torch's allocator first; and its descriptor
+    bases must be 16-byte aligned, which Inductor ensures and another backend does not: one line
+    names the argument."""
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    from xrt.kernels.triton import launch
+    from xrt.kernels.triton import matmul as mm
+
+    recorded = launch.Launcher(JITFunction(mm._matmul_tma_dev_kernel.fn), scratch=mm._tma_dev.scratch).jit()
+    assert isinstance(recorded, JITFunction)
+    calls: list[str] = []
+    monkeypatch.setattr(triton, "set_allocator", lambda fn: calls.append(f"allocator {fn.__name__}"))
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: calls.append("run"))
+    aligned = torch.zeros(64, dtype=torch.float16)
+    recorded[(1,)](aligned, aligned, aligned, aligned[1:], z_ptr=aligned)  # bias_ptr may be anywhere
+    assert calls == ["allocator _scratch", "run"]
+    with pytest.raises(ValueError, match="argument b_ptr is not 16-byte aligned"):
+        recorded[(1,)](aligned, aligned[1:])
+    with pytest.raises(ValueError, match="argument c_ptr is not 16-byte aligned"):
+        recorded[(1,)](aligned, aligned, c_ptr=aligned[3:])
+    assert calls == ["allocator _scratch", "run"]
+    assert launch.Launcher(JITFunction(mm._matmul_kernel.fn)).jit().__class__ is JITFunction
 
 
 @pytest.mark.parametrize("op", ["square", "softmax"])
@@ -353,6 +422,47 @@ def test_compiled_matmul_training_on_gpu():
     want = (a.double() @ b.double()).relu()
     torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(da.double(), (want > 0).double() @ b.double().T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_a_compiled_linear_trains_on_the_tma_kernel(backend):
+    """A routed nn.Linear at a transformer's shape (above ``TRACED_TMA_MIN_WORK``) under torch.compile:
+    its three GEMMs (x @ W.T, g @ W, g.T @ x) run the TMA kernel that makes its descriptors on the
+    device, with no operand copied; outputs and gradients match float64. ``aot_eager`` launches the
+    kernel outside Inductor (Triton's allocator set by the recorded kernel itself)."""
+    from torch._inductor.utils import run_and_get_code
+
+    from xrt.kernels.triton import matmul as mm
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the TMA kernel needs Hopper or later")
+    torch.manual_seed(0)
+    x = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    lin = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
+    assert 8192 * 3072 * 1024 >= mm.TRACED_TMA_MIN_WORK
+    dy = torch.randn(8192, 3072, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: lin(t), backend=backend, fullgraph=True, dynamic=False)
+
+    def step():
+        y = f(x)
+        return (y, *torch.autograd.grad(y, (x, lin.weight, lin.bias), dy))
+
+    with xp.kernel_policy(matmul="triton"):
+        if backend == "inductor":
+            out, codes = run_and_get_code(step)
+            code = "\n".join(codes)
+            assert len(re.findall(r"_matmul_tma_dev_kernel(?:_\d+)?\.run\(", code)) == 3, code  # fwd, dX, dW
+            assert ".clone(" not in code and "copy_" not in code
+        else:
+            out = step()
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, lin.weight, lin.bias))
+    ref = torch.nn.functional.linear(xd, wd, bd)
+    refs = (ref, *torch.autograd.grad(ref, (xd, wd, bd), dy.double()))
+    for name, got, want in zip(("y", "dx", "dW", "db"), out, refs):
+        err = ((got.double() - want).abs().max() / want.abs().max()).item()
+        assert err < 2e-2, (name, err)
 
 
 @pytest.mark.gpu

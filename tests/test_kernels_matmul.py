@@ -106,6 +106,27 @@ def test_triton_tma_kernel_reads_each_layout_in_place(interpreter, lay, dtype):
 
 
 @pytest.mark.parametrize("lay", LAYOUTS)
+def test_device_descriptor_kernel_reads_each_layout_in_place(interpreter, lay):
+    """The kernel a compiled graph launches, which makes its TMA descriptors on the device: each
+    layout, C whole or in two halves, and the epilogue (bias, GELU, the pre-activation stored)."""
+    from xrt.kernels.triton.matmul import ACT_GELU_TANH, Epilogue, launch_tma
+
+    for bsz, m, n, k in [(1, 40, 48, 56), (2, 24, 40, 24)]:
+        a, b = _layout_operands(lay, m, n, k, torch.float16, bsz)
+        for subtile in (False, True):
+            c = torch.full((bsz, m, n), float("nan"), dtype=torch.float16)
+            launch_tma(a, b, c, 32, 32, 16, 8, 3, "tf32", subtile=subtile, device_descriptors=True)
+            check_gemm(c, a, b, torch.float16, what=f"C {lay} subtile={subtile}")
+    a, b = _layout_operands(lay, 40, 48, 56, torch.float32)
+    bias = torch.randn(48)
+    c, z = (torch.full((1, 40, 48), float("nan")) for _ in range(2))
+    launch_tma(a, b, c, 32, 32, 16, 8, 3, "ieee", epilogue=Epilogue(bias, ACT_GELU_TANH, z), device_descriptors=True)
+    want = a.double() @ b.double() + bias.double()
+    torch.testing.assert_close(z.double(), want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(c.double(), torch.nn.functional.gelu(want, approximate="tanh"), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("lay", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_triton_matmul_each_layout_under_interpreter(interpreter, lay, dtype):
     """The launcher on every layout, default (the layout table's) and tiled configs: no operand copied."""

@@ -87,8 +87,12 @@ class Launcher:
     """``Launcher(kernel)(grid, *args, num_warps=4, **constexprs)`` == ``kernel[grid](*args, ...)``."""
 
     def __init__(self, kernel: Any, *, direct: bool | None = None,
-                 device: Callable[[], int] | None = None, stream: Callable[[int], int] | None = None) -> None:
+                 device: Callable[[], int] | None = None, stream: Callable[[int], int] | None = None,
+                 scratch: tuple[str, ...] = ()) -> None:
         self.kernel = kernel
+        # A kernel that makes TMA descriptors on the device (``tl.make_tensor_descriptor``) needs
+        # Triton's scratch memory: ``scratch`` names its arguments that must be 16-byte aligned.
+        self.scratch = scratch
         self.cache: dict[Any, Any] = {}
         self._device, self._stream = device, stream
         self.constexprs: tuple[str, ...] = ()
@@ -120,6 +124,8 @@ class Launcher:
         if _COMPILE_ONLY[0]:
             self._warm(grid, args, num_warps, num_stages, constexprs)
             return
+        if self.scratch:
+            set_allocator()  # Triton keeps it per thread: the cached launch needs it too
         a0 = args[0] if args else None
         if a0.__class__ is TensorDescriptor:  # a TMA kernel's first argument: its tensor decides
             a0 = a0.base
@@ -198,6 +204,8 @@ class Launcher:
         made once, for traces only (what it records cannot launch on a CPU anyway)."""
         if self._jit is None:
             self._jit = jit_twin(self.kernel)
+            if self.scratch and self._jit is self.kernel:
+                self._jit = _ScratchTwin(self.kernel.fn, self.scratch)
         return self._jit
 
     def _slow(self, grid: Sequence[int], args: tuple, num_warps: int, num_stages: int | None,
@@ -208,6 +216,16 @@ class Launcher:
             kw["num_stages"] = num_stages
         self.compiles += 1
         return self.kernel[tuple(grid)](*args, **kw)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def set_allocator() -> None:
+    """Give Triton torch's allocator for kernels that need scratch memory, in this thread (Triton
+    keeps it per thread and context), as Inductor does before each launch."""
+    triton.set_allocator(_scratch)
 
 
 class Site:
@@ -338,6 +356,39 @@ def _twin_class() -> type:
             return self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
 
     return InterpretedTwin
+
+
+def _scratch_twin_class() -> type:
+    from triton.runtime.jit import JITFunction
+
+    class ScratchTwin(JITFunction):
+        """The ``JITFunction`` a trace records for a kernel that needs scratch memory: when the
+        graph launches it outside Inductor (``aot_eager``, a backward on autograd's thread), it
+        checks that its tensors are 16-byte aligned and gives Triton torch's allocator first.
+        Inductor compiles it from its source and launches it with its own allocator."""
+
+        def __init__(self, fn: Any, aligned: tuple[str, ...]) -> None:
+            super().__init__(fn)
+            self.aligned = aligned
+
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            # Inductor copies a misaligned input; another backend hands it over as it is, and a
+            # descriptor on a base that is not 16-byte aligned faults on the device.
+            for name, a in (*zip(self.arg_names, args), *kwargs.items()):
+                if name in self.aligned and isinstance(a, torch.Tensor) and a.data_ptr() % 16:
+                    raise ValueError(f"{self.fn.__name__}: argument {name} is not 16-byte aligned (address "
+                                     f"{a.data_ptr():#x}); this compiled graph's TMA kernel needs aligned "
+                                     "tensors (Inductor copies a misaligned input; this backend does not)")
+            set_allocator()
+            return super().run(*args, **kwargs)
+
+    return ScratchTwin
+
+
+def _ScratchTwin(fn: Any, aligned: tuple[str, ...]) -> Any:
+    global _ScratchTwin
+    _ScratchTwin = _scratch_twin_class()
+    return _ScratchTwin(fn, aligned)
 
 
 def _InterpretedTwin(fn: Any, interpreted: Any) -> Any:

@@ -142,6 +142,66 @@ def _matmul_tma_kernel(
     WARP_SPECIALIZE: tl.constexpr,  # producer / consumer warps on the tile loop (where Triton does it)
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr,  # the epilogue, as _matmul_kernel's
 ):
+    _tma_tiles(a_desc, b_desc, c_desc, bias_ptr, z_desc, M, N, K, BATCH, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+               NUM_SMS, PRECISION, A_T, B_T, EPILOGUE_SUBTILE, WARP_SPECIALIZE, HAS_BIAS, ACT, STORE_Z)
+
+
+@triton.jit
+def _matmul_tma_dev_kernel(
+    a_ptr, b_ptr, c_ptr,  # A, B (each as stored: A^T [B, K, M] where A_T, B^T [B, N, K] where B_T) and C [B, M, N]
+    bias_ptr,  # [N] bias (read when HAS_BIAS)
+    z_ptr,  # the pre-activation [B, M, N], C's strides (written when STORE_Z)
+    M, N, K, BATCH,
+    stride_a0, stride_a1, stride_b0, stride_b1, stride_c0, stride_c1,  # batch and row strides; the last are 1
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, PRECISION: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr,
+):
+    """``_matmul_tma_kernel`` with its descriptors made on the device (``tl.make_tensor_descriptor``,
+    in Triton's scratch memory): what a compiled graph launches, where no host descriptor is made
+    per call. The launcher must give Triton an allocator (Inductor's does)."""
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH, K, M], strides=[stride_a0, stride_a1, 1],
+                                           block_shape=[1, BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH, M, K], strides=[stride_a0, stride_a1, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH, N, K], strides=[stride_b0, stride_b1, 1],
+                                           block_shape=[1, BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH, K, N], strides=[stride_b0, stride_b1, 1],
+                                           block_shape=[1, BLOCK_K, BLOCK_N])
+    c_desc = _out_desc(c_ptr, M, N, BATCH, stride_c0, stride_c1, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    if STORE_Z:
+        z_desc = _out_desc(z_ptr, M, N, BATCH, stride_c0, stride_c1, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        z_desc = c_desc
+    _tma_tiles(a_desc, b_desc, c_desc, bias_ptr, z_desc, M, N, K, BATCH, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+               NUM_SMS, PRECISION, A_T, B_T, EPILOGUE_SUBTILE, WARP_SPECIALIZE, HAS_BIAS, ACT, STORE_Z)
+
+
+@triton.jit
+def _out_desc(ptr, M, N, BATCH, stride0, stride1, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              SUBTILE: tl.constexpr):
+    """The device descriptor of an output [BATCH, M, N]: blocks of [1, BLOCK_M, BLOCK_N] (halves when subtiled)."""
+    if SUBTILE:
+        desc = tl.make_tensor_descriptor(ptr, shape=[BATCH, M, N], strides=[stride0, stride1, 1],
+                                         block_shape=[1, BLOCK_M, BLOCK_N // 2])
+    else:
+        desc = tl.make_tensor_descriptor(ptr, shape=[BATCH, M, N], strides=[stride0, stride1, 1],
+                                         block_shape=[1, BLOCK_M, BLOCK_N])
+    return desc
+
+
+@triton.jit
+def _tma_tiles(a_desc, b_desc, c_desc, bias_ptr, z_desc, M, N, K, BATCH,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               NUM_SMS: tl.constexpr, PRECISION: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+               EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+               HAS_BIAS: tl.constexpr, ACT: tl.constexpr, STORE_Z: tl.constexpr):
+    """The persistent TMA GEMM's loop over this program's tiles, on descriptors made by its caller."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     per_batch = num_pid_m * num_pid_n
@@ -193,6 +253,19 @@ def _sum_splits_kernel(part_ptr, c_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl.co
 
 _tiled = Launcher(_matmul_kernel)
 _tma = Launcher(_matmul_tma_kernel)
+_tma_dev = Launcher(_matmul_tma_dev_kernel, scratch=("a_ptr", "b_ptr", "c_ptr", "z_ptr"))  # the descriptor bases
+# Whether a trace (torch.compile) records the TMA kernel, which makes its descriptors on the device,
+# where the operands allow it (:func:`_traced_tma_ok`); false: the tiled kernel, as eager off Hopper.
+# It needs Triton's device descriptors and scratch allocator, and a torch whose trace sees a
+# descriptor store as a write to its tensor (torch 2.8).
+DEVICE_DESCRIPTORS = [hasattr(triton, "set_allocator") and hasattr(tl, "make_tensor_descriptor")
+                      and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 8)]
+# The multiply-adds (B M N K) from which a trace takes the TMA kernel. A compiled graph launches it
+# with scratch memory for its descriptors, which costs host time a launch. Measured on the H200
+# (GPT steps, docs/kernels.md): with every GEMM on TMA the host-bound d 768 steps lost; at this
+# bound they keep the tiled kernel, d 2048 gains in both steps and d 1024 gains in inference but
+# its train step lost (1.28 -> 1.39 of torch's compiled step).
+TRACED_TMA_MIN_WORK = 2 * 10**10
 _sum_splits = Launcher(_sum_splits_kernel)
 SUM_BLOCK = 1024
 
@@ -239,18 +312,56 @@ def tma_ok(*ts: torch.Tensor) -> bool:
     """Can the TMA kernel take these [B, rows, cols] tensors: Hopper or later, each row-major or a
     column-major view (:func:`major`), its other strides and its base 16-byte aligned (TMA's rules)."""
     t0 = ts[0]
-    if not t0.is_cuda or t0.__class__ is not torch.Tensor:  # a trace's fake tensors have no address to check
+    if not t0.is_cuda:
         return False
-    dev = t0.device.index if t0.device.index is not None else torch.cuda.current_device()
-    ok = _TMA_DEVICES.get(dev)
-    if ok is None:
-        ok = _TMA_DEVICES[dev] = torch.cuda.get_device_capability(dev)[0] >= 9
-    if not ok:
+    if traced(t0):
+        return _traced_tma_ok(ts)
+    if not _tma_device(t0.device):
         return False
     for t in ts:
         es = t.element_size()
         kind = major(t)
         if kind == "-" or t.data_ptr() % 16:
+            return False
+        outer = (0, 1) if kind == "n" else (0, 2)
+        if any((t.stride(d) * es) % 16 for d in outer):
+            return False
+    return True
+
+
+def traced(t: torch.Tensor) -> bool:
+    """Is ``t`` a trace's tensor (``torch.compile``, ``make_fx``): fake, or functional over a fake one?"""
+    return t.__class__ is not torch.Tensor and t.__class__.__name__ in ("FakeTensor", "FunctionalTensor")
+
+
+def _tma_device(device: torch.device) -> bool:
+    """Is ``device`` (CUDA) Hopper or later?"""
+    dev = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _TMA_DEVICES.get(dev)
+    if ok is None:
+        ok = _TMA_DEVICES[dev] = torch.cuda.get_device_capability(dev)[0] >= 9
+    return ok
+
+
+def _traced_tma_ok(ts: tuple[torch.Tensor, ...]) -> bool:
+    """:func:`tma_ok` for a trace's tensors (``torch.compile``), whose graph launches
+    ``_matmul_tma_dev_kernel``: no address to read, so the view's offset into its storage must be
+    16-byte aligned. Inductor keeps its buffers aligned and copies a misaligned input; a graph run
+    by another backend checks its inputs when it launches (``launch.Launcher``'s scratch kernels).
+    Static sizes, strides and offsets only, and at least
+    ``TRACED_TMA_MIN_WORK`` multiply-adds."""
+    if not DEVICE_DESCRIPTORS[0] or not _tma_device(ts[0].device):
+        return False
+    for t in ts:
+        if not all(type(x) is int for x in (*t.shape, *t.stride(), t.storage_offset())):
+            return False
+    (batch, m, k), n = ts[0].shape, ts[1].shape[2]
+    if batch * m * n * k < TRACED_TMA_MIN_WORK:
+        return False
+    for t in ts:
+        es = t.element_size()
+        kind = major(t)
+        if kind == "-" or (t.storage_offset() * es) % 16:
             return False
         outer = (0, 1) if kind == "n" else (0, 2)
         if any((t.stride(d) * es) % 16 for d in outer):
@@ -275,13 +386,16 @@ def _desc_spec(t: torch.Tensor, rows: int, cols: int) -> tuple[tuple, tuple, lis
 
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
                programs: int, precision: str, warps: int = 8, stages: int = 3, subtile: bool = False,
-               warp_specialize: bool = False, epilogue: Epilogue | None = None) -> _TmaPlan | None:
+               warp_specialize: bool = False, epilogue: Epilogue | None = None,
+               device_descriptors: bool | None = None) -> _TmaPlan | None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``epilogue(c)`` [B, M, N], ``programs``
     programs (one per SM; fewer when there are fewer tiles). ``a`` and ``b`` may each be row-major
     or a column-major view (:func:`major`): the descriptor then spans the stored tensor and the
     kernel transposes the tile, so no copy is made (a Linear's weight is read as it is stored).
     Also runs under the interpreter. Returns the plan that repeats this launch for tensors of the
-    same shapes, strides and dtypes (:class:`_TmaPlan`), where the Launcher kept a compiled kernel."""
+    same shapes, strides and dtypes (:class:`_TmaPlan`), where the Launcher kept a compiled kernel.
+    ``device_descriptors`` (default: in a trace) launches ``_matmul_tma_dev_kernel`` instead, which
+    makes its descriptors on the device (no plan)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
@@ -291,15 +405,27 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     ep = epilogue or NO_EPILOGUE
     block_n = bn // 2 if subtile else bn
     specs = (_desc_spec(a, bm, bk), _desc_spec(b, bk, bn), _desc_spec(c, bm, block_n))
-    descs = [TensorDescriptor(t, *spec) for t, spec in zip((a, b, c), specs)]
-    z_desc = TensorDescriptor(ep.z, *specs[2]) if ep.z is not None else descs[2]
-    args = (*descs, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_SMS=sms, PRECISION=precision,
                 A_T=major(a) == "t", B_T=major(b) == "t", EPILOGUE_SUBTILE=subtile,
                 WARP_SPECIALIZE=warp_specialize and c.is_cuda, HAS_BIAS=ep.bias is not None, ACT=ep.act,
                 STORE_Z=ep.z is not None)
+    if device_descriptors is None:
+        device_descriptors = traced(c)
+    if device_descriptors:
+        # A trace (torch.compile): the graph launches the kernel that makes its descriptors on the
+        # device. A host descriptor would be made before each launch by the graph's Python, tens
+        # of microseconds a GEMM. Unused epilogue pointers take A, never C: a trace must not see
+        # the output passed three times (its functional copies of C would differ).
+        strides = [st for _, st, _ in specs]
+        _tma_dev((programs,), a, b, c, ep.bias if ep.bias is not None else a, ep.z if ep.z is not None else a,
+                 m, n, k, batch, strides[0][0], strides[0][1], strides[1][0], strides[1][1], strides[2][0],
+                 strides[2][1], num_warps=warps, num_stages=stages, **meta)
+        return None
+    descs = [TensorDescriptor(t, *spec) for t, spec in zip((a, b, c), specs)]
+    z_desc = TensorDescriptor(ep.z, *specs[2]) if ep.z is not None else descs[2]
+    args = (*descs, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch)
     _tma((programs,), *args, num_warps=warps, num_stages=stages, **meta)
-    if not c.is_cuda:
+    if not c.is_cuda or c.__class__ is not torch.Tensor:  # the interpreter, or a trace that recorded it
         return None
     kept = Kept.of(_tma, args, warps, stages, meta)
     return None if kept is None else _TmaPlan(kept, (programs,), specs, (m, n, k, batch))
@@ -364,7 +490,9 @@ def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str
     from xrt.kernels.cuda import sm_count
 
     subtile = bool(cfg.get("EPILOGUE_SUBTILE", False))  # linear_gelu's space has neither knob: off
-    ws = bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+    # A trace's launch compiles later, where a failed warp specialization could not fall back: off.
+    ws = (bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
+          and a.__class__ is torch.Tensor)
     try:
         return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile, ws, ep)
     except Exception:

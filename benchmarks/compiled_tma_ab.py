@@ -1,0 +1,88 @@
+"""The compiled GPT step with xrt's GEMM traced as the TMA kernel or as the tiled one, beside torch.
+
+    B=8 S=1024 D=1024 H=16 python benchmarks/compiled_tma_ab.py
+
+One process, one model (``xrt.pytorch.modules.gpt``, 4 blocks, bf16). Three compiled variants:
+torch's (no policy), and two under the ``xrt`` policy: one traced with
+``xrt.kernels.triton.matmul.DEVICE_DESCRIPTORS`` off (every GEMM the tiled kernel) and one with it
+on (GEMMs from ``TRACED_TMA_MIN_WORK`` the TMA kernel, descriptors made on the device). Five rounds;
+each round runs every variant's 20 inference steps, then 20 train steps, after 3 warm-up steps.
+Prints the median ms a step, its ratio to torch's compiled step and each round's figure. Wall time
+between two synchronizes: the host's part counts, as a training loop feels it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import xrt.kernels.triton.matmul as mm  # noqa: E402
+import xrt.pytorch as xp  # noqa: E402
+from xrt.pytorch.modules import gpt  # noqa: E402
+
+XRT = {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"}
+ROUNDS, STEPS, WARM = 5, 20, 3
+
+
+def main() -> None:
+    d, heads, seq, batch = (int(os.environ.get(k, v)) for k, v in (("D", "1024"), ("H", "16"), ("S", "1024"),
+                                                                     ("B", "8")))
+    torch.manual_seed(0)
+    model = gpt(d, heads, 4).cuda().to(torch.bfloat16)
+    x = torch.randn(batch, seq, d, device="cuda", dtype=torch.bfloat16)
+
+    def frame():  # a function of its own for each torch.compile: each variant compiles on its own
+        ns: dict = {}
+        exec("def step(x):\n    return model(x)\n", {"model": model}, ns)
+        return ns["step"]
+
+    def run(kind: str, m, n: int) -> None:
+        for _ in range(n):
+            if kind == "infer":
+                with torch.no_grad():
+                    m(x)
+            else:
+                m(x).float().pow(2).mean().backward()
+                model.zero_grad(set_to_none=True)
+
+    torch._dynamo.reset()
+    variants = {"torch compiled": (None, torch.compile(frame(), dynamic=False), None)}
+    for tma in (False, True):
+        mm.DEVICE_DESCRIPTORS[0] = tma
+        f = torch.compile(frame(), dynamic=False)
+        with xp.kernel_policy(**XRT):
+            run("infer", f, 1)
+            run("train", f, 1)
+        variants["xrt compiled " + ("tma" if tma else "tiled")] = (XRT, f, tma)
+    res: dict[tuple[str, str], list[float]] = {}
+    for _ in range(ROUNDS):
+        for name, (pol, m, tma) in variants.items():
+            if tma is not None:
+                mm.DEVICE_DESCRIPTORS[0] = tma
+            for kind in ("infer", "train"):
+                with xp.kernel_policy(**pol) if pol else contextlib.nullcontext():
+                    run(kind, m, WARM)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    run(kind, m, STEPS)
+                    torch.cuda.synchronize()
+                    res.setdefault((name, kind), []).append((time.perf_counter() - t) / STEPS * 1e3)
+    for kind in ("infer", "train"):
+        base = statistics.median(res[("torch compiled", kind)])
+        for name in variants:
+            v = statistics.median(res[(name, kind)])
+            rounds = " ".join(f"{t:.2f}" for t in res[(name, kind)])
+            print(f"d{d} {kind:5s} {name:22s} {v:7.3f} ms  / torch compiled {v / base:.3f}   rounds {rounds}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
