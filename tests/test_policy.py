@@ -496,3 +496,35 @@ def test_every_memo_writer_holds_the_bound(monkeypatch):
             F.layer_norm(torch.randn(2, n), (n,))  # a routed call: its decision and its layernorm plan
             sizes.append(len(state.memo))
     assert max(sizes) == pol.MEMO_MAX + 1 and min(sizes[24:]) <= 3
+
+
+def test_a_scope_of_xrt_kernels_enters_and_leaves_without_touching_torchs_switches(monkeypatch, sdpa_restored):
+    """matmul=triton and attention=triton name xrt's kernels, no PyTorch setting: entering and
+    leaving their scope saves, applies and restores nothing (a loop entering it every step pays
+    nothing for the switches), and a switch the user flips inside the scope stays flipped. Under
+    an outer policy that does set the switches, the inner kernel choice puts back what the user had."""
+    import dataclasses
+
+    calls: list[str] = []
+
+    def counted(fn, name):
+        def call(*args):
+            calls.append(name)
+            return fn(*args)
+        return call
+
+    for op in ("matmul", "attention"):
+        spec = pol._OPS[op]
+        monkeypatch.setitem(pol._OPS, op, dataclasses.replace(
+            spec, **{part: counted(getattr(spec, part), f"{op}.{part}") for part in ("save", "apply", "restore")}))
+    with xp.kernel_policy(matmul="triton", attention="triton"):
+        torch.backends.cuda.enable_math_sdp(False)  # the user's own change, inside the scope
+    assert calls == [] and not torch.backends.cuda.math_sdp_enabled()
+    torch.backends.cuda.enable_math_sdp(True)
+    with xp.kernel_policy(attention="flash_v2"):
+        assert _sdpa() == {"flash": True, "mem_efficient": False, "math": False, "cudnn": False}
+        with xp.kernel_policy(attention="triton"):
+            assert _sdpa()["math"] and _sdpa()["mem_efficient"]  # what the user had
+        assert _sdpa() == {"flash": True, "mem_efficient": False, "math": False, "cudnn": False}
+    assert _sdpa()["math"] and _sdpa()["mem_efficient"]
+    assert calls[:2] == ["attention.save", "attention.apply"]

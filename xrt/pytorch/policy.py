@@ -52,6 +52,7 @@ class OpSpec:
     doc: str = ""
     save: Callable[[], Any] | None = None  # switch ops: PyTorch's current setting
     restore: Callable[[Any], None] | None = None  # switch ops: put back what save returned
+    leaves: tuple[str, ...] = ()  # switch ops: the choices that leave PyTorch's setting as found
 
 
 MATMUL_BLAS = ("default", "cublas", "cublasLt")  # matmul choices that are torch's BLAS switch
@@ -60,11 +61,7 @@ MATMUL_KERNELS = ("triton", "cuda", "auto")  # matmul choices that name xrt's GE
 
 def _apply_matmul(choice: str) -> None:
     # torch.backends.cuda.preferred_blas_library is PyTorch's switch between cuBLAS and cuBLASLt.
-    if choice in MATMUL_KERNELS:
-        # xp.ops.matmul runs xrt's kernels; torch.matmul elsewhere keeps the library it had before
-        # xrt took the switch over (_sync_switches saved it before this call).
-        _restore_matmul(_SAVED.get("matmul"))
-        return
+    # The kernel choices (MATMUL_KERNELS) never reach here: they leave it as found.
     if torch.version.cuda is None:
         if choice == "default":
             return  # nothing to restore on a build without CUDA
@@ -83,11 +80,7 @@ ATTENTION_OWN = ("triton", "torch", "auto")
 
 
 def _apply_attention(choice: str) -> None:
-    if choice in ATTENTION_OWN:
-        saved = _SAVED.get("attention")
-        if saved is not None:
-            _restore_attention(saved)
-        return
+    # The provider choices (ATTENTION_OWN) never reach here: they leave the switches as found.
     keep = {
         "default": set(_SDPA_FLAGS),
         "flash_v2": {"flash"},
@@ -153,18 +146,19 @@ _OPS: dict[str, OpSpec] = {}
 
 def register_op(name: str, choices: Sequence[str], apply: Callable[[str], None] | None = None,
                 doc: str = "", save: Callable[[], Any] | None = None,
-                restore: Callable[[Any], None] | None = None) -> OpSpec:
+                restore: Callable[[Any], None] | None = None, leaves: Sequence[str] = ()) -> OpSpec:
     """Declare an op and its kernel choices (provider ops get ``auto`` added).
 
     A switch op (``apply``) also has ``save`` / ``restore``: the setting xrt found, put back when
-    no policy names the op any more.
+    no policy names the op any more. Its ``leaves`` choices name no setting of PyTorch's (xrt's
+    kernels): for the switch they are as if no policy named the op.
     """
     choices = tuple(choices)
     if apply is None and AUTO not in choices:
         choices = (AUTO,) + choices
     if apply is not None and (save is None or restore is None):
         raise ValueError(f"switch op {name!r} needs save and restore as well as apply")
-    spec = OpSpec(name, choices, apply, doc, save, restore)
+    spec = OpSpec(name, choices, apply, doc, save, restore, tuple(leaves))
     _OPS[name] = spec
     return spec
 
@@ -172,13 +166,13 @@ def register_op(name: str, choices: Sequence[str], apply: Callable[[str], None] 
 register_op("matmul", MATMUL_BLAS + MATMUL_KERNELS, _apply_matmul,
             "torch.backends.cuda.preferred_blas_library (default, cublas, cublasLt: xp.ops.matmul and bmm "
             "call torch); xrt's GEMM kernels for xp.ops.matmul and bmm (triton, cuda, auto)",
-            _save_matmul, _restore_matmul)
+            _save_matmul, _restore_matmul, MATMUL_KERNELS)
 # attention is both: the SDPA-backend names flip PyTorch's switches (and route xrt's
 # fused_attention to SDPA); "triton", "torch" and "auto" leave them alone and pick fused_attention's
 # provider (xrt.pytorch.ops.attention).
 register_op("attention", ("default", "flash_v2", "mem_efficient", "math", "cudnn") + ATTENTION_OWN,
             _apply_attention, "the scaled_dot_product_attention backends that stay enabled, or "
-            "fused_attention's provider", _save_attention, _restore_attention)
+            "fused_attention's provider", _save_attention, _restore_attention, ATTENTION_OWN)
 register_op("conv", ("default", "cudnn_benchmark"), _apply_conv, "torch.backends.cudnn.benchmark",
             _save_conv, _restore_conv)
 # Provider ops: each op defined with a policy entry of its own (xrt/kernels/defs), its providers the
@@ -515,8 +509,10 @@ def _sync_switches() -> None:
     """Make PyTorch's switches (matmul, attention, conv) say what the merged policy says.
 
     The one place they are set: at import, on set/clear, on scope enter and exit and when
-    ``XRT_KERNEL_POLICY`` changes. A switch op that no layer names is left to its owner: xrt puts
-    back the setting it found before it first took the switch over, and otherwise never touches it.
+    ``XRT_KERNEL_POLICY`` changes. A switch op that no layer names, or names with a choice of xrt's
+    kernels (``OpSpec.leaves``: a scope of those enters and leaves without touching PyTorch), is
+    left to its owner: xrt puts back the setting it found before it first took the switch over,
+    and otherwise never touches it.
     Raises (after putting nothing half-set) when a choice cannot be applied here.
     """
     with _lock:
@@ -528,6 +524,8 @@ def _sync_switches() -> None:
             if spec.apply is None:
                 continue
             want = merged.get(op)
+            if want in spec.leaves:  # xrt's kernels: PyTorch's switch stays as found
+                want = None
             if want == _APPLIED.get(op):
                 continue
             if want is None:
