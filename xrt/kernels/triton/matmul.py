@@ -316,17 +316,17 @@ def tma_ok(*ts: torch.Tensor) -> bool:
         return False
     if traced(t0):
         return _traced_tma_ok(ts)
-    if not _tma_device(t0.device):
+    return _tma_device(t0.device) and all(_tma_layout_ok(t, t.data_ptr()) for t in ts)
+
+
+def _tma_layout_ok(t: torch.Tensor, address: int) -> bool:
+    """TMA's rules for one [B, rows, cols] operand at byte ``address``: row-major or a column-major
+    view (:func:`major`), the address and the outer strides 16-byte aligned."""
+    kind = major(t)
+    if kind == "-" or address % 16:
         return False
-    for t in ts:
-        es = t.element_size()
-        kind = major(t)
-        if kind == "-" or t.data_ptr() % 16:
-            return False
-        outer = (0, 1) if kind == "n" else (0, 2)
-        if any((t.stride(d) * es) % 16 for d in outer):
-            return False
-    return True
+    es = t.element_size()
+    return not any((t.stride(d) * es) % 16 for d in ((0, 1) if kind == "n" else (0, 2)))
 
 
 def traced(t: torch.Tensor) -> bool:
@@ -358,15 +358,7 @@ def _traced_tma_ok(ts: tuple[torch.Tensor, ...]) -> bool:
     (batch, m, k), n = ts[0].shape, ts[1].shape[2]
     if batch * m * n * k < TRACED_TMA_MIN_WORK:
         return False
-    for t in ts:
-        es = t.element_size()
-        kind = major(t)
-        if kind == "-" or (t.storage_offset() * es) % 16:
-            return False
-        outer = (0, 1) if kind == "n" else (0, 2)
-        if any((t.stride(d) * es) % 16 for d in outer):
-            return False
-    return True
+    return all(_tma_layout_ok(t, t.storage_offset() * t.element_size()) for t in ts)
 
 
 def check_pair(op: str, a: torch.Tensor, b: torch.Tensor, rank: int) -> None:
@@ -425,7 +417,7 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     z_desc = TensorDescriptor(ep.z, *specs[2]) if ep.z is not None else descs[2]
     args = (*descs, ep.bias if ep.bias is not None else c, z_desc, m, n, k, batch)
     _tma((programs,), *args, num_warps=warps, num_stages=stages, **meta)
-    if not c.is_cuda or c.__class__ is not torch.Tensor:  # the interpreter, or a trace that recorded it
+    if not c.is_cuda:
         return None
     kept = Kept.of(_tma, args, warps, stages, meta)
     return None if kept is None else _TmaPlan(kept, (programs,), specs, (m, n, k, batch))
@@ -492,7 +484,7 @@ def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str
     subtile = bool(cfg.get("EPILOGUE_SUBTILE", False))  # linear_gelu's space has neither knob: off
     # A trace's launch compiles later, where a failed warp specialization could not fall back: off.
     ws = (bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
-          and a.__class__ is torch.Tensor)
+          and not traced(a))
     try:
         return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile, ws, ep)
     except Exception:
