@@ -189,3 +189,28 @@ def test_fused_add_falls_back_where_the_op_cannot_take_it(interpreter, shape):
     assert xp.fuse(m, provider="triton") == [": add_layernorm(+, ln)"]
     for g, w in zip(m(x, bias), want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_fused_forward_still_routes_the_torch_functions_it_calls(interpreter):
+    """A fused forward keeps the torch calls of the module's own code (here ``F.scaled_dot_product_attention``
+    in xrt's GPTBlock). ``torch.fx`` records that one as ``torch._C._nn.scaled_dot_product_attention``, which
+    no policy replaces: the fused model ran torch's attention under ``attention="triton"``. The call is
+    now looked up when it runs, so the policy in force routes it; outside the policy it is torch's."""
+    from xrt.pytorch.modules import GPTBlock
+
+    torch.manual_seed(2)
+    block = GPTBlock(64, 1).half()
+    x = torch.randn(1, 16, 64).half()
+    want = block(x)
+    assert len(xp.fuse(block, provider="torch")) == 2  # linear_gelu(up, F.gelu), add_layernorm(+, ln2)
+
+    def names(policy):
+        with xp.kernel_policy(**policy), torch.profiler.profile() as prof:
+            y = block(x)
+        return y, {e.name for e in prof.events()}
+
+    y, routed = names({"attention": "triton"})
+    assert "xrt::attention[triton]" in routed, sorted(n for n in routed if n.startswith("xrt"))
+    _, plain = names({})
+    assert not any(n.startswith("xrt::attention") for n in plain)
+    torch.testing.assert_close(y, want, rtol=2e-2, atol=2e-2)

@@ -92,9 +92,11 @@ def test_default_config_under_interpreter(interpreter, causal):
 
 
 def test_strided_inputs_and_lse(interpreter):
-    """[B, S, H, D] viewed as [B, H, S, D] is read in place and gives the contiguous result; the
-    saved lse is the rows' natural-log log-sum-exp."""
-    from xrt.kernels.triton.attention import attention
+    """[B, S, H, D] viewed as [B, H, S, D] is read in place and gives the same result, laid out as
+    q: [B, S, H, D] in memory, so the model's ``o.transpose(1, 2).reshape(B, S, H * D)`` is a view,
+    also from the kept launch plan; contiguous inputs give a contiguous output. The saved lse is the
+    rows' natural-log log-sum-exp."""
+    from xrt.kernels.triton.attention import attention, attention_planned
 
     base = torch.randn(3, 1, 19, 2, 64).half()  # q, k, v stacked, [B, S, H, D] each
     q, k, v = (base[i].transpose(1, 2) for i in range(3))
@@ -102,6 +104,14 @@ def test_strided_inputs_and_lse(interpreter):
     o, lse = attention(q, k, v, True, 0.125, SMALL_FWD)
     o2, lse2 = attention(q.contiguous(), k.contiguous(), v.contiguous(), True, 0.125, SMALL_FWD)
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    assert o2.is_contiguous() and o.transpose(1, 2).is_contiguous() and not o.is_contiguous()
+    assert o.transpose(1, 2).reshape(1, 19, 128).data_ptr() == o.data_ptr()
+    from xrt.kernels.reference.attention import attention as reference
+
+    assert reference(q, k, v, True, 0.125)[0].stride() == o.stride()  # the torch provider's, as the op's fake
+    plan = attention_planned(q, k, v, True, 0.125, SMALL_FWD)[2]
+    if plan is not None:  # (a plan only on CUDA)
+        assert plan(q, k, v)[0].stride() == o.stride()
     s = (q.double() @ k.double().transpose(-1, -2)) * 0.125
     s = s.masked_fill(~torch.ones(19, 19, dtype=torch.bool).tril(), float("-inf"))
     torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), rtol=0, atol=1e-5)
@@ -215,6 +225,15 @@ def test_opcheck():
     o, lse = attention_op(q.detach(), k, v, True, 0.3, "torch")
     result = torch.library.opcheck(attention_bwd_op, (do, q.detach(), k, v, o, lse, True, 0.3, "torch"))
     assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_opcheck_heads_inside_rows():
+    """The fake output follows q's layout as the real one does (torch.compile plans its buffers by it)."""
+    base = torch.randn(3, 1, 6, 2, 8)  # q, k, v stacked, [B, S, H, D] each
+    q, k, v = (base[i].transpose(1, 2) for i in range(3))
+    result = torch.library.opcheck(attention_op, (q, k, v, True, 0.3, "torch"))
+    assert set(result.values()) == {"SUCCESS"}, result
+    assert attention_op(q, k, v, True, 0.3, "torch")[0].transpose(1, 2).is_contiguous()
 
 
 def test_opcheck_triton(interpreter):

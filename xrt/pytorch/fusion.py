@@ -25,7 +25,10 @@ twice; pairs split across two modules' forwards (the add that ends block i and `
 i + 1). At run time a recognised pair that the fused op cannot take exactly as torch would
 (operands of other shapes or dtypes, broadcasting, torch autocast on) runs unfused.
 The fused ops' providers follow the policy (``add_layernorm=``, ``linear_gelu=``) unless
-``provider`` is given. A fused forward reads the module's non-tensor attributes (a scale, a head
+``provider`` is given. The other torch calls of a fused forward stay routable: ``torch.fx`` keeps a
+function by object (``F.scaled_dot_product_attention`` as ``torch._C._nn.scaled_dot_product_attention``,
+which the policy does not replace), so a routed one is looked up when the forward runs
+(:func:`xrt.pytorch.routing.late`). A fused forward reads the module's non-tensor attributes (a scale, a head
 count) as they were when fused, and methods it calls are traced through, their conditionals
 included. A deep copy of a fused model stays fused; one unpickled (``torch.load`` of the whole
 module) runs its class's forward again, and ``fuse`` fuses it anew.
@@ -42,7 +45,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from xrt.pytorch import policy
+from xrt.pytorch import policy, routing
 from xrt.pytorch.ops.add_layernorm import add_layernorm
 from xrt.pytorch.ops.linear_gelu import linear_gelu
 
@@ -162,6 +165,9 @@ def _fuse_one(module: nn.Module, provider: str | None) -> list[str]:
     found = _linear_gelu_pairs(module, graph, provider) + _add_layernorm_pairs(module, graph, provider)
     if not found:
         return []
+    for node in graph.nodes:  # the torch functions the policy routes, looked up when called, as the model did
+        if node.op == "call_function":
+            node.target = routing.late(node.target)
     graph.lint()
     code = graph.python_code(root_module="self")
     scope = dict(code.globals)

@@ -505,6 +505,38 @@ def _targets(d: Any) -> tuple[tuple[Any, str, Handler], ...]:
 TARGETS: dict[str, tuple[tuple[Any, str, Handler], ...]] = {d.name: _targets(d) for d in defs.OPS.values() if d.routes}
 # Each routed torch function (as torch defines it) and its handler.
 HANDLERS: dict[Any, Handler] = {getattr(o, n): h for targets in TARGETS.values() for o, n, h in targets}
+# Where each routed torch function stands (the first of its names), by the function as torch defines it.
+_HOMES: dict[Any, tuple[Any, str]] = {}
+for _op_targets in TARGETS.values():
+    for _o, _n, _ in _op_targets:
+        _HOMES.setdefault(getattr(_o, _n), (_o, _n))
+_LATE: dict[tuple[Any, str], Callable] = {}
+
+
+def late(func: Any) -> Any:
+    """A routed torch function (or its policy wrapper) as a call that reads the function's attribute
+    each time it runs, for code that keeps functions by object: ``torch.fx`` records
+    ``F.scaled_dot_product_attention`` as ``torch._C._nn.scaled_dot_product_attention``, which no
+    policy replaces. The policy in force at the call then routes it as the model's own call.
+    Any other ``func`` as it is."""
+    base = func.__wrapped__ if getattr(func, "xrt_routed", None) else func
+    try:
+        home = _HOMES.get(base)
+    except TypeError:  # (an unhashable target)
+        return func
+    if home is None:
+        return func
+    call = _LATE.get(home)
+    if call is None:
+        owner, name = home
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(owner, name)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        call.__module__ = __name__
+        call = _LATE[home] = call
+    return call
 
 
 # -- the wrappers: torch's function, replaced while some thread's policy routes its op -------------

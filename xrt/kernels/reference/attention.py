@@ -20,12 +20,24 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> 
     return s
 
 
+def empty_out(q: torch.Tensor, d: int) -> torch.Tensor:
+    """The output of attention over queries ``q`` [B, H, S_q, D] (or [..., S_q, D]): [..., S_q, d] in
+    q's dtype, laid out as q is. Where q's head stride is below its row stride (a model's ``qkv`` projection viewed
+    per head: [B, S, H, D] in memory), so is the output, and the model's ``out.transpose(1, 2)
+    .reshape(B, S, H * d)`` is a view rather than a copy, as with SDPA. Otherwise contiguous."""
+    if q.dim() == 4 and q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) < q.stride(2):
+        b, h, s, _ = q.shape
+        return q.new_empty((b, s, h, d)).transpose(1, 2)
+    return q.new_empty((*q.shape[:-1], d))
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float):
-    """``(out, lse)``: ``out = softmax(q k^T * scale) v`` in q's dtype, ``lse`` the rows' log-sum-exp."""
+    """``(out, lse)``: ``out = softmax(q k^T * scale) v`` in q's dtype (laid out by :func:`empty_out`),
+    ``lse`` the rows' log-sum-exp."""
     s = _scores(q, k, is_causal, scale)
     lse = torch.logsumexp(s, -1)
     out = torch.exp(s - lse[..., None]) @ v.to(s.dtype)
-    return out.to(q.dtype), lse.float()
+    return empty_out(q, v.shape[-1]).copy_(out), lse.float()
 
 
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

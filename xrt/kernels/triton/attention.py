@@ -21,7 +21,9 @@ block), so the common case pays for no ``where``. Causal masking is top-left ali
 ``S_q != S_k``; under it every row sees key 0, so no row is ever empty.
 
 Inputs may have any strides (a ``[B, S, H, D]`` tensor viewed as ``[B, H, S, D]`` is read in
-place); outputs are contiguous.
+place). The forward's output is laid out as q (``reference.attention.empty_out``: [B, S, H, D] in
+memory for such a view, so a model's ``out.transpose(1, 2).reshape(B, S, H * D)`` copies nothing);
+the backward's gradients are contiguous.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
+from xrt.kernels.reference.attention import empty_out
 from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
@@ -708,10 +711,11 @@ class ForwardPlan(NamedTuple):
     kept: Kept
     grid: tuple[int, ...]
     specs: tuple | None  # TMA: (shape, strides, block) of the q, k, v and out descriptors ([B*H, S, D])
-    shape: tuple[int, int, int, int]  # the output's
+    shape: tuple[int, int, int, int]  # the output's memory: [B, H, S_q, D], or [B, S_q, H, D] (reference.empty_out)
     tail: tuple  # the arguments after lse: (strides, H,) S_q, S_k, scale * log2(e)
     dtype: torch.dtype
     device: torch.device
+    heads_inside: bool  # the output's memory is [B, S_q, H, D] (reference.empty_out)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(out, lse)`` for tensors of the plan's signature, or ``None`` where the launch cannot be
@@ -719,7 +723,9 @@ class ForwardPlan(NamedTuple):
         if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 or not self.kept.ready():  # (specialised on aligned ones)
             return None
         o = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        lse = torch.empty(self.shape[:3], dtype=torch.float32, device=self.device)
+        if self.heads_inside:  # [B, S_q, H, D] in memory, seen per head
+            o = o.transpose(1, 2)
+        lse = torch.empty(o.shape[:3], dtype=torch.float32, device=self.device)
         if self.specs is None:
             done = self.kept(self.grid, q, k, v, o, lse, *self.tail)
         else:
@@ -735,7 +741,8 @@ class ForwardPlan(NamedTuple):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out [B, H, S_q, D] contiguous, lse [B, H, S_q] fp32)``; config from ``attention.triton``."""
+    """``(out [B, H, S_q, D] laid out as q (``reference.attention.empty_out``), lse [B, H, S_q] fp32)``;
+    config from ``attention.triton``."""
     return attention_planned(q, k, v, is_causal, scale, config, plan=False)[:2]
 
 
@@ -749,7 +756,7 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
     cfg = forward_config(q, is_causal, config)
     bsz, h, s_q, d = q.shape
     s_k = k.shape[2]
-    o = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
+    o = empty_out(q, d)
     lse = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse, None
@@ -790,7 +797,9 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
     if kept is None:
         return o, lse, None
     specs = None if tma is None else tuple((tuple(a.shape), tuple(a.strides), list(a.block_shape)) for a in args[:4])
-    return o, lse, ForwardPlan(kept, grid, specs, (bsz, h, s_q, d), args[5:], q.dtype, q.device)
+    inside = o.stride(1) < o.stride(2)
+    shape = (bsz, s_q, h, d) if inside else (bsz, h, s_q, d)
+    return o, lse, ForwardPlan(kept, grid, specs, shape, args[5:], q.dtype, q.device, inside)
 
 
 def _tma_views(*ts: torch.Tensor) -> tuple[torch.Tensor, ...] | None:

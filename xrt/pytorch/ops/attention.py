@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
+from xrt.kernels.reference.attention import empty_out
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
 from xrt.pytorch.ops import _checks, dispatch, kernel_providers
@@ -47,7 +48,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: b
 @attention_op.register_fake
 def _(q, k, v, is_causal, scale, provider):
     b, h, s_q, _ = q.shape
-    return q.new_empty((b, h, s_q, v.shape[-1])), q.new_empty((b, h, s_q), dtype=torch.float32)
+    return empty_out(q, v.shape[-1]), q.new_empty((b, h, s_q), dtype=torch.float32)
 
 
 @torch.library.custom_op("xrt::attention_bwd", mutates_args=())
@@ -249,8 +250,9 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             (``"flash_v2"``, ``"mem_efficient"``, ``"math"``, ``"cudnn"``); overrides the policy.
 
     Returns:
-        ``[B, H, S_q, D]`` in ``query``'s dtype (contiguous from the Triton kernels). Differentiable
-        in query, key and value; the backward is xrt's own kernels.
+        ``[B, H, S_q, D]`` in ``query``'s dtype. From xrt's kernels laid out as ``query``: [B, S_q, H, D]
+        in memory where ``query`` is a [B, S, H, D] tensor seen per head (as SDPA's), else contiguous.
+        Differentiable in query, key and value; the backward is xrt's own kernels.
 
     Raises:
         ValueError: ``provider="triton"`` (or the policy's ``attention="triton"``) for a call the

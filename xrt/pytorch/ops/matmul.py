@@ -165,6 +165,43 @@ for _op, _count in (("matmul", flop_counter.mm_flop), ("bmm", flop_counter.bmm_f
                                   if hasattr(torch.ops.xrt, name)])(_gemm_flops(_count))
 
 
+# -- a routed F.linear with a bias under torch.compile -------------------------------------------------
+
+
+def _linear_bias(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, provider: str) -> torch.Tensor:
+    """``x @ weight.T + bias`` for rows ``x`` [M, K] on the Triton GEMM, the bias in its epilogue (the
+    config the provider's plain GEMM takes); the GEMM and an add where that config splits K, or K is 0."""
+    wt = weight.t()
+    cfg = kernel_providers.provider_config("matmul", "triton", x, wt)
+    y = importlib.import_module("xrt.kernels.triton.matmul").linear(x, weight, bias, cfg)
+    return y if y is not None else dispatch.get("matmul", provider).fn(x, wt) + bias
+
+
+def _linear_bias_setup(ctx, inputs, output) -> None:
+    x, weight, _, provider = inputs
+    ctx.provider = provider
+    ctx.save_for_backward(weight if ctx.needs_input_grad[0] else None, x if ctx.needs_input_grad[1] else None)
+
+
+def _linear_bias_backward(ctx, grad: torch.Tensor):
+    """``dX = g @ W`` and ``dW = g.T @ x`` on the matmul twin (the GEMMs a routed linear without the
+    epilogue has), ``db`` the sum of ``g``'s rows (for Inductor to fuse with what made ``g``)."""
+    weight, x = ctx.saved_tensors
+    gemm = dispatch.COMPILED[("matmul", ctx.provider)]
+    dx = gemm(grad, weight, ctx.provider) if ctx.needs_input_grad[0] else None
+    dw = gemm(grad.mT, x, ctx.provider) if ctx.needs_input_grad[1] else None
+    return dx, dw, grad.sum(0) if ctx.needs_input_grad[2] else None, None
+
+
+# ``xrt::linear_triton``: what torch.compile records for a routed F.linear with a bias on the Triton
+# provider. Without it the graph held the GEMM and an add, which Inductor fuses with the next
+# pointwise op but cannot put into xrt's GEMM: one more read of [M, N] a linear.
+_linear_bias_twin = dispatch.compiled_twin("linear", "triton", _linear_bias, _linear_bias_setup,
+                                           _linear_bias_backward)
+flop_counter.register_flop_formula(torch.ops.xrt.linear_triton)(
+    lambda x_shape, w_shape, *args, out_shape=None, **kwargs: flop_counter.mm_flop(x_shape, w_shape[::-1]))
+
+
 def _call(op: str, a: torch.Tensor, b: torch.Tensor, provider: str | None) -> torch.Tensor:
     name = choose_provider(op, a, provider, b)
     if name == "torch":
@@ -346,13 +383,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     one Function (:class:`_EagerLinear`) or, without autograd, the GEMM and an in-place add. Under a
     mode that autograd records, the same Function around the custom op (it saves what torch's
     ``F.linear`` saves, which the op alone cannot: ``addmm``'s order with a bias). Under torch.compile,
-    and under modes without autograd, the op's GEMM and an add, as the graph should show them.
+    and under modes without autograd, the op's GEMM and an add, as the graph should show them; under
+    torch.compile on the Triton provider with a bias, ``xrt::linear_triton`` (the bias in the epilogue).
     Returns ``[..., N]``, a tensor of its own (not a view)."""
     how = dispatch.route(x, weight, bias)
     n, k = weight.shape
     records = how == dispatch.DIRECT_GRAD or (how == dispatch.OP and torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias)))
     if _compiling() or get_precision_hint() is not None or how == dispatch.OP and not records:
+        if bias is not None and provider == "triton" and _compiling() and get_precision_hint() is None:
+            x2 = x.reshape(-1, k)
+            twin = dispatch.compiled("linear", provider, None, x2)  # (None: CPU tensors keep the custom op)
+            if twin is not None:
+                return dispatch.fresh(twin(x2, weight, bias, provider), (*x.shape[:-1], n))
         y = matmul(x.reshape(-1, k), weight.t(), provider=provider)
         if bias is not None:
             y = y + bias
