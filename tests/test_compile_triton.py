@@ -224,6 +224,31 @@ def test_a_routed_linear_puts_its_bias_in_the_gemm_epilogue_under_compile(traced
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
 
 
+def test_a_traced_gemm_passes_the_models_tensors_not_views_of_them(interpreter):
+    """A compiled backward feeds the GEMMs a gradient Inductor has not stored yet; it stores one copy
+    for each kernel argument that is a view of it, in that view's layout (the [1, M, K] view the
+    kernel's batch loop reads, an unused epilogue pointer, ``g.T`` as a transposed copy). So the
+    kernel gets A and B as stored, and B for the unused bias and z pointers: in a trace of ``g @ W``
+    and ``g.T @ x`` both launches take ``g`` in its own layout for A, and no other argument names ``g``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from xrt.kernels.triton import matmul as mm
+
+    def both(g, w, x):
+        return mm.matmul(g, w), mm.matmul(g.mT, x)
+
+    gm = make_fx(both, tracing_mode="fake")(torch.randn(6, 5), torch.randn(5, 3), torch.randn(6, 4))
+    g, w, x = (n for n in gm.graph.nodes if n.op == "placeholder")
+    launches = [n for n in gm.graph.nodes if n.op == "call_function" and "triton_kernel_wrapper" in str(n.target)]
+    assert len(launches) == 2
+    for launch, b in zip(launches, (w, x)):
+        kw = launch.kwargs["kwargs"]
+        a = kw["a_ptr"]  # g, or for g.T's kernel g as stored (the transpose of g.T)
+        assert a.meta["val"].shape == (6, 5) and a.meta["val"].is_contiguous(), a.format_node()
+        assert a is g or a.args[0].args[0] is g, a.format_node()
+        assert kw["b_ptr"] is b and kw["bias_ptr"] is b and kw["z_ptr"] is b, launch.format_node()
+
+
 def _traced_gemm_kernels(x: torch.Tensor, w: torch.Tensor) -> list[str]:
     """The kernels a trace of ``x @ w.T`` (fake CUDA tensors, the layout table's TMA config) records."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table

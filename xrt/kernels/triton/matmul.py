@@ -297,6 +297,11 @@ def major(t: torch.Tensor) -> str:
     return "t" if t.stride(-2) == 1 else "-"
 
 
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [rows, cols] as stored: ``t.mT`` for a column-major view (the same address and memory)."""
+    return t.mT if major(t) == "t" else t
+
+
 def layout(a: torch.Tensor, b: torch.Tensor) -> str:
     """The BLAS layout of ``a @ b`` ([(B,) M, K] x [(B,) K, N] views): ``"nn"`` (both row-major),
     ``"nt"`` (``x @ W.T``: a linear's forward), ``"tn"`` (``g.T @ x``: its weight gradient), ``"tt"``;
@@ -379,7 +384,8 @@ def _desc_spec(t: torch.Tensor, rows: int, cols: int) -> tuple[tuple, tuple, lis
 def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int, group: int,
                programs: int, precision: str, warps: int = 8, stages: int = 3, subtile: bool = False,
                warp_specialize: bool = False, epilogue: Epilogue | None = None,
-               device_descriptors: bool | None = None) -> _TmaPlan | None:
+               device_descriptors: bool | None = None,
+               operands: tuple[torch.Tensor, torch.Tensor] | None = None) -> _TmaPlan | None:
     """The persistent TMA kernel over [B, M, K] x [B, K, N] -> ``epilogue(c)`` [B, M, N], ``programs``
     programs (one per SM; fewer when there are fewer tiles). ``a`` and ``b`` may each be row-major
     or a column-major view (:func:`major`): the descriptor then spans the stored tensor and the
@@ -387,7 +393,8 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     Also runs under the interpreter. Returns the plan that repeats this launch for tensors of the
     same shapes, strides and dtypes (:class:`_TmaPlan`), where the Launcher kept a compiled kernel.
     ``device_descriptors`` (default: in a trace) launches ``_matmul_tma_dev_kernel`` instead, which
-    makes its descriptors on the device (no plan)."""
+    makes its descriptors on the device (no plan); it takes ``operands`` (2-D tensors that ``a`` and
+    ``b`` view) for A and B where given."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     batch, m, k = a.shape
@@ -406,12 +413,14 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
     if device_descriptors:
         # A trace (torch.compile): the graph launches the kernel that makes its descriptors on the
         # device. A host descriptor would be made before each launch by the graph's Python, tens
-        # of microseconds a GEMM. Unused epilogue pointers take A, never C: a trace must not see
-        # the output passed three times (its functional copies of C would differ).
+        # of microseconds a GEMM.
         strides = [st for _, st, _ in specs]
-        _tma_dev((programs,), a, b, c, ep.bias if ep.bias is not None else a, ep.z if ep.z is not None else a,
-                 m, n, k, batch, strides[0][0], strides[0][1], strides[1][0], strides[1][1], strides[2][0],
-                 strides[2][1], num_warps=warps, num_stages=stages, **meta)
+        pa, pb = operands or (a, b)
+        spare_bias, spare_z = _spare(pa, pb)
+        _tma_dev((programs,), pa, pb, c, ep.bias if ep.bias is not None else spare_bias,
+                 ep.z if ep.z is not None else spare_z, m, n, k, batch, strides[0][0], strides[0][1],
+                 strides[1][0], strides[1][1], strides[2][0], strides[2][1], num_warps=warps, num_stages=stages,
+                 **meta)
         return None
     descs = [TensorDescriptor(t, *spec) for t, spec in zip((a, b, c), specs)]
     z_desc = TensorDescriptor(ep.z, *specs[2]) if ep.z is not None else descs[2]
@@ -421,6 +430,16 @@ def launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: i
         return None
     kept = Kept.of(_tma, args, warps, stages, meta)
     return None if kept is None else _TmaPlan(kept, (programs,), specs, (m, n, k, batch))
+
+
+def _spare(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a launch passes for the epilogue pointers it does not use (bias, z): B for both. Never C:
+    a trace (torch.compile) must not see the output passed as three arguments, or its functional
+    copy of C may not be the one written. Not A: in a compiled backward A is often a pointwise
+    result (a gradient) that Inductor has not stored yet, and it stores it once more for each
+    argument that names it (measured: four stores of the MLP's [8192, 4096] gradient, not two). B is
+    a weight or a saved activation, a buffer the graph already holds."""
+    return b, b
 
 
 class _TmaPlan(NamedTuple):
@@ -476,7 +495,8 @@ NO_EPILOGUE = Epilogue()
 
 
 def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], bm: int, bn: int,
-                bk: int, stages: int, group: int, warps: int, precision: str, ep: Epilogue) -> _TmaPlan | None:
+                bk: int, stages: int, group: int, warps: int, precision: str, ep: Epilogue,
+                operands: tuple[torch.Tensor, torch.Tensor] | None = None) -> _TmaPlan | None:
     """:func:`launch_tma` with ``cfg``'s knobs; where Triton cannot compile its warp specialization
     here, the plain loop from then on."""
     from xrt.kernels.cuda import sm_count
@@ -486,20 +506,22 @@ def _launch_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str
     ws = (bool(cfg.get("warp_specialize", False)) and (a.device, tuple(cfg.items())) not in _WS_BROKEN
           and not traced(a))
     try:
-        return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile, ws, ep)
+        return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile, ws, ep,
+                          operands=operands)
     except Exception:
         if not ws:
             raise
         _WS_BROKEN.add((a.device, tuple(cfg.items())))
         return launch_tma(a, b, c, bm, bn, bk, group, sm_count(a.device), precision, warps, stages, subtile,
-                          False, ep)
+                          False, ep, operands=operands)
 
 
 def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogue | None = None,
-        c: torch.Tensor | None = None) -> torch.Tensor:
+        c: torch.Tensor | None = None, operands: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """C = epilogue(A @ B) for [B, M, K] x [B, K, N] views (batch strides may be 0), into ``c``
     ([B, M, N], contiguous; K > 0 and nothing empty) when given. A transposed view (``weight.mT``)
-    is read as it is stored (:func:`launch_tma`)."""
+    is read as it is stored (:func:`launch_tma`). ``operands``: the 2-D tensors that ``a`` and ``b``
+    ([1, ...]) view, passed to the kernel in their place (:func:`gemm_planned`)."""
     batch, m, k = a.shape
     n = b.shape[2]
     ep = epilogue or NO_EPILOGUE
@@ -521,16 +543,16 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
         if plan is not None and plan(a, b, c, ep.bias, ep.z):
             return c
         if tma_ok(a, b, c, *z):
-            plan = _launch_tma(a, b, c, cfg, bm, bn, bk, stages, group, warps, precision, ep)
+            plan = _launch_tma(a, b, c, cfg, bm, bn, bk, stages, group, warps, precision, ep, operands)
             if key is not None:
                 if len(_PLANS) > 4096:
                     _PLANS.clear()
                 _PLANS[key] = plan
             return c
-    # Unused epilogue pointers take the inputs, never c: a trace (torch.compile) must not see the
-    # output passed as three arguments, or its functional copy of c may not be the one written.
-    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), a, b, c, ep.bias if ep.bias is not None else b,
-           ep.z if ep.z is not None else a, m, n, k,
+    pa, pb = operands or (a, b)
+    spare_bias, spare_z = _spare(pa, pb)
+    _tiled((cdiv(m, bm) * cdiv(n, bn), batch), pa, pb, c, ep.bias if ep.bias is not None else spare_bias,
+           ep.z if ep.z is not None else spare_z, m, n, k,
            a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
            c.stride(0), c.stride(1), c.stride(2),
            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, PRECISION=precision,
@@ -643,7 +665,10 @@ def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, co
     if done:
         return c3[0], None
     ep = Epilogue(bias) if bias is not None else NO_EPILOGUE
-    run(a3, b3, cfg, ep if bias is not None else None, c=c3)  # (no epilogue: split K may run)
+    # The kernel gets the tensors as stored (g for a g.T operand): in a compiled graph Inductor stores
+    # a gradient it has not stored yet once for each view of it a kernel takes, in that view's layout
+    # (the [1, M, K] view, and g.T as a transposed copy). As stored, the copies are row-major.
+    run(a3, b3, cfg, ep if bias is not None else None, c=c3, operands=(_stored(a), _stored(b)))  # (split K may run)
     key = plan_key(a3, b3, c3, cfg, ep) if plan and a3.__class__ is torch.Tensor and a.is_cuda else None
     tma = _PLANS.get(key) if key is not None else None
     out = (a.shape[0], b.shape[1]) if shape is None else tuple(shape)
