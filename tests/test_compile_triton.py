@@ -200,7 +200,8 @@ def test_a_routed_linear_puts_its_bias_in_the_gemm_epilogue_under_compile(traced
         return make_boxed_func(gm)
 
     torch._dynamo.reset()
-    # (Inductor's partitioner: the default one fails on a routed linear's joint graph, with or without this op)
+    # (Inductor's partitioner. On the CPU torch cannot read which arguments a Triton kernel writes, with no
+    # driver to compile its TTIR for, and takes every one as written; the default partitioner then fails.)
     backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
                            keep_inference_input_mutations=True)
     f = torch.compile(lambda t: lin(t), backend=backend, fullgraph=True)
@@ -237,16 +238,23 @@ def test_a_traced_gemm_passes_the_models_tensors_not_views_of_them(interpreter):
     def both(g, w, x):
         return mm.matmul(g, w), mm.matmul(g.mT, x)
 
-    gm = make_fx(both, tracing_mode="fake")(torch.randn(6, 5), torch.randn(5, 3), torch.randn(6, 4))
-    g, w, x = (n for n in gm.graph.nodes if n.op == "placeholder")
-    launches = [n for n in gm.graph.nodes if n.op == "call_function" and "triton_kernel_wrapper" in str(n.target)]
-    assert len(launches) == 2
-    for launch, b in zip(launches, (w, x)):
-        kw = launch.kwargs["kwargs"]
-        a = kw["a_ptr"]  # g, or for g.T's kernel g as stored (the transpose of g.T)
-        assert a.meta["val"].shape == (6, 5) and a.meta["val"].is_contiguous(), a.format_node()
-        assert a is g or a.args[0].args[0] is g, a.format_node()
-        assert kw["b_ptr"] is b and kw["bias_ptr"] is b and kw["z_ptr"] is b, launch.format_node()
+    def split(g, w, x):  # a weight gradient whose config splits K (the layout table's, for 1024 x 1024 over 8192)
+        cfg = spaces.gemm_default("tn", 1024, 1024, 8192)
+        assert cfg["SPLIT_K"] > 1
+        return mm.matmul(g, w), mm.matmul(g.mT, x, cfg)
+
+    from xrt.kernels import spaces
+
+    for fn, (m, n) in ((both, (6, 5)), (split, (8192, 1024))):
+        gm = make_fx(fn, tracing_mode="fake")(torch.randn(m, n), torch.randn(n, 3), torch.randn(m, 1024))
+        g, w, x = (p for p in gm.graph.nodes if p.op == "placeholder")
+        launches = [p for p in gm.graph.nodes if p.op == "call_function" and "triton_kernel_wrapper" in str(p.target)]
+        for launch, b in zip(launches, (w, x)):  # (the split's sum of its parts launches third)
+            kw = launch.kwargs["kwargs"]
+            a = kw["a_ptr"]  # g, or for g.T's kernel g as stored (the transpose of g.T)
+            assert a.meta["val"].shape == (m, n) and a.meta["val"].is_contiguous(), a.format_node()
+            assert a is g or a.args[0].args[0] is g, a.format_node()
+            assert kw["b_ptr"] is b and kw["bias_ptr"] is b and kw["z_ptr"] is b, launch.format_node()
 
 
 def _traced_gemm_kernels(x: torch.Tensor, w: torch.Tensor) -> list[str]:

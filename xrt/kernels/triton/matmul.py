@@ -531,7 +531,7 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
             return c
     split = cfg.get("SPLIT_K", 1)
     if split > 1 and batch == 1 and epilogue is None and spaces.split_ok(k, split, cfg["BLOCK_K"]):
-        return _split_k(a, b, c, cfg, split)
+        return _split_k(a, b, c, cfg, split, operands)
     bm, bn, group, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["GROUP_M"], cfg["num_warps"]
     bk, stages = fit(cfg, a.element_size(), c.element_size())
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
@@ -560,7 +560,8 @@ def run(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any], epilogue: Epilogu
     return c
 
 
-def _split_k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], split: int) -> torch.Tensor:
+def _split_k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], split: int,
+             operands: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """C [1, M, N] = A @ B with K cut into ``split`` parts: the parts are a batch of ``split`` GEMMs
     (views of A and B, batch stride K / split, no copy) into fp32 partial products, which one more
     kernel sums into C. For a narrow C over a long K (a linear's weight gradient, 1024 x 1024 over
@@ -574,7 +575,7 @@ def _split_k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, A
     part = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
     one = dict(cfg)
     one["SPLIT_K"] = 1
-    run(a2, b2, one, c=part)
+    run(a2, b2, one, c=part, operands=operands)  # (the parts start where a and b do)
     numel = m * n
     _sum_splits((cdiv(numel, SUM_BLOCK),), part, c, numel, SPLIT=split, BLOCK=SUM_BLOCK, num_warps=4)
     return c
