@@ -225,6 +225,49 @@ def test_a_routed_linear_puts_its_bias_in_the_gemm_epilogue_under_compile(traced
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_compiled_linear_gelu_launches_its_kernels(traced, bias):
+    """``xp.ops.linear_gelu`` (what ``xp.fuse`` puts in a model) under torch.compile: the graph calls its
+    ``triton_op`` twin, so the forward is the GEMM with bias and GELU in its epilogue and the backward
+    the gradient kernel and two GEMMs, launched by the graph, with no call of an xrt custom op left;
+    outputs and gradients match float64."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 11, requires_grad=True)
+    w = torch.randn(5, 11, requires_grad=True)
+    b = torch.randn(5, requires_grad=True) if bias else None
+    codes: list[str] = []
+
+    def keep(gm, _inputs):
+        codes.append(gm.code)
+        return make_boxed_func(gm)
+
+    def f(t, weight, bb):
+        return xp.ops.linear_gelu(t, weight, bb, "tanh", provider="triton")
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(f)(x, w, b)
+    assert "xrt.linear_gelu_triton.default" in {str(n.target) for n in explained.graphs[0].graph.nodes}
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
+                           keep_inference_input_mutations=True)
+    torch._dynamo.reset()
+    y = torch.compile(f, backend=backend, fullgraph=True)(x, w, b)
+    params = [t for t in (x, w, b) if t is not None]
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, params, dy)
+    forward, backward = codes
+    launch = "higher_order.triton_kernel_wrapper_functional("
+    assert forward.count(launch) == 1 and backward.count(launch) == 3, (forward, backward)
+    assert "torch.ops.xrt" not in forward + backward
+    ref = [t.detach().double().requires_grad_() for t in params]
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(*ref), approximate="tanh")
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+    for got, r in zip(grads, torch.autograd.grad(want, ref, dy.double())):
+        torch.testing.assert_close(got.double(), r, rtol=1e-4, atol=1e-4)
+
+
 def test_a_traced_gemm_passes_the_models_tensors_not_views_of_them(interpreter):
     """A compiled backward feeds the GEMMs a gradient Inductor has not stored yet; it stores one copy
     for each kernel argument that is a view of it, in that view's layout (the [1, M, K] view the

@@ -215,6 +215,12 @@ def test_linear_gelu_opcheck(interpreter):
     torch.library.opcheck(linear_gelu_op, (x, w, None, "none", False, "triton"), test_utils=_QUICK)
     z = F.linear(x, w, b)
     torch.library.opcheck(linear_gelu_bwd_op, (torch.randn(5, 7), x, w, z, "none", "triton"), test_utils=_QUICK)
+    from xrt.pytorch.ops import dispatch  # torch.compile's twins (triton_ops) too
+
+    torch.library.opcheck(dispatch.COMPILED[("linear_gelu", "triton")], (*grad, "tanh", True, "triton"),
+                          test_utils=_QUICK)
+    torch.library.opcheck(dispatch.COMPILED[("linear_gelu_bwd", "triton")],
+                          (torch.randn(5, 7), x, w, z, "none", "triton"), test_utils=_QUICK)
 
 
 def test_linear_gelu_backward_gemms_take_matmuls_layout_defaults(monkeypatch):

@@ -2,7 +2,9 @@
 
 Two custom ops: ``xrt::linear_gelu`` -> ``(y, z)`` (``z`` the pre-activation, stored by the same GEMM
 epilogue only when a backward will need it; an empty tensor otherwise) and ``xrt::linear_gelu_bwd``
--> ``(dx, dweight, dbias)``, which the first's autograd calls with the same provider. Saving z
+-> ``(dx, dweight, dbias)``, which the first's autograd calls with the same provider. Under
+torch.compile the Triton provider's calls go to their ``triton_op`` twins (``xrt::linear_gelu_triton``,
+``xrt::linear_gelu_bwd_triton``), whose kernels Inductor launches itself. Saving z
 rather than recomputing it: see ``xrt/kernels/triton/linear_gelu.py``. Kernels see ``x`` as
 ``[M, K]`` (leading dims flattened), ``weight`` ``[N, K]``.
 """
@@ -37,10 +39,19 @@ def _bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tenso
     return dx.view(x.shape), dw, db
 
 
-@torch.library.custom_op("xrt::linear_gelu", mutates_args=())
-def linear_gelu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
-                   provider: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _fwd(x, weight, bias, approximate, save, provider)
+def _linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
+                 provider: str) -> tuple[torch.Tensor, torch.Tensor]:
+    y, z = _fwd(x, weight, bias, approximate, save, provider)
+    return y, z
+
+
+def _linear_gelu_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor, approximate: str,
+                     provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = _bwd(dy, x, weight, z, approximate, provider)
+    return dx, dw, db
+
+
+linear_gelu_op = torch.library.custom_op("xrt::linear_gelu", _linear_gelu, mutates_args=())
 
 
 @linear_gelu_op.register_fake
@@ -49,10 +60,7 @@ def _(x, weight, bias, approximate, save, provider):
     return y, (torch.empty_like(y) if save else x.new_empty((0,)))
 
 
-@torch.library.custom_op("xrt::linear_gelu_bwd", mutates_args=())
-def linear_gelu_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor, approximate: str,
-                       provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _bwd(dy, x, weight, z, approximate, provider)
+linear_gelu_bwd_op = torch.library.custom_op("xrt::linear_gelu_bwd", _linear_gelu_bwd, mutates_args=())
 
 
 @linear_gelu_bwd_op.register_fake
@@ -71,14 +79,21 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, weight, z)
 
 
-def _backward(ctx, dy, _dz):
-    x, weight, z = ctx.saved_tensors
-    bwd = dispatch.in_transforms(linear_gelu_bwd_op)
-    dx, dw, db = bwd(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
-    return dx, dw, (db if ctx.has_bias else None), None, None, None
+def _backward_with(bwd):
+    def backward(ctx, dy, _dz):
+        x, weight, z = ctx.saved_tensors
+        dx, dw, db = bwd(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
+        return dx, dw, (db if ctx.has_bias else None), None, None, None
+
+    return backward
 
 
-linear_gelu_op.register_autograd(_backward, setup_context=_setup_context)
+linear_gelu_op.register_autograd(_backward_with(lambda *a: dispatch.in_transforms(linear_gelu_bwd_op)(*a)),
+                                 setup_context=_setup_context)
+# torch.compile's twins (dispatch.compiled_twin): triton_ops whose kernels Inductor launches itself, the
+# backward's gradient kernel and GEMMs included, where the custom op was one opaque call each way.
+_bwd_twin = dispatch.compiled_twin("linear_gelu_bwd", "triton", _linear_gelu_bwd)
+dispatch.compiled_twin("linear_gelu", "triton", _linear_gelu, _setup_context, _backward_with(_bwd_twin))
 
 
 class _EagerLinearGelu(torch.autograd.Function):
@@ -141,4 +156,5 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         if route == dispatch.DIRECT_GRAD:
             return _EagerLinearGelu.apply(x, weight, bias, approximate, chosen.name)
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-        return dispatch.in_transforms(linear_gelu_op)(x, weight, bias, approximate, grad, chosen.name)[0]
+        op = dispatch.compiled("linear_gelu", chosen.name, linear_gelu_op, x)  # (the twin under torch.compile)
+        return op(x, weight, bias, approximate, grad, chosen.name)[0]
