@@ -193,3 +193,21 @@ def test_the_eager_plan_is_never_traced_by_torch_compile(provider, interpreter):
     x, w, b = torch.randn(4, 33), torch.randn(33), torch.randn(33)
     f = torch.compile(lambda t: xp.ops.fused_layernorm(t, 33, w, b, provider=provider), fullgraph=True)
     torch.testing.assert_close(f(x), torch.nn.functional.layer_norm(x, (33,), w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("g,n", [(600, 13), (5, 1030), (1, 1)])
+def test_partial_sums_in_the_gpus_blocks(interpreter, g, n):
+    """The GPU sums the backward's partials in narrow, tall blocks (``SUM_BLOCK_N`` x ``SUM_BLOCK_G``), the
+    interpreter in wide ones (it pays per program): both give the columns' sums, masked where G or N
+    is not a multiple of the block."""
+    from xrt.kernels.triton import layernorm as kernels
+
+    torch.manual_seed(3)
+    part = torch.randn(2, g, n)
+    for bn, bg in ((kernels.SUM_BLOCK_N, kernels.SUM_BLOCK_G), kernels.INTERPRETER_SUM_BLOCKS):
+        dw, db = torch.empty(n), torch.empty(n)
+        kernels._sum(((n + bn - 1) // bn,), part[0], part[1], dw, db, 0, 0, g, n, BLOCK_G=bg, BLOCK_N=bn, num_warps=4)
+        want = part.double().sum(1)
+        torch.testing.assert_close(dw.double(), want[0], rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(db.double(), want[1], rtol=1e-5, atol=1e-4)
+    assert kernels.sum_grid(n, part)[1] == {"BLOCK_G": 32, "BLOCK_N": 128}  # CPU tensors: the wide blocks

@@ -27,8 +27,6 @@ import triton.language as tl
 from xrt.kernels import checks
 from xrt.kernels.triton.launch import Launcher, Site, cdiv, next_power_of_2
 from xrt.kernels.triton.layernorm import (
-    SUM_BLOCK_G,
-    SUM_BLOCK_N,
     _dx,
     _dy_xhat,
     _normalize,
@@ -38,6 +36,7 @@ from xrt.kernels.triton.layernorm import (
     bwd_programs_per_sm,
     fwd_plan,
     partial_programs,
+    sum_grid,
 )
 from xrt.kernels.triton.softmax import row_warps
 
@@ -177,8 +176,8 @@ def add_layernorm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor
     part = torch.empty(2, g, n, dtype=torch.float32, device=h.device)
     _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part, part,
          g * n, m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
-    _sum((cdiv(n, SUM_BLOCK_N),), part, part, dw, db, g * n, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
-         num_warps=4)
+    grid, blocks = sum_grid(n, h)
+    _sum(grid, part, part, dw, db, g * n, 0, g, n, num_warps=4, **blocks)
     return dx, dw, db
 
 
@@ -195,7 +194,8 @@ class Plan:
         self.fwd = Site(_fwd, grid, 8, **meta)
         self.groups, bmeta = bwd_launch(m, n, bcfg, x)
         self.bwd = {has_dh: Site(_bwd, (self.groups,), 9, HAS_DH=has_dh, **bmeta) for has_dh in (False, True)}
-        self.total = Site(_sum, (cdiv(n, SUM_BLOCK_N),), 4, num_warps=4, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N)
+        grid, blocks = sum_grid(n, x)
+        self.total = Site(_sum, grid, 4, num_warps=4, **blocks)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

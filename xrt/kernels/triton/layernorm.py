@@ -291,6 +291,15 @@ _sum = Launcher(_sum_partials_kernel)
 # 63-76 with 128 x 32 (too few programs: N / 128 of them, each walking G in steps of 32).
 SUM_BLOCK_N = 8
 SUM_BLOCK_G = 512
+# Triton's interpreter (CPU tensors) pays per program, not per step: there N / 8 programs cost 15x
+# the wide blocks' time at N 1024, in every CPU test and bench of a layernorm backward.
+INTERPRETER_SUM_BLOCKS = (128, 32)
+
+
+def sum_grid(n: int, t: torch.Tensor) -> tuple[tuple[int], dict[str, int]]:
+    """The grid and block constants of ``_sum_partials_kernel`` over rows of ``n`` for tensors like ``t``."""
+    bn, bg = (SUM_BLOCK_N, SUM_BLOCK_G) if t.device.type != "cpu" else INTERPRETER_SUM_BLOCKS
+    return (cdiv(n, bn),), {"BLOCK_G": bg, "BLOCK_N": bn}
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[int, int]:
@@ -421,8 +430,8 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean:
         warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
         _bwd((g,), dy, x, weight, mean, rstd, dx, dw_part, db_part, 0, 0, m, n, cdiv(m, g),
              BLOCK=block, num_warps=warps)
-    _sum((cdiv(n, SUM_BLOCK_N),), dw_part, db_part, dw, db, 0, 0, g, n, BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N,
-         num_warps=4)
+    grid, blocks = sum_grid(n, x)
+    _sum(grid, dw_part, db_part, dw, db, 0, 0, g, n, num_warps=4, **blocks)
     return dx, dw, db
 
 
@@ -442,8 +451,8 @@ class BwdPlan:
             block = next_power_of_2(n)
             warps = row_warps(block) if cfg["num_warps"] == "auto" else cfg["num_warps"]
             self.rows = Site(_bwd, (g,), 8, num_warps=warps, BLOCK=block)
-            self.total = Site(_sum, (cdiv(n, SUM_BLOCK_N),), 4, num_warps=4, BLOCK_G=SUM_BLOCK_G,
-                              BLOCK_N=SUM_BLOCK_N)
+            grid, blocks = sum_grid(n, x)
+            self.total = Site(_sum, grid, 4, num_warps=4, **blocks)
 
     def buffers(self, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
         """What a call writes: ``(dx, partials, dweight+dbias, dweight, dbias)`` (``None`` for the
