@@ -429,6 +429,24 @@ GPU_SHAPES = [((1, 2, 1), 1), ((2, 3, 17), 17), ((2, 2, 1000), 1000), ((1, 2, 30
 
 
 @pytest.mark.gpu
+def test_the_kept_plan_lays_the_output_out_as_q():
+    """The eager op's kept launch plan (``ForwardPlan``) allocates the output as its first call did: a
+    model's q, k, v viewed per head out of one [B, S, 3, H, D] projection give a [B, S, H, D] output in
+    memory on every call (the transpose back a view), with the values of contiguous inputs."""
+    from xrt.kernels.triton.attention import attention_planned
+
+    base = torch.randn(2, 300, 3, 4, 64, device="cuda", dtype=torch.float16)
+    q, k, v = base.permute(2, 0, 3, 1, 4)
+    o1, _, plan = attention_planned(q, k, v, True, 0.125)
+    assert plan is not None and plan.heads_inside
+    o2, _ = plan(q, k, v)
+    want = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True, scale=0.125)
+    for o in (o1, o2):
+        assert o.transpose(1, 2).is_contiguous() and o.stride() == o1.stride()
+        torch.testing.assert_close(o, want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
