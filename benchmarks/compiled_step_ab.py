@@ -32,6 +32,8 @@ import xrt.kernels.triton.layernorm as kl  # noqa: E402
 import xrt.kernels.triton.matmul as mm  # noqa: E402
 import xrt.pytorch as xp  # noqa: E402
 import xrt.pytorch.ops.attention as oa  # noqa: E402
+from benchmarks.model_bench import own_frame  # noqa: E402
+from xrt.bench.sidebyside import model_steps  # noqa: E402
 from xrt.pytorch.modules import gpt  # noqa: E402
 from xrt.pytorch.ops import dispatch  # noqa: E402
 
@@ -72,20 +74,12 @@ def main() -> None:
     x = torch.randn(batch, seq, d, device="cuda", dtype=torch.bfloat16)
 
     def frame():
-        if eager:
-            return model
-        ns: dict = {}
-        exec("def step(x):\n    return model(x)\n", {"model": model}, ns)  # a code object per compile
-        return torch.compile(ns["step"], dynamic=False)
+        return model if eager else torch.compile(own_frame(model), dynamic=False)
 
     def run(kind: str, m, n: int) -> None:
+        step = model_steps(m, x, model)[kind]
         for _ in range(n):
-            if kind == "infer":
-                with torch.no_grad():
-                    m(x)
-            else:
-                m(x).float().pow(2).mean().backward()
-                model.zero_grad(set_to_none=True)
+            step()
 
     def scope(policy, old: bool) -> contextlib.ExitStack:
         s = contextlib.ExitStack()

@@ -26,6 +26,8 @@ import torch  # noqa: E402
 
 import xrt.kernels.triton.matmul as mm  # noqa: E402
 import xrt.pytorch as xp  # noqa: E402
+from benchmarks.model_bench import own_frame  # noqa: E402
+from xrt.bench.sidebyside import model_steps  # noqa: E402
 from xrt.pytorch.modules import gpt  # noqa: E402
 
 XRT = {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"}
@@ -40,18 +42,12 @@ def main() -> None:
     x = torch.randn(batch, seq, d, device="cuda", dtype=torch.bfloat16)
 
     def frame():  # a function of its own for each torch.compile: each variant compiles on its own
-        ns: dict = {}
-        exec("def step(x):\n    return model(x)\n", {"model": model}, ns)
-        return ns["step"]
+        return own_frame(model)
 
     def run(kind: str, m, n: int) -> None:
+        step = model_steps(m, x, model)[kind]
         for _ in range(n):
-            if kind == "infer":
-                with torch.no_grad():
-                    m(x)
-            else:
-                m(x).float().pow(2).mean().backward()
-                model.zero_grad(set_to_none=True)
+            step()
 
     torch._dynamo.reset()
     variants = {"torch compiled": (None, torch.compile(frame(), dynamic=False), None)}

@@ -41,14 +41,12 @@ def _bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tenso
 
 def _linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
                  provider: str) -> tuple[torch.Tensor, torch.Tensor]:
-    y, z = _fwd(x, weight, bias, approximate, save, provider)
-    return y, z
+    return _fwd(x, weight, bias, approximate, save, provider)
 
 
 def _linear_gelu_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor, approximate: str,
                      provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dx, dw, db = _bwd(dy, x, weight, z, approximate, provider)
-    return dx, dw, db
+    return _bwd(dy, x, weight, z, approximate, provider)
 
 
 linear_gelu_op = torch.library.custom_op("xrt::linear_gelu", _linear_gelu, mutates_args=())

@@ -196,8 +196,7 @@ def _linear_bias_backward(ctx, grad: torch.Tensor):
 # ``xrt::linear_triton``: what torch.compile records for a routed F.linear with a bias on the Triton
 # provider. Without it the graph held the GEMM and an add, which Inductor fuses with the next
 # pointwise op but cannot put into xrt's GEMM: one more read of [M, N] a linear.
-_linear_bias_twin = dispatch.compiled_twin("linear", "triton", _linear_bias, _linear_bias_setup,
-                                           _linear_bias_backward)
+dispatch.compiled_twin("linear", "triton", _linear_bias, _linear_bias_setup, _linear_bias_backward)
 flop_counter.register_flop_formula(torch.ops.xrt.linear_triton)(
     lambda x_shape, w_shape, *args, out_shape=None, **kwargs: flop_counter.mm_flop(x_shape, w_shape[::-1]))
 
