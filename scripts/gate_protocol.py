@@ -131,7 +131,8 @@ def judge(db: Path, clone: Path, base: str, head: str, noise: Path | None = None
     named = [ln for ln in out.stdout.splitlines() if ln.startswith("REGRESSION ")]
     last = (out.stdout.strip().splitlines() or [out.stderr.strip()])[-1]
     return {"exit": out.returncode, "named": named, "verdict": last,
-            "drift": [ln for ln in out.stdout.splitlines() if "machine drift" in ln]}
+            "drift": [ln for ln in out.stdout.splitlines() if "machine drift" in ln],
+            "passed": [ln for ln in out.stdout.splitlines() if "(not failing): " in ln]}
 
 
 def check(head: str, kind: str, v: dict) -> tuple[bool, str]:
@@ -326,6 +327,8 @@ def report(rows: list[dict], kind: str, heads: list[str], args: argparse.Namespa
         print(f"{r['mode']:8} {r['repeat']} {r['head']:9} exit {r['exit']} named {len(r['named']):3} "
               f"{'ok' if ok else 'FAILED: ' + why}  {r['verdict']}", flush=True)
         for n in r["named"][:8]:
+            print(f"    {n}")
+        for n in ([] if ok else r.get("passed", []) + r.get("drift", []))[:8]:  # why a plant passed
             print(f"    {n}")
     summary = (f"{len(rows) - failed} of {len(rows)} verdicts as expected; measuring took {measured_s:.0f} s "
                f"({len(heads) + 1} commits x {args.rounds} rounds"

@@ -133,6 +133,44 @@ def test_paired_rounds_a_slowdown_in_every_round_fails(world, capsys):
     assert code == 1 and f"REGRESSION {DEVICE}" in out, out
 
 
+def test_five_rounds_one_slow_base_process_does_not_pass_a_slowdown(world, capsys):
+    """From five rounds the round rules set the extreme round aside: head 1.4x in four rounds, and
+    the base's process of round 3 ran 1.5x slow (head / base 0.93 there), as a busy neighbour does."""
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6, 4e-6, 6e-6, 4e-6, 4e-6], [5.6e-6] * 5, rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 1 and f"REGRESSION {DEVICE}" in out, out
+
+
+def test_five_rounds_a_slowdown_in_three_alone_does_not_fail(world, capsys):
+    """Head 1.4x in three rounds of five (its median 1.4x), as fast as base in the other two: a process
+    flipping between two levels, not slower in every round but one."""
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6] * 5, [5.6e-6, 4e-6, 5.6e-6, 4e-6, 5.6e-6], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    assert "not slower in every round but one (head / base per round: 1.4" in out, out
+
+
+def test_trimmed_rounds_are_yuens():
+    """Five rounds: the mean of the middle three, σ from the winsorized five; four: plain."""
+    from xrt.track.gate_compare import trimmed
+
+    d = np.log([1.30, 1.18, 1.53, 1.42, 1.48])
+    mean, sigma, df = trimmed(d)
+    s = np.sort(d)
+    w = np.array([s[1], s[1], s[2], s[3], s[3]])
+    se = np.sqrt(np.sum((w - w.mean()) ** 2) / (3 * 2))  # Yuen: the winsorized squares over h (h - 1)
+    assert mean == pytest.approx(s[1:4].mean()) and df == 2
+    assert sigma / np.sqrt(3) == pytest.approx(se)
+    m4, s4, df4 = trimmed(d[:4])
+    assert m4 == pytest.approx(d[:4].mean()) and s4 == pytest.approx(np.std(d[:4], ddof=1)) and df4 == 3
+    one_wild = np.log([1.4, 1.41, 0.9, 1.39, 1.4])  # one round out: the trimmed σ stays small
+    assert trimmed(one_wild)[1] < 0.02 < np.std(one_wild, ddof=1)
+
+
 def host_rounds(root, base, head, head_host, head_ref, rng):
     """Two rounds: base's host series 10 µs beside a 5 µs reference, head's ``head_host`` beside
     ``head_ref`` (seconds), in both rounds; the device series unchanged."""
