@@ -231,41 +231,58 @@ def test_a_compiled_linear_gelu_launches_its_kernels(traced, bias):
     ``triton_op`` twin, so the forward is the GEMM with bias and GELU in its epilogue and the backward
     the gradient kernel and two GEMMs, launched by the graph, with no call of an xrt custom op left;
     outputs and gradients match float64."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     torch.manual_seed(0)
     x = torch.randn(2, 3, 11, requires_grad=True)
     w = torch.randn(5, 11, requires_grad=True)
-    b = torch.randn(5, requires_grad=True) if bias else None
+    params = [x, w, torch.randn(5, requires_grad=True)] if bias else [x, w]
+
+    def f(t, weight, bb=None):
+        return xp.ops.linear_gelu(t, weight, bb, "tanh", provider="triton")
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(f)(*params)
+    assert "xrt.linear_gelu_triton.default" in {str(n.target) for n in explained.graphs[0].graph.nodes}
+    got = _compiled_step(f, params, launches=(1, 3))
+    _matches_float64(got, params, lambda *ref: torch.nn.functional.gelu(torch.nn.functional.linear(*ref),
+                                                                        approximate="tanh"))
+
+
+LAUNCH = "higher_order.triton_kernel_wrapper_functional("
+
+
+def _compiled_step(f, args, launches: tuple[int, int]):
+    """``f`` compiled (fullgraph) with AOTAutograd, the min-cut partitioner and no codegen, run forward
+    and backward: its output, the gradients of ``args`` and the upstream gradient. Asserts the kernel
+    launches of the forward and backward graphs (``launches``) and no xrt custom op in them."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
     codes: list[str] = []
 
     def keep(gm, _inputs):
         codes.append(gm.code)
         return make_boxed_func(gm)
 
-    def f(t, weight, bb):
-        return xp.ops.linear_gelu(t, weight, bb, "tanh", provider="triton")
-
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(f)(x, w, b)
-    assert "xrt.linear_gelu_triton.default" in {str(n.target) for n in explained.graphs[0].graph.nodes}
     backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
                            keep_inference_input_mutations=True)
     torch._dynamo.reset()
-    y = torch.compile(f, backend=backend, fullgraph=True)(x, w, b)
-    params = [t for t in (x, w, b) if t is not None]
-    dy = torch.randn_like(y)
-    grads = torch.autograd.grad(y, params, dy)
+    out = torch.compile(f, backend=backend, fullgraph=True)(*args)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, args, dout)
     forward, backward = codes
-    launch = "higher_order.triton_kernel_wrapper_functional("
-    assert forward.count(launch) == 1 and backward.count(launch) == 3, (forward, backward)
+    assert (forward.count(LAUNCH), backward.count(LAUNCH)) == launches, (forward, backward)
     assert "torch.ops.xrt" not in forward + backward
-    ref = [t.detach().double().requires_grad_() for t in params]
-    want = torch.nn.functional.gelu(torch.nn.functional.linear(*ref), approximate="tanh")
-    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
-    for got, r in zip(grads, torch.autograd.grad(want, ref, dy.double())):
-        torch.testing.assert_close(got.double(), r, rtol=1e-4, atol=1e-4)
+    return out, grads, dout
+
+
+def _matches_float64(got, args, reference) -> None:
+    """The compiled step's output and gradients (:func:`_compiled_step`) against ``reference`` in float64."""
+    out, grads, dout = got
+    ref = [t.detach().double().requires_grad_() for t in args]
+    want = reference(*ref)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, torch.autograd.grad(want, ref, dout.double())):
+        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
 
 
 def test_a_traced_gemm_passes_the_models_tensors_not_views_of_them(interpreter):
@@ -366,6 +383,55 @@ def test_the_traced_tma_kernel_gives_triton_an_allocator_outside_inductor(monkey
         recorded[(1,)](aligned, aligned, c_ptr=aligned[3:])
     assert calls == ["allocator _scratch", "run"]
     assert launch.Launcher(JITFunction(mm._matmul_kernel.fn)).jit().__class__ is JITFunction
+
+
+@pytest.mark.parametrize("uses", ["y", "y and h"])
+def test_a_compiled_add_layernorm_launches_its_kernels(traced, uses):
+    """``xp.ops.add_layernorm`` under torch.compile: its ``triton_op`` twins, so the forward is one
+    launch and the backward two (the row-group kernel and the partial sums), with no xrt custom op
+    left; y and h and the four gradients match float64, h's own gradient added where h is used."""
+    torch.manual_seed(0)
+    args = [torch.randn(2, 5, N, requires_grad=True), torch.randn(2, 5, N, requires_grad=True),
+            torch.randn(N, requires_grad=True), torch.randn(N, requires_grad=True)]
+
+    def f(x, r, w, b, fn=lambda *a: xp.ops.add_layernorm(*a[:2], N, *a[2:], provider="triton")):
+        y, h = fn(x, r, w, b)
+        return y if uses == "y" else y * 1.5 + h.sin()
+
+    def unfused(x, r, w, b):
+        h = x + r
+        return torch.nn.functional.layer_norm(h, (N,), w, b), h
+
+    _matches_float64(_compiled_step(f, args, launches=(1, 2)), args, lambda *ref: f(*ref, fn=unfused))
+
+
+def _add_layernorm_twins_opcheck(device: str, fwd_utils) -> None:
+    """opcheck of add_layernorm's twins: the forward with ``fwd_utils`` (None: all), the backward with
+    and without h's own gradient."""
+    x, r = (torch.randn(3, 17, device=device, requires_grad=True) for _ in range(2))
+    w, b = (torch.randn(17, device=device, requires_grad=True) for _ in range(2))
+    fwd = dispatch.COMPILED[("add_layernorm", "triton")]
+    kw = {} if fwd_utils is None else {"test_utils": fwd_utils}
+    result = torch.library.opcheck(fwd, (x, r, w, b, 1e-5, "triton"), **kw)
+    assert set(result.values()) == {"SUCCESS"}, result
+    y, h, mean, rstd = (t.detach() for t in fwd(x, r, w, b, 1e-5, "triton"))
+    bwd = dispatch.COMPILED[("add_layernorm_bwd", "triton")]
+    for dh in (torch.randn(3, 17, device=device), None):
+        dy = torch.randn(3, 17, device=device)
+        result = torch.library.opcheck(bwd, (dy, dh, h, w.detach(), mean, rstd, "triton"))
+        assert set(result.values()) - {"SKIP"} == {"SUCCESS"}, result
+
+
+def test_add_layernorm_twins_pass_opcheck(interpreter):
+    """On the CPU the forward's AOT checks are left to the GPU test below: without a driver torch
+    cannot read which arguments a kernel writes and takes every one as written, so the backward
+    kernel "writes" the saved h, a forward output, and the default partitioner refuses the graph."""
+    _add_layernorm_twins_opcheck("cpu", ["test_schema", "test_autograd_registration", "test_faketensor"])
+
+
+@pytest.mark.gpu
+def test_add_layernorm_twins_pass_opcheck_on_gpu():
+    _add_layernorm_twins_opcheck("cuda", None)
 
 
 @pytest.mark.parametrize("op", ["square", "softmax"])

@@ -173,11 +173,14 @@ def add_layernorm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor
     if m == 0 or n == 0:
         return dx, dw.zero_(), db.zero_()
     g, meta = bwd_launch(m, n, cfg, h)
-    part = torch.empty(2, g, n, dtype=torch.float32, device=h.device)
-    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, part, part,
-         g * n, m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
+    # Two partials buffers, not one passed twice: in a torch.compile trace each written argument
+    # becomes a functional copy of its own, and one buffer written through two arguments would split.
+    dw_part = torch.empty(g, n, dtype=torch.float32, device=h.device)
+    db_part = torch.empty(g, n, dtype=torch.float32, device=h.device)
+    _bwd((g,), dy, dh if dh is not None else dy, h, weight, mean.contiguous(), rstd.contiguous(), dx, dw_part,
+         db_part, 0, m, n, cdiv(m, g), HAS_DH=dh is not None, **meta)
     grid, blocks = sum_grid(n, h)
-    _sum(grid, part, part, dw, db, g * n, 0, g, n, num_warps=4, **blocks)
+    _sum(grid, dw_part, db_part, dw, db, 0, 0, g, n, num_warps=4, **blocks)
     return dx, dw, db
 
 

@@ -30,7 +30,7 @@ kernel_providers.register("add_layernorm_bwd")
 
 
 def _fwd(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-         provider: str):
+         provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     n = weight.numel()
     y, h, mean, rstd = dispatch.get("add_layernorm", provider).fn(x.reshape(-1, n), residual.reshape(-1, n),
                                                                   weight.reshape(n), bias.reshape(n), eps)
@@ -38,7 +38,7 @@ def _fwd(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: to
 
 
 def _bwd(dy: torch.Tensor | None, dh: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor,
-         mean: torch.Tensor, rstd: torch.Tensor, provider: str):
+         mean: torch.Tensor, rstd: torch.Tensor, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = weight.numel()
     if dy is None:  # y unused downstream: its gradient is zero
         dy = torch.zeros_like(h)
@@ -54,7 +54,7 @@ def add_layernorm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
 
 
 @add_layernorm_op.register_fake
-def _(x, residual, weight, bias, eps, provider):
+def _fwd_fake(x, residual, weight, bias, eps, provider):
     stat = x.new_empty((x.numel() // max(weight.numel(), 1),), dtype=torch.float32)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     return out, torch.empty_like(out), stat, torch.empty_like(stat)
@@ -68,7 +68,7 @@ def add_layernorm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Ten
 
 
 @add_layernorm_bwd_op.register_fake
-def _(dy, dh, h, weight, mean, rstd, provider):
+def _bwd_fake(dy, dh, h, weight, mean, rstd, provider):
     return (torch.empty_like(h, memory_format=torch.contiguous_format),
             torch.empty_like(weight, memory_format=torch.contiguous_format),
             torch.empty_like(weight, memory_format=torch.contiguous_format))
@@ -82,13 +82,21 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(h, weight, mean, rstd)
 
 
-def _backward(ctx, dy, dh, _dmean, _drstd):
-    h, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = dispatch.in_transforms(add_layernorm_bwd_op)(dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
-    return dx, dx, dw, db, None, None
+def _backward_with(bwd: Any):
+    """The forward op's backward formula: the backward op ``bwd`` of the same provider."""
+
+    def backward(ctx, dy, dh, _dmean, _drstd):
+        h, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = dispatch.in_transforms(bwd)(dy.contiguous(), dh, h, weight, mean, rstd, ctx.provider)
+        return dx, dx, dw, db, None, None
+
+    return backward
 
 
-add_layernorm_op.register_autograd(_backward, setup_context=_setup_context)
+add_layernorm_op.register_autograd(_backward_with(add_layernorm_bwd_op), setup_context=_setup_context)
+# For torch.compile, the Triton provider's twins (dispatch.compiled_twin): triton_ops Inductor traces into.
+_bwd_twin = dispatch.compiled_twin("add_layernorm_bwd", "triton", _bwd, fake=_bwd_fake)
+dispatch.compiled_twin("add_layernorm", "triton", _fwd, _setup_context, _backward_with(_bwd_twin), _fwd_fake)
 
 
 class _EagerAddLayerNorm(torch.autograd.Function):
@@ -250,5 +258,6 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int
         elif route == dispatch.DIRECT_GRAD:
             y, h, _, _ = _EagerAddLayerNorm.apply(x, residual, weight, bias, eps, chosen.name)
         else:
-            y, h, _, _ = dispatch.in_transforms(add_layernorm_op)(x, residual, weight, bias, eps, chosen.name)
+            op = dispatch.compiled("add_layernorm", chosen.name, add_layernorm_op, x)
+            y, h, _, _ = op(x, residual, weight, bias, eps, chosen.name)
     return y, h
