@@ -577,6 +577,40 @@ def test_inductor_launches_the_kernels_directly_on_gpu(op):
 
 
 @pytest.mark.gpu
+def test_inductor_launches_add_layernorms_kernels_on_gpu():
+    """A compiled ``add_layernorm`` (y and h both used) on a GPU: Inductor's code launches the row
+    kernel, the row-group kernel and the partial sums itself, no xrt op left; float64 numerics."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    args = [torch.randn(4, 9, N, device="cuda", requires_grad=True) for _ in range(2)]
+    args += [torch.randn(N, device="cuda", requires_grad=True) for _ in range(2)]
+
+    def f(x, r, w, b, fn=lambda *a: xp.ops.add_layernorm(*a[:2], N, *a[2:], provider="triton")):
+        y, h = fn(x, r, w, b)
+        return y * 1.5 + h.sin()
+
+    def unfused(x, r, w, b):
+        h = x + r
+        return torch.nn.functional.layer_norm(h, (N,), w, b), h
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+
+    def step():
+        out = compiled(*args)
+        dout = torch.randn_like(out)
+        return out, torch.autograd.grad(out, args, dout), dout
+
+    got, codes = run_and_get_code(step)
+    code = "\n".join(codes)
+    assert "torch.ops.xrt" not in code and "xrt." not in code.replace("xrt.kernels", "")
+    for name in ("_add_layernorm_fwd_kernel", "_add_layernorm_bwd_kernel", "_sum_partials_kernel"):
+        assert name in code, name
+    _matches_float64(got, args, lambda *ref: f(*ref, fn=unfused))
+
+
+@pytest.mark.gpu
 def test_inductor_runs_a_layernorm_without_grad_as_one_kernel_and_one_buffer():
     """Inference on the GPU: Inductor's code launches the forward kernel with no statistics and
     allocates the output alone (no mean or rstd buffer, no copy of an input)."""
