@@ -64,6 +64,22 @@ def checkout_build_lock() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def graph_keeper(codes: list[str]):
+    """A ``torch.compile`` backend that runs AOTAutograd without codegen and keeps each graph's code
+    in ``codes`` (forward, then backward), partitioned by the min-cut partitioner as Inductor's are.
+    (On CPU tensors torch cannot read which kernel arguments are written and takes all of them.)"""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def keep(gm, _inputs):
+        codes.append(gm.code)
+        return make_boxed_func(gm)
+
+    return aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
+                        keep_inference_input_mutations=True)
+
+
 def _has_cuda() -> bool:
     try:
         import torch

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+from conftest import graph_keeper
 from functorch.compile import make_boxed_func
 
 import xrt.pytorch as xp
@@ -187,24 +188,14 @@ def test_a_routed_linear_puts_its_bias_in_the_gemm_epilogue_under_compile(traced
     launch with the bias in its epilogue and no add in the forward graph; the backward is the two
     gradient GEMMs and the bias's row sum. Without a bias, the GEMM alone. Outputs and gradients
     match float64."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     torch.manual_seed(0)
     lin = torch.nn.Linear(11, 5, bias=bias)
     x = torch.randn(2, 3, 11, requires_grad=True)
     codes: list[str] = []
-
-    def keep(gm, _inputs):
-        codes.append(gm.code)
-        return make_boxed_func(gm)
-
     torch._dynamo.reset()
     # (Inductor's partitioner. On the CPU torch cannot read which arguments a Triton kernel writes, with no
     # driver to compile its TTIR for, and takes every one as written; the default partitioner then fails.)
-    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
-                           keep_inference_input_mutations=True)
-    f = torch.compile(lambda t: lin(t), backend=backend, fullgraph=True)
+    f = torch.compile(lambda t: lin(t), backend=graph_keeper(codes), fullgraph=True)
     with xp.kernel_policy(matmul="triton"):
         explained = torch._dynamo.explain(lambda t: lin(t))(x)
         y = f(x)
@@ -254,19 +245,9 @@ def _compiled_step(f, args, launches: tuple[int, int]):
     """``f`` compiled (fullgraph) with AOTAutograd, the min-cut partitioner and no codegen, run forward
     and backward: its output, the gradients of ``args`` and the upstream gradient. Asserts the kernel
     launches of the forward and backward graphs (``launches``) and no xrt custom op in them."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     codes: list[str] = []
-
-    def keep(gm, _inputs):
-        codes.append(gm.code)
-        return make_boxed_func(gm)
-
-    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition,
-                           keep_inference_input_mutations=True)
     torch._dynamo.reset()
-    out = torch.compile(f, backend=backend, fullgraph=True)(*args)
+    out = torch.compile(f, backend=graph_keeper(codes), fullgraph=True)(*args)
     dout = torch.randn_like(out)
     grads = torch.autograd.grad(out, args, dout)
     forward, backward = codes

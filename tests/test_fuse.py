@@ -110,6 +110,38 @@ def test_fused_gpt_matches_the_unfused_model(interpreter):
         assert err_fused <= 2 * err_torch + 2e-3, (i, err_fused, err_torch)
 
 
+def test_a_compiled_fused_gpt_launches_xrt_kernels_and_calls_no_xrt_op(interpreter, monkeypatch):
+    """The fused GPT under torch.compile with xrt's kernels for the rest (``layernorm``, ``matmul``): its
+    forward and backward graphs launch xrt's kernels themselves (the twins of add_layernorm, linear_gelu,
+    the routed linear and layernorm), with no opaque xrt custom op and no torch GEMM or LayerNorm left;
+    attention (head dim 16, which xrt's kernels do not take) stays torch's. Outputs and gradients as
+    float64's."""
+    from conftest import graph_keeper
+
+    from xrt.pytorch.ops import dispatch
+
+    monkeypatch.setattr(dispatch, "TRITON_OP_ON_CPU", True)  # CPU tensors take the twins (no Inductor)
+    torch.manual_seed(0)
+    ref = GPT()
+    _randomize(ref)
+    x, dy = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    want = _step(copy.deepcopy(ref).double(), x.double(), dy.double())
+    fused = copy.deepcopy(ref)
+    assert len(xp.fuse(fused, provider="triton")) == 4
+    codes: list[str] = []
+    torch._dynamo.reset()
+    with xp.kernel_policy(layernorm="triton", matmul="triton"):
+        got = _step(torch.compile(fused, backend=graph_keeper(codes), fullgraph=True), x, dy)
+    forward, backward = codes
+    for code in codes:
+        assert "torch.ops.xrt" not in code
+        for torch_op in ("aten.mm", "aten.addmm", "aten.bmm", "aten.native_layer_norm", "aten.gelu"):
+            assert torch_op not in code, torch_op
+    assert forward.count("triton_kernel_wrapper_functional(") == 13, forward  # 5 LayerNorms, 6 GEMMs, 2 with GELU
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+
+
 def test_fuse_follows_the_policy_and_unfuse_restores():
     torch.manual_seed(1)
     model = GPT(16, 1)
