@@ -154,6 +154,32 @@ def test_five_rounds_a_slowdown_in_three_alone_does_not_fail(world, capsys):
     assert "not slower in every round but one (head / base per round: 1.4" in out, out
 
 
+def test_five_noisy_rounds_of_a_lone_series_are_judged_against_their_spread(world, capsys):
+    """The device series is its machine's only paired series of its kind here: five rounds give it 4
+    degrees of freedom, enough for a pool of its own, so its spread is judged (trimmed: 1.04-1.30x in
+    the middle rounds, t well under 4). With the trimmed degrees of freedom (2) it had no pool, skipped
+    the spread, and failed the gate."""
+    repo, (c0, c1, c2), root, db, rng = world
+    rounds(root, c1, c2, [4e-6] * 5, [4e-6 * r for r in (1.03, 1.30, 1.04, 1.06, 1.45)], rng)
+    ingest(root, db, repo=str(repo), echo=lambda s: None)
+    code, out = gate(db, repo, c1, c2, capsys)
+    assert code == 0, out
+    assert "within the round-to-round spread (5 rounds, the 3 between the extremes" in out, out
+
+
+def test_five_base_runs_and_one_head_run_are_no_rounds():
+    """Base measured five times, head once: the five head / base pairs are not rounds (no round spread
+    and nothing trimmed); five runs a side are."""
+    from xrt.track.gate_compare import round_logs
+    from xrt.track.gate_data import Side
+
+    def side(values):
+        return Side(unit="seconds", params=[], runs=[((k, k), v, v) for k, v in enumerate(values)])
+
+    assert round_logs(side([1.0] * 5), side([1.3]), True) is None
+    assert round_logs(side([1.0] * 5), side([1.3] * 5), True) is not None
+
+
 def test_trimmed_rounds_are_yuens():
     """Five rounds: the mean of the middle three, σ from the winsorized five; four: plain."""
     from xrt.track.gate_compare import trimmed

@@ -62,7 +62,8 @@ def round_logs(b: Side, h: Side, paired: bool) -> np.ndarray | None:
         return None
     rs = round_ratios(b, h, paired)
     col = 2 if paired else 1
-    if rs is None or len(rs) < 2 or len(rs) != len([r for r in b.runs if r[col]]):
+    counts = {len([r for r in d.runs if r[col]]) for d in (b, h)}  # one size: one run a side a round
+    if rs is None or len(rs) < 2 or counts != {len(rs)}:
         return None
     return np.log(rs)
 
@@ -91,13 +92,12 @@ def trimmed(d: np.ndarray) -> tuple[float, float, int]:
 
 def round_sigma(b: Side, h: Side, paired: bool) -> tuple[float, int] | None:
     """The round-to-round σ of a series' log head / base ratio (:func:`round_logs`; trimmed from
-    :data:`TRIM_FROM` rounds, :func:`trimmed`) and its degrees of freedom. None: not measured in paired
-    rounds."""
+    :data:`TRIM_FROM` rounds, :func:`trimmed`) and the rounds less one, its weight in the machine's
+    pool (the winsorized σ is taken from every round). None: not measured in paired rounds."""
     d = round_logs(b, h, paired)
     if d is None:
         return None
-    _, sigma, df = trimmed(d)
-    return sigma, df
+    return trimmed(d)[1], len(d) - 1
 
 
 def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
@@ -106,15 +106,16 @@ def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
     measure how far a whole process moves (Pinpoint's inter-task noise): a series that flips between
     two levels from one process to the next (seen for a compiled CUDA C call: 1.65 or 1.9-2.1 times
     its reference) moves that far in an A/A pair too, and is not a regression unless head's runs all
-    lie beyond base's. From :data:`TRIM_FROM` runs a side: head's second best against base's second
+    lie beyond base's. From :data:`TRIM_FROM` paired rounds: head's second best against base's second
     worst."""
     col = 2 if paired else 1
     bs = sorted(np.log(r[col]) * sign for r in b.runs if r[col])
     hs = sorted(np.log(r[col]) * sign for r in h.runs if r[col])
     if len(bs) < 2 or not hs:
         return None
-    # From TRIM_FROM runs a side, each side's extreme run is set aside (head's best, base's worst).
-    k = 1 if min(len(bs), len(hs)) >= TRIM_FROM else 0
+    # From TRIM_FROM paired rounds, each side's extreme run is set aside (head's best, base's worst).
+    rounds = round_logs(b, h, paired)
+    k = 1 if rounds is not None and len(rounds) >= TRIM_FROM else 0
     return float(hs[k] - bs[-1 - k])
 
 
