@@ -78,31 +78,26 @@ def _torch(op: str):
 
 
 def _capture(fn, *args):
-    """``fn`` compiled (fullgraph) with AOTAutograd and no codegen: its output, the gradients of its
-    inputs, and the code of the forward and backward graphs that Inductor would get."""
-    from torch._dynamo.backends.common import aot_autograd
-
+    """``fn`` compiled (fullgraph) with AOTAutograd and no codegen (:func:`conftest.graph_keeper`): its
+    output, the gradients of its inputs, the upstream gradient, and the code of the forward and
+    backward graphs that Inductor would get."""
     codes: list[str] = []
-
-    def keep(gm, _inputs):
-        codes.append(gm.code)
-        return make_boxed_func(gm)
-
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
-    y = compiled(*args)
+    y = torch.compile(fn, backend=graph_keeper(codes), fullgraph=True)(*args)
     dy = torch.randn_like(y)
     grads = torch.autograd.grad(y, args, dy)
     return y, grads, dy, codes
 
 
-def _check_against_float64(op: str, args, y, grads, dy) -> None:
-    ref_args = [a.detach().double().requires_grad_() for a in args]
-    want = _torch(op)(*ref_args)
-    want_grads = torch.autograd.grad(want, ref_args, dy.double())
-    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
-    for g, w in zip(grads, want_grads):
-        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+def _matches_float64(got, args, reference) -> None:
+    """A compiled step's output, gradients and upstream gradient (``got``) against ``reference`` run
+    on ``args`` in float64."""
+    out, grads, dout = got
+    ref = [t.detach().double().requires_grad_() for t in args]
+    want = reference(*ref)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, torch.autograd.grad(want, ref, dout.double())):
+        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
@@ -116,7 +111,7 @@ def test_compiled_graph_launches_the_triton_kernels(traced, op):
     assert "torch.ops.xrt" not in forward and "torch.ops.xrt" not in backward
     if op == "layernorm":  # its backward is xrt's kernels too
         assert "triton_kernel_wrapper_functional" in backward
-    _check_against_float64(op, args, y, grads, dy)
+    _matches_float64((y, grads, dy), args, _torch(op))
 
 
 @pytest.mark.parametrize("op", ["square", "softmax", "layernorm"])
@@ -141,15 +136,8 @@ def test_a_compiled_layernorm_that_autograd_does_not_record_computes_no_statisti
     torch.manual_seed(0)
     x, w, b = torch.randn(7, N), torch.randn(N), torch.randn(N)
     codes: list[str] = []
-
-    def keep(gm, _inputs):
-        codes.append(gm.code)
-        return make_boxed_func(gm)
-
-    from torch._dynamo.backends.common import aot_autograd
-
     torch._dynamo.reset()
-    f = torch.compile(_xrt("layernorm", "triton"), backend=aot_autograd(fw_compiler=keep), fullgraph=True)
+    f = torch.compile(_xrt("layernorm", "triton"), backend=graph_keeper(codes), fullgraph=True)
     with torch.no_grad() if grad == "no_grad" else contextlib.nullcontext():
         y = f(x, w, b)
     torch.testing.assert_close(y.double(), _torch("layernorm")(x.double(), w.double(), b.double()),
@@ -168,16 +156,9 @@ def test_a_compiled_layernorm_that_autograd_does_not_record_computes_no_statisti
 def test_matmul_forward_traces_into_the_kernel(traced):
     a, b = torch.randn(6, 11), torch.randn(11, 5)
     codes: list[str] = []
-
-    def keep(gm, _inputs):
-        codes.append(gm.code)
-        return make_boxed_func(gm)
-
-    from torch._dynamo.backends.common import aot_autograd
-
     torch._dynamo.reset()
-    f = torch.compile(lambda p, q: xp.ops.matmul(p, q, provider="triton"),
-                      backend=aot_autograd(fw_compiler=keep), fullgraph=True)
+    f = torch.compile(lambda p, q: xp.ops.matmul(p, q, provider="triton"), backend=graph_keeper(codes),
+                      fullgraph=True)
     torch.testing.assert_close(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
     assert "triton_kernel_wrapper_functional" in codes[0] and "torch.ops.xrt" not in codes[0]
 
@@ -242,28 +223,12 @@ LAUNCH = "higher_order.triton_kernel_wrapper_functional("
 
 
 def _compiled_step(f, args, launches: tuple[int, int]):
-    """``f`` compiled (fullgraph) with AOTAutograd, the min-cut partitioner and no codegen, run forward
-    and backward: its output, the gradients of ``args`` and the upstream gradient. Asserts the kernel
-    launches of the forward and backward graphs (``launches``) and no xrt custom op in them."""
-    codes: list[str] = []
-    torch._dynamo.reset()
-    out = torch.compile(f, backend=graph_keeper(codes), fullgraph=True)(*args)
-    dout = torch.randn_like(out)
-    grads = torch.autograd.grad(out, args, dout)
-    forward, backward = codes
+    """:func:`_capture` of ``f``, asserting the kernel launches of its forward and backward graphs
+    (``launches``) and no xrt custom op in them: its output, gradients and upstream gradient."""
+    out, grads, dout, (forward, backward) = _capture(f, *args)
     assert (forward.count(LAUNCH), backward.count(LAUNCH)) == launches, (forward, backward)
     assert "torch.ops.xrt" not in forward + backward
     return out, grads, dout
-
-
-def _matches_float64(got, args, reference) -> None:
-    """The compiled step's output and gradients (:func:`_compiled_step`) against ``reference`` in float64."""
-    out, grads, dout = got
-    ref = [t.detach().double().requires_grad_() for t in args]
-    want = reference(*ref)
-    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
-    for g, r in zip(grads, torch.autograd.grad(want, ref, dout.double())):
-        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
 
 
 def test_a_traced_gemm_passes_the_models_tensors_not_views_of_them(interpreter):
@@ -374,16 +339,24 @@ def test_a_compiled_add_layernorm_launches_its_kernels(traced, uses):
     torch.manual_seed(0)
     args = [torch.randn(2, 5, N, requires_grad=True), torch.randn(2, 5, N, requires_grad=True),
             torch.randn(N, requires_grad=True), torch.randn(N, requires_grad=True)]
+    f = _add_layernorm_step(uses)
+    _matches_float64(_compiled_step(f, args, launches=(1, 2)), args, lambda *ref: f(*ref, fn=_unfused_add_layernorm))
+
+
+def _add_layernorm_step(uses: str):
+    """A step on ``add_layernorm``'s outputs (``fn``: xrt's Triton provider, or another of its
+    signature): y alone, or y and h."""
 
     def f(x, r, w, b, fn=lambda *a: xp.ops.add_layernorm(*a[:2], N, *a[2:], provider="triton")):
         y, h = fn(x, r, w, b)
         return y if uses == "y" else y * 1.5 + h.sin()
 
-    def unfused(x, r, w, b):
-        h = x + r
-        return torch.nn.functional.layer_norm(h, (N,), w, b), h
+    return f
 
-    _matches_float64(_compiled_step(f, args, launches=(1, 2)), args, lambda *ref: f(*ref, fn=unfused))
+
+def _unfused_add_layernorm(x, r, w, b):
+    h = x + r
+    return torch.nn.functional.layer_norm(h, (N,), w, b), h
 
 
 def _add_layernorm_twins_opcheck(device: str, fwd_utils) -> None:
@@ -554,7 +527,7 @@ def test_inductor_launches_the_kernels_directly_on_gpu(op):
     assert "torch.ops.xrt" not in code and "xrt." not in code.replace("xrt.kernels", "")
     for name in KERNELS[op]:
         assert name in code, name
-    _check_against_float64(op, args, y, grads, dy)
+    _matches_float64((y, grads, dy), args, _torch(op))
 
 
 @pytest.mark.gpu
@@ -567,14 +540,7 @@ def test_inductor_launches_add_layernorms_kernels_on_gpu():
     args = [torch.randn(4, 9, N, device="cuda", requires_grad=True) for _ in range(2)]
     args += [torch.randn(N, device="cuda", requires_grad=True) for _ in range(2)]
 
-    def f(x, r, w, b, fn=lambda *a: xp.ops.add_layernorm(*a[:2], N, *a[2:], provider="triton")):
-        y, h = fn(x, r, w, b)
-        return y * 1.5 + h.sin()
-
-    def unfused(x, r, w, b):
-        h = x + r
-        return torch.nn.functional.layer_norm(h, (N,), w, b), h
-
+    f = _add_layernorm_step("y and h")
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True)
 
@@ -588,7 +554,7 @@ def test_inductor_launches_add_layernorms_kernels_on_gpu():
     assert "torch.ops.xrt" not in code and "xrt." not in code.replace("xrt.kernels", "")
     for name in ("_add_layernorm_fwd_kernel", "_add_layernorm_bwd_kernel", "_sum_partials_kernel"):
         assert name in code, name
-    _matches_float64(got, args, lambda *ref: f(*ref, fn=unfused))
+    _matches_float64(got, args, lambda *ref: f(*ref, fn=_unfused_add_layernorm))
 
 
 @pytest.mark.gpu

@@ -185,14 +185,14 @@ def test_trimmed_rounds_are_yuens():
     from xrt.track.gate_compare import trimmed
 
     d = np.log([1.30, 1.18, 1.53, 1.42, 1.48])
-    mean, sigma, df = trimmed(d)
+    mean, sigma, kept = trimmed(d)
     s = np.sort(d)
     w = np.array([s[1], s[1], s[2], s[3], s[3]])
     se = np.sqrt(np.sum((w - w.mean()) ** 2) / (3 * 2))  # Yuen: the winsorized squares over h (h - 1)
-    assert mean == pytest.approx(s[1:4].mean()) and df == 2
+    assert mean == pytest.approx(s[1:4].mean()) and kept == 3
     assert sigma / np.sqrt(3) == pytest.approx(se)
-    m4, s4, df4 = trimmed(d[:4])
-    assert m4 == pytest.approx(d[:4].mean()) and s4 == pytest.approx(np.std(d[:4], ddof=1)) and df4 == 3
+    m4, s4, kept4 = trimmed(d[:4])
+    assert m4 == pytest.approx(d[:4].mean()) and s4 == pytest.approx(np.std(d[:4], ddof=1)) and kept4 == 4
     one_wild = np.log([1.4, 1.41, 0.9, 1.39, 1.4])  # one round out: the trimmed σ stays small
     assert trimmed(one_wild)[1] < 0.02 < np.std(one_wild, ddof=1)
 

@@ -79,15 +79,22 @@ def trimmed(d: np.ndarray) -> tuple[float, float, int]:
     """Yuen's trimmed mean of the round values ``d`` and its σ a round, where there are
     :data:`TRIM_FROM` or more (the lowest and the highest set aside): the mean of the rest, and the
     σ from the winsorized values (the extremes replaced by their neighbours), scaled so that σ / √kept
-    is the trimmed mean's standard error. Fewer rounds: the mean and the plain σ. Third: the degrees of
-    freedom (kept rounds less one)."""
+    is the trimmed mean's standard error. Fewer rounds: the mean and the plain σ. Third: the rounds
+    kept."""
     n = len(d)
     if n < TRIM_FROM:
-        return float(d.mean()), float(np.std(d, ddof=1)), n - 1
+        return float(d.mean()), float(np.std(d, ddof=1)), n
     s = np.sort(d)
     kept = n - 2
     w = np.clip(s, s[1], s[-2])
-    return float(s[1:-1].mean()), float(np.std(w, ddof=1) * np.sqrt((n - 1) / (kept - 1))), kept - 1
+    return float(s[1:-1].mean()), float(np.std(w, ddof=1) * np.sqrt((n - 1) / (kept - 1))), kept
+
+
+def trims(b: Side, h: Side, paired: bool) -> bool:
+    """Are the round rules to set the extreme round aside: measured in :data:`TRIM_FROM` or more paired
+    rounds (:func:`round_logs`)?"""
+    d = round_logs(b, h, paired)
+    return d is not None and len(d) >= TRIM_FROM
 
 
 def round_sigma(b: Side, h: Side, paired: bool) -> tuple[float, int] | None:
@@ -113,9 +120,7 @@ def run_gap(b: Side, h: Side, paired: bool, sign: int) -> float | None:
     hs = sorted(np.log(r[col]) * sign for r in h.runs if r[col])
     if len(bs) < 2 or not hs:
         return None
-    # From TRIM_FROM paired rounds, each side's extreme run is set aside (head's best, base's worst).
-    rounds = round_logs(b, h, paired)
-    k = 1 if rounds is not None and len(rounds) >= TRIM_FROM else 0
+    k = 1 if trims(b, h, paired) else 0  # each side's extreme run set aside (head's best, base's worst)
     return float(hs[k] - bs[-1 - k])
 
 
@@ -190,8 +195,7 @@ def not_in_every_round(c: Comparison) -> str | None:
         return None
     c.item["rounds"] = c.rounds
     worse = sorted(c.sign * np.log(r) for r in c.rounds)
-    # From TRIM_FROM rounds paired by round, the one least slower is set aside (:func:`trimmed`).
-    but_one = round_logs(c.b, c.h, c.paired) is not None and len(worse) >= TRIM_FROM
+    but_one = trims(c.b, c.h, c.paired)  # the round least slower set aside
     if worse[1 if but_one else 0] < c.eff / 2:
         c.item["judged"] = (("not slower in every round but one" if but_one else "not slower in every round")
                             + " (head / base per round: " + ", ".join(f"{r:.3f}" for r in c.rounds) + ")")
@@ -222,8 +226,7 @@ def within_round_spread(c: Comparison) -> str | None:
         return None
     # A series noisier than the pool (one the pool left out as an outlier) is judged by its own σ.
     # From TRIM_FROM rounds, the trimmed mean of the rounds between the extremes (:func:`trimmed`).
-    mean, own, df = trimmed(d)
-    kept = df + 1
+    mean, own, kept = trimmed(d)
     sigma, whose = (own, "its own") if own > c.round_prior else (c.round_prior, "pooled over the machine's series")
     t = mean * c.sign / (sigma / np.sqrt(kept))
     spread = (f"{len(d)} rounds" + (f", the {kept} between the extremes" if kept < len(d) else "")

@@ -12,6 +12,7 @@ rather than recomputing it: see ``xrt/kernels/triton/linear_gelu.py``. Kernels s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -77,17 +78,18 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, weight, z)
 
 
-def _backward_with(bwd):
+def _backward_with(bwd: Any):
+    """The forward op's backward formula: the backward op ``bwd`` of the same provider."""
+
     def backward(ctx, dy, _dz):
         x, weight, z = ctx.saved_tensors
-        dx, dw, db = bwd(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
+        dx, dw, db = dispatch.in_transforms(bwd)(dy.contiguous(), x, weight, z, ctx.approximate, ctx.provider)
         return dx, dw, (db if ctx.has_bias else None), None, None, None
 
     return backward
 
 
-linear_gelu_op.register_autograd(_backward_with(lambda *a: dispatch.in_transforms(linear_gelu_bwd_op)(*a)),
-                                 setup_context=_setup_context)
+linear_gelu_op.register_autograd(_backward_with(linear_gelu_bwd_op), setup_context=_setup_context)
 # torch.compile's twins (dispatch.compiled_twin): triton_ops whose kernels Inductor launches itself, the
 # backward's gradient kernel and GEMMs included, where the custom op was one opaque call each way.
 _bwd_twin = dispatch.compiled_twin("linear_gelu_bwd", "triton", _linear_gelu_bwd)
