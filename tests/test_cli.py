@@ -63,6 +63,72 @@ def test_a_commands_own_error_is_one_line_under_python_m():
     assert out.stderr.startswith("xrt kernels: error: unknown op 'nosuchop'; known: ") and out.stderr.count("\n") == 1
 
 
+def _command(func):
+    """xrt.cli's parser with one command, ``lost``, that runs ``func``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="xrt")
+    parser.add_subparsers(dest="command").add_parser("lost").set_defaults(func=func)
+    return lambda: parser
+
+
+def _lose_a_ctrl_c():
+    """What torch's init does when the SIGINT lands in its import of numpy: the exception is lost."""
+    import signal
+
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pass
+
+
+@pytest.mark.parametrize("after", ["returns 0", "fails"])
+def test_a_lost_ctrl_c_still_ends_the_command_with_130(monkeypatch, capsys, after):
+    """A Ctrl-C whose KeyboardInterrupt a C extension lost: 130 and "xrt: interrupted", whether the
+    command then ran on or failed from it, never 0 or the later error."""
+    import signal
+
+    from xrt import cli
+
+    assert threading_main(), "the handler is set from the main thread only"
+
+    def func(args):
+        _lose_a_ctrl_c()
+        if after == "fails":
+            raise RuntimeError("cannot load module more than once per process")
+        return 0
+
+    monkeypatch.setattr(cli, "build_parser", _command(func))
+    assert cli.main(["lost"]) == 130
+    assert capsys.readouterr().err == "xrt: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    monkeypatch.setattr(cli, "build_parser", _command(lambda args: 0))
+    assert cli.main(["lost"]) == 0  # the next command starts afresh
+
+
+def test_a_ctrl_c_held_over_an_import_lands_after_it(monkeypatch):
+    """Within ``INTERRUPT.held()`` (tune's import of torch) the signal raises when the block ends."""
+    from xrt import cli
+
+    steps = []
+
+    def func(args):
+        with cli.INTERRUPT.held():
+            _lose_a_ctrl_c()  # nothing raised inside: the handler held it
+            steps.append("the import finished")
+        steps.append("ran on")
+        return 0
+
+    monkeypatch.setattr(cli, "build_parser", _command(func))
+    assert cli.main(["lost"]) == 130 and steps == ["the import finished"]
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 @pytest.mark.slow
 @pytest.mark.serial  # judges an A/A pair and a planted slowdown: never beside a busy worker
 def test_demo_runs_on_the_default_device(tmp_path):

@@ -8,11 +8,14 @@ no torch, no DuckDB at import.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from xrt import __version__
 from xrt.db.store import DatabaseError  # stdlib-only at import (no DuckDB)
@@ -40,6 +43,52 @@ class CLIError(Exception):
     """An error to show the user in one line (no traceback); exit code 2."""
 
 
+class Interrupt:
+    """Ctrl-C for a command. The first SIGINT raises KeyboardInterrupt, as Python's own handler does,
+    and is remembered: the command then ends with 130 and "xrt: interrupted" even where the exception
+    was lost. A C extension's init can lose it (torch's, when the signal lands in its import of numpy)
+    or fail later from it ("cannot load module more than once per process")."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._held = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.seen = True
+        if not self._held:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A Ctrl-C within the block raises when the block ends, not inside it (a heavy import)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if self.seen and not self._held:
+            raise KeyboardInterrupt
+
+
+INTERRUPT = Interrupt()
+
+
+@contextlib.contextmanager
+def _handling_interrupts() -> Iterator[None]:
+    """INTERRUPT as the SIGINT handler while a command runs (main thread, Python's handler in place)."""
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    INTERRUPT.seen = False
+    if not own:
+        yield
+        return
+    signal.signal(signal.SIGINT, INTERRUPT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xrt", description="xpuruntime: GPU kernels for PyTorch and "
                                      "the per-commit, per-GPU benchmark tracker that keeps them fast.")
@@ -64,10 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        rc = int(args.func(args) or 0)
+        with _handling_interrupts():
+            try:
+                rc = int(args.func(args) or 0)
+            except Exception:
+                if INTERRUPT.seen:  # the error a lost Ctrl-C left behind: the interrupt is the news
+                    raise KeyboardInterrupt from None
+                raise
+            if INTERRUPT.seen:  # lost on the way: the command ran on
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         print("xrt: interrupted", file=sys.stderr)
-        return 130
+        rc = 130
     except DatabaseError as e:  # a --db that cannot be used: one line naming it
         if os.environ.get("XRT_DEBUG"):
             traceback.print_exc()
