@@ -78,15 +78,16 @@ def _handling_interrupts() -> Iterator[None]:
     """INTERRUPT as the SIGINT handler while a command runs (main thread, Python's handler in place)."""
     own = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    INTERRUPT.seen = False
-    if not own:
+    if not own:  # a handler of the program's own, SIGINT ignored, or a command run by a command
         yield
         return
+    INTERRUPT.seen = False
     signal.signal(signal.SIGINT, INTERRUPT)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        INTERRUPT.seen = False
 
 
 def build_parser() -> argparse.ArgumentParser:
