@@ -106,21 +106,54 @@ def test_a_lost_ctrl_c_still_ends_the_command_with_130(monkeypatch, capsys, afte
     assert cli.main(["lost"]) == 0  # the next command starts afresh
 
 
-def test_a_ctrl_c_held_over_an_import_lands_after_it(monkeypatch):
-    """Within ``INTERRUPT.held()`` (tune's import of torch) the signal raises when the block ends."""
+def test_a_ctrl_c_inside_an_import_lands_after_it(monkeypatch, tmp_path):
+    """An extension's init is not written for an exception raised in it (orjson's crashed, DuckDB's
+    aborted, torch's lost it): a signal that lands in an import is raised when the import is done."""
+    import importlib
+    import time
+
+    from xrt import cli
+
+    (tmp_path / "xrt_test_slow_import.py").write_text(
+        "import signal, sys\nsignal.raise_signal(signal.SIGINT)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = []
+
+    def func(args):
+        mod = importlib.import_module("xrt_test_slow_import")  # nothing raised inside
+        steps.append(("imported", mod.DONE))
+        t = time.monotonic()
+        try:
+            time.sleep(5)
+        finally:
+            steps.append(("slept", round(time.monotonic() - t)))
+        return 0
+
+    monkeypatch.setattr(cli, "build_parser", _command(func))
+    try:
+        assert cli.main(["lost"]) == 130 and steps == [("imported", True), ("slept", 0)]
+    finally:
+        sys.modules.pop("xrt_test_slow_import", None)
+
+
+def test_sigterm_cleans_up_as_ctrl_c_and_ends_with_143(monkeypatch, capsys):
+    import signal
+
     from xrt import cli
 
     steps = []
 
     def func(args):
-        with cli.INTERRUPT.held():
-            _lose_a_ctrl_c()  # nothing raised inside: the handler held it
-            steps.append("the import finished")
-        steps.append("ran on")
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            steps.append("cleaned up")
         return 0
 
     monkeypatch.setattr(cli, "build_parser", _command(func))
-    assert cli.main(["lost"]) == 130 and steps == ["the import finished"]
+    assert cli.main(["lost"]) == 143 and steps == ["cleaned up"]
+    assert capsys.readouterr().err == "xrt: terminated\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def threading_main() -> bool:

@@ -7,15 +7,17 @@ no torch, no DuckDB at import.
 
 from __future__ import annotations
 
+from xrt.interrupt import INTERRUPT  # first: a Ctrl-C from here on ends the command with 130
+
+if __name__ == "__main__":
+    INTERRUPT.hold_until_main()
+
 import argparse
-import contextlib
 import importlib
 import os
-import signal
 import sys
-import threading
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from xrt import __version__
 from xrt.db.store import DatabaseError  # stdlib-only at import (no DuckDB)
@@ -43,53 +45,6 @@ class CLIError(Exception):
     """An error to show the user in one line (no traceback); exit code 2."""
 
 
-class Interrupt:
-    """Ctrl-C for a command. The first SIGINT raises KeyboardInterrupt, as Python's own handler does,
-    and is remembered: the command then ends with 130 and "xrt: interrupted" even where the exception
-    was lost. A C extension's init can lose it (torch's, when the signal lands in its import of numpy)
-    or fail later from it ("cannot load module more than once per process")."""
-
-    def __init__(self) -> None:
-        self.seen = False
-        self._held = 0
-
-    def __call__(self, signum: int, frame: object) -> None:
-        self.seen = True
-        if not self._held:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """A Ctrl-C within the block raises when the block ends, not inside it (a heavy import)."""
-        self._held += 1
-        try:
-            yield
-        finally:
-            self._held -= 1
-        if self.seen and not self._held:
-            raise KeyboardInterrupt
-
-
-INTERRUPT = Interrupt()
-
-
-@contextlib.contextmanager
-def _handling_interrupts() -> Iterator[None]:
-    """INTERRUPT as the SIGINT handler while a command runs (main thread, Python's handler in place)."""
-    own = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if not own:  # a handler of the program's own, SIGINT ignored, or a command run by a command
-        yield
-        return
-    INTERRUPT.seen = False
-    signal.signal(signal.SIGINT, INTERRUPT)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        INTERRUPT.seen = False
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xrt", description="xpuruntime: GPU kernels for PyTorch and "
                                      "the per-commit, per-GPU benchmark tracker that keeps them fast.")
@@ -108,24 +63,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    installed = INTERRUPT.install()
+    try:
+        return _main(argv)
+    finally:
+        if installed:
+            INTERRUPT.uninstall()
+
+
+def _interrupted() -> int:
+    code, word = INTERRUPT.exit_code()
+    print(f"xrt: {word}", file=sys.stderr)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        with INTERRUPT.held():  # a signal from the program's start on is raised here, at the latest
+            INTERRUPT.release_main_hold()
+            parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
     try:
-        with _handling_interrupts():
-            try:
-                rc = int(args.func(args) or 0)
-            except Exception:
-                if INTERRUPT.seen:  # the error a lost Ctrl-C left behind: the interrupt is the news
-                    raise KeyboardInterrupt from None
-                raise
-            if INTERRUPT.seen:  # lost on the way: the command ran on
-                raise KeyboardInterrupt
+        try:
+            rc = int(args.func(args) or 0)
+        except Exception:
+            INTERRUPT.check()  # the error a caught or lost signal left behind: the signal is the news
+            raise
+        INTERRUPT.check()  # lost on the way: the command ran on
     except KeyboardInterrupt:
-        print("xrt: interrupted", file=sys.stderr)
-        rc = 130
+        rc = _interrupted()
     except DatabaseError as e:  # a --db that cannot be used: one line naming it
         if os.environ.get("XRT_DEBUG"):
             traceback.print_exc()
@@ -157,6 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # `python -m xrt.cli` runs this file as __main__: the commands raise xrt.cli's CLIError, a class
     # of the module imported by name, so run that module's main (else a CLIError is a traceback).
-    from xrt import cli
+    from xrt import cli, interrupt
 
-    sys.exit(cli.main())
+    interrupt.end(cli.main())

@@ -106,18 +106,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs {args.jobs}: at least 1 worker")
     if args.timeout <= 0:
         raise ValueError(f"--timeout {args.timeout}: must be positive")
-    from xrt.cli import INTERRUPT
-
-    with INTERRUPT.held():  # no Ctrl-C inside an import: see xrt.cli.Interrupt
-        from xrt.tune.tuner import EarlyWorkers, Problem, TuneError, early_pins, tune
+    from xrt.tune.tuner import EarlyWorkers, Problem, TuneError, early_pins, tune
 
     problem = Problem(args.op, args.provider, args.shape, args.dtype)
     # The timing workers first (one per GPU; local runs only): their start overlaps the imports below.
     # Whatever fails from here on, the finally stops those the search did not adopt.
     early = None if args.address else EarlyWorkers(problem, early_pins(args.gpus), tl, max(args.timeout, 300.0))
     try:
-        with INTERRUPT.held():  # torch's import
-            from xrt.bench import specs
+        from xrt.bench import specs
 
         tl.mark("imports done")
         specs.get(args.op)  # a clear error naming the known ops
