@@ -607,3 +607,46 @@ def test_cpu_bench_processes_run_one_intra_op_thread(monkeypatch):
     assert "OMP_NUM_THREADS" not in runner.kind_env("cuda")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert runner.kind_env("cpu")["OMP_NUM_THREADS"] == "2"
+
+
+def test_stopping_asv_stops_its_session_and_what_left_it(tmp_path):
+    """An interrupted `xrt bench run` stops its asv processes: their session, and a process that left
+    it (asv's fork server does), found by the run's mark in its environment."""
+    import sys
+    import textwrap
+    import time
+
+    from xrt.bench import runner
+
+    pids = tmp_path / "pids"
+    note = f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')"
+    (tmp_path / "escapes.py").write_text(f"import os, time\nos.setsid()\n{note}\ntime.sleep(60)\n")
+    (tmp_path / "stays.py").write_text(f"import os, time\n{note}\ntime.sleep(60)\n")
+    (tmp_path / "asv.py").write_text(textwrap.dedent(f"""\
+        import os, subprocess, sys, time
+        for name in ("escapes.py", "stays.py"):
+            subprocess.Popen([sys.executable, name])
+        {note}
+        time.sleep(60)
+    """))
+    mark = "test-" + tmp_path.name
+    with open(tmp_path / "log", "w") as log:
+        p = runner._start_asv([sys.executable, "asv.py"], tmp_path, {**os.environ, runner.RUN_MARK: mark}, log)
+    deadline = time.monotonic() + 30
+    while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = [int(x) for x in pids.read_text().split()]
+    assert len(started) == 3, (tmp_path / "log").read_text()
+    runner.stop_asv([p], mark)
+    assert p.returncode is not None
+    time.sleep(0.2)
+    alive = [pid for pid in started if _alive_not_zombie(pid)]
+    assert not alive, f"{alive} outlived stop_asv"
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -306,3 +306,27 @@ def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
     assert xrt_main(["db", "ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.duckdb")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "no such results directory" in err
+
+
+def test_a_ctrl_c_in_the_judgement_commits_nothing(tmp_path, monkeypatch, capsys):
+    """DuckDB reports a Ctrl-C in a query as RuntimeError "Query interrupted": the ingest's judgement
+    of the newest commits must not take that for a failed judgement and commit the write without it."""
+    import signal
+
+    from xrt.track import newest
+
+    root = asvgen.make_results(tmp_path / "results", {
+        f"m1/{asvgen.sha(i)[:8]}-env.json": asvgen.v2_file(asvgen.sha(i), date_ms=1_700_000_000_000 + i)
+        for i in range(1, 4)})
+    db = tmp_path / "x.duckdb"
+
+    def interrupted(con, echo):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            raise RuntimeError("Query interrupted") from None
+
+    monkeypatch.setattr(newest, "after_ingest", interrupted)
+    assert xrt_main(["db", "ingest", str(root), "--db", str(db)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "xrt: interrupted"
+    assert not db.exists()  # nothing committed: the file was never made

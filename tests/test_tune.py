@@ -483,3 +483,16 @@ def test_an_idle_timing_worker_does_not_wait_for_the_build_pool(tmp_path, monkey
     assert "first config timed" in at and "first config compiled" not in at, at
     assert at["last config timed"] < at["last build worker ready"] <= at["build workers stopped"], at
     assert {r["phase"] for r in Journal(journal).records} == {"time"}
+
+
+def test_no_worker_starts_once_the_search_stops(tmp_path):
+    """A build or timing thread that asks for a fresh worker after the search began to stop (its
+    worker killed by the same Ctrl-C) starts none: it would outlive the command."""
+    from xrt.tune.process import Gate, Stopping, Worker
+
+    w = Worker(Problem("square", "triton", "1024", "float32"), "time", dict(os.environ), tmp_path / "w.log", 60)
+    w.gate = Gate()
+    w.gate.shut()
+    with pytest.raises(Stopping):
+        w.ask({"BLOCK_SIZE": 1024, "num_warps": 4}, 60)
+    assert w.proc is None

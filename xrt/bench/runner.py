@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +283,62 @@ def _tag_process(f: Path, k: int) -> Path:
     return dest
 
 
+STOP_GRACE_S = 10.0  # an asv process asked to stop (SIGINT) gets this long before it is killed
+
+
+def _start_asv(cmd: list[str], cwd: Path, env: dict[str, str], log) -> subprocess.Popen:
+    """An asv process in a session of its own, with the benchmark processes it starts, so that
+    :func:`stop_asv` stops all of them (a terminal's Ctrl-C reaches xrt, which stops them)."""
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_asv(procs: list[subprocess.Popen], mark: str | None = None) -> None:
+    """Stop the asv processes still running and the processes of their sessions: SIGINT (asv stops
+    its benchmark processes), then SIGKILL after :data:`STOP_GRACE_S`. Each is waited for. With
+    ``mark`` (the run's :data:`RUN_MARK`), also what left their sessions (asv's fork server)."""
+    import signal
+
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in running:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # whatever is left of its session (benchmark processes asv left behind)
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        p.wait()
+    if running and mark:
+        _kill_marked(f"{RUN_MARK}={mark}".encode())
+
+
+RUN_MARK = "XRT_BENCH_RUN"  # in every asv process's environment: which run started it
+
+
+def _kill_marked(entry: bytes) -> None:
+    """SIGKILL every other process whose environment holds ``entry`` (Linux's /proc; elsewhere none)."""
+    import signal
+
+    if not os.path.isdir("/proc"):
+        return
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if entry in f.read().split(b"\0"):
+                    os.kill(int(d), signal.SIGKILL)
+        except OSError:  # gone, or not ours to read
+            pass
+
+
 EARLY_EXIT_S = 10.0  # an asv process that exits 1 this soon, beside others, measured nothing: run it again alone
 
 
@@ -390,6 +447,7 @@ class _Job:
     log: Any
     n_commits: int
     processes: int = 1  # processes of the host and compiled series; device series run in the first only
+    mark: str = field(default_factory=lambda: uuid.uuid4().hex)  # RUN_MARK's value in its asv processes
 
 
 class _CommitRun:
@@ -418,15 +476,22 @@ class _CommitRun:
             if self.job.processes > 1:
                 log(f"{self.tag}: process {self.k} of {self.job.processes}"
                     + (f" ({', '.join(PROCESS_SERIES)} series)" if self.k > 1 else ""))
-            for t in self.job.tgts:
-                self.launch(t)
-            if len(self.procs) > 1:
-                log(f"{self.tag}: {len(self.procs)} asv processes in parallel, one per GPU")
-            for t, side, out, log_name in self.wait():
-                cmd, env = self.launches[t.machine]
-                with open(log_name, "w") as f:
-                    rc = subprocess.run(cmd, cwd=self.wt, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-                self.finish(t, side, out, log_name, rc, round(time.time() - self.t0, 1))
+            try:
+                for t in self.job.tgts:
+                    self.launch(t)
+                if len(self.procs) > 1:
+                    log(f"{self.tag}: {len(self.procs)} asv processes in parallel, one per GPU")
+                for t, side, out, log_name in self.wait():
+                    cmd, env = self.launches[t.machine]
+                    with open(log_name, "w") as f:
+                        p = _start_asv(cmd, self.wt, env, f)
+                        try:
+                            rc = p.wait()
+                        finally:
+                            stop_asv([p], self.job.mark)
+                    self.finish(t, side, out, log_name, rc, round(time.time() - self.t0, 1))
+            finally:  # a Ctrl-C, a SIGTERM or an error here: no asv process outlives the run
+                stop_asv([item[-1] for item in self.procs], self.job.mark)
         self.entry["seconds"] = round(time.time() - self.t0, 1)
         states = ", ".join(f"{m}: {v['status']}" for m, v in self.entry["machines"].items())
         log(f"{self.tag} in {self.entry['seconds']} s: {states}")
@@ -468,8 +533,7 @@ class _CommitRun:
                    *(["--uuid", t.dev.uuid] if t.dev.uuid else []), "--mode", job.lock_clocks, "--"] + cmd
         logf = open(job.work / f"asv-{commit[:12]}-{t.machine}.log", "w")
         self.launches[t.machine] = (cmd, env)
-        self.procs.append((t, side, out, logf, subprocess.Popen(cmd, cwd=self.wt, env=env, stdout=logf,
-                                                                stderr=subprocess.STDOUT)))
+        self.procs.append((t, side, out, logf, _start_asv(cmd, self.wt, env, logf)))
 
     def _env(self, t: Target, units: list[str], side: Path) -> dict[str, str]:
         """The asv process's environment: this commit's xrt first on the path, the target's pinning, and
@@ -477,7 +541,7 @@ class _CommitRun:
         job = self.job
         # asv drops PYTHONPATH for benchmark processes and uses ASV_PYTHONPATH instead.
         path = os.pathsep.join([str(self.wt)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        return {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path,
+        return {**os.environ, **t.env, "PYTHONPATH": path, "ASV_PYTHONPATH": path, RUN_MARK: job.mark,
                 suite_env.SIDECAR_DIR: str(side),
                 suite_env.PROGRESS_FILE: str(_progress_file(job.work, self.commit, t.machine)),
                 suite_env.PROFILE: job.profile,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xrt.interrupt import INTERRUPT
 from xrt.tune import search
 from xrt.tune.timeline import Timeline
 
@@ -28,6 +29,24 @@ class WorkerGone(Exception):
     def __init__(self, status: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
+
+
+class Stopping(Exception):
+    """A worker asked to start after its search began to stop (a Ctrl-C, an error): none starts, and
+    nothing is recorded against the config it was to run."""
+
+
+class Gate:
+    """The start of a search's workers, shut by :meth:`shut` when the search stops: a worker starts
+    under its lock, so one either starts before (and is stopped with the others) or not at all."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.shut_ = False
+
+    def shut(self) -> None:
+        with self.lock:
+            self.shut_ = True
 
 
 @dataclass
@@ -84,7 +103,19 @@ class Worker:
         self._spawn()
         self._await_ready()
 
+    gate: Gate | None = None  # the search's (Tuner.stop shuts it)
+
     def _spawn(self) -> None:
+        """Start the process, unless its search is stopping or a signal came (:class:`Stopping`)."""
+        gate = self.gate
+        if gate is None:
+            return self._popen()
+        with gate.lock:
+            if gate.shut_ or INTERRUPT.seen:
+                raise Stopping(f"{self.name or 'worker'}: not started, the search is stopping")
+            self._popen()
+
+    def _popen(self) -> None:
         """Start the process; its stderr goes to ``log``, or (``log`` None: an early worker, whose log's
         folder is not known yet) to memory until :meth:`adopt` names the file."""
         if self.log is not None:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from xrt import device_env
+from xrt.interrupt import INTERRUPT
 from xrt.tune import search
 from xrt.tune.journal import Journal
-from xrt.tune.process import Problem, TuneError, Worker, WorkerGone
+from xrt.tune.process import Gate, Problem, Stopping, TuneError, Worker, WorkerGone
 from xrt.tune.timeline import Timeline
 
 
@@ -259,6 +260,7 @@ class Tuner:
         self.address, self.pipeline, self.early = address, pipeline, early
         self.tl = Timeline() if timeline is None else timeline
         self.lock = threading.Lock()
+        self.gate = Gate()  # shut when the search stops: no worker starts after that
         self.workers: dict[tuple[str, int], Any] = {}
         self.cluster: Any = None
         self.prog: Progress | None = None
@@ -388,6 +390,7 @@ class Tuner:
             w = Worker(self.problem, mode, {**self.base_env, **env}, wlog, start_timeout=max(self.timeout, 300.0),
                        timeline=self.tl, name=f"{phase}{slot}" if phase == "time" else f"{mode} worker",
                        many=phase != "time")
+            w.gate = self.gate
             if self.cluster is not None:
                 wlog.parent.mkdir(parents=True, exist_ok=True)
                 w = self.cluster.worker(w.cmd, w.env, str(wlog), max(self.timeout, 300.0), gpu=phase == "time")
@@ -459,6 +462,8 @@ class Tuner:
         try:
             ans = w.ask(cfg, self.timeout)
         except WorkerGone as e:
+            if self.gate.shut_ or INTERRUPT.seen:  # stopped by the search's end or the signal: not the config's
+                raise Stopping(f"{phase} {search.key(cfg)}: the search is stopping") from None
             ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
         if ans["status"] == "crash" and (phase, search.key(cfg)) not in self.retried:
             # A device fault can end every process on that GPU, not only the one that
@@ -504,6 +509,7 @@ class Tuner:
     def stop(self) -> None:
         """Stop every worker and the cluster, whatever ended the search."""
         self.tl.mark("search done")
+        self.gate.shut()
         for t in self.starting:
             t.join()
         stop_all(list(self.workers.values()))
