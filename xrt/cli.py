@@ -71,6 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             INTERRUPT.uninstall()
 
 
+def run() -> None:
+    """The program (the ``xrt`` script, ``python -m xrt.cli``): main, then its exit code, with the
+    signals' codes kept through the interpreter's exit (:func:`xrt.interrupt.end`)."""
+    from xrt import interrupt
+
+    interrupt.end(main())
+
+
 def _interrupted() -> int:
     code, word = INTERRUPT.exit_code()
     print(f"xrt: {word}", file=sys.stderr)
@@ -128,6 +136,6 @@ def _main(argv: Sequence[str] | None) -> int:
 if __name__ == "__main__":
     # `python -m xrt.cli` runs this file as __main__: the commands raise xrt.cli's CLIError, a class
     # of the module imported by name, so run that module's main (else a CLIError is a traceback).
-    from xrt import cli, interrupt
+    from xrt import cli
 
-    interrupt.end(cli.main())
+    cli.run()
