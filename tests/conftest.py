@@ -122,6 +122,22 @@ def interpreter():
 
 
 @pytest.fixture
+def signal_defaults():
+    """Python's own signal dispositions for the test (a pytest started in the background inherits
+    SIGINT ignored; the in-process Ctrl-C tests need what a terminal's `xrt` has)."""
+    import signal
+
+    sigs = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+            signal.SIGHUP: signal.SIG_DFL, signal.SIGALRM: signal.SIG_DFL}
+    old = {s: signal.signal(s, d) for s, d in sigs.items()}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@pytest.fixture
 def no_kernel_policy(monkeypatch):
     """No kernel policy before and after the test: none set, none from ``XRT_KERNEL_POLICY`` or ``XRT_TUNED``."""
     import xrt.pytorch as xp

@@ -615,6 +615,7 @@ def test_stopping_asv_stops_its_session_and_what_left_it(tmp_path):
     import sys
     import textwrap
     import time
+    import uuid
 
     from xrt.bench import runner
 
@@ -629,7 +630,7 @@ def test_stopping_asv_stops_its_session_and_what_left_it(tmp_path):
         {note}
         time.sleep(60)
     """))
-    mark = "test-" + tmp_path.name
+    mark = "test-" + uuid.uuid4().hex
     with open(tmp_path / "log", "w") as log:
         p = runner._start_asv([sys.executable, "asv.py"], tmp_path, {**os.environ, runner.RUN_MARK: mark}, log)
     deadline = time.monotonic() + 30
@@ -642,6 +643,30 @@ def test_stopping_asv_stops_its_session_and_what_left_it(tmp_path):
     time.sleep(0.2)
     alive = [pid for pid in started if _alive_not_zombie(pid)]
     assert not alive, f"{alive} outlived stop_asv"
+
+
+def test_a_second_ctrl_c_while_asv_stops_still_stops_it(tmp_path, signal_defaults):
+    """A Ctrl-C during stop_asv's grace (asv slow to stop) cuts the grace short, not the stop."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    from xrt.bench import runner
+
+    ready = tmp_path / "ready"
+    (tmp_path / "asv.py").write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                     f"open({str(ready)!r}, 'w').close()\ntime.sleep(60)\n")
+    with open(tmp_path / "log", "w") as log:
+        p = runner._start_asv([sys.executable, "asv.py"], tmp_path, dict(os.environ), log)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    threading.Timer(0.5, signal.raise_signal, (signal.SIGINT,)).start()
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        runner.stop_asv([p])
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - t < runner.STOP_GRACE_S
 
 
 def _alive_not_zombie(pid: int) -> bool:

@@ -83,7 +83,7 @@ def _lose_a_ctrl_c():
 
 
 @pytest.mark.parametrize("after", ["returns 0", "fails"])
-def test_a_lost_ctrl_c_still_ends_the_command_with_130(monkeypatch, capsys, after):
+def test_a_lost_ctrl_c_still_ends_the_command_with_130(monkeypatch, capsys, after, signal_defaults):
     """A Ctrl-C whose KeyboardInterrupt a C extension lost: 130 and "xrt: interrupted", whether the
     command then ran on or failed from it, never 0 or the later error."""
     import signal
@@ -106,7 +106,7 @@ def test_a_lost_ctrl_c_still_ends_the_command_with_130(monkeypatch, capsys, afte
     assert cli.main(["lost"]) == 0  # the next command starts afresh
 
 
-def test_a_ctrl_c_inside_an_import_lands_after_it(monkeypatch, tmp_path):
+def test_a_ctrl_c_inside_an_import_lands_after_it(monkeypatch, tmp_path, signal_defaults):
     """An extension's init is not written for an exception raised in it (orjson's crashed, DuckDB's
     aborted, torch's lost it): a signal that lands in an import is raised when the import is done."""
     import importlib
@@ -136,7 +136,8 @@ def test_a_ctrl_c_inside_an_import_lands_after_it(monkeypatch, tmp_path):
         sys.modules.pop("xrt_test_slow_import", None)
 
 
-def test_sigterm_cleans_up_as_ctrl_c_and_ends_with_143(monkeypatch, capsys):
+@pytest.mark.parametrize("signum,code,word", [("SIGTERM", 143, "terminated"), ("SIGHUP", 129, "hung up")])
+def test_sigterm_and_sighup_clean_up_as_ctrl_c(monkeypatch, capsys, signal_defaults, signum, code, word):
     import signal
 
     from xrt import cli
@@ -145,15 +146,15 @@ def test_sigterm_cleans_up_as_ctrl_c_and_ends_with_143(monkeypatch, capsys):
 
     def func(args):
         try:
-            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(getattr(signal, signum))
         finally:
             steps.append("cleaned up")
         return 0
 
     monkeypatch.setattr(cli, "build_parser", _command(func))
-    assert cli.main(["lost"]) == 143 and steps == ["cleaned up"]
-    assert capsys.readouterr().err == "xrt: terminated\n"
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert cli.main(["lost"]) == code and steps == ["cleaned up"]
+    assert capsys.readouterr().err == f"xrt: {word}\n"
+    assert signal.getsignal(getattr(signal, signum)) is signal.SIG_DFL
 
 
 def threading_main() -> bool:

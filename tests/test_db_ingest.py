@@ -308,7 +308,7 @@ def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
     assert "nope" in err and "no such results directory" in err
 
 
-def test_a_ctrl_c_in_the_judgement_commits_nothing(tmp_path, monkeypatch, capsys):
+def test_a_ctrl_c_in_the_judgement_commits_nothing(tmp_path, monkeypatch, capsys, signal_defaults):
     """DuckDB reports a Ctrl-C in a query as RuntimeError "Query interrupted": the ingest's judgement
     of the newest commits must not take that for a failed judgement and commit the write without it."""
     import signal

@@ -1,10 +1,10 @@
 """Ctrl-C and kill for the ``xrt`` command (stdlib only).
 
 While a command runs, SIGINT raises KeyboardInterrupt, as Python's own handler does, and SIGTERM
-raises :class:`Terminated` (a KeyboardInterrupt), so every ``finally`` and ``with`` cleans up:
+and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt), so every ``finally`` and ``with`` cleans up:
 workers and asv stopped, worktrees removed, a database write rolled back. The signal is also
 remembered (:meth:`Interrupt.check`), so the command ends with 130 ("xrt: interrupted") or 143
-("xrt: terminated") even where a library turned the exception into another (DuckDB's "Query
+("xrt: terminated"; 129 for SIGHUP) even where a library turned the exception into another (DuckDB's "Query
 interrupted") or lost it.
 
 Never inside an import. An extension module's init is not written for an exception raised in it:
@@ -25,11 +25,12 @@ from collections.abc import Iterator
 from types import FrameType
 
 RECHECK_S = 0.05
-EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"),
+        signal.SIGHUP: (129, "hung up")}
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that the same cleanup runs."""
+    """SIGTERM or SIGHUP (the terminal closed), raised like Ctrl-C so that the same cleanup runs."""
 
 
 def _in_import(frame: FrameType | None) -> bool:
@@ -52,7 +53,7 @@ class Interrupt:
         return self.signum is not None
 
     def exception(self) -> KeyboardInterrupt:
-        return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
+        return KeyboardInterrupt() if self.signum in (None, signal.SIGINT) else Terminated()
 
     def check(self) -> None:
         """Raise the signal's exception if one came: after a library may have caught it."""
@@ -64,7 +65,7 @@ class Interrupt:
         return EXIT[self.signum if self.signum in EXIT else signal.SIGINT]
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is None or signum == signal.SIGTERM:
+        if self.signum in (None, signal.SIGINT):  # a kill after a Ctrl-C is what the command ends by
             self.signum = signum
         self._raise_when_free(frame)
 
@@ -77,7 +78,13 @@ class Interrupt:
             if signal.SIGALRM in self._installed:
                 signal.setitimer(signal.ITIMER_REAL, RECHECK_S)
             return
+        self.disarm()
         raise self.exception()
+
+    def disarm(self) -> None:
+        """No more looks after an import (one raise per signal; an armed timer survives an exec)."""
+        if signal.SIGALRM in self._installed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def install(self) -> bool:
         """Become the handler of SIGINT and SIGTERM where Python's defaults are in place (main thread
@@ -85,17 +92,18 @@ class Interrupt:
         if self._installed or threading.current_thread() is not threading.main_thread():
             return False
         defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
-                    signal.SIGALRM: signal.SIG_DFL}
+                    signal.SIGHUP: signal.SIG_DFL, signal.SIGALRM: signal.SIG_DFL}
         for sig, default in defaults.items():
             if signal.getsignal(sig) is default:
                 self._installed[sig] = signal.signal(sig, self._on_alarm if sig == signal.SIGALRM
                                                      else self._on_signal)
+        if signal.SIGALRM in self._installed:
+            signal.siginterrupt(signal.SIGALRM, False)  # a look after an import interrupts no system call
         self.signum = None
         return bool(self._installed)
 
     def uninstall(self) -> None:
-        if signal.SIGALRM in self._installed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        self.disarm()
         for sig, old in self._installed.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
         self._installed = {}
@@ -122,6 +130,7 @@ class Interrupt:
         finally:
             self._held -= 1
         if self.seen and not self._held:
+            self.disarm()
             raise self.exception()
 
 

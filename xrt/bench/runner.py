@@ -305,11 +305,15 @@ def stop_asv(procs: list[subprocess.Popen], mark: str | None = None) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + STOP_GRACE_S
+    again: BaseException | None = None
     for p in running:
         try:
-            p.wait(max(0.0, deadline - time.monotonic()))
+            if again is None:
+                p.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+        except KeyboardInterrupt as e:  # a second Ctrl-C: no more grace, but still stop them all
+            again = e
         try:  # whatever is left of its session (benchmark processes asv left behind)
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -317,6 +321,8 @@ def stop_asv(procs: list[subprocess.Popen], mark: str | None = None) -> None:
         p.wait()
     if running and mark:
         _kill_marked(f"{RUN_MARK}={mark}".encode())
+    if again is not None:
+        raise again
 
 
 RUN_MARK = "XRT_BENCH_RUN"  # in every asv process's environment: which run started it

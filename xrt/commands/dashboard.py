@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from xrt.db.store import DB_ENV, DEFAULT_DB
+from xrt.interrupt import INTERRUPT
 
 READONLY_ENV = "XRT_DASHBOARD_READONLY"  # set (by --read-only): the pages offer no writes
 
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     if args.read_only:
         env[READONLY_ENV] = "1"
     cmd = command(app, args.host, args.port)
+    INTERRUPT.check()  # a Ctrl-C while streamlit was imported
+    INTERRUPT.disarm()  # a timer would outlive the exec and end streamlit
     print(f"xrt dashboard: serving {db} at http://{args.host}:{args.port}/", flush=True)
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached

@@ -444,7 +444,7 @@ class Tuner:
                     w._start()
                 except WorkerGone:
                     w.stop()  # ask() starts it again and records why, against its config
-            while (cfg := next_config(q, closed, steal)) is not None:
+            while not (self.gate.shut_ or INTERRUPT.seen) and (cfg := next_config(q, closed, steal)) is not None:
                 ans = self._ask(w, phase, cfg)
                 if ans is None:
                     q.put(cfg)
