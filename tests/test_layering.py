@@ -7,10 +7,11 @@ from pathlib import Path
 
 from conftest import ROOT
 
-# Bottom first. xrt itself (its version), xrt.device (the DeviceInfo every layer uses) and xrt.device_env
-# (XRT_DEVICE and the pinning variables) sit under all.
+# Bottom first. xrt itself (its version), xrt.device (the DeviceInfo every layer uses), xrt.device_env
+# (XRT_DEVICE and the pinning variables) and xrt.interrupt (the command's signals, which the layers
+# that start processes or write check) sit under all.
 LAYERS = ["base", "kernels", "pytorch", "bench", "tune", "db", "track", "top"]
-BASE = {"xrt", "xrt._version", "xrt.device", "xrt.device_env"}
+BASE = {"xrt", "xrt._version", "xrt.device", "xrt.device_env", "xrt.interrupt"}
 # Named exceptions, each with its reason: (importer's layer, imported module).
 ALLOWED = {
     # the .xrt sidecar's key names: written by xrt.bench, read by xrt.db; stdlib only and no imports
