@@ -309,8 +309,8 @@ def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
 
 
 def test_a_ctrl_c_in_the_judgement_commits_nothing(tmp_path, monkeypatch, capsys, signal_defaults):
-    """DuckDB reports a Ctrl-C in a query as RuntimeError "Query interrupted": the ingest's judgement
-    of the newest commits must not take that for a failed judgement and commit the write without it."""
+    """DuckDB reports a Ctrl-C in a query as RuntimeError "Query interrupted", which the ingest's
+    judgement of the newest commits takes for a failed judgement: the write still commits nothing."""
     import signal
 
     from xrt.track import newest

@@ -7,7 +7,7 @@ no torch, no DuckDB at import.
 
 from __future__ import annotations
 
-from xrt.interrupt import INTERRUPT  # first: a Ctrl-C from here on ends the command with 130
+from xrt.interrupt import INTERRUPT, end  # first: a Ctrl-C from here on ends the command with 130
 
 if __name__ == "__main__":
     INTERRUPT.hold_until_main()
@@ -74,15 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> None:
     """The program (the ``xrt`` script, ``python -m xrt.cli``): main, then its exit code, with the
     signals' codes kept through the interpreter's exit (:func:`xrt.interrupt.end`)."""
-    from xrt import interrupt
-
-    interrupt.end(main())
-
-
-def _interrupted() -> int:
-    code, word = INTERRUPT.exit_code()
-    print(f"xrt: {word}", file=sys.stderr)
-    return code
+    end(main())
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -92,7 +84,7 @@ def _main(argv: Sequence[str] | None) -> int:
             parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
-        return _interrupted()
+        return INTERRUPT.report()
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
@@ -104,7 +96,7 @@ def _main(argv: Sequence[str] | None) -> int:
             raise
         INTERRUPT.check()  # lost on the way: the command ran on
     except KeyboardInterrupt:
-        rc = _interrupted()
+        rc = INTERRUPT.report()
     except DatabaseError as e:  # a --db that cannot be used: one line naming it
         if os.environ.get("XRT_DEBUG"):
             traceback.print_exc()

@@ -27,6 +27,7 @@ from types import FrameType
 RECHECK_S = 0.05
 EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"),
         signal.SIGHUP: (129, "hung up")}
+CODES = {code for code, _ in EXIT.values()}
 
 
 class Terminated(KeyboardInterrupt):
@@ -60,9 +61,9 @@ class Interrupt:
         if self.seen:
             raise self.exception()
 
-    def exit_code(self) -> tuple[int, str]:
-        """(exit code, the line's word) for the signal seen (SIGINT's where none was)."""
-        return EXIT[self.signum if self.signum in EXIT else signal.SIGINT]
+    def report(self) -> int:
+        """Say the signal seen (SIGINT where none was) in its one line; its exit code."""
+        return said(self.signum if self.signum in EXIT else signal.SIGINT)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.signum in (None, signal.SIGINT):  # a kill after a Ctrl-C is what the command ends by
@@ -137,6 +138,14 @@ class Interrupt:
 INTERRUPT = Interrupt()
 
 
+def said(signum: int) -> int:
+    """``xrt: interrupted`` (or the signal's word) on stderr; the signal's exit code."""
+    code, word = EXIT[signum]
+    with contextlib.suppress(Exception):
+        print(f"xrt: {word}", file=sys.stderr, flush=True)
+    return code
+
+
 def end(rc: int) -> None:
     """End the program with ``rc``. After a signal, at once (``os._exit``): Python's exit after a
     KeyboardInterrupt that went through ``exec`` (a dataclass being made) can end the process by
@@ -146,14 +155,11 @@ def end(rc: int) -> None:
     for f in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             f.flush()
-    if rc in (130, 143):
+    if rc in CODES:
         os._exit(rc)
 
     def late(signum: int, frame: FrameType | None) -> None:
-        code, word = EXIT[signum]
-        with contextlib.suppress(Exception):
-            print(f"xrt: {word}", file=sys.stderr, flush=True)
-        os._exit(code)
+        os._exit(said(signum))
 
     def done() -> None:  # the last Python to run: after it the interpreter sets SIG_DFL, ignored stays
         for sig in EXIT:

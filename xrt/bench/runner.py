@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -296,8 +297,6 @@ def stop_asv(procs: list[subprocess.Popen], mark: str | None = None) -> None:
     """Stop the asv processes still running and the processes of their sessions: SIGINT (asv stops
     its benchmark processes), then SIGKILL after :data:`STOP_GRACE_S`. Each is waited for. With
     ``mark`` (the run's :data:`RUN_MARK`), also what left their sessions (asv's fork server)."""
-    import signal
-
     running = [p for p in procs if p.poll() is None]
     for p in running:
         try:
@@ -330,8 +329,6 @@ RUN_MARK = "XRT_BENCH_RUN"  # in every asv process's environment: which run star
 
 def _kill_marked(entry: bytes) -> None:
     """SIGKILL every other process whose environment holds ``entry`` (Linux's /proc; elsewhere none)."""
-    import signal
-
     if not os.path.isdir("/proc"):
         return
     for d in os.listdir("/proc"):

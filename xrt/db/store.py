@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xrt.db import schema
+from xrt.interrupt import INTERRUPT
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection as Connection
@@ -356,6 +357,9 @@ def _write_locked(duckdb: Any, db: Path, fn: Callable[[Any], T], fresh: bool, cr
                 print(f"xrt db: test hook: sleeping {os.environ[SLEEP_ENV]} s mid-write", file=sys.stderr,
                       flush=True)
                 time.sleep(float(os.environ[SLEEP_ENV]))
+            # A Ctrl-C or kill while fn ran that a library caught (DuckDB's "Query interrupted", taken
+            # by a step that reports its own failures): nothing commits.
+            INTERRUPT.check()
             con.execute("COMMIT")
             con.execute("CHECKPOINT")
         except BaseException:

@@ -42,11 +42,16 @@ class Gate:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.shut_ = False
+        self._shut = False
 
     def shut(self) -> None:
         with self.lock:
-            self.shut_ = True
+            self._shut = True
+
+    @property
+    def stopping(self) -> bool:
+        """Shut, or a signal came (the search is about to stop)."""
+        return self._shut or INTERRUPT.seen
 
 
 @dataclass
@@ -111,7 +116,7 @@ class Worker:
         if gate is None:
             return self._popen()
         with gate.lock:
-            if gate.shut_ or INTERRUPT.seen:
+            if gate.stopping:
                 raise Stopping(f"{self.name or 'worker'}: not started, the search is stopping")
             self._popen()
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from xrt import device_env
-from xrt.interrupt import INTERRUPT
 from xrt.tune import search
 from xrt.tune.journal import Journal
 from xrt.tune.process import Gate, Problem, Stopping, TuneError, Worker, WorkerGone
@@ -444,7 +443,7 @@ class Tuner:
                     w._start()
                 except WorkerGone:
                     w.stop()  # ask() starts it again and records why, against its config
-            while not (self.gate.shut_ or INTERRUPT.seen) and (cfg := next_config(q, closed, steal)) is not None:
+            while not self.gate.stopping and (cfg := next_config(q, closed, steal)) is not None:
                 ans = self._ask(w, phase, cfg)
                 if ans is None:
                     q.put(cfg)
@@ -462,7 +461,7 @@ class Tuner:
         try:
             ans = w.ask(cfg, self.timeout)
         except WorkerGone as e:
-            if self.gate.shut_ or INTERRUPT.seen:  # stopped by the search's end or the signal: not the config's
+            if self.gate.stopping:  # stopped by the search's end or the signal: not the config's
                 raise Stopping(f"{phase} {search.key(cfg)}: the search is stopping") from None
             ans = {"config": cfg, "status": e.status, "error": f"{e.detail}; log: {_tail(w.log)}"}
         if ans["status"] == "crash" and (phase, search.key(cfg)) not in self.retried:
