@@ -20,8 +20,9 @@ the same group and shape, measured in this process. ``err``: the largest differe
 output relative to its largest magnitude.
 
 ``--sweep`` writes other rows (benchmarks/fusion_sweep.py): torch and the fused ops with their
-end-to-end, device and host time each (is the GPU or the host the slow part?), and add_layernorm's
-kernels at a small grid of configs around the defaults, to pick its defaults from.
+end-to-end, device and host time each (is the GPU or the host the slow part?), add_layernorm's
+kernels at a small grid of configs around the defaults, and linear_gelu's forward kernel at a few
+GEMM tiles beside the GEMM with its bias alone (what the GELU epilogue costs), to pick defaults from.
 """
 
 from __future__ import annotations
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             sw.op_rows(rows, bsz * s, d, dt, args.device, t, emit)
             sw.add_layernorm_sweep(rows, bsz * s, d, dt, args.device, t, emit,
                                    sw.QUICK_GRID if cpu or args.quick else (sw.FWD_GRID, sw.BWD_GRID))
+            sw.linear_gelu_sweep(rows, bsz * s, d, dt, args.device, t, emit,
+                                 sw.LG_QUICK_GRID if cpu or args.quick else sw.LG_GRID)
         extra["best"] = sw.best(rows)
         md = sw.markdown(rows, extra["best"], meta)
     else:

@@ -15,7 +15,11 @@ kernel config changes that. Rows:
    add_layernorm also through the op's general path (``xrt general path``: what its eager plan saves);
 2. ``fwd`` / ``bwd``: add_layernorm's Triton kernels called directly with each config of a small grid
    around the defaults (forward ``rows`` x ``num_warps``, backward ``programs_per_sm`` x
-   ``num_warps``), the error against torch's output and the bandwidth of the bytes the kernels move.
+   ``num_warps``), the error against torch's output and the bandwidth of the bytes the kernels move;
+3. ``epilogue``: linear_gelu's forward kernel called directly at a few GEMM tiles (``LG_GRID``), for each
+   GELU (``none``: erf; ``tanh``) without and with the pre-activation stored (``+z``: training), beside
+   two references: torch's ``F.gelu(F.linear(...))`` and xrt's GEMM with the bias alone (no GELU), so
+   that a row says what the GELU epilogue costs on that tile.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ from typing import Any
 FWD_GRID = {"rows": (1, 2, 4, 8), "num_warps": (4, 8, 16)}
 BWD_GRID = {"programs_per_sm": (1, 2, 4, 8), "num_warps": (2, 4, 8)}
 QUICK_GRID = ({"rows": (1, 2), "num_warps": (4,)}, {"programs_per_sm": (1, 2), "num_warps": (4,)})
+# linear_gelu's forward tiles (persistent TMA kernel, BLOCK_K 64, GROUP_M 8, 8 warps): the space's
+# default first, then the 128 x 256 tile of matmul's default, then 128 x 128 and 256 x 128 tiles.
+LG_TILE = {"kernel": "persistent_tma", "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8}
+LG_GRID = [None] + [{**LG_TILE, "BLOCK_M": bm, "BLOCK_N": bn, "num_stages": st}
+                    for bm, bn, st in ((128, 256, 3), (128, 128, 3), (128, 128, 4), (128, 128, 5), (256, 128, 3))]
+LG_QUICK_GRID = LG_GRID[:2]
 PROFILED_CALLS = 20  # calls the device time is averaged over
 HOST_CALLS = 50  # back-to-back calls the host time is averaged over (2 on the CPU: the interpreter is slow)
 
@@ -220,19 +230,63 @@ def add_layernorm_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: 
                     "config": label(cfg)}, bwd)
 
 
+def linear_gelu_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Timers, emit: Any,
+                      grid: list[dict[str, Any] | None] = LG_GRID) -> None:
+    """linear_gelu's forward kernel, called directly, at each tile of ``grid`` (``None``: the default),
+    for each GELU, without and with z stored; torch's pair and xrt's GEMM + bias as references."""
+    import torch
+    import torch.nn.functional as F
+
+    from xrt.kernels.triton import linear_gelu as k
+    from xrt.kernels.triton import matmul as mm
+
+    n = 4 * d
+    x = torch.randn(m, d, device=dev, dtype=dt)
+    w = (torch.randn(n, d, device=dev) * d ** -0.5).to(dt)
+    b = torch.randn(n, device=dev, dtype=dt)
+    z64 = F.linear(x.double(), w.double(), b.double())
+    shape = f"{m}x{n}x{d}"
+    head = {"part": "epilogue", "group": "linear_gelu", "shape": shape, "phase": "fwd"}
+    ref = {"none": F.gelu(z64), "tanh": F.gelu(z64, approximate="tanh")}
+
+    def bias_only() -> dict[str, Any]:
+        call = lambda: mm.linear(x, w, b)  # noqa: E731  (matmul's default for the layout: a routed F.linear)
+        return {"err": _err(call(), z64), **_timed(t, call)}
+
+    emit(rows, {**head, "variant": "xrt gemm+bias (no GELU)", "config": "reference"}, bias_only)
+    for approximate in ("none", "tanh"):
+        def torch_pair(approximate=approximate) -> dict[str, Any]:
+            call = lambda: F.gelu(F.linear(x, w, b), approximate=approximate)  # noqa: E731
+            return {"err": _err(call(), ref[approximate]), **_timed(t, call)}
+
+        emit(rows, {**head, "variant": f"torch {approximate}", "config": "reference"}, torch_pair)
+        for save in (False, True):
+            for cfg in grid:
+                def one(cfg=cfg, approximate=approximate, save=save) -> dict[str, Any]:
+                    call = lambda: k.linear_gelu(x, w, b, approximate, save, config=cfg)  # noqa: E731
+                    y, z = call()
+                    err = max(_err(y, ref[approximate]), _err(z, z64) if save else 0.0)
+                    return {"err": err, **_timed(t, call)}
+
+                label_ = "default" if cfg is None else "{BLOCK_M}x{BLOCK_N},stages={num_stages}".format(**cfg)
+                emit(rows, {**head, "variant": f"{approximate}{'+z' if save else ''}", "config": label_}, one)
+
+
 def best(rows: list[dict]) -> list[dict]:
-    """Per (part, shape) of the config sweep, the config with the least device time (e2e on the CPU)."""
+    """Per (part, shape, variant) of the config sweeps, the config with the least device time (e2e on
+    the CPU); the references are not candidates."""
     out = []
-    for part in ("fwd", "bwd"):
-        for shape in dict.fromkeys(r["shape"] for r in rows if r["part"] == part):
-            cand = [r for r in rows if r["part"] == part and r["shape"] == shape and "error" not in r]
+    for part in ("fwd", "bwd", "epilogue"):
+        mine = [r for r in rows if r["part"] == part and r.get("config") != "reference"]
+        for shape, variant in dict.fromkeys((r["shape"], r["variant"]) for r in mine):
+            cand = [r for r in mine if r["shape"] == shape and r["variant"] == variant and "error" not in r]
             key = "device_ms" if any(r.get("device_ms") is not None for r in cand) else "e2e_ms"
             cand = [r for r in cand if r.get(key) is not None]
             if not cand:
                 continue
             top = min(cand, key=lambda r: r[key])
             default = next((r for r in cand if r["config"] == "default"), None)
-            out.append({"part": part, "shape": shape, "best": top["config"], "ms": top[key],
+            out.append({"part": part, "shape": shape, "variant": variant, "best": top["config"], "ms": top[key],
                         "default_ms": default.get(key) if default else None, "by": key})
     return out
 
@@ -254,7 +308,8 @@ def markdown(rows: list[dict], winners: list[dict], meta: dict) -> str:
             continue
         out.append(f"{head} {f(r['e2e_ms'])} | {f(r.get('device_ms'))} | {f(r['host_ms'])} | "
                    f"{f(r.get('device_gbs'), '.0f')} | {f(r.get('err'), '.1e')} |")
-    out += ["", "| part | shape | best config | ms | default ms | by |", "|---|---|---|---:|---:|---|"]
+    out += ["", "| part | shape | variant | best config | ms | default ms | by |", "|---|---|---|---|---:|---:|---|"]
     for w in winners:
-        out.append(f"| {w['part']} | {w['shape']} | {w['best']} | {w['ms']:.4f} | {f(w['default_ms'])} | {w['by']} |")
+        out.append(f"| {w['part']} | {w['shape']} | {w['variant']} | {w['best']} | {w['ms']:.4f} | "
+                   f"{f(w['default_ms'])} | {w['by']} |")
     return "\n".join(out) + "\n"

@@ -14,7 +14,10 @@ Each variant runs the same model object:
   where nothing was measured;
 - ``torch compiled``, ``auto compiled``, ``xrt compiled``: the model through ``torch.compile`` (static
   shapes), traced with no policy, at ``auto`` and at ``xrt``'s policy (Inductor launches xrt's Triton
-  kernels itself), each compiled on its own (:func:`own_frame`); their ratios are to ``torch compiled``.
+  kernels itself), each compiled on its own (:func:`own_frame`); their ratios are to ``torch compiled``;
+- ``xrt fused``, ``xrt fused compiled``: a copy of the model after ``xp.fuse`` (residual add + layernorm
+  and linear + GELU as one op each, docs/kernels.md) at ``xrt``'s policy with the fused ops on Triton,
+  eager against ``torch`` and compiled against ``torch compiled``.
 
 Times: each variant against its base (``xrt`` and ``auto`` against ``torch``, the compiled ones
 against ``torch compiled``) in ABBA quads of ~30 ms blocks of train steps (forward, backward,
@@ -55,8 +58,16 @@ POLICIES: dict[str, dict[str, str] | None] = {
 # policy, at auto and at xrt (the policy in force at trace time picks the providers); their ratios
 # are to "torch compiled".
 COMPILED = {"torch compiled": "torch", "auto compiled": "auto", "xrt compiled": "xrt"}
-PAIRS = [("xrt", "torch"), ("auto", "torch"), ("auto compiled", "torch compiled"),
-         ("xrt compiled", "torch compiled")]  # (variant, its base)
+# The variants on a copy of the model after xp.fuse, their policy xrt's with the fused ops on Triton.
+FUSED = {"xrt fused": False, "xrt fused compiled": True}  # name: compiled
+FUSED_POLICY = {**POLICIES["xrt"], "add_layernorm": "triton", "linear_gelu": "triton"}
+PAIRS = [("xrt", "torch"), ("auto", "torch"), ("xrt fused", "torch"), ("auto compiled", "torch compiled"),
+         ("xrt compiled", "torch compiled"), ("xrt fused compiled", "torch compiled")]  # (variant, its base)
+
+
+def compiled(name: str) -> bool:
+    """Is the variant ``name`` a compiled one?"""
+    return name in COMPILED or FUSED.get(name, False)
 
 
 def scope(policy: dict[str, str] | None) -> Any:
@@ -89,26 +100,35 @@ def own_frame(model: Any) -> Any:
 
 
 def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]:
+    import copy
+
     import torch
 
+    import xrt.pytorch as xp
     from xrt.bench.sidebyside import paired
     from xrt.pytorch.modules import gpt
 
     torch.manual_seed(0)
     model = gpt(d, h, n).cuda().to(torch.bfloat16)
+    fused = copy.deepcopy(model)  # the same weights
+    xp.fuse(fused, provider="triton")
     x = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     with torch.no_grad():
         ref = model(x)
-    variants = {**{name: (policy, model) for name, policy in POLICIES.items()},
-                **{name: (POLICIES[p], torch.compile(own_frame(model), dynamic=False)) for name, p in COMPILED.items()}}
+    # name: (policy, what a step calls, the module holding its parameters)
+    variants = {**{name: (policy, model, model) for name, policy in POLICIES.items()},
+                **{name: (POLICIES[p], torch.compile(own_frame(model), dynamic=False), model)
+                   for name, p in COMPILED.items()},
+                **{name: (FUSED_POLICY, torch.compile(own_frame(fused), dynamic=False) if c else fused, fused)
+                   for name, c in FUSED.items()}}
     rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name} for name in variants}
 
-    for name, (policy, m) in variants.items():
+    for name, (policy, m, _) in variants.items():
         row = rows[name]
         try:
             with scope(policy), torch.no_grad():
                 row["err"] = rel_err(m(x), ref)
-            row["xrt_ops"] = [] if name in COMPILED else xrt_ops(m, x, policy)
+            row["xrt_ops"] = [] if compiled(name) else xrt_ops(m, x, policy)
         except Exception as e:  # a variant that fails is a row, not the end of the run
             row["error"] = error_line(e, 200)
     quads = 3 if quick else QUADS
@@ -116,7 +136,8 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
         if "error" in rows[name] or "error" in rows[base]:
             continue
         try:
-            mine, theirs = model_steps(variants[name][1], x, model), model_steps(variants[base][1], x, model)
+            (_, m, params), (_, mb, params_b) = variants[name], variants[base]
+            mine, theirs = model_steps(m, x, params), model_steps(mb, x, params_b)
             scopes = (lambda p=variants[base][0]: scope(p), lambda p=variants[name][0]: scope(p))
             for k in ("train", "infer"):
                 r = paired(theirs[k], mine[k], quads=quads, sync=torch.cuda.synchronize, scopes=scopes)
@@ -125,10 +146,10 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
                 rows[base][f"{k}_ms"] = r["base_ms"]  # the last pair's: auto's
         except Exception as e:
             rows[name]["error"] = error_line(e, 200)
-    for name, (policy, m) in variants.items():  # the GPU's busy time a step, beside its wall time
+    for name, (policy, m, params) in variants.items():  # the GPU's busy time a step, beside its wall time
         if "error" in rows[name]:
             continue
-        steps = model_steps(m, x, model)
+        steps = model_steps(m, x, params)
         with scope(policy):
             for k in ("train", "infer"):
                 rows[name][f"{k}_gpu_ms"] = device_busy_ms(steps[k])
@@ -140,7 +161,7 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
 def ops_cell(r: dict) -> str:
     """The xrt ops a step ran, as the profiler names them; a compiled step's are inlined by Inductor
     (Triton kernels it launches itself) and not named."""
-    if r["variant"] in COMPILED:
+    if compiled(r["variant"]):
         return "n/a (compiled)"
     return ", ".join(o.removeprefix("xrt::") for o in r["xrt_ops"]) or "-"
 

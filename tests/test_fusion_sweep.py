@@ -51,6 +51,25 @@ def test_the_grid_is_in_the_tuning_spaces():
                         ("add_layernorm_bwd.triton", fusion_sweep.BWD_GRID)):
         for cfg in fusion_sweep.configs(grid):
             assert spaces.check(space, cfg)
+    for cfg in fusion_sweep.LG_GRID[1:]:
+        assert spaces.check("linear_gelu.triton", cfg)
+
+
+def test_linear_gelu_sweep_rows(interpreter):
+    """The epilogue sweep: the two references, then each tile for each GELU without and with z,
+    every output within fp32 rounding of float64; one winner per GELU and z, the references left out."""
+    rows: list[dict] = []
+    fusion_sweep.linear_gelu_sweep(rows, 33, 16, torch.float32, "cpu", fusion_sweep.Timers("cpu"),
+                                   fusion_bench.emit, fusion_sweep.LG_QUICK_GRID)
+    assert [(r["variant"], r["config"]) for r in rows] == [("xrt gemm+bias (no GELU)", "reference")] + [
+        v for a in ("none", "tanh") for v in [(f"torch {a}", "reference")] + [
+            (f"{a}{z}", c) for z in ("", "+z") for c in ("default", "128x256,stages=3")]]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["err"] < 1e-5 and r["e2e_ms"] > 0 and r["shape"] == "33x64x16", r
+    winners = fusion_sweep.best(rows)
+    assert [w["variant"] for w in winners] == ["none", "none+z", "tanh", "tanh+z"]
+    assert all(w["best"] in ("default", "128x256,stages=3") for w in winners)
 
 
 def test_op_rows(interpreter):

@@ -143,10 +143,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
     "add_layernorm.triton": {"num_warps": "auto", "rows": "auto"},
     "add_layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto"},
-    # Untuned (no GPU measurement yet): matmul's default, the TMA kernel reading the weight's K-major
-    # tiles (B_T).
-    "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-                           "num_warps": 8, "num_stages": 3},
+    # The TMA kernel reading the weight's K-major tiles (B_T), on 128 x 128 tiles: the GELU epilogue
+    # on a 128 x 256 fp32 tile made the exact GELU's forward cost 75 µs more than the GEMM with its
+    # bias alone at 8192 x 4096 x 1024, against 47 µs on 128 x 128 in 4 stages (H200, bf16,
+    # benchmarks/fusion_sweep.py --epilogue; docs/kernels.md, "linear_gelu").
+    "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                           "num_warps": 8, "num_stages": 4},
     "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
     # Tutorial-09's H100 fp16 tile: 128 x 256 x 64, 3 stages, 8 warps.
     "matmul.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
