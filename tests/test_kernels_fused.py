@@ -245,6 +245,27 @@ def test_linear_gelu_backward_gemms_take_matmuls_layout_defaults(monkeypatch):
     assert c2 == dict(default_config(a2[0], b2[0], None)) == spaces.gemm_default("tn", n, k, m)
 
 
+def test_linear_gelu_forward_default_follows_the_gelu(monkeypatch):
+    """With no config asked for, the forward GEMM's tile follows the GELU (its epilogue's cost): the
+    space's default for erf, LINEAR_GELU_TANH for tanh, the skinny default for both at M <= 64; a
+    config asked for is kept, for either GELU."""
+    from xrt.kernels import spaces
+    from xrt.kernels.triton import linear_gelu as lg
+
+    seen = []
+    monkeypatch.setattr(lg, "run", lambda a, b, cfg, *rest: seen.append(dict(cfg)))
+    asked = {"kernel": "tiled", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
+    for m, approximate, config in ((4097, "none", None), (4097, "tanh", None), (64, "none", None), (64, "tanh", None),
+                                   (4097, "tanh", asked), (4097, "none", asked)):
+        x, w = torch.empty(m, 40, dtype=torch.bfloat16), torch.empty(48, 40, dtype=torch.bfloat16)
+        lg.linear_gelu(x, w, None, approximate, False, config)
+    erf, tanh, skinny_erf, skinny_tanh, asked_tanh, asked_erf = seen
+    assert erf == spaces.default("linear_gelu.triton") and (erf["BLOCK_N"], erf["num_stages"]) == (128, 4)
+    assert tanh == spaces.check("linear_gelu.triton", spaces.LINEAR_GELU_TANH) != erf
+    assert skinny_erf == skinny_tanh == spaces.default_for("linear_gelu.triton", 64) != erf
+    assert asked_tanh == asked_erf == spaces.check("linear_gelu.triton", asked)
+
+
 def test_linear_gelu_backward_bias_gradient_is_one_reduction(monkeypatch):
     """dbias is one torch reduction of dz (fp32 accumulation inside it), no separate cast: the
     backward runs on autograd's thread, where each extra kernel and allocation costs host time."""

@@ -143,10 +143,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layernorm_bwd.cuda": {"block": "auto", "version": "auto", "programs_per_sm": "auto"},
     "add_layernorm.triton": {"num_warps": "auto", "rows": "auto"},
     "add_layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto"},
-    # The TMA kernel reading the weight's K-major tiles (B_T), on 128 x 128 tiles: the GELU epilogue
-    # on a 128 x 256 fp32 tile made the exact GELU's forward cost 75 µs more than the GEMM with its
-    # bias alone at 8192 x 4096 x 1024, against 47 µs on 128 x 128 in 4 stages (H200, bf16,
-    # benchmarks/fusion_sweep.py --epilogue; docs/kernels.md, "linear_gelu").
+    # The TMA kernel reading the weight's K-major tiles (B_T). For the exact GELU (erf, F.gelu's
+    # default) on 128 x 128 tiles in 4 stages: its epilogue on the 128 x 256 tile cost 75 µs over the
+    # GEMM with its bias alone at 8192 x 4096 x 1024, on this tile 46 µs (H200, bf16, the epilogue
+    # rows of benchmarks/fusion_bench.py --sweep). The tanh GELU takes LINEAR_GELU_TANH.
     "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                            "num_warps": 8, "num_stages": 4},
     "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
@@ -304,6 +304,23 @@ def gemm_smem(c: dict[str, Any], esize: int, bk: int | None = None, stages: int 
     if c["kernel"] == "persistent_tma":
         c_tile = c["BLOCK_M"] * c["BLOCK_N"] * c_esize // (2 if c.get("EPILOGUE_SUBTILE") else 1)
     return stages * (c["BLOCK_M"] + c["BLOCK_N"]) * bk * esize + c_tile
+
+
+# linear_gelu's forward default for the tanh GELU: its cheaper epilogue runs best on matmul's
+# 128 x 256 tile (same sweep: 122 against 137 µs on the erf default's tile at 8192 x 4096 x 1024,
+# 456 against 503 at 8192 x 8192 x 2048; with z stored 139 against 152, 476 against 498).
+LINEAR_GELU_TANH = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                    "num_warps": 8, "num_stages": 3}
+
+
+def linear_gelu_default(m: int, approximate: str) -> dict[str, Any]:
+    """linear_gelu's forward config for ``m`` rows when none is tuned or asked for: the space's
+    default for ``m`` (``default_for``), or ``LINEAR_GELU_TANH`` for the tanh GELU where that is
+    the space's full-size default."""
+    cfg = default_for("linear_gelu.triton", m)
+    if approximate == "tanh" and cfg == default("linear_gelu.triton"):
+        return check("linear_gelu.triton", LINEAR_GELU_TANH)
+    return cfg
 
 
 def default_for(key: str, m: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from xrt.kernels import checks
+from xrt.kernels import checks, spaces
 from xrt.kernels.triton.launch import Launcher, cdiv
 from xrt.kernels.triton.matmul import (
     ACT_GELU_ERF,
@@ -80,10 +80,13 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
                 config: dict[str, Any] | None = None):
     """``(y, z)``: ``z = x @ weight.T + bias`` (stored only when ``save``; else an empty tensor),
-    ``y = gelu(z, approximate)``, both [M, N] in x's dtype; config from ``linear_gelu.triton``."""
+    ``y = gelu(z, approximate)``, both [M, N] in x's dtype; config from ``linear_gelu.triton`` (the
+    default: ``spaces.linear_gelu_default``, by M and the GELU)."""
     check_linear(x, weight, bias)
     act = act_of(approximate)
-    cfg = checks.effective_config("linear_gelu.triton", x.shape[0], config)
+    cfg = checks.tuning("linear_gelu.triton", config)
+    if cfg.is_default:
+        cfg = checks.tuning("linear_gelu.triton", spaces.linear_gelu_default(checks.size_hint(x.shape[0]), approximate))
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
