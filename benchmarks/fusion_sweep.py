@@ -30,6 +30,8 @@ import statistics
 import time
 from typing import Any
 
+from xrt.bench.sidebyside import device_work
+
 # add_layernorm's grid: the defaults ("auto") and a few values around them (the defaults at the
 # bench widths: forward 4 rows x 8 warps at N 1024, 2 x 8 at 2048; backward 2 programs an SM, 4 /
 # 8 warps).
@@ -90,9 +92,8 @@ class Timers:
                 fn()
             torch.cuda.synchronize()
         per: dict[str, float] = {}
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3 / PROFILED_CALLS
+        for e in device_work(prof.events()):  # not the op's own range on the device's timeline
+            per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3 / PROFILED_CALLS
         if not per:  # the profiler saw no device activity (CUPTI unavailable): say so, not 0
             return None, {}
         return sum(per.values()), dict(sorted(per.items(), key=lambda kv: -kv[1]))

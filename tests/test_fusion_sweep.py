@@ -1,6 +1,7 @@
 """``benchmarks/fusion_bench.py --sweep`` (benchmarks/fusion_sweep.py) on the interpreter: the
 config grid, each config's error against float64, the winners and the table."""
 
+import pytest
 import torch
 
 from benchmarks import fusion_bench, fusion_sweep
@@ -82,3 +83,27 @@ def test_op_rows(interpreter):
     for r in rows:
         assert "error" not in r, r
         assert r["e2e_ms"] > 0 and r["host_ms"] > 0
+
+
+def test_device_time_leaves_out_the_ops_own_range(monkeypatch):
+    """An op's record_function range, marked on the device's timeline, spans its kernels: the device
+    time per call counts the kernels once, not the range too (which doubled the op rows' times)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch.profiler
+
+    dt = torch.autograd.DeviceType
+
+    def ev(name, kind, us, note=False):
+        return SimpleNamespace(name=name, device_type=kind, is_user_annotation=note,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    calls = fusion_sweep.PROFILED_CALLS
+    events = [ev("xrt::linear_gelu[triton]", dt.CPU, 50.0 * calls), ev("_matmul_tma_kernel", dt.CUDA, 140.0 * calls),
+              ev("xrt::linear_gelu[triton]", dt.CUDA, 141.0 * calls, note=True)]
+    monkeypatch.setattr(torch.profiler, "profile", lambda **_: contextlib.nullcontext(SimpleNamespace(
+        events=lambda: events)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    ms, kernels = fusion_sweep.Timers("cuda").device(lambda: None)
+    assert list(kernels) == ["_matmul_tma_kernel"] and ms == pytest.approx(0.14)

@@ -104,16 +104,21 @@ def model_steps(call: Callable[[Any], Any], x: Any, model: Any) -> dict[str, Cal
     return {"train": train, "infer": infer}
 
 
-def busy_us(events: Any) -> float:
-    """The device's busy time in µs over a profiler's ``events``: the union of the intervals of the
-    kernels, copies and fills it ran (events of a device type). Not the host's ops that launched
-    them, nor the ranges a ``record_function`` marks on the device's timeline (user annotations,
-    which span their kernels and the gaps between them); overlapping work counts once."""
+def device_work(events: Any) -> list[Any]:
+    """The kernels, copies and fills among a profiler's ``events`` (events of a device type). Not the
+    host's ops that launched them, nor the ranges a ``record_function`` marks on the device's
+    timeline (user annotations, such as an xrt op's range: they span their kernels, so counting
+    them too counts the op's device time twice)."""
     import torch
 
     cpu = torch.autograd.DeviceType.CPU
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events
-                   if e.device_type != cpu and not getattr(e, "is_user_annotation", False))
+    return [e for e in events if e.device_type != cpu and not getattr(e, "is_user_annotation", False)]
+
+
+def busy_us(events: Any) -> float:
+    """The device's busy time in µs over a profiler's ``events``: the union of the intervals of
+    :func:`device_work`; overlapping work counts once."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in device_work(events))
     busy, end = 0.0, float("-inf")
     for a, b in spans:
         if b > end:
