@@ -17,9 +17,9 @@ kernel config changes that. Rows:
    around the defaults (forward ``rows`` x ``num_warps``, backward ``programs_per_sm`` x
    ``num_warps``), the error against torch's output and the bandwidth of the bytes the kernels move;
 3. ``epilogue``: linear_gelu's forward kernel called directly at a few GEMM tiles (``LG_GRID``), for each
-   GELU (``none``: erf; ``tanh``) without and with the pre-activation stored (``+z``: training), beside
-   two references: torch's ``F.gelu(F.linear(...))`` and xrt's GEMM with the bias alone (no GELU), so
-   that a row says what the GELU epilogue costs on that tile.
+   GELU (``none``: erf; ``tanh``) without and with the pre-activation stored (``+z``: training); beside
+   them xrt's GEMM with the bias alone (no GELU) on each of those tiles, and torch's
+   ``F.gelu(F.linear(...))``: a tile's GELU row less its ``gemm+bias`` row is what the epilogue costs there.
 """
 
 from __future__ import annotations
@@ -234,10 +234,12 @@ def add_layernorm_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: 
 def linear_gelu_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Timers, emit: Any,
                       grid: list[dict[str, Any] | None] = LG_GRID) -> None:
     """linear_gelu's forward kernel, called directly, at each tile of ``grid`` (``None``: the default),
-    for each GELU, without and with z stored; torch's pair and xrt's GEMM + bias as references."""
+    for each GELU, without and with z stored; xrt's GEMM with the bias alone on each tile, and
+    torch's pair."""
     import torch
     import torch.nn.functional as F
 
+    from xrt.kernels import checks
     from xrt.kernels.triton import linear_gelu as k
     from xrt.kernels.triton import matmul as mm
 
@@ -250,11 +252,15 @@ def linear_gelu_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Ti
     head = {"part": "epilogue", "group": "linear_gelu", "shape": shape, "phase": "fwd"}
     ref = {"none": F.gelu(z64), "tanh": F.gelu(z64, approximate="tanh")}
 
-    def bias_only() -> dict[str, Any]:
-        call = lambda: mm.linear(x, w, b)  # noqa: E731  (matmul's default for the layout: a routed F.linear)
-        return {"err": _err(call(), z64), **_timed(t, call)}
+    def tile(cfg: dict[str, Any]) -> str:
+        return "{BLOCK_M}x{BLOCK_N},stages={num_stages}".format(**cfg)
 
-    emit(rows, {**head, "variant": "xrt gemm+bias (no GELU)", "config": "reference"}, bias_only)
+    for cfg in (c for c in grid if c is not None):
+        def bias_only(cfg=cfg) -> dict[str, Any]:  # the same tile with no GELU (matmul's space: no subtiling)
+            call = lambda: mm.run(x[None], w.mT[None], checks.tuning("matmul.triton", cfg), mm.Epilogue(b))[0]  # noqa: E731
+            return {"err": _err(call(), z64), **_timed(t, call)}
+
+        emit(rows, {**head, "variant": "gemm+bias", "config": tile(cfg)}, bias_only)
     for approximate in ("none", "tanh"):
         def torch_pair(approximate=approximate) -> dict[str, Any]:
             call = lambda: F.gelu(F.linear(x, w, b), approximate=approximate)  # noqa: E731
@@ -269,8 +275,8 @@ def linear_gelu_sweep(rows: list[dict], m: int, d: int, dt: Any, dev: str, t: Ti
                     err = max(_err(y, ref[approximate]), _err(z, z64) if save else 0.0)
                     return {"err": err, **_timed(t, call)}
 
-                label_ = "default" if cfg is None else "{BLOCK_M}x{BLOCK_N},stages={num_stages}".format(**cfg)
-                emit(rows, {**head, "variant": f"{approximate}{'+z' if save else ''}", "config": label_}, one)
+                emit(rows, {**head, "variant": f"{approximate}{'+z' if save else ''}",
+                            "config": "default" if cfg is None else tile(cfg)}, one)
 
 
 def best(rows: list[dict]) -> list[dict]:

@@ -144,9 +144,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "add_layernorm.triton": {"num_warps": "auto", "rows": "auto"},
     "add_layernorm_bwd.triton": {"num_warps": "auto", "programs_per_sm": "auto"},
     # The TMA kernel reading the weight's K-major tiles (B_T). For the exact GELU (erf, F.gelu's
-    # default) on 128 x 128 tiles in 4 stages: its epilogue on the 128 x 256 tile cost 75 µs over the
-    # GEMM with its bias alone at 8192 x 4096 x 1024, on this tile 46 µs (H200, bf16, the epilogue
-    # rows of benchmarks/fusion_bench.py --sweep). The tanh GELU takes LINEAR_GELU_TANH.
+    # default) on 128 x 128 tiles in 4 stages: at 8192 x 4096 x 1024 it took 0.146-0.149 ms there
+    # against 0.175 on matmul's 128 x 256 tile (H200, bf16, device time; the epilogue rows of
+    # benchmarks/fusion_bench.py --sweep); at 8192 x 8192 x 2048 the two were within the run's
+    # noise. The tanh GELU takes LINEAR_GELU_TANH.
     "linear_gelu.triton": {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                            "num_warps": 8, "num_stages": 4},
     "linear_gelu_bwd.triton": {"BLOCK_SIZE": 1024, "num_warps": 4},
@@ -306,9 +307,10 @@ def gemm_smem(c: dict[str, Any], esize: int, bk: int | None = None, stages: int 
     return stages * (c["BLOCK_M"] + c["BLOCK_N"]) * bk * esize + c_tile
 
 
-# linear_gelu's forward default for the tanh GELU: its cheaper epilogue runs best on matmul's
-# 128 x 256 tile (same sweep: 122 against 137 µs on the erf default's tile at 8192 x 4096 x 1024,
-# 456 against 503 at 8192 x 8192 x 2048; with z stored 139 against 152, 476 against 498).
+# linear_gelu's forward default for the tanh GELU: matmul's 128 x 256 tile (same sweep, at
+# 8192 x 4096 x 1024: 0.122 ms against 0.136 on the erf default's tile; with z stored 0.139
+# against 0.151-0.152). At 8192 x 8192 x 2048 the two tiles were level (0.456 against 0.457, the
+# other row of that tile reading 0.503).
 LINEAR_GELU_TANH = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                     "num_warps": 8, "num_stages": 3}
 

@@ -77,6 +77,20 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                          f"({weight.shape[0]},) in x's dtype {x.dtype}")
 
 
+_DEFAULTS: dict[tuple[int, str], Any] = {}
+
+
+def _default(m: int, approximate: str) -> Any:
+    """``spaces.linear_gelu_default`` checked, memoized per (M, GELU)."""
+    hit = _DEFAULTS.get((m, approximate))
+    if hit is None:
+        if len(_DEFAULTS) > 4096:
+            _DEFAULTS.clear()
+        hit = checks.tuning("linear_gelu.triton", spaces.linear_gelu_default(m, approximate))
+        _DEFAULTS[m, approximate] = hit
+    return hit
+
+
 def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str, save: bool,
                 config: dict[str, Any] | None = None):
     """``(y, z)``: ``z = x @ weight.T + bias`` (stored only when ``save``; else an empty tensor),
@@ -86,7 +100,7 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     act = act_of(approximate)
     cfg = checks.tuning("linear_gelu.triton", config)
     if cfg.is_default:
-        cfg = checks.tuning("linear_gelu.triton", spaces.linear_gelu_default(checks.size_hint(x.shape[0]), approximate))
+        cfg = _default(checks.size_hint(x.shape[0]), approximate)
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
