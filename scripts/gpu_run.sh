@@ -38,7 +38,8 @@
 # compiled : xrt bench run of square, softmax and layernorm's three series (device, host, host under
 #            torch.compile), full profile; $OUT/compiled-results.tgz
 # modelsuite: xrt bench run of the model suites alone (bench_ops.Gpt*, bench_ops.Cnn*: the GPT-style
-#            train and inference steps, eager and compiled, torch and xrt; the CNN's), full profile, this
+#            train and inference steps, eager and compiled, torch and xrt, as written and through
+#            xp.fuse; the CNN's), full profile, this
 #            commit: the eager steps, then the compiled ones, each in its own results folder, both within
 #            MODELSUITE_TIMEOUT s (480); each ingested into a scratch database to print ms and tokens/s
 #            (images/s) per series ($OUT/modelsuite.txt); $OUT/modelsuite-results.tgz for results/gpu/
@@ -228,8 +229,8 @@ for step in "$@"; do
       rm -rf "$OUT/modelsuite"; t=0
       end=$(( $(date +%s) + ${MODELSUITE_TIMEOUT:-480} ))
       for part in eager compiled; do
-        re='^bench_ops\.(GptInfer|GptTrain|CnnInfer|CnnTrain)\.'
-        [ "$part" = compiled ] && re='^bench_ops\.Gpt(Infer|Train)Compiled\.'
+        re='^bench_ops\.(Gpt(Infer|Train)(Fused)?|CnnInfer|CnnTrain)\.'
+        [ "$part" = compiled ] && re='^bench_ops\.Gpt(Infer|Train)(Fused)?Compiled\.'
         left=$(( end - $(date +%s) ))
         [ "$left" -lt 60 ] && { echo "modelsuite: $left s left, the $part steps not run"; t=1; break; }
         timeout -k 20 "$left" python3 -m xrt.cli bench run --commits HEAD --results "$OUT/modelsuite/$part" \

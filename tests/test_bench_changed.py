@@ -14,7 +14,8 @@ from conftest import ROOT
 from xrt.bench import runner, sources
 from xrt.device import DeviceInfo
 
-GPT = {"gpt_infer", "gpt_infer_compiled", "gpt_train", "gpt_train_compiled"}  # models of the routed ops
+GPT_FUSED = {"gpt_infer_fused", "gpt_infer_fused_compiled", "gpt_train_fused", "gpt_train_fused_compiled"}
+GPT = {"gpt_infer", "gpt_infer_compiled", "gpt_train", "gpt_train_compiled"} | GPT_FUSED  # models of the routed ops
 ADD_LN = {"add_layernorm", "add_layernorm_bwd"}  # uses layernorm's and softmax's kernels
 LIN_GELU = {"linear_gelu", "linear_gelu_bwd"}  # uses matmul's GEMM
 OPS = sorted({"attention", "attention_bwd", "bmm", "cnn_infer", "cnn_train", "conv_bn_relu", "layernorm",
@@ -32,7 +33,7 @@ def test_units_are_the_specs_ops_and_the_allocator():
     # an op's own files, and those of the ops that use it (OpDef.uses: the fused ops, the model)
     (["xrt/kernels/cuda/layernorm.cu"], {"layernorm", "layernorm_bwd"} | ADD_LN | GPT),
     (["xrt/kernels/triton/matmul.py"], {"matmul", "bmm"} | LIN_GELU | GPT),  # one file, two ops (BenchSpec.module)
-    (["xrt/kernels/triton/linear_gelu.py"], LIN_GELU),
+    (["xrt/kernels/triton/linear_gelu.py"], LIN_GELU | GPT_FUSED),  # the fused model uses it
     (["xrt/kernels/reference/layernorm.py"], {"layernorm", "layernorm_bwd"} | ADD_LN | GPT),
     (["xrt/kernels/triton/softmax.py"], {"softmax"} | ADD_LN | GPT),  # row_warps
     (["xrt/kernels/triton/attention.py"], {"attention", "attention_bwd"} | GPT),

@@ -16,7 +16,8 @@ def test_the_model_names_no_xrt_op_and_its_policy_routes_every_routed_op():
 
     assert gpt_policy("torch") == {}
     assert set(gpt_policy("triton")) == {d.name for d in defs.OPS.values() if d.routed}
-    assert sorted(gpt_mode(op) for op in GPT_OPS) == [(False, False), (False, True), (True, False), (True, True)]
+    assert sorted(gpt_mode(op) for op in GPT_OPS) == [(t, c, f) for t in (False, True) for c in (False, True)
+                                                     for f in (False, True)]
 
 
 def test_flops_count_the_gemms_and_causal_attention():
@@ -39,6 +40,27 @@ def test_routed_step_matches_torch_and_runs_xrt_ops(interpreter):
     assert {"xrt::matmul[triton]", "xrt::layernorm[triton]"} <= ran, ran
     assert _rel(gpt_step(args, "triton", train=True), gpt_step(args, "torch", train=True)) < 1e-4
     assert x.grad is None and all(p.grad is None for p in model.parameters())
+
+
+def test_fused_step_runs_the_fused_ops_on_a_copy_and_matches_torch(interpreter):
+    """A ``_fused`` step on triton runs a copy of the model after xp.fuse (made once, the same
+    weights): the profiler names the fused ops, outputs and loss agree with torch's step of the model
+    as written, which it leaves unfused, and neither model keeps a gradient."""
+    from xrt.pytorch.fusion import fused
+
+    args = gpt_inputs(2, 8, 16, 2, 1, torch.float32, "cpu")
+    x, model, cache = args
+    ref = gpt_step(args, "torch", train=False, fused=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = gpt_step(args, "triton", train=False, fused=True)
+    assert _rel(out, ref) < 1e-4
+    ran = {e.key for e in prof.key_averages() if e.key.startswith("xrt::")}
+    assert {"xrt::add_layernorm[triton]", "xrt::linear_gelu[triton]"} <= ran, ran
+    twin = cache["fused", "triton"]
+    assert twin is not model and not any(fused(m) for m in model.modules()) and any(fused(m) for m in twin.modules())
+    loss = gpt_step(args, "triton", train=True, fused=True)
+    assert cache["fused", "triton"] is twin and _rel(loss, gpt_step(args, "torch", train=True, fused=True)) < 1e-4
+    assert x.grad is None and all(p.grad is None for m in (model, twin) for p in m.parameters())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's skip: on a GPU host the GPT suites run")
@@ -83,3 +105,5 @@ def test_compiled_steps_compile_each_shape_static(monkeypatch):
         gpt_step(args, "torch", train=False, compiled=True)
         gpt_step(args, "torch", train=True, compiled=True)
     assert calls == [{"dynamic": False}, {"dynamic": False}]
+    gpt_step(args, "triton", train=False, compiled=True, fused=True)  # the fused copy: compiled apart
+    assert len(calls) == 3 and set(args[2]) == {("torch", False), ("fused", "triton"), ("triton", True)}

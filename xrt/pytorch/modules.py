@@ -160,22 +160,27 @@ def gpt_policy(provider: str) -> dict[str, str]:
     return {} if provider == "torch" else {d.name: provider for d in defs.OPS.values() if d.routed}
 
 
-def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False) -> torch.Tensor:
+def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False, fused: bool = False) -> torch.Tensor:
     """One inference pass (``no_grad``) or one training step (forward, a scalar loss, backward,
     gradients set to None) of the model under ``provider``'s policy; ``compiled`` runs the model
-    ``torch.compile``'d (compiled inside the policy, once per provider)."""
+    ``torch.compile``'d (compiled inside the policy, once per provider); ``fused`` runs, for a
+    provider other than torch, a copy of the model after ``xp.fuse`` on that provider (made once)."""
     from xrt.pytorch.policy import kernel_policy
 
     x, model, cache = args
+    if fused and provider != "torch":
+        model = cache.get(("fused", provider))
+        if model is None:
+            model = cache["fused", provider] = _fused_copy(args[1], provider)
     with kernel_policy(**gpt_policy(provider)):
         run = model
         if compiled:
-            run = cache.get(provider)
+            run = cache.get((provider, fused))
             if run is None:
                 # Static shapes: a suite compiles one model per shape, and Dynamo would otherwise
                 # recompile the second with symbolic sizes, which the Triton GEMM's config choice
                 # does not take.
-                run = cache[provider] = torch.compile(model, dynamic=False)
+                run = cache[provider, fused] = torch.compile(model, dynamic=False)
         if not train:
             with torch.no_grad():
                 return run(x)
@@ -184,6 +189,19 @@ def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False) ->
     model.zero_grad(set_to_none=True)
     x.grad = None
     return loss.detach()
+
+
+def _fused_copy(model: nn.Module, provider: str) -> nn.Module:
+    """A copy of ``model`` (the same weights) after ``xp.fuse`` on ``provider``; an error where
+    nothing fused (the step would time the model unfused)."""
+    import copy
+
+    from xrt.pytorch.fusion import fuse
+
+    twin = copy.deepcopy(model)
+    if not fuse(twin, provider=provider):
+        raise RuntimeError("xp.fuse found no pair to fuse in the GPT-style model")
+    return twin
 
 
 def _gpt_cuda_only(missing: Any) -> Any:
@@ -195,14 +213,14 @@ def _gpt_cuda_only(missing: Any) -> Any:
     return check
 
 
-def gpt_mode(op: str) -> tuple[bool, bool]:
-    """``(train, compiled)`` of a GPT macro-benchmark op (xrt/kernels/defs/gpt.py) from its name."""
-    return op.startswith("gpt_train"), op.endswith("_compiled")
+def gpt_mode(op: str) -> tuple[bool, bool, bool]:
+    """``(train, compiled, fused)`` of a GPT macro-benchmark op (xrt/kernels/defs/gpt.py), from its name."""
+    return op.startswith("gpt_train"), op.endswith("_compiled"), "_fused" in op
 
 
 GPT_OPS = [d.name for d in defs.OPS.values() if d.module == "gpt"]
 for _op in GPT_OPS:
-    _train, _compiled = gpt_mode(_op)
+    _train, _compiled, _fused = gpt_mode(_op)
     for _name, _missing in (("torch", dispatch.torch_missing), ("triton", dispatch.triton_missing)):
         dispatch.register(_op, _name, _gpt_cuda_only(_missing))(
-            lambda *args, _p=_name, _t=_train, _c=_compiled: gpt_step(args, _p, _t, _c))
+            lambda *args, _p=_name, _t=_train, _c=_compiled, _f=_fused: gpt_step(args, _p, _t, _c, _f))
