@@ -171,7 +171,7 @@ def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False, fu
     if fused and provider != "torch":
         model = cache.get(("fused", provider))
         if model is None:
-            model = cache["fused", provider] = _fused_copy(args[1], provider)
+            model = cache["fused", provider] = fused_copy(args[1], provider)
     with kernel_policy(**gpt_policy(provider)):
         run = model
         if compiled:
@@ -191,7 +191,7 @@ def gpt_step(args: tuple, provider: str, train: bool, compiled: bool = False, fu
     return loss.detach()
 
 
-def _fused_copy(model: nn.Module, provider: str) -> nn.Module:
+def fused_copy(model: nn.Module, provider: str) -> nn.Module:
     """A copy of ``model`` (the same weights) after ``xp.fuse`` on ``provider``; an error where
     nothing fused (the step would time the model unfused)."""
     import copy
