@@ -6,8 +6,8 @@
 Each row is a function compiled with ``fullgraph=True, dynamic=False`` that makes one call, timed as
 ``benchmarks/host_cost.py`` times its rows (back-to-back calls, device synchronised outside the interval,
 the median of the repeats; a row with a target measured in turns with its reference). Per op
-(``square`` [4096] fp32, ``softmax`` and ``fused_layernorm`` [64, 1024] bf16, and layernorm's forward +
-backward):
+(``square`` [4096] fp32, ``softmax`` and ``fused_layernorm`` [64, 1024] bf16, layernorm's forward +
+backward, and causal ``fused_attention`` [1, 8, 128, 64] bf16, forward and forward + backward):
 
 * torch's own op, compiled;
 * ``xp.ops.<op>(..., provider="triton")``: under compile the ``xrt::<op>_triton`` triton_op, whose
@@ -59,7 +59,9 @@ def build_rows(device: str, backend: str) -> list[dict]:
     dy = torch.randn_like(xs)
 
     def compiled(fn: Callable[..., Any], args: tuple, op: str | None = None, provider: str | None = None,
-                 grad: bool = False) -> Callable[[], Callable[[], Any]]:
+                 dout: Any = None) -> Callable[[], Callable[[], Any]]:
+        """The compiled call of ``fn`` on ``args``; with ``dout``, forward and backward (the gradients
+        of ``args`` for the upstream gradient ``dout``)."""
         def make() -> Callable[[], Any]:
             if dev.type == "cpu" and backend == "inductor" and not any(
                     map(__import__("shutil").which, ("g++", "c++", "clang++"))):
@@ -70,7 +72,7 @@ def build_rows(device: str, backend: str) -> list[dict]:
                 _provider_ok(op, provider, args[0])
             torch._dynamo.reset()
             c = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
-            call = (lambda: torch.autograd.grad(c(*args), (xg, wg, bg), dy)) if grad else (lambda: c(*args))
+            call = (lambda: torch.autograd.grad(c(*args), args, dout)) if dout is not None else (lambda: c(*args))
             call()
             return call
         return make
@@ -78,18 +80,18 @@ def build_rows(device: str, backend: str) -> list[dict]:
     rows: list[dict] = []
 
     def group(name: str, op: str, torch_fn: Callable[..., Any], xrt_fn: Callable[..., Any],
-              opaque_fn: Callable[..., Any], twin_fn: Callable[..., Any], args: tuple, grad: bool = False) -> None:
+              opaque_fn: Callable[..., Any], twin_fn: Callable[..., Any], args: tuple, dout: Any = None) -> None:
         ref = f"torch: {name}"
-        rows.append({"name": ref, "group": name, "make": compiled(torch_fn, args, grad=grad), "target": None})
+        rows.append({"name": ref, "group": name, "make": compiled(torch_fn, args, dout=dout), "target": None})
         rows.append({"name": f'xrt triton_op: {name}', "group": name,
-                     "make": compiled(lambda *a: xrt_fn("triton", *a), args, op, "triton", grad),
+                     "make": compiled(lambda *a: xrt_fn("triton", *a), args, op, "triton", dout),
                      "target": {"kind": "plus", "ref": ref, "us": TARGET_US}})
         rows.append({"name": f'xrt triton_op called directly: {name}', "group": name,
-                     "make": compiled(twin_fn, args, op, "triton", grad), "target": None})
+                     "make": compiled(twin_fn, args, op, "triton", dout), "target": None})
         rows.append({"name": f'xrt custom op (opaque): {name}', "group": name,
-                     "make": compiled(opaque_fn, args, op, "triton", grad), "target": None})
+                     "make": compiled(opaque_fn, args, op, "triton", dout), "target": None})
         rows.append({"name": f'xrt provider="torch": {name}', "group": name,
-                     "make": compiled(lambda *a: xrt_fn("torch", *a), args, op, "torch", grad), "target": None})
+                     "make": compiled(lambda *a: xrt_fn("torch", *a), args, op, "torch", dout), "target": None})
 
     group("square [4096] fp32", "square", lambda a: a * a, lambda p, a: xp.ops.square(a, provider=p),
           lambda a: torch.ops.xrt.square(a, "triton"), lambda a: torch.ops.xrt.square_triton(a, "triton"), (x,))
@@ -104,7 +106,20 @@ def build_rows(device: str, backend: str) -> list[dict]:
     ln_infer = lambda a, c, d: torch.ops.xrt.layernorm_infer_triton(a, [1024], c, d, 1e-5, "triton")  # noqa: E731
     group("layernorm [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_infer, (xs, w, b))
     group("layernorm fwd+bwd [64, 1024] bf16", "layernorm", ln_torch, ln_xrt, ln_opaque, ln_twin, (xg, wg, bg),
-          grad=True)
+          dout=dy)
+    # causal attention at a small shape (host-bound): q, k, v [1, 8, 128, 64] bf16 seen per head, as a
+    # model's ([B, S, H, D] in memory; separate tensors, not views of one); forward, and forward + backward
+    q, k, v = (torch.randn(1, 128, 8, 64, device=dev, dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    do = torch.randn(1, 8, 128, 64, device=dev, dtype=torch.bfloat16)
+    scale = 64 ** -0.5
+    at_torch = lambda a, c, d: F.scaled_dot_product_attention(a, c, d, is_causal=True)  # noqa: E731
+    at_xrt = lambda p, a, c, d: xp.ops.fused_attention(a, c, d, is_causal=True, provider=p)  # noqa: E731
+    at_opaque = lambda a, c, d: torch.ops.xrt.attention(a, c, d, True, scale, "triton")[0]  # noqa: E731
+    at_twin = lambda a, c, d: torch.ops.xrt.attention_triton(a, c, d, True, scale, "triton")[0]  # noqa: E731
+    group("attention causal [1, 8, 128, 64] bf16", "attention", at_torch, at_xrt, at_opaque, at_twin, (q, k, v))
+    group("attention causal fwd+bwd [1, 8, 128, 64] bf16", "attention", at_torch, at_xrt, at_opaque, at_twin,
+          (qg, kg, vg), dout=do)
     return rows
 
 

@@ -388,6 +388,103 @@ def test_add_layernorm_twins_pass_opcheck_on_gpu():
     _add_layernorm_twins_opcheck("cuda", None)
 
 
+def _attention_inputs(device: str, dtype: torch.dtype, layout: str):
+    """The step's inputs, what makes q, k, v [B, H, S, D] of them, and an upstream gradient: a model's
+    ``qkv`` [B, S, 3, H, D] split and seen per head (strided views, made inside the step as a model
+    does), or three contiguous tensors; fp16 or bf16."""
+    torch.manual_seed(0)
+    b, h, s, d = 2, 2, 37, 64
+    if layout == "model":
+        inputs = [torch.randn(b, s, 3, h, d, device=device).to(dtype).requires_grad_()]
+
+        def make(qkv):
+            return [qkv[:, :, i].transpose(1, 2) for i in range(3)]
+    else:
+        inputs = [torch.randn(b, h, s, d, device=device).to(dtype).requires_grad_() for _ in range(3)]
+
+        def make(*qkv):
+            return list(qkv)
+    return inputs, make, torch.randn(b, h, s, d, device=device).to(dtype)
+
+
+def _attention_within_sdpas_error(got, inputs, make, dout, causal) -> None:
+    """A compiled attention step's output and its inputs' gradients against float64: at most 2x SDPA's
+    own error at the inputs' precision, plus 1e-4 (the kernels' tests' bound)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def run(dtype):
+        ts = [t.detach().to(dtype).requires_grad_() for t in inputs]
+        o = sdpa(*make(*ts), is_causal=causal)
+        return [o, *torch.autograd.grad(o, ts, dout.to(dtype))]
+
+    for i, (g, s, r) in enumerate(zip(got, run(inputs[0].dtype), run(torch.float64))):
+        err, err_sdpa = (g.double() - r).abs().max().item(), (s.double() - r).abs().max().item()
+        name = "out" if i == 0 else f"grad {i}"
+        assert err <= 2 * err_sdpa + 1e-4, f"{name}: error {err:.3g} > 2 x SDPA's {err_sdpa:.3g} + 1e-4"
+
+
+@pytest.mark.parametrize("layout", ["model", "contiguous"])
+def test_a_compiled_attention_calls_its_twin(interpreter, monkeypatch, layout):
+    """Dynamo records a routed ``F.scaled_dot_product_attention`` (and a direct ``fused_attention``)
+    as the ``triton_op`` twin, in one graph, on a model's strided q, k, v and on contiguous ones."""
+    monkeypatch.setattr(dispatch, "TRITON_OP_ON_CPU", True)
+    inputs, make, _ = _attention_inputs("cpu", torch.float16, layout)
+    F = torch.nn.functional  # (looked up at the call, as a model does: the policy routes the module's function)
+    for f in (lambda *ts: xp.ops.fused_attention(*make(*ts), is_causal=True, provider="triton"),
+              lambda *ts: F.scaled_dot_product_attention(*make(*ts), is_causal=True)):
+        torch._dynamo.reset()
+        with xp.kernel_policy(attention="triton"):
+            explained = torch._dynamo.explain(f)(*inputs)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+        assert "xrt.attention_triton.default" in {str(n.target) for n in explained.graphs[0].graph.nodes}
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_a_compiled_attention_launches_its_kernels(traced, causal):
+    """``fused_attention`` under torch.compile: the forward is one kernel and the backward the dQ and
+    dK/dV kernels (the default config fuses delta into dQ), launched by the graph with no xrt custom
+    op left; within SDPA's error of float64. Contiguous inputs: on the CPU torch takes every kernel
+    argument as written (no driver to read the kernel), and AOTAutograd refuses written views of one
+    tensor, a model's q, k and v; the GPU test below runs those."""
+    inputs, make, dout = _attention_inputs("cpu", torch.float16, "contiguous")
+
+    def f(*ts):
+        return xp.ops.fused_attention(*make(*ts), is_causal=causal, provider="triton")
+
+    codes: list[str] = []
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=graph_keeper(codes), fullgraph=True)(*inputs)
+    grads = torch.autograd.grad(out, inputs, dout)
+    forward, backward = codes
+    assert (forward.count(LAUNCH), backward.count(LAUNCH)) == (1, 2), (forward, backward)
+    assert "torch.ops.xrt" not in forward + backward
+    _attention_within_sdpas_error([out, *grads], inputs, make, dout, causal)
+
+
+def _attention_twins_opcheck(device: str, dtype: torch.dtype, utils) -> None:
+    inputs, make, dout = _attention_inputs(device, dtype, "model")
+    q, k, v = (t.detach().requires_grad_() for t in make(*inputs))  # (strided views; opcheck clones them)
+    fwd, bwd = dispatch.COMPILED[("attention", "triton")], dispatch.COMPILED[("attention_bwd", "triton")]
+    kw = {} if utils is None else {"test_utils": utils}
+    for causal in (True, False):
+        result = torch.library.opcheck(fwd, (q, k, v, causal, 0.125, "triton"), **kw)
+        assert set(result.values()) - {"SKIP"} == {"SUCCESS"}, result
+        o, lse = (t.detach() for t in fwd(q, k, v, causal, 0.125, "triton"))
+        result = torch.library.opcheck(bwd, (dout, q.detach(), k.detach(), v.detach(), o, lse, causal, 0.125, "triton"),
+                                       **kw)
+        assert set(result.values()) - {"SKIP"} == {"SUCCESS"}, result
+
+
+def test_attention_twins_pass_opcheck(interpreter):
+    """As add_layernorm's: on the CPU the AOT checks are left to the GPU test."""
+    _attention_twins_opcheck("cpu", torch.float16, ["test_schema", "test_autograd_registration", "test_faketensor"])
+
+
+@pytest.mark.gpu
+def test_attention_twins_pass_opcheck_on_gpu():
+    _attention_twins_opcheck("cuda", torch.bfloat16, None)
+
+
 @pytest.mark.parametrize("op", ["square", "softmax"])
 def test_triton_twins_pass_opcheck(interpreter, op):
     x = torch.randn(3, 17, requires_grad=True)
@@ -558,6 +655,30 @@ def test_inductor_launches_add_layernorms_kernels_on_gpu():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_inductor_launches_attentions_kernels_on_gpu(causal):
+    """A compiled ``fused_attention`` on a model's strided q, k, v (bf16, on a GPU): Inductor's code
+    launches the forward, dQ and dK/dV kernels itself, no xrt op left; within SDPA's error of float64."""
+    from torch._inductor.utils import run_and_get_code
+
+    inputs, make, dout = _attention_inputs("cuda", torch.bfloat16, "model")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda qkv: xp.ops.fused_attention(*make(qkv), is_causal=causal, provider="triton"),
+                             fullgraph=True)
+
+    def step():
+        out = compiled(*inputs)
+        return [out, *torch.autograd.grad(out, inputs, dout)]
+
+    got, codes = run_and_get_code(step)
+    code = "\n".join(codes)
+    assert "torch.ops.xrt" not in code and "xrt." not in code.replace("xrt.kernels", "")
+    for name in ("_attn_fwd_kernel", "_attn_bwd_dq_kernel", "_attn_bwd_dkdv_kernel"):
+        assert name in code, name
+    _attention_within_sdpas_error(got, inputs, make, dout, causal)
+
+
+@pytest.mark.gpu
 def test_inductor_runs_a_layernorm_without_grad_as_one_kernel_and_one_buffer():
     """Inference on the GPU: Inductor's code launches the forward kernel with no statistics and
     allocates the output alone (no mean or rstd buffer, no copy of an input)."""
@@ -667,6 +788,10 @@ DYNAMIC = {  # op: (the call, its inputs with M rows, torch's answer)
                 lambda x: torch.softmax(x, -1)),
     "layernorm": (_xrt("layernorm", "triton"), lambda m: (torch.randn(m, N), torch.randn(N), torch.randn(N)),
                   _torch("layernorm")),
+    # M is the sequence length; the answer is the eager call's (the same kernel's values, in fp16)
+    "attention": (lambda q, k, v: xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton"),
+                  lambda m: tuple(torch.randn(1, 2, m, 64).half() for _ in range(3)),
+                  lambda q, k, v: xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton")),
 }
 
 

@@ -36,7 +36,7 @@ import triton.language as tl
 
 from xrt.kernels import checks, spaces
 from xrt.kernels.reference.attention import empty_out
-from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv
+from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv, traced
 
 HEAD_DIMS = (64, 128)  # head dims the kernels are built for (tl.dot and the register budget)
 DTYPES = (torch.float16, torch.bfloat16)
@@ -185,6 +185,7 @@ def _attn_fwd_kernel(
     WS: tl.constexpr,  # warp-specialize the key loop (Hopper and newer)
     ORDER: tl.constexpr,  # which query blocks a program takes (_fwd_program, order 2: _program_block)
 ):
+    qk_scale = tl.cast(qk_scale, tl.float32)  # (Inductor passes a Python float as fp64: keep fp32 math)
     if ORDER == 2:  # causal pairs, the mirror (the longer) first; the key loops nested in this one
         pid, bh, n_m = _program_place(S_q, BLOCK_M)
         count = _program_count(pid, n_m, True)
@@ -251,6 +252,7 @@ def _attn_fwd_tma_kernel(
 ):
     """The forward of :func:`_attn_fwd_kernel` with every tile moved by the TMA engine (Hopper):
     the same online softmax, the same unmasked / masked split of the key loop, the same orders."""
+    qk_scale = tl.cast(qk_scale, tl.float32)
     if ORDER == 2:
         pid, bh, n_m = _program_place(S_q, BLOCK_M)
         count = _program_count(pid, n_m, True)
@@ -422,6 +424,7 @@ def _attn_bwd_dkdv_kernel(
     CAUSAL: tl.constexpr,
     PAIRS: tl.constexpr,  # a program takes key block j and its mirror (causal: equal work per program)
 ):
+    sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     # Causal: the first key blocks see the most queries, so the plain order starts the heaviest first.
     pid, bh, n_blocks = _program_place(S_k, BLOCK_N)
     b, h = _batch_head(bh, H)
@@ -468,6 +471,7 @@ def _attn_bwd_dkdv_tma_kernel(
 ):
     """:func:`_attn_bwd_dkdv_kernel` with every tile moved by the TMA engine (Hopper): the same
     step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
+    sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     pid, bh, n_blocks = _program_place(S_k, BLOCK_N)
     lse_base, delta_base = _row_bases(lse_ptr, delta_ptr, bh, S_q)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
@@ -583,6 +587,7 @@ def _attn_bwd_dq_kernel(
     PAIRS: tl.constexpr,  # a program takes query block j and its mirror (causal: equal work per program)
     FUSE_DELTA: tl.constexpr,  # compute delta here (no preprocess kernel)
 ):
+    sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     pid, bh, n_blocks = _program_place(S_q, BLOCK_M)
     b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -626,6 +631,7 @@ def _attn_bwd_dq_tma_kernel(
     FUSE_DELTA: tl.constexpr,
 ):
     """:func:`_attn_bwd_dq_kernel` with every tile moved by the TMA engine (Hopper)."""
+    sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     pid, bh, n_blocks = _program_place(S_q, BLOCK_M)
     b, h = _batch_head(bh, H)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -685,8 +691,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> N
 
 def _ws(q: torch.Tensor, cfg: Any) -> bool:
     """Warp specialization where asked for and the GPU is Hopper or newer (never the interpreter)."""
-    if not cfg.get("warp_specialize") or not q.is_cuda:
-        return False
+    if not cfg.get("warp_specialize") or not q.is_cuda or traced(q):
+        return False  # (a trace's launch compiles later, where a failed specialization could not fall back)
     return torch.cuda.get_device_capability(q.device)[0] >= 9 and (q.device, tuple(cfg.items())) not in _WS_BROKEN
 
 
@@ -697,7 +703,7 @@ def forward_config(q: torch.Tensor, is_causal: bool, config: dict[str, Any] | No
     cfg = checks.tuning("attention.triton", config)
     if not cfg.is_default:
         return cfg
-    d, s_q = q.shape[-1], checks.size_hint(q.shape[2])
+    d, s_q = int(q.shape[-1]), checks.size_hint(q.shape[2])  # (a trace specializes on the head dim, a constexpr)
     found = spaces.attention_default(d, is_causal, s_q)
     return checks.tuning("attention.triton", found) if found else checks.effective_config("attention.triton", d, None)
 
@@ -755,6 +761,7 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
     _check(q, k, v, scale)
     cfg = forward_config(q, is_causal, config)
     bsz, h, s_q, d = q.shape
+    d = int(d)
     s_k = k.shape[2]
     o = empty_out(q, d)
     lse = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
@@ -806,8 +813,10 @@ def _tma_views(*ts: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """``ts`` ([B, H, S, D] each) as [B*H, S, D] views for the TMA kernels, or None where they cannot
     take them: a GPU before Hopper, or a tensor that is not contiguous (the engine's rules: last
     stride 1, the other strides and the base 16-byte aligned). Under Triton's interpreter (CPU
-    tensors) they run too."""
-    if ts[0].is_cuda and torch.cuda.get_device_capability(ts[0].device)[0] < 9:
+    tensors) they run too. A trace (torch.compile) takes the pointer kernels: its tensors have no
+    address to check, and a model's q, k and v are strided views, which the pointer kernels run on
+    in eager too."""
+    if traced(ts[0]) or ts[0].is_cuda and torch.cuda.get_device_capability(ts[0].device)[0] < 9:
         return None
     out = []
     for t in ts:
@@ -831,6 +840,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                          f"query.shape={tuple(q.shape)}")
     cfg = checks.tuning("attention_bwd.triton", config)
     bsz, h, s_q, d = q.shape
+    d = int(d)
     s_k = k.shape[2]
     lse = lse.contiguous()
     dq = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)

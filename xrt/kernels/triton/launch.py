@@ -73,6 +73,11 @@ def _spec(a: Any) -> Any:
     return (t, a)  # anything else: keyed by its value (hashable, or the key raises and we fall back)
 
 
+def traced(t: Any) -> bool:
+    """Is ``t`` a trace's tensor (``torch.compile``, ``make_fx``): fake, or functional over a fake one?"""
+    return t.__class__ is not torch.Tensor and t.__class__.__name__ in ("FakeTensor", "FunctionalTensor")
+
+
 _COMPILE_ONLY = [False]
 
 

@@ -65,10 +65,11 @@ def bwd_programs_per_sm(n: int, programs_per_sm: Any) -> int:
 @triton.jit
 def _normalize(x, mask, cmask, cols, w_ptr, b_ptr, N, eps):
     """``(mean, rstd, y)`` of fp32 rows ``x`` [ROWS, BLOCK] (``mask`` the valid elements, ``cmask``
-    the valid columns): ``y = (x - mean) * rstd * weight + bias``."""
+    the valid columns): ``y = (x - mean) * rstd * weight + bias``. ``eps`` is taken as fp32: Inductor
+    passes a Python float as fp64, which would carry the rows' arithmetic into fp64."""
     mean = tl.sum(x, 1) / N
     d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + eps)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / N + tl.cast(eps, tl.float32))
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     return mean, rstd, d * rstd[:, None] * w[None, :] + b[None, :]

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
-from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv
+from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv, traced
 
 # ACT values of the epilogue: none, GELU's tanh approximation, exact GELU (erf).
 ACT_NONE, ACT_GELU_TANH, ACT_GELU_ERF = 0, 1, 2
@@ -332,11 +332,6 @@ def _tma_layout_ok(t: torch.Tensor, address: int) -> bool:
         return False
     es = t.element_size()
     return not any((t.stride(d) * es) % 16 for d in ((0, 1) if kind == "n" else (0, 2)))
-
-
-def traced(t: torch.Tensor) -> bool:
-    """Is ``t`` a trace's tensor (``torch.compile``, ``make_fx``): fake, or functional over a fake one?"""
-    return t.__class__ is not torch.Tensor and t.__class__.__name__ in ("FakeTensor", "FunctionalTensor")
 
 
 def _tma_device(device: torch.device) -> bool:

@@ -39,10 +39,20 @@ _SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATT
 _WARNED: set[str] = set()  # fallback reasons already reported (one warning each)
 
 
+def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+         provider: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
+
+
+def _bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+         is_causal: bool, scale: float, provider: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return dispatch.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
+
+
 @torch.library.custom_op("xrt::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
                   provider: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
+    return _fwd(q, k, v, is_causal, scale, provider)
 
 
 @attention_op.register_fake
@@ -55,7 +65,7 @@ def _(q, k, v, is_causal, scale, provider):
 def attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                       lse: torch.Tensor, is_causal: bool, scale: float, provider: str
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return dispatch.get("attention_bwd", provider).fn(do, q, k, v, o, lse, is_causal, scale)
+    return _bwd(do, q, k, v, o, lse, is_causal, scale, provider)
 
 
 @attention_bwd_op.register_fake
@@ -71,23 +81,32 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(q, k, v, o, lse)
 
 
-def _backward(ctx, do, _dlse):
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = dispatch.in_transforms(attention_bwd_op)(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
-    return dq, dk, dv, None, None, None
+def _backward_with(bwd: Any):
+    """The forward op's backward formula: the backward op ``bwd`` of the same provider."""
+
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = dispatch.in_transforms(bwd)(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
+        return dq, dk, dv, None, None, None
+
+    return backward
 
 
-attention_op.register_autograd(_backward, setup_context=_setup_context)
+attention_op.register_autograd(_backward_with(attention_bwd_op), setup_context=_setup_context)
+# For torch.compile, the Triton provider's twins (dispatch.compiled_twin): triton_ops Inductor traces
+# into, launching the pointer kernels (xrt.kernels.triton.attention._tma_views) itself.
+_bwd_twin = dispatch.compiled_twin("attention_bwd", "triton", _bwd)
+dispatch.compiled_twin("attention", "triton", _fwd, _setup_context, _backward_with(_bwd_twin))
 
 
-# torch's FlopCounterMode counts xrt's attention as torch's SDPA (its formula: 4 B H S_q S_k D forward,
-# the causal mask not halving it, as for SDPA).
-@flop_counter.register_flop_formula(torch.ops.xrt.attention)
+# torch's FlopCounterMode counts xrt's attention (and its compiled twins) as torch's SDPA (its formula:
+# 4 B H S_q S_k D forward, the causal mask not halving it, as for SDPA).
+@flop_counter.register_flop_formula([torch.ops.xrt.attention, torch.ops.xrt.attention_triton])
 def _attention_flops(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
     return flop_counter.sdpa_flop_count(q_shape, k_shape, v_shape)
 
 
-@flop_counter.register_flop_formula(torch.ops.xrt.attention_bwd)
+@flop_counter.register_flop_formula([torch.ops.xrt.attention_bwd, torch.ops.xrt.attention_bwd_triton])
 def _attention_bwd_flops(do_shape, q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
     return flop_counter.sdpa_backward_flop_count(do_shape, q_shape, k_shape, v_shape)
 
@@ -286,4 +305,4 @@ def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             return _EagerAttention.apply(q, k, v, causal, s, "triton")
         if route == dispatch.DIRECT:
             return _forward(q, k, v, causal, s)[0]
-        return dispatch.in_transforms(attention_op)(q, k, v, causal, s, "triton")[0]
+        return dispatch.compiled("attention", "triton", attention_op, q)(q, k, v, causal, s, "triton")[0]
