@@ -18,7 +18,8 @@ backward, and causal ``fused_attention`` [1, 8, 128, 64] bf16, forward and forwa
   statistics (``xrt::layernorm_infer_triton``), which the public call takes there;
 * ``torch.ops.xrt.<op>(..., "triton")``: the opaque custom op, which compiled code calls through the
   dispatcher (what every provider took before the triton_op twins; no target, for comparison);
-* ``xp.ops.<op>(..., provider="torch")``: the torch provider through the custom op (no target).
+* ``xp.ops.<op>(..., provider="torch")``: the torch provider through the custom op (no target;
+  for attention, SDPA called by ``fused_attention`` itself, no custom op).
 
 Rows that need what this machine lacks (Triton without a GPU) are listed as skipped with the reason.
 ``--quick`` (20 calls, 2 repeats) checks that the script runs, e.g. on a CPU.

@@ -9,13 +9,15 @@ One model (``xrt.pytorch.modules.gpt``, 4 blocks, bf16), three compiled variants
 - ``torch compiled``: no policy;
 - ``twin``: xrt's policy; Inductor launches attention's kernels itself (``xrt::attention_triton``);
 - ``opaque``: xrt's policy with attention's twins taken out of ``dispatch.COMPILED`` around each of
-  its calls, so its graphs call ``xrt::attention`` through the dispatcher, as before the twins.
-  Dynamo guards on that dict, so each variant keeps its own graphs.
+  its blocks of steps (and its trace), so its graphs call ``xrt::attention`` through the dispatcher,
+  as before the twins. Each variant compiles its own frame; Dynamo also guards on that dict, so a
+  variant run in the other's scope would recompile rather than run the other's graphs.
 
 Each pair (twin / torch compiled, opaque / torch compiled, twin / opaque) is timed in ABBA quads of
 ~30 ms blocks of train steps, then of inference steps (``sidebyside.paired``: wall time between two
-synchronizes, the host's part counts). Beside them, each variant's GPU busy ms a step, and the xrt
-ops or kernels its train step shows in the profiler.
+synchronizes, the host's part counts). Beside them, each variant's GPU busy ms a step, the xrt ops or
+kernels its train step shows in the profiler, and its inference output's largest difference from the
+eager torch model's, relative to that output's largest magnitude.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.model_bench import POLICIES, own_frame, scope  # noqa: E402
-from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, parse_args, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, parse_args, rel_err, save  # noqa: E402
 
 TWINS = [("attention", "triton"), ("attention_bwd", "triton")]
 QUADS = 6
@@ -64,8 +66,8 @@ def measure(b: int, s: int, d: int, h: int) -> list[dict]:
     model = gpt(d, h, 4).cuda().to(torch.bfloat16)
     x = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     shape = f"B{b} S{s} d{d} H{h} x4"
-    steps = {name: model_steps(torch.compile(own_frame(model), dynamic=False), x, model)
-             for name in ("torch compiled", "twin", "opaque")}
+    compiled = {name: torch.compile(own_frame(model), dynamic=False) for name in ("torch compiled", "twin", "opaque")}
+    steps = {name: model_steps(c, x, model) for name, c in compiled.items()}
     t0 = time.perf_counter()
     for name, st in steps.items():  # trace each variant in its own scope
         with variant_scope(name):
@@ -73,6 +75,8 @@ def measure(b: int, s: int, d: int, h: int) -> list[dict]:
             st["infer"]()
     torch.cuda.synchronize()
     print(f"{shape}: compiled in {time.perf_counter() - t0:.0f} s", flush=True)
+    with torch.no_grad():
+        ref = model(x)
     rows = []
     for name in ("twin", "opaque"):
         with variant_scope(name), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -90,8 +94,10 @@ def measure(b: int, s: int, d: int, h: int) -> list[dict]:
             print(json.dumps(rows[-1]), flush=True)
     for name, st in steps.items():
         with variant_scope(name):
+            with torch.no_grad():
+                err = rel_err(compiled[name](x), ref)
             rows.append({"shape": shape, "variant": name, "train_gpu_ms": device_busy_ms(st["train"]),
-                         "infer_gpu_ms": device_busy_ms(st["infer"])})
+                         "infer_gpu_ms": device_busy_ms(st["infer"]), "max_rel_err": err})
     return rows
 
 
@@ -106,13 +112,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
             lo, hi = r["quartiles"]
             lines.append(f"| {r['shape']} | {r['step']} | {r['variant']} | {r['base']} | {r['ratio']:.3f} "
                          f"({lo:.3f}-{hi:.3f}) | {r['ms']:.2f} | {r['base_ms']:.2f} |")
-    lines += ["", "| shape | variant | GPU busy ms, train / inference | train step shows |", "|---|---|---|---|"]
+    lines += ["", "| shape | variant | GPU busy ms, train / inference | max rel err | train step shows |",
+              "|---|---|---|---:|---|"]
     shows = {(r["shape"], r["variant"]): r["train_step_shows"] for r in rows if "train_step_shows" in r}
     for r in rows:
         if "train_gpu_ms" in r:
             seen = ", ".join(shows.get((r["shape"], r["variant"]), [])) or "-"
+            err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else "-"
             lines.append(f"| {r['shape']} | {r['variant']} | {r['train_gpu_ms']:.2f} / {r['infer_gpu_ms']:.2f} | "
-                         f"{seen} |")
+                         f"{err} | {seen} |")
     return "\n".join(lines) + "\n"
 
 

@@ -510,6 +510,23 @@ def test_only_the_cuda_c_twins_are_cudagraph_unsafe():
         assert unsafe in dispatch.COMPILED[(op, "cuda")]._opoverload.tags, op
         assert unsafe not in dispatch.COMPILED[(op, "triton")]._opoverload.tags, op
         assert unsafe not in getattr(torch.ops.xrt, op).default.tags, op
+    for op in ("attention", "attention_bwd", "add_layernorm", "add_layernorm_bwd", "linear_gelu"):
+        assert unsafe not in dispatch.COMPILED[(op, "triton")]._opoverload.tags, op
+
+
+def test_flop_counter_counts_the_attention_twins_as_sdpa(interpreter):
+    """torch's FlopCounterMode counts ``xrt::attention_triton`` and its backward with SDPA's formulas,
+    as it counts ``xrt::attention``: a compiled model's FLOPs read as torch's."""
+    from torch.utils import flop_counter
+
+    q, k, v = (torch.randn(1, 2, 17, 64).half() for _ in range(3))
+    fwd, bwd = torch.ops.xrt.attention_triton, torch.ops.xrt.attention_bwd_triton
+    with flop_counter.FlopCounterMode(display=False) as counter:
+        o, lse = fwd(q, k, v, True, 0.125, "triton")
+    assert counter.get_total_flops() == flop_counter.sdpa_flop_count(q.shape, k.shape, v.shape) > 0
+    with flop_counter.FlopCounterMode(display=False) as counter:
+        bwd(torch.randn_like(o), q, k, v, o, lse, True, 0.125, "triton")
+    assert counter.get_total_flops() == flop_counter.sdpa_backward_flop_count(o.shape, q.shape, k.shape, v.shape) > 0
 
 
 def test_cpu_tensors_keep_the_custom_op_under_inductor(interpreter):
@@ -788,7 +805,8 @@ DYNAMIC = {  # op: (the call, its inputs with M rows, torch's answer)
                 lambda x: torch.softmax(x, -1)),
     "layernorm": (_xrt("layernorm", "triton"), lambda m: (torch.randn(m, N), torch.randn(N), torch.randn(N)),
                   _torch("layernorm")),
-    # M is the sequence length; the answer is the eager call's (the same kernel's values, in fp16)
+    # M is the sequence length; the answer is the eager call's (its TMA forward; the trace records the
+    # pointer one, which gives the same bits: test_kernels_attention.test_tma_and_pointer_forwards_agree)
     "attention": (lambda q, k, v: xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton"),
                   lambda m: tuple(torch.randn(1, 2, m, 64).half() for _ in range(3)),
                   lambda q, k, v: xp.ops.fused_attention(q, k, v, is_causal=True, provider="triton")),

@@ -23,7 +23,8 @@ block), so the common case pays for no ``where``. Causal masking is top-left ali
 Inputs may have any strides (a ``[B, S, H, D]`` tensor viewed as ``[B, H, S, D]`` is read in
 place). The forward's output is laid out as q (``reference.attention.empty_out``: [B, S, H, D] in
 memory for such a view, so a model's ``out.transpose(1, 2).reshape(B, S, H * D)`` copies nothing);
-the backward's gradients are contiguous.
+the backward's gradients are contiguous. A ``torch.compile`` trace records the pointer kernels
+(:func:`_tma_views`), with no warp specialization (:func:`_ws`), whatever the config says.
 """
 
 from __future__ import annotations
@@ -690,7 +691,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> N
 
 
 def _ws(q: torch.Tensor, cfg: Any) -> bool:
-    """Warp specialization where asked for and the GPU is Hopper or newer (never the interpreter)."""
+    """Warp specialization where asked for and the GPU is Hopper or newer (never the interpreter, nor
+    a trace)."""
     if not cfg.get("warp_specialize") or not q.is_cuda or traced(q):
         return False  # (a trace's launch compiles later, where a failed specialization could not fall back)
     return torch.cuda.get_device_capability(q.device)[0] >= 9 and (q.device, tuple(cfg.items())) not in _WS_BROKEN

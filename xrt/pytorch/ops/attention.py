@@ -1,7 +1,9 @@
 """``xrt.pytorch.ops.fused_attention``: scaled dot-product attention with xrt's Triton kernels.
 
 Two custom ops: ``xrt::attention`` -> ``(out, lse)`` and ``xrt::attention_bwd`` -> ``(dq, dk, dv)``;
-the first's autograd calls the second with the same provider. What the Triton kernels do not
+the first's autograd calls the second with the same provider. Under ``torch.compile`` the Triton
+provider's calls go to their ``triton_op`` twins instead (``xrt::attention_triton``,
+``xrt::attention_bwd_triton``), whose kernels Inductor launches. What the Triton kernels do not
 cover (masks, dropout, other head dims or dtypes, grouped-query attention) goes to
 ``torch.nn.functional.scaled_dot_product_attention``, with one warning per reason; a call that
 forces the Triton provider raises instead.
@@ -120,7 +122,7 @@ class _EagerAttention(torch.autograd.Function):
         if provider == "triton":
             o, lse = _forward(q, k, v, is_causal, scale)
         else:
-            o, lse = dispatch.get("attention", provider).fn(q, k, v, is_causal, scale)
+            o, lse = _fwd(q, k, v, is_causal, scale, provider)
         ctx.is_causal, ctx.scale, ctx.provider = is_causal, scale, provider
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -129,7 +131,7 @@ class _EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = dispatch.get("attention_bwd", ctx.provider).fn(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
         return dq, dk, dv, None, None, None
 
 
