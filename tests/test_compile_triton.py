@@ -32,15 +32,74 @@ def test_importing_xrt_leaves_inductor_and_dynamo_unimported():
 
 
 def test_the_skipped_scan_would_have_found_no_kernel():
-    """What triton_op's full scan finds in each twin's function is what it records for the twin: none
-    (every twin launches through the Launcher). A twin that called ``wrap_triton`` itself would
-    fail here: its kernels would key Inductor's compile cache, and the scan must then run."""
+    """triton_op's full scan finds no kernel in any twin's function (every twin launches through the
+    Launcher), so skipping it loses nothing. A twin that called ``wrap_triton`` itself would fail
+    here: its kernels would key the compile caches, and the scan must then run. What each twin
+    records for the caches instead is :data:`dispatch.CACHE_KEY` (the next test)."""
     from torch._library import triton as triton_lib
 
     assert dispatch.SCANNED, "no triton_op twin registered"
     for name, fn in dispatch.SCANNED.items():
         assert triton_lib.get_inner_triton_kernels(fn) == [], name
-        assert triton_lib.get_triton_kernels_for_op(name) == [], name
+        assert triton_lib.get_triton_kernels_for_op(name) == [dispatch.CACHE_KEY], name
+
+
+def _aot_cache_sources(op) -> list[str]:
+    """The kernel sources torch's AOTAutograd cache puts in the key of a graph that calls ``op``
+    (its own code: ``AOTAutogradCacheDetails.get_triton_source_codes_from_gm``)."""
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCacheDetails
+
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    g.output(g.call_function(op, (q, q, q, True, 0.125, "triton")))
+    details = object.__new__(AOTAutogradCacheDetails)  # (the method reads only the graph)
+    return details.get_triton_source_codes_from_gm(torch.fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_the_compile_cache_key_follows_the_tuned_configs_and_xrts_code(monkeypatch):
+    """A graph that calls a twin is keyed in torch's AOTAutograd cache on xrt's code and on the tuned
+    configs in force: a retune, or another xrt, does not get a graph traced before it from a warm
+    cache. (Without the key the twins' kernel list was empty, and the graph alone keyed it.)"""
+    op = torch.ops.xrt.attention_triton.default
+    base = _aot_cache_sources(op)
+    assert len(base) == 1 and "xrt twins: code" in base[0]
+    assert _aot_cache_sources(op) == base  # the same state, the same key
+    tuned = xp.KernelPolicy()
+    tuned.add_tuned("attention.triton", {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2})
+    with xp.kernel_policy(tuned):
+        retuned = _aot_cache_sources(op)
+    assert retuned != base
+    with xp.kernel_policy(tuned):
+        assert _aot_cache_sources(op) == retuned
+    assert _aot_cache_sources(op) == base
+    monkeypatch.setattr(dispatch, "_SOURCES", ["another xrt"])
+    assert _aot_cache_sources(op) != base
+
+
+def test_the_code_hash_covers_the_kernels_and_the_ops(monkeypatch):
+    """The hashed files: the kernel layer (kernels, launchers, spaces) and the ops' functions; an edit
+    to one changes the hash."""
+    from pathlib import Path
+
+    import xrt
+
+    read: list[str] = []
+    real = Path.read_bytes
+
+    def spy(self):
+        read.append(self.as_posix())
+        return real(self)
+
+    monkeypatch.setattr(dispatch, "_SOURCES", [])
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    first = dispatch._sources_hash()
+    root = Path(xrt.__file__).resolve().parent.as_posix()
+    for f in ("kernels/triton/attention.py", "kernels/triton/launch.py", "kernels/spaces.py",
+              "kernels/checks.py", "pytorch/ops/attention.py", "pytorch/ops/dispatch.py"):
+        assert f"{root}/{f}" in read, f
+    monkeypatch.setattr(dispatch, "_SOURCES", [])
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + (b"#" if self.name == "spaces.py" else b""))
+    assert dispatch._sources_hash() != first
 
 
 @pytest.fixture

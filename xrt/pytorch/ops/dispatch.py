@@ -281,6 +281,61 @@ def unscanned(fn: Callable[..., Any]) -> Callable[..., Any]:
     return out
 
 
+_SOURCES: list[str] = []  # the hash of the twins' code, made at the first compile that asks for it
+
+
+def _sources_hash() -> str:
+    """sha256 of the code a twin's trace runs: xrt's kernel layer (kernels, launchers, configs and
+    tables, ``xrt/kernels``) and the ops' functions (``xrt/pytorch/ops``), file by file."""
+    if not _SOURCES:
+        import hashlib
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]  # the xrt package
+        h = hashlib.sha256()
+        for path in sorted([*root.joinpath("kernels").rglob("*.py"), *root.joinpath("pytorch", "ops").glob("*.py")]):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        _SOURCES.append(h.hexdigest())
+    return _SOURCES[0]
+
+
+def cache_fingerprint() -> str:
+    """What a twin's traced kernels depend on beyond the graph that calls it: xrt's code
+    (:func:`_sources_hash`) and the tuned configs of the policies in force on this thread. The
+    twin's body picks its kernels, configs and grid while AOTAutograd traces it, after Dynamo made
+    the graph, so none of that is in the graph."""
+    import hashlib
+    import json
+
+    tuned = [sorted((list(k), v) for k, v in layer.tuned.items()) for layer in policy._layers()]
+    text = json.dumps(tuned, sort_keys=True, default=repr)
+    return f"# xrt twins: code {_sources_hash()}, tuned configs {hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _no_kernel() -> None:
+    """The body torch's cache key reads for :class:`_CacheKey` (its code names nothing)."""
+
+
+class _CacheKey:
+    """The kernel torch's compile caches are told a twin launches (``triton_ops_to_kernels``). The
+    AOTAutograd cache keys a graph on the source of each triton_op's kernels, which it knows from
+    a scan for ``wrap_triton`` calls; a twin launches through the Launcher, so the scan finds none,
+    and a warm cache would serve a graph traced with another xrt's kernels or another tuned config.
+    Its ``src`` is :func:`cache_fingerprint`, read when the key is made; ``fn`` and ``__name__``
+    are what torch's source walk reads besides."""
+
+    def __init__(self) -> None:
+        self.__name__ = "xrt_twin_cache_key"
+        self.fn = _no_kernel
+
+    @property
+    def src(self) -> str:
+        return cache_fingerprint()
+
+
+CACHE_KEY = _CacheKey()
+
+
 def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context: Callable[..., None] | None = None,
                   backward: Callable[..., Any] | None = None, fake: Callable[..., Any] | None = None) -> Any:
     """The op that torch.compile calls for ``op`` run by ``provider`` (:data:`COMPILED`), with the
@@ -293,6 +348,7 @@ def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context:
     if provider == "triton":
         twin = torch.library.triton_op(name, unscanned(fn), mutates_args=())
         SCANNED[name] = fn
+        torch._library.triton.triton_ops_to_kernels[name] = [CACHE_KEY]
     elif provider == "cuda":
         twin = torch.library.custom_op(name, fn, mutates_args=(), tags=CUDA_TAGS)
         twin.register_fake(fake)
