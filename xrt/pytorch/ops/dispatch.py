@@ -348,7 +348,9 @@ def compiled_twin(op: str, provider: str, fn: Callable[..., Any], setup_context:
     if provider == "triton":
         twin = torch.library.triton_op(name, unscanned(fn), mutates_args=())
         SCANNED[name] = fn
-        torch._library.triton.triton_ops_to_kernels[name] = [CACHE_KEY]
+        kernels = getattr(torch._library.triton, "triton_ops_to_kernels", None)  # (torch 2.11 to 2.13)
+        if kernels is not None:
+            kernels[name] = [CACHE_KEY]
     elif provider == "cuda":
         twin = torch.library.custom_op(name, fn, mutates_args=(), tags=CUDA_TAGS)
         twin.register_fake(fake)
