@@ -23,6 +23,17 @@ def check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, scale: torch.T
     assert worst <= 1, f"{what}: error {worst:.3g}x the bound (rtol {RTOL[dtype]})"
 
 
+def within_twice_their_error(names, got, theirs, exact, floor: float = 1e-4) -> None:
+    """Each of ``got`` at most 2x the worst error of ``theirs`` (the reference at the same precision,
+    SDPA say) against ``exact`` (float64), plus ``floor`` (flash-attention's test bound). Shapes
+    must match; NaN (an unwritten poisoned element) fails."""
+    for name, g, t, r in zip(names, got, theirs, exact, strict=True):
+        assert g.shape == r.shape, f"{name}: shape {tuple(g.shape)} != {tuple(r.shape)}"
+        err = (g.double() - r).abs().max().nan_to_num(float("inf")).item()
+        err_theirs = (t.double() - r).abs().max().item()
+        assert err <= 2 * err_theirs + floor, f"{name}: error {err:.3g} > 2 x theirs {err_theirs:.3g} + {floor}"
+
+
 @contextlib.contextmanager
 def poisoned_outputs():
     """Within the block, float tensors from torch.empty / empty_like start as NaN."""

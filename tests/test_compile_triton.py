@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import graph_keeper
 from functorch.compile import make_boxed_func
+from kernel_checks import within_twice_their_error
 
 import xrt.pytorch as xp
 from xrt.pytorch.ops import dispatch
@@ -476,10 +477,8 @@ def _attention_within_sdpas_error(got, inputs, make, dout, causal) -> None:
         o = sdpa(*make(*ts), is_causal=causal)
         return [o, *torch.autograd.grad(o, ts, dout.to(dtype))]
 
-    for i, (g, s, r) in enumerate(zip(got, run(inputs[0].dtype), run(torch.float64))):
-        err, err_sdpa = (g.double() - r).abs().max().item(), (s.double() - r).abs().max().item()
-        name = "out" if i == 0 else f"grad {i}"
-        assert err <= 2 * err_sdpa + 1e-4, f"{name}: error {err:.3g} > 2 x SDPA's {err_sdpa:.3g} + 1e-4"
+    names = ["out", *(f"grad {i}" for i in range(len(inputs)))]
+    within_twice_their_error(names, got, run(inputs[0].dtype), run(torch.float64))
 
 
 @pytest.mark.parametrize("layout", ["model", "contiguous"])
