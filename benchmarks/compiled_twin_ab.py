@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.model_bench import POLICIES, own_frame, scope  # noqa: E402
-from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, parse_args, rel_err, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, parse_args, rel_err, run_meta, save  # noqa: E402
 
 TWINS = [("attention", "triton"), ("attention_bwd", "triton")]
 QUADS = 6
@@ -128,15 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args("compiled_twin_ab", __doc__, argv)
     if args is None:
         return 2
-    import subprocess
-
-    import torch
-
     b, s, d, h = (int(os.environ.get(k, v)) for k, v in (("B", "8"), ("S", "1024"), ("D", "1024"), ("H", "16")))
-    commit = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.node(),
-            "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    meta = run_meta(Path(__file__).resolve().parents[1])
     rows = measure(b, s, d, h)
     save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
     return 0

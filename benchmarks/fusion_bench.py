@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import error_line, model_steps  # noqa: E402
+from xrt.bench.sidebyside import commit_of, error_line, model_steps  # noqa: E402
 
 TOKENS = (8, 1024)  # batch x sequence: 8192 tokens
 WIDTHS = (1024, 2048)
@@ -258,10 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu = args.device == "cpu"
     dt = torch.float32 if cpu else torch.bfloat16  # the interpreter has no bfloat16
     (bsz, s), widths = (QUICK["tokens"], QUICK["widths"]) if cpu else (TOKENS, WIDTHS[:1] if args.quick else WIDTHS)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     meta = {"device": "CPU (Triton interpreter)" if cpu else torch.cuda.get_device_name(), "dtype": str(dt),
-            "torch": torch.__version__, "host": platform.node(), "commit": commit, "date": time.strftime("%Y-%m-%d")}
+            "torch": torch.__version__, "host": platform.node(), "commit": commit_of(ROOT),
+            "date": time.strftime("%Y-%m-%d")}
     rows: list[dict] = []
     extra: dict[str, Any] = {}
     if args.sweep:

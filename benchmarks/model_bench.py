@@ -35,16 +35,14 @@ and the profiler names the xrt ops one routed step ran.
 from __future__ import annotations
 
 import json
-import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import device_busy_ms, error_line, model_steps, parse_args, rel_err, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, error_line, model_steps, parse_args, rel_err, run_meta, save  # noqa: E402
 from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
 
 QUADS = 15  # ABBA quads of each variant against its base (quick: 3)
@@ -207,14 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args("model_bench", __doc__, argv)
     if args is None:
         return 2
-    import subprocess
-
-    import torch
-
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.node(),
-            "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    meta = run_meta(ROOT)
     rows = [r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick)]
     save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
     return 0

@@ -152,3 +152,11 @@ def test_busy_time_counts_the_devices_events_only():
     assert sidebyside.busy_us(events) == 90.0
     if not torch.cuda.is_available():
         assert sidebyside.device_busy_ms(lambda: None) is None  # no GPU: it cannot say, and says so
+
+
+def test_commit_of_names_head_and_nothing_outside_a_checkout(tmp_path):
+    """The commit a benchmark's results name: HEAD's short hash, and "" where there is no git checkout."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert sidebyside.commit_of(ROOT) == head and head
+    assert sidebyside.commit_of(tmp_path) == ""

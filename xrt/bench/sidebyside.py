@@ -29,6 +29,25 @@ def parse_args(name: str, doc: str, argv: list[str] | None) -> argparse.Namespac
     return args
 
 
+def commit_of(repo: Path) -> str:
+    """The short hash of ``repo``'s HEAD ("" outside a git checkout): the commit a run's results name."""
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def run_meta(repo: Path) -> dict[str, str]:
+    """What a GPU run's results say of it: the GPU, torch's version, the host, the commit and the date."""
+    import platform
+    import time
+
+    import torch
+
+    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "host": platform.node(),
+            "commit": commit_of(repo), "date": time.strftime("%Y-%m-%d")}
+
+
 def save(result: dict, md: str, out: Path, md_path: Path | None) -> None:
     """The run's JSON to ``out`` (its folder made), the markdown table printed and, if asked, to ``md_path``."""
     out.parent.mkdir(parents=True, exist_ok=True)
