@@ -519,6 +519,43 @@ def test_a_compiled_attention_launches_its_kernels(traced, causal):
     _attention_within_sdpas_error([out, *grads], inputs, make, dout, causal)
 
 
+def test_a_compiled_routed_gpt_calls_no_xrt_op(traced):
+    """An unmodified GPT block (``xrt.pytorch.modules.gpt``: nn.Linear, nn.LayerNorm, causal SDPA with
+    head dim 64) compiled under a policy naming every routed op's Triton provider: its forward and
+    backward graphs launch xrt's kernels themselves, attention's included, with no xrt custom op and
+    no torch GEMM, LayerNorm or SDPA left (forward: four GEMMs, two LayerNorms and attention).
+    Output and input gradient within 2x the fp16 torch model's error of float64."""
+    import copy
+
+    from xrt.pytorch.modules import gpt
+
+    torch.manual_seed(0)
+    model = gpt(128, 2, 1)
+    x, dy = torch.randn(1, 16, 128), torch.randn(1, 16, 128)
+
+    def step(m, t, dt):
+        t = t.to(dt).requires_grad_()
+        y = m(t)
+        return [y, *torch.autograd.grad(y, t, dy.to(dt))]
+
+    codes: list[str] = []
+    torch._dynamo.reset()
+    half = copy.deepcopy(model).half()
+    with xp.kernel_policy(matmul="triton", layernorm="triton", softmax="triton", attention="triton"):
+        got = step(torch.compile(half, backend=graph_keeper(codes), fullgraph=True), x, torch.float16)
+    forward, backward = codes
+    for code in codes:
+        assert "torch.ops.xrt" not in code
+        for torch_op in ("aten.mm", "aten.addmm", "aten.native_layer_norm", "scaled_dot_product"):
+            assert torch_op not in code, torch_op
+    assert forward.count(LAUNCH) == 7, forward
+    # backward: dX and dW of each GEMM (8), each LayerNorm's two kernels (4), attention's dQ and dK/dV (2)
+    assert backward.count(LAUNCH) == 14, backward
+    want = step(copy.deepcopy(model).double(), x, torch.float64)
+    theirs = step(half, x, torch.float16)
+    within_twice_their_error(("out", "grad x"), got, theirs, want, floor=2e-3)
+
+
 def _attention_twins_opcheck(device: str, dtype: torch.dtype, utils) -> None:
     inputs, make, dout = _attention_inputs(device, dtype, "model")
     q, k, v = (t.detach().requires_grad_() for t in make(*inputs))  # (strided views; opcheck clones them)
