@@ -2,12 +2,15 @@
 
     B=8 S=1024 D=1024 H=16 python benchmarks/compiled_tma_ab.py
 
-One process, one model (``xrt.pytorch.modules.gpt``, 4 blocks, bf16). Three compiled variants:
-torch's (no policy), and two under the ``xrt`` policy: one traced with
-``xrt.kernels.triton.matmul.DEVICE_DESCRIPTORS`` off (every GEMM the tiled kernel) and one with it
-on (GEMMs from ``TRACED_TMA_MIN_WORK`` the TMA kernel, descriptors made on the device). Five rounds;
+One process, one model (``xrt.pytorch.modules.gpt``, 4 blocks, bf16). Four compiled variants:
+torch's (no policy), and three under the ``xrt`` policy: one traced with
+``xrt.kernels.triton.matmul.DEVICE_DESCRIPTORS`` off (every GEMM the tiled kernel), one with it
+on (GEMMs from ``TRACED_TMA_MIN_WORK`` the TMA kernel, descriptors made on the device), and one
+with every GEMM on the TMA kernel (the bound 0). torch's compile caches are off, so each variant is
+traced, not served another's graph (the switches are not part of the caches' keys). Five rounds;
 each round runs every variant's 20 inference steps, then 20 train steps, after 3 warm-up steps.
-Prints the median ms a step, its ratio to torch's compiled step and each round's figure. Wall time
+Prints the median ms a step, its ratio to torch's compiled step and each round's figure, then
+each variant's GPU busy ms a step (the profiler's). Wall time
 between two synchronizes: the host's part counts, as a training loop feels it.
 """
 
@@ -27,7 +30,7 @@ import torch  # noqa: E402
 import xrt.kernels.triton.matmul as mm  # noqa: E402
 import xrt.pytorch as xp  # noqa: E402
 from benchmarks.model_bench import own_frame  # noqa: E402
-from xrt.bench.sidebyside import model_steps  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, model_steps  # noqa: E402
 from xrt.pytorch.modules import gpt  # noqa: E402
 
 XRT = {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"}
@@ -50,19 +53,22 @@ def main() -> None:
             step()
 
     torch._dynamo.reset()
+    torch._functorch.config.enable_autograd_cache = False
+    torch._inductor.config.fx_graph_cache = False
     variants = {"torch compiled": (None, torch.compile(frame(), dynamic=False), None)}
-    for tma in (False, True):
-        mm.DEVICE_DESCRIPTORS[0] = tma
+    bound, had = mm.TRACED_TMA_MIN_WORK, mm.DEVICE_DESCRIPTORS[0]
+    for name, tma, least in (("tiled", False, bound), ("tma from the bound", True, bound), ("tma all", True, 0)):
+        mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma, least
         f = torch.compile(frame(), dynamic=False)
         with xp.kernel_policy(**XRT):
             run("infer", f, 1)
             run("train", f, 1)
-        variants["xrt compiled " + ("tma" if tma else "tiled")] = (XRT, f, tma)
+        variants["xrt compiled " + name] = (XRT, f, (tma, least))
     res: dict[tuple[str, str], list[float]] = {}
     for _ in range(ROUNDS):
         for name, (pol, m, tma) in variants.items():
-            if tma is not None:
-                mm.DEVICE_DESCRIPTORS[0] = tma
+            if tma is not None:  # as traced, should a guard fail and trace again
+                mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma
             for kind in ("infer", "train"):
                 with xp.kernel_policy(**pol) if pol else contextlib.nullcontext():
                     run(kind, m, WARM)
@@ -76,8 +82,15 @@ def main() -> None:
         for name in variants:
             v = statistics.median(res[(name, kind)])
             rounds = " ".join(f"{t:.2f}" for t in res[(name, kind)])
-            print(f"d{d} {kind:5s} {name:22s} {v:7.3f} ms  / torch compiled {v / base:.3f}   rounds {rounds}",
+            print(f"d{d} {kind:5s} {name:30s} {v:7.3f} ms  / torch compiled {v / base:.3f}   rounds {rounds}",
                   flush=True)
+    for name, (pol, m, tma) in variants.items():
+        if tma is not None:
+            mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma
+        with xp.kernel_policy(**pol) if pol else contextlib.nullcontext():
+            busy = [device_busy_ms(model_steps(m, x, model)[kind]) for kind in ("infer", "train")]
+        mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = had, bound
+        print(f"d{d} {name:30s} GPU busy {busy[0]:.3f} / {busy[1]:.3f} ms a step (inference / train)", flush=True)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,17 @@ NARROW_SWEEP = [
                                    (128, 256, 64, 8, 3, 4), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 4, 2))),
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 2, "GROUP_M": 1},
 ]
+# --tiled: the GEMMs a compiled graph runs on the tiled kernel, those of the models' linears under
+# matmul.TRACED_TMA_MIN_WORK multiply-adds (T, K, N), and tiled configs around the TMA default's tile.
+TILED = ((8192, 768, 2304, ("nt", "nn", "tn")), (8192, 768, 768, ("nt", "nn", "tn")),
+         (8192, 768, 3072, ("nt", "nn", "tn")), (8192, 3072, 768, ("nt", "nn", "tn")),
+         (8192, 1024, 1024, ("nt", "nn", "tn")))
+_TILED = {"kernel": "tiled", "GROUP_M": 8}
+TILED_SWEEP = [{**_TILED, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+               for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 256, 32, 8, 4),
+                                        (256, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
+                                        (128, 128, 32, 4, 5), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                                        (128, 128, 128, 8, 3))]
 # --device cpu: tiny shapes (T, (K, N) pairs) the interpreter runs in a few seconds
 CPU_ROWS = (32,)
 CPU_FEATURES = ((16, 48), (48, 16))
@@ -87,6 +98,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace | None:
     ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
     ap.add_argument("--narrow", action="store_true",
                     help="only the GEMMs under the target (NARROW), with the wider NARROW_SWEEP")
+    ap.add_argument("--tiled", action="store_true",
+                    help="only the GEMMs a compiled graph runs tiled (TILED), with TILED_SWEEP")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: tiny shapes under Triton's interpreter (a smoke run)")
     args = ap.parse_args(argv)
@@ -169,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     gemms = [(t, k, n, ("nt", "nn", "tn")) for t in rows_t for k, n in features]
     if args.narrow and not cpu:
         gemms, configs = list(NARROW), [None, *NARROW_SWEEP]
+    if args.tiled and not cpu:
+        gemms, configs = list(TILED), [None, *TILED_SWEEP]
     rows: list[dict] = []
     for t, k, n, layouts in gemms:
         x = torch.randn(t, k, device=args.device).to(dtype)
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             if lay not in layouts:
                 continue
             a, b = operands(lay, x, w, g)
-            split = [] if args.quick or args.narrow else [
+            split = [] if args.quick or args.narrow or args.tiled else [
                 c for c in SPLIT_SWEEP if spaces.split_k_why(c, gm, gn, gk, sms) is None]
             rows += bench_gemm(lay, a, b, configs + split, args.device, rule)
         del x, w, g
