@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace | None:
     ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
     ap.add_argument("--narrow", action="store_true",
                     help="only the GEMMs under the target (NARROW), with the wider NARROW_SWEEP")
+    ap.add_argument("--features", help="K:N pairs (in, out features), comma-separated, at T 8192, in place "
+                    "of spaces.LINEAR_FEATURES; with --wide, the sweep of --narrow too")
+    ap.add_argument("--wide", action="store_true", help="with --features: SWEEP, SPLIT_SWEEP and NARROW_SWEEP")
     ap.add_argument("--tiled", action="store_true",
                     help="only the GEMMs a compiled graph runs tiled (TILED), with TILED_SWEEP")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: tiny shapes under Triton's interpreter (a smoke run)")
     args = ap.parse_args(argv)
+    if args.features and not re.fullmatch(r"[1-9]\d*:[1-9]\d*(,[1-9]\d*:[1-9]\d*)*", args.features):
+        print(f"gemm_linear_bench: --features {args.features!r}: expected K:N pairs such as 768:2304,768:768",
+              file=sys.stderr)
+        return None
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -182,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     gemms = [(t, k, n, ("nt", "nn", "tn")) for t in rows_t for k, n in features]
     if args.narrow and not cpu:
         gemms, configs = list(NARROW), [None, *NARROW_SWEEP]
+    if args.features and not cpu:
+        pairs = [tuple(int(v) for v in p.split(":")) for p in args.features.split(",")]
+        gemms = [(spaces.LINEAR_ROWS[0], k, n, ("nt", "nn", "tn")) for k, n in pairs]
+        if args.wide:
+            configs = [None, *SWEEP, *NARROW_SWEEP]
     if args.tiled and not cpu:
         gemms, configs = list(TILED), [None, *TILED_SWEEP]
     rows: list[dict] = []
