@@ -3,14 +3,20 @@
     B=8 S=1024 D=1024 H=16 python benchmarks/compiled_tma_ab.py
 
 One process, one model (``xrt.pytorch.modules.gpt``, 4 blocks, bf16). Four compiled variants:
-torch's (no policy), and three under the ``xrt`` policy: one traced with
-``xrt.kernels.triton.matmul.DEVICE_DESCRIPTORS`` off (every GEMM the tiled kernel), one with it
-on (GEMMs from ``TRACED_TMA_MIN_WORK`` the TMA kernel, descriptors made on the device), and one
-with every GEMM on the TMA kernel (the bound 0). torch's compile caches are off, so each variant is
-traced, not served another's graph (the switches are not part of the caches' keys). Five rounds;
-each round runs every variant's 20 inference steps, then 20 train steps, after 3 warm-up steps.
-Prints the median ms a step, its ratio to torch's compiled step and each round's figure, then
-each variant's GPU busy ms a step (the profiler's). Wall time
+torch's (no policy), and three under the ``xrt`` policy, each switch set while it is traced:
+
+- ``tiled, coarse``: ``xrt.kernels.triton.matmul.DEVICE_DESCRIPTORS`` off (every GEMM the tiled
+  kernel), and the layout table without its fine-bucket entries (``spaces.gemm_bucket_fine``: a
+  model of width 768 takes width 1024's configs);
+- ``tma, coarse``: the TMA kernel (descriptors made on the device) from ``TRACED_TMA_MIN_WORK``,
+  the same coarse table;
+- ``tma, fine``: the code as it is.
+
+torch's compile caches are off, so each variant is traced, not served another's graph (the
+switches are not part of the caches' keys). Five rounds; each round runs every variant's 20
+inference steps, then 20 train steps, after 3 warm-up steps. Prints the median ms a step, its ratio
+to torch's compiled step and each round's figure, then each variant's GPU busy ms a step (the
+profiler's). Wall time
 between two synchronizes: the host's part counts, as a training loop feels it.
 """
 
@@ -31,10 +37,25 @@ import xrt.kernels.triton.matmul as mm  # noqa: E402
 import xrt.pytorch as xp  # noqa: E402
 from benchmarks.model_bench import own_frame  # noqa: E402
 from xrt.bench.sidebyside import device_busy_ms, model_steps  # noqa: E402
+from xrt.kernels import spaces  # noqa: E402
 from xrt.pytorch.modules import gpt  # noqa: E402
 
 XRT = {"matmul": "triton", "layernorm": "triton", "softmax": "triton", "attention": "triton"}
 ROUNDS, STEPS, WARM = 5, 20, 3
+
+
+@contextlib.contextmanager
+def table(fine: bool):
+    """The GEMM layout table with (``fine``) or without its fine-bucket entries, while a variant is
+    traced (the configs a trace picks are fixed in its graph)."""
+    kept = {} if fine else {k: spaces.GEMM_LAYOUT_DEFAULTS.pop(k) for k in list(spaces.GEMM_LAYOUT_DEFAULTS)
+                            if k[1:] != tuple(spaces.gemm_bucket(x) for x in k[1:])}
+    mm._LAYOUT_DEFAULTS.clear()
+    try:
+        yield
+    finally:
+        spaces.GEMM_LAYOUT_DEFAULTS.update(kept)
+        mm._LAYOUT_DEFAULTS.clear()
 
 
 def main() -> None:
@@ -56,19 +77,20 @@ def main() -> None:
     torch._functorch.config.enable_autograd_cache = False
     torch._inductor.config.fx_graph_cache = False
     variants = {"torch compiled": (None, torch.compile(frame(), dynamic=False), None)}
-    bound, had = mm.TRACED_TMA_MIN_WORK, mm.DEVICE_DESCRIPTORS[0]
-    for name, tma, least in (("tiled", False, bound), ("tma from the bound", True, bound), ("tma all", True, 0)):
-        mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma, least
-        f = torch.compile(frame(), dynamic=False)
-        with xp.kernel_policy(**XRT):
-            run("infer", f, 1)
-            run("train", f, 1)
-        variants["xrt compiled " + name] = (XRT, f, (tma, least))
+    had = mm.DEVICE_DESCRIPTORS[0]
+    for name, tma, fine in (("tiled, coarse", False, False), ("tma, coarse", True, False), ("tma, fine", True, True)):
+        mm.DEVICE_DESCRIPTORS[0] = tma
+        with table(fine):
+            f = torch.compile(frame(), dynamic=False)
+            with xp.kernel_policy(**XRT):
+                run("infer", f, 1)
+                run("train", f, 1)
+        variants["xrt compiled " + name] = (XRT, f, tma)
     res: dict[tuple[str, str], list[float]] = {}
     for _ in range(ROUNDS):
         for name, (pol, m, tma) in variants.items():
-            if tma is not None:  # as traced, should a guard fail and trace again
-                mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma
+            if tma is not None:
+                mm.DEVICE_DESCRIPTORS[0] = tma
             for kind in ("infer", "train"):
                 with xp.kernel_policy(**pol) if pol else contextlib.nullcontext():
                     run(kind, m, WARM)
@@ -86,10 +108,10 @@ def main() -> None:
                   flush=True)
     for name, (pol, m, tma) in variants.items():
         if tma is not None:
-            mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = tma
+            mm.DEVICE_DESCRIPTORS[0] = tma
         with xp.kernel_policy(**pol) if pol else contextlib.nullcontext():
             busy = [device_busy_ms(model_steps(m, x, model)[kind]) for kind in ("infer", "train")]
-        mm.DEVICE_DESCRIPTORS[0], mm.TRACED_TMA_MIN_WORK = had, bound
+        mm.DEVICE_DESCRIPTORS[0] = had
         print(f"d{d} {name:30s} GPU busy {busy[0]:.3f} / {busy[1]:.3f} ms a step (inference / train)", flush=True)
 
 

@@ -156,6 +156,28 @@ def test_split_k_under_interpreter(interpreter, lay, split):
         assert tm._sum_splits.compiles - sums == (0 if k == 100 else 1)
 
 
+def test_fine_buckets_give_width_768_its_entries_and_fall_back_to_coarse_ones():
+    """A GPT of width 768 (K, N of 768, 2304, 3072) takes its own entries, keyed by the fine
+    buckets (768 is not 1024's bucket there); a GEMM without a fine entry takes its coarse one, so
+    width 1024's keep theirs. Every entry is in the tuning space and fits shared memory as it is."""
+    from xrt.kernels.triton.matmul import SMEM_BUDGET, fit, smem_bytes
+
+    assert [spaces.gemm_bucket_fine(x) for x in (1, 5, 768, 769, 1024, 2304, 3072, 4096, 6144, 8192)] == [
+        1, 6, 768, 1024, 1024, 3072, 3072, 4096, 6144, 8192]
+    for lay, gm, gn, gk in spaces.linear_gemms(8192, 768, 768):
+        fine = spaces.gemm_default(lay, gm, gn, gk)
+        coarse = spaces.GEMM_LAYOUT_DEFAULTS[(lay, *(spaces.gemm_bucket(x) for x in (gm, gn, gk)))]
+        fine_key = (lay, *(spaces.gemm_bucket_fine(x) for x in (gm, gn, gk)))
+        assert fine == spaces.GEMM_LAYOUT_DEFAULTS.get(fine_key, coarse), lay
+    assert spaces.gemm_default("nt", 8192, 768, 768)["BLOCK_M"] == 64  # its own entry
+    assert spaces.gemm_default("nt", 8192, 1024, 1024) == spaces.GEMM_LAYOUT_DEFAULTS[("nt", 8192, 1024, 1024)]
+    assert spaces.gemm_default("tn", 768, 768, 8192) == spaces.GEMM_LAYOUT_DEFAULTS[("tn", 1024, 1024, 8192)]
+    for key, cfg in spaces.GEMM_LAYOUT_DEFAULTS.items():
+        checked = spaces.check("matmul.triton", cfg)
+        assert fit(checked, 2) == (checked["BLOCK_K"], checked["num_stages"]), key
+        assert smem_bytes(checked, 2, checked["BLOCK_K"], checked["num_stages"]) <= SMEM_BUDGET, key
+
+
 def test_layout_table_covers_the_linear_shapes_and_is_the_default():
     """Each GEMM of each transformer linear has a table entry in the tuning space that fits shared
     memory as it is (bf16), and the launcher takes it when no config is given."""
@@ -292,6 +314,25 @@ def test_triton_matmul_layouts_on_gpu(lay, dtype, config):
         with poisoned_outputs():
             y = matmul(a[0], b[0], config)
         check_gemm(y, a[0], b[0], dtype, what=f"C {lay} {m}x{n}x{k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kn", [(768, 2304), (768, 768), (768, 3072), (3072, 768)], ids=str)
+def test_width_768_table_entries_on_gpu(kn):
+    """The width-768 linears' table configs (fine buckets), each on its layout's views at a
+    shorter T (the config passed as the table gives it at T 8192), edges included, bf16."""
+    from xrt.kernels.triton.matmul import matmul, tma_ok
+
+    k_in, n_out = kn
+    for lay, gm, gn, gk in spaces.linear_gemms(8192, k_in, n_out):
+        cfg = spaces.gemm_default(lay, gm, gn, gk)
+        m, n, k = (1000 if d == 8192 else d for d in (gm, gn, gk))
+        a, b = _layout_operands(lay, m, n, k, torch.bfloat16)
+        a, b = a.cuda(), b.cuda()
+        assert tma_ok(a, b)
+        with poisoned_outputs():
+            y = matmul(a[0], b[0], cfg)
+        check_gemm(y, a[0], b[0], torch.bfloat16, what=f"C {lay} {m}x{n}x{k} {cfg}")
 
 
 @pytest.mark.gpu

@@ -247,8 +247,15 @@ def linear_gemms(t: int, k: int, n: int) -> list[tuple[str, int, int, int]]:
 
 
 def gemm_bucket(x: int) -> int:
-    """The bucket of a GEMM dimension in :data:`GEMM_LAYOUT_DEFAULTS`: the next power of two."""
+    """The coarse bucket of a GEMM dimension in :data:`GEMM_LAYOUT_DEFAULTS`: the next power of two."""
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def gemm_bucket_fine(x: int) -> int:
+    """The fine bucket of a GEMM dimension: the next of 2^j and 3 x 2^(j-2) (..., 512, 768, 1024,
+    1536, ...), so a model of width 768 (3072, 2304) has entries of its own beside 1024's (4096)."""
+    p = gemm_bucket(x)
+    return p * 3 // 4 if p >= 4 and x <= p * 3 // 4 else p
 
 
 _TILE_256 = {"kernel": "persistent_tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
@@ -280,15 +287,35 @@ def _linear_table() -> dict[tuple[str, int, int, int], dict[str, Any]]:
     return table
 
 
+def _tma(bm: int, bn: int, warps: int, stages: int) -> dict[str, Any]:
+    return {**_TILE_256, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+
+
+# The linears of a GPT of width 768 (T 8192; K, N of 768, 2304, 3072), keyed by fine buckets
+# (gemm_bucket_fine), where a tile beat the table's 128 x 256 on an H200 (bf16, beside cuBLAS,
+# gemm_linear_bench.py --features 768:2304,768:768,768:3072,3072:768 --wide, 2026-11-29; the
+# ratio to cuBLAS before -> after). Where two GEMMs share a bucket, the tile with the least time
+# of the two won.
+_WIDTH_768 = {
+    ("nt", 8192, 768, 768): _tma(64, 256, 4, 4),  # 0.81 -> 0.92
+    ("nn", 8192, 768, 768): _tma(64, 256, 4, 4),  # 0.80 -> 0.91
+    ("nt", 8192, 768, 3072): _tma(128, 128, 8, 5),  # 0.73 -> 0.90
+    ("nn", 8192, 768, 3072): _tma(128, 128, 8, 5),  # 2304: 0.78 -> 0.91; 3072: 0.76 -> 0.90
+    ("tn", 3072, 768, 8192): _tma(64, 256, 4, 4),  # 2304 x 768: 0.55 -> 0.89; 3072 x 768: 0.67 -> 0.59
+}
+
 # (layout, M bucket, N bucket, K bucket) -> the matmul.triton config used when none is tuned or asked
-# for; a problem outside the table takes SHAPE_DEFAULTS / DEFAULTS.
-GEMM_LAYOUT_DEFAULTS: dict[tuple[str, int, int, int], dict[str, Any]] = _linear_table()
+# for, by fine buckets where the table has them, else by coarse ones; a problem outside the table
+# takes SHAPE_DEFAULTS / DEFAULTS.
+GEMM_LAYOUT_DEFAULTS: dict[tuple[str, int, int, int], dict[str, Any]] = {**_linear_table(), **_WIDTH_768}
 
 
 def gemm_default(layout: str, m: int, n: int, k: int) -> dict[str, Any] | None:
     """The layout table's config for an ``M x N x K`` GEMM in ``layout`` (``"nn"``, ``"nt"``, ``"tn"``),
-    or ``None`` where the table has no entry."""
-    found = GEMM_LAYOUT_DEFAULTS.get((layout, gemm_bucket(m), gemm_bucket(n), gemm_bucket(k)))
+    or ``None`` where the table has no entry: its fine buckets' entry, else its coarse ones'."""
+    found = GEMM_LAYOUT_DEFAULTS.get((layout, gemm_bucket_fine(m), gemm_bucket_fine(n), gemm_bucket_fine(k)))
+    if found is None:
+        found = GEMM_LAYOUT_DEFAULTS.get((layout, gemm_bucket(m), gemm_bucket(n), gemm_bucket(k)))
     return None if found is None else dict(found)
 
 

@@ -261,11 +261,12 @@ _tma_dev = Launcher(_matmul_tma_dev_kernel, scratch=("a_ptr", "b_ptr", "c_ptr", 
 DEVICE_DESCRIPTORS = [hasattr(triton, "set_allocator") and hasattr(tl, "make_tensor_descriptor")
                       and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 8)]
 # The multiply-adds (B M N K) from which a trace takes the TMA kernel. A compiled graph launches it
-# with scratch memory for its descriptors, which costs host time a launch. Measured on the H200
-# (GPT steps, docs/kernels.md): with every GEMM on TMA the host-bound d 768 steps lost; at this
-# bound they keep the tiled kernel, d 2048 gains in both steps and d 1024 gains in inference but
-# its train step lost (1.28 -> 1.39 of torch's compiled step).
-TRACED_TMA_MIN_WORK = 2 * 10**10
+# with scratch memory for its descriptors, which costs host time a launch: below this bound a GEMM
+# takes a few µs on Hopper and the tiled kernel is kept. Measured on the H200 (compiled GPT steps,
+# benchmarks/compiled_tma_ab.py, docs/kernels.md): with every GEMM of the d 768 model on TMA (each
+# at least 4.8e9), its inference step took 1.46 ms where the tiled kernels took 1.77, and its train
+# step's GPU time fell from 5.27 to 5.01 ms; at d 1024 the out projection (8.6e9) did not move.
+TRACED_TMA_MIN_WORK = 2**30
 _sum_splits = Launcher(_sum_splits_kernel)
 SUM_BLOCK = 1024
 
