@@ -254,8 +254,10 @@ def test_compile_fullgraph(interpreter):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
-    """Contiguous inputs take the TMA kernel (config ``tma``), others and ``tma=False`` the pointer
-    kernel: the same values, ragged blocks included (TMA's zero-filled reads, clipped stores)."""
+    """Inputs TMA can describe take the TMA kernel (config ``tma``): contiguous ones and a model's
+    [B, S, H, D] layout seen per head (rank-4 descriptors); a base not 16-byte aligned and
+    ``tma=False`` take the pointer kernel: the same values, ragged blocks included (TMA's
+    zero-filled reads, clipped stores)."""
     from xrt.kernels.triton import attention as attention_kernels
 
     ran = []
@@ -267,8 +269,10 @@ def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
     o1, l1 = attention_kernels.attention(q, k, v, causal, 0.125, SMALL_FWD)
     o2, l2 = attention_kernels.attention(q, k, v, causal, 0.125, {**SMALL_FWD, "tma": False})
     o3, l3 = attention_kernels.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, 0.125, SMALL_FWD)
-    assert ran == ["_fwd_tma", "_fwd", "_fwd"]
-    assert torch.equal(o1, o2) and torch.equal(l1, l2) and torch.equal(o1, o3)
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape).copy_(q)  # 2 bytes past aligned
+    o4, l4 = attention_kernels.attention(shifted, k, v, causal, 0.125, SMALL_FWD)
+    assert ran == ["_fwd_tma", "_fwd", "_fwd_tma", "_fwd"]
+    assert torch.equal(o1, o2) and torch.equal(l1, l2) and torch.equal(o1, o3) and torch.equal(o1, o4)
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=0.125)
     assert (o1.double() - want).abs().max() < 2e-3
 
@@ -355,9 +359,10 @@ def test_tma_backward_head_dim_128_and_mixed_blocks(interpreter, causal):
     _check_against_sdpa(q, k, v, do, causal, policy=_policy(SMALL_FWD, bwd))
 
 
-def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monkeypatch):
-    """A [B, S, H, D] view (or a non-contiguous dO) cannot be a TMA descriptor: the pointer kernels
-    run, with the result of the contiguous copy through TMA (within one fp16 rounding: causal)."""
+def test_tma_backward_takes_strided_inputs_and_pointer_kernels_for_unaligned_ones(interpreter, monkeypatch):
+    """A model's [B, S, H, D] views (q, k, v and dO) take the TMA kernels (rank-4 descriptors); a
+    q whose base is not 16-byte aligned takes the pointer kernels. Each gives the result of the
+    contiguous copies through TMA (within one fp16 rounding: causal)."""
     from xrt.kernels.triton import attention as attention_kernels
 
     base = torch.randn(4, 1, 19, 2, 64).half()  # q, k, v, do stacked, [B, S, H, D] each
@@ -366,13 +371,18 @@ def test_tma_backward_takes_pointer_kernels_for_strided_inputs(interpreter, monk
     ran = _count_bwd_launches(monkeypatch)
     cfg = {**POINTER_BWD, "tma": True}
     got = attention_kernels.attention_bwd(do, q, k, v, o, lse, True, 0.125, cfg)
+    assert ran == ["_pre", "_dkdv_tma", "_dq_tma"]
+    ran.clear()
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape).copy_(q)
+    unaligned = attention_kernels.attention_bwd(do, shifted, k, v, o, lse, True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv", "_dq"]
     ran.clear()
     want = attention_kernels.attention_bwd(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o, lse,
                                            True, 0.125, cfg)
     assert ran == ["_pre", "_dkdv_tma", "_dq_tma"]
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
+    for g, u, w in zip(got, unaligned, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+        torch.testing.assert_close(u, w, rtol=2e-3, atol=2e-3)
 
 
 def test_backward_space_keys():

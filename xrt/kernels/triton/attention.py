@@ -24,11 +24,12 @@ Inputs may have any strides (a ``[B, S, H, D]`` tensor viewed as ``[B, H, S, D]`
 place). The forward's output is laid out as q (``reference.attention.empty_out``: [B, S, H, D] in
 memory for such a view, so a model's ``out.transpose(1, 2).reshape(B, S, H * D)`` copies nothing);
 the backward's gradients are contiguous. A ``torch.compile`` trace records the pointer kernels
-(:func:`_tma_views`), with no warp specialization (:func:`_ws`), whatever the config says.
+(:func:`_tma_layouts`), with no warp specialization (:func:`_ws`), whatever the config says.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import torch
@@ -202,47 +203,49 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
-def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, lo, hi, S_k, qk_scale,
+def _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, b, h, offs_m, lo, hi, S_k, qk_scale,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                     WS: tl.constexpr):
     """:func:`_fwd_blocks` with K and V fetched by the TMA engine (rows past S_k arrive as zeros)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-        k = desc_k.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        v = desc_v.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = desc_k.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc, l_i, m_i = _online_step(acc, l_i, m_i, tl.dot(q, tl.trans(k)), v, start_n + offs_n0, offs_m, S_k,
                                      qk_scale, MASKED, CAUSAL)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
+def _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, H, start_m, S_q, S_k, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                   WS: tl.constexpr):
     """Query block ``start_m`` of ``bh``: its rows' outputs and log-sum-exps."""
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    b, h = bh // H, bh % H
+    q = desc_q.load([b, h, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, b, h, offs_m, 0, n_full, S_k, qk_scale,
                                     HEAD_DIM, BLOCK_N, False, CAUSAL, WS)
-    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
+    acc, l_i, m_i = _fwd_blocks_tma(acc, l_i, m_i, q, desc_k, desc_v, b, h, offs_m, n_full, hi, S_k, qk_scale,
                                     HEAD_DIM, BLOCK_N, True, CAUSAL, WS)
     # rows past S_q (zeros from the engine) see key 0 like every row: l > 0, and their stores are clipped
-    desc_o.store([bh, start_m * BLOCK_M, 0], (acc / l_i[:, None]).to(desc_o.dtype).reshape(1, BLOCK_M, HEAD_DIM))
+    desc_o.store([b, h, start_m * BLOCK_M, 0],
+                 (acc / l_i[:, None]).to(desc_o.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
     tl.store(lse_ptr + bh.to(tl.int64) * S_q + offs_m, _lse(m_i, l_i), mask=offs_m < S_q)
 
 
 @triton.jit
 def _attn_fwd_tma_kernel(
-    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
-    desc_k,  # k as [B*H, S_k, D], block [1, BLOCK_N, D]
-    desc_v,  # v as [B*H, S_k, D], block [1, BLOCK_N, D]
-    desc_o,  # o as [B*H, S_q, D], block [1, BLOCK_M, D]: stores past S_q are clipped by the engine
+    desc_q,  # TMA descriptor of q [B, H, S_q, D] (any strides TMA takes), block [1, 1, BLOCK_M, D]
+    desc_k,  # k [B, H, S_k, D], block [1, 1, BLOCK_N, D]
+    desc_v,  # v [B, H, S_k, D], block [1, 1, BLOCK_N, D]
+    desc_o,  # o [B, H, S_q, D], block [1, 1, BLOCK_M, D]: stores past S_q are clipped by the engine
     lse_ptr,  # [B, H, S_q] fp32, contiguous
-    S_q, S_k,
+    H, S_q, S_k,
     qk_scale,  # scale * log2(e)
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -259,11 +262,11 @@ def _attn_fwd_tma_kernel(
         count = _program_count(pid, n_m, True)
         for t in range(count):
             start_m, _ = _program_block(pid, count - 1 - t, n_m, BLOCK_M, False, True)
-            _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
+            _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, H, start_m, S_q, S_k, qk_scale,
                           HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
     else:
         bh, start_m = _fwd_program(S_q, BLOCK_M, CAUSAL, ORDER)
-        _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, start_m, S_q, S_k, qk_scale,
+        _fwd_tma_tile(desc_q, desc_k, desc_v, desc_o, lse_ptr, bh, H, start_m, S_q, S_k, qk_scale,
                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WS)
 
 
@@ -391,14 +394,14 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqm, sqd, 
 
 
 @triton.jit
-def _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, lo, hi, S_q, qk_scale,
+def _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, b, h, lse_base, delta_base, offs_n, lo, hi, S_q, qk_scale,
                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """:func:`_dkdv_blocks` with Q and dO fetched by the TMA engine (rows past S_q arrive as zeros)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = desc_q.load([bh, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
-        do = desc_do.load([bh, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        q = desc_q.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        do = desc_do.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
         lse, delta = _row_stats(lse_base, delta_base, offs_m, S_q, MASKED)
         dk, dv = _dkdv_step(dk, dv, k, v, tl.trans(q), do, lse, delta, offs_n, offs_m, S_q, qk_scale,
                             MASKED, CAUSAL)
@@ -456,12 +459,12 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dkdv_tma_kernel(
-    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
-    desc_k, desc_v,  # k, v as [B*H, S_k, D], block [1, BLOCK_N, D]
-    desc_do,  # do as [B*H, S_q, D], block [1, BLOCK_M, D]
+    desc_q,  # TMA descriptor of q [B, H, S_q, D] (any strides TMA takes), block [1, 1, BLOCK_M, D]
+    desc_k, desc_v,  # k, v [B, H, S_k, D], block [1, 1, BLOCK_N, D]
+    desc_do,  # do [B, H, S_q, D], block [1, 1, BLOCK_M, D]
     lse_ptr, delta_ptr,  # [B, H, S_q] fp32, contiguous
-    desc_dk, desc_dv,  # dk, dv as [B*H, S_k, D], block [1, BLOCK_N, D]: stores past S_k are clipped
-    S_q, S_k,
+    desc_dk, desc_dv,  # dk, dv [B, H, S_k, D], block [1, 1, BLOCK_N, D]: stores past S_k are clipped
+    H, S_q, S_k,
     sm_scale,
     qk_scale,  # sm_scale * log2(e)
     HEAD_DIM: tl.constexpr,
@@ -474,26 +477,28 @@ def _attn_bwd_dkdv_tma_kernel(
     step, the same query ranges, the same program order; the causal diagonal after the whole blocks."""
     sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     pid, bh, n_blocks = _program_place(S_k, BLOCK_N)
+    b, h = bh // H, bh % H
     lse_base, delta_base = _row_bases(lse_ptr, delta_ptr, bh, S_q)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
         start_n, offs_n = _program_block(pid, t, n_blocks, BLOCK_N, False, PAIRS)
-        k = desc_k.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
-        v = desc_v.load([bh, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = desc_k.load([b, h, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([b, h, start_n * BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
         dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
         lo, mid, m_full, tail = _query_ranges(start_n, S_q, BLOCK_M, BLOCK_N, CAUSAL)
         # The whole blocks before the causal diagonal (the pointer kernel's order is the other way
         # round): after the masked diagonal loop, ptxas (sm_90) serialized the whole-block loop's
         # wgmma (warning C7515) whenever it was pipelined; in this order it does not.
-        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, mid, m_full,
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, b, h, lse_base, delta_base, offs_n, mid, m_full,
                                   S_q, qk_scale, HEAD_DIM, BLOCK_M, False, CAUSAL)
         if CAUSAL:
-            dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, lo, mid,
+            dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, b, h, lse_base, delta_base, offs_n, lo, mid,
                                       S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
-        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, bh, lse_base, delta_base, offs_n, tail, S_q,
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, desc_q, desc_do, b, h, lse_base, delta_base, offs_n, tail, S_q,
                                   S_q, qk_scale, HEAD_DIM, BLOCK_M, True, CAUSAL)
-        desc_dk.store([bh, start_n * BLOCK_N, 0], (dk * sm_scale).to(desc_dk.dtype).reshape(1, BLOCK_N, HEAD_DIM))
-        desc_dv.store([bh, start_n * BLOCK_N, 0], dv.to(desc_dv.dtype).reshape(1, BLOCK_N, HEAD_DIM))
+        desc_dk.store([b, h, start_n * BLOCK_N, 0],
+                      (dk * sm_scale).to(desc_dk.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM))
+        desc_dv.store([b, h, start_n * BLOCK_N, 0], dv.to(desc_dv.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM))
 
 
 @triton.jit
@@ -553,13 +558,13 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd,
 
 
 @triton.jit
-def _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, lo, hi, S_k, qk_scale,
+def _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, b, h, offs_m, lo, hi, S_k, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """:func:`_dq_blocks` with K and V fetched by the TMA engine (rows past S_k arrive as zeros)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
-        k = desc_k.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        v = desc_v.load([bh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = desc_k.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = desc_v.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         dq = _dq_step(dq, q, do, lse2, delta, tl.trans(k), tl.trans(v), offs_m, start_n + offs_n0, S_k, qk_scale,
                       MASKED, CAUSAL)
     return dq
@@ -614,12 +619,12 @@ def _attn_bwd_dq_kernel(
 
 @triton.jit
 def _attn_bwd_dq_tma_kernel(
-    desc_q,  # TMA descriptor of q as [B*H, S_q, D] (contiguous), block [1, BLOCK_M, D]
-    desc_k, desc_v,  # k, v as [B*H, S_k, D], block [1, BLOCK_N, D]
-    desc_do,  # do as [B*H, S_q, D], block [1, BLOCK_M, D]
+    desc_q,  # TMA descriptor of q [B, H, S_q, D] (any strides TMA takes), block [1, 1, BLOCK_M, D]
+    desc_k, desc_v,  # k, v [B, H, S_k, D], block [1, 1, BLOCK_N, D]
+    desc_do,  # do [B, H, S_q, D], block [1, 1, BLOCK_M, D]
     o_ptr,  # [B, H, S_q, D] forward output, any strides (read only with FUSE_DELTA)
     lse_ptr, delta_ptr,  # [B, H, S_q] fp32, contiguous
-    desc_dq,  # dq as [B*H, S_q, D], block [1, BLOCK_M, D]: stores past S_q are clipped
+    desc_dq,  # dq [B, H, S_q, D], block [1, 1, BLOCK_M, D]: stores past S_q are clipped
     sob, soh, som, sod,  # o strides
     H, S_q, S_k,
     sm_scale,
@@ -635,20 +640,22 @@ def _attn_bwd_dq_tma_kernel(
     sm_scale, qk_scale = tl.cast(sm_scale, tl.float32), tl.cast(qk_scale, tl.float32)
     pid, bh, n_blocks = _program_place(S_q, BLOCK_M)
     b, h = _batch_head(bh, H)
+    tb, th = bh // H, bh % H  # the descriptors' coordinates (32 bits)
     offs_d = tl.arange(0, HEAD_DIM)
     for t in range(_program_count(pid, n_blocks, PAIRS)):
         start_m, offs_m = _program_block(pid, t, n_blocks, BLOCK_M, CAUSAL, PAIRS)
-        q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
-        do = desc_do.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+        q = desc_q.load([tb, th, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+        do = desc_do.load([tb, th, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
         lse2, delta = _dq_row_stats(lse_ptr, delta_ptr, o_ptr + b * sob + h * soh, som, sod, do, bh, offs_m, offs_d,
                                     S_q, FUSE_DELTA)
         dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         n_full, hi = _key_range(start_m, S_k, BLOCK_M, BLOCK_N, CAUSAL)
-        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, 0, n_full, S_k, qk_scale,
+        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, tb, th, offs_m, 0, n_full, S_k, qk_scale,
                             HEAD_DIM, BLOCK_N, False, CAUSAL)
-        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, bh, offs_m, n_full, hi, S_k, qk_scale,
+        dq = _dq_blocks_tma(dq, q, do, lse2, delta, desc_k, desc_v, tb, th, offs_m, n_full, hi, S_k, qk_scale,
                             HEAD_DIM, BLOCK_N, True, CAUSAL)
-        desc_dq.store([bh, start_m * BLOCK_M, 0], (dq * sm_scale).to(desc_dq.dtype).reshape(1, BLOCK_M, HEAD_DIM))
+        desc_dq.store([tb, th, start_m * BLOCK_M, 0],
+                      (dq * sm_scale).to(desc_dq.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
 
 
 _fwd = Launcher(_attn_fwd_kernel)
@@ -718,7 +725,7 @@ class ForwardPlan(NamedTuple):
 
     kept: Kept
     grid: tuple[int, ...]
-    specs: tuple | None  # TMA: (shape, strides, block) of the q, k, v and out descriptors ([B*H, S, D])
+    specs: tuple | None  # TMA: (shape, strides, block) of the q, k, v and out descriptors ([B, H, S, D], rank 4)
     shape: tuple[int, int, int, int]  # the output's memory: [B, H, S_q, D], or [B, S_q, H, D] (reference.empty_out)
     tail: tuple  # the arguments after lse: (strides, H,) S_q, S_k, scale * log2(e)
     dtype: torch.dtype
@@ -771,14 +778,13 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
         return o, lse, None
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     grid = (cdiv(s_q, bm), bsz * h)
-    tma = _tma_views(q, k, v, o) if cfg.get("tma") else None
+    tma = _tma_layouts(q, k, v, o) if cfg.get("tma") else None
     if tma is not None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        q3, k3, v3, o3 = tma
-        args = (TensorDescriptor.from_tensor(q3, [1, bm, d]), TensorDescriptor.from_tensor(k3, [1, bn, d]),
-                TensorDescriptor.from_tensor(v3, [1, bn, d]), TensorDescriptor.from_tensor(o3, [1, bm, d]),
-                lse, s_q, s_k, float(scale) * LOG2E)
+        rows = (bm, bn, bn, bm)
+        descs = (TensorDescriptor(t, *lay, [1, 1, r, d]) for t, lay, r in zip((q, k, v, o), tma, rows))
+        args = (*descs, lse, h, s_q, s_k, float(scale) * LOG2E)
         launch = _fwd_tma
     else:
         args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, s_q, s_k,
@@ -811,20 +817,23 @@ def attention_planned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
     return o, lse, ForwardPlan(kept, grid, specs, shape, args[5:], q.dtype, q.device, inside)
 
 
-def _tma_views(*ts: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    """``ts`` ([B, H, S, D] each) as [B*H, S, D] views for the TMA kernels, or None where they cannot
-    take them: a GPU before Hopper, or a tensor that is not contiguous (the engine's rules: last
-    stride 1, the other strides and the base 16-byte aligned). Under Triton's interpreter (CPU
-    tensors) they run too. A trace (torch.compile) takes the pointer kernels: its tensors have no
-    address to check, and a model's q, k and v are strided views, which the pointer kernels run on
-    in eager too."""
+def _tma_layouts(*ts: torch.Tensor) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] | None:
+    """``(shape, strides)`` of each [B, H, S, D] tensor's TMA descriptor (rank 4, so a model's
+    ``qkv.view(...).permute(...)`` and an output in q's layout are described as they are), or None
+    where the TMA kernels cannot take them: a GPU before Hopper, a trace (torch.compile: its
+    tensors have no address to check, and a host descriptor cannot be recorded), or a tensor outside
+    the engine's rules (last stride 1, the other strides and the base 16-byte aligned). A size-1
+    dimension's stride is never used: it is described as a contiguous tensor's would be. Under
+    Triton's interpreter (CPU tensors) they run too."""
     if traced(ts[0]) or ts[0].is_cuda and torch.cuda.get_device_capability(ts[0].device)[0] < 9:
         return None
     out = []
     for t in ts:
-        if not t.is_contiguous() or t.data_ptr() % 16:
+        shape, es = tuple(t.shape), t.element_size()
+        strides = tuple(st if n > 1 else math.prod(shape[i + 1:]) for i, (n, st) in enumerate(zip(shape, t.stride())))
+        if strides[3] != 1 or t.data_ptr() % 16 or any(st <= 0 or st * es % 16 for st in strides[:3]):
             return None
-        out.append(t.view(t.shape[0] * t.shape[1], t.shape[2], t.shape[3]))
+        out.append((shape, strides))
     return tuple(out)
 
 
@@ -865,23 +874,23 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     grid1 = (cdiv(g1, 2) if pairs else g1, bsz * h)
     grid2 = (cdiv(g2, 2) if pairs else g2, bsz * h)
     scales = (float(scale), float(scale) * LOG2E)
-    views = _tma_views(q, k, v, do, dq, dk, dv) if cfg.get("tma") else None
-    if views is not None:
+    layouts = _tma_layouts(q, k, v, do, dq, dk, dv) if cfg.get("tma") else None
+    if layouts is not None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        q3, k3, v3, do3, dq3, dk3, dv3 = views
+        lay = dict(zip(("q", "k", "v", "do", "dq", "dk", "dv"), layouts))
 
-        def desc(t: torch.Tensor, rows: int) -> Any:
-            return TensorDescriptor.from_tensor(t, [1, rows, d])
+        def desc(name: str, t: torch.Tensor, rows: int) -> Any:
+            return TensorDescriptor(t, *lay[name], [1, 1, rows, d])
 
         def run_dkdv() -> None:
-            _dkdv_tma(grid1, desc(q3, bm1), desc(k3, bn1), desc(v3, bn1), desc(do3, bm1), lse, delta,
-                      desc(dk3, bn1), desc(dv3, bn1), s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm1, BLOCK_N=bn1,
-                      CAUSAL=causal, PAIRS=pairs, num_warps=warps, num_stages=stages)
+            _dkdv_tma(grid1, desc("q", q, bm1), desc("k", k, bn1), desc("v", v, bn1), desc("do", do, bm1), lse, delta,
+                      desc("dk", dk, bn1), desc("dv", dv, bn1), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm1,
+                      BLOCK_N=bn1, CAUSAL=causal, PAIRS=pairs, num_warps=warps, num_stages=stages)
 
         def run_dq() -> None:
-            _dq_tma(grid2, desc(q3, bm2), desc(k3, bn2), desc(v3, bn2), desc(do3, bm2), o, lse, delta,
-                    desc(dq3, bm2), *o.stride(), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2,
+            _dq_tma(grid2, desc("q", q, bm2), desc("k", k, bn2), desc("v", v, bn2), desc("do", do, bm2), o, lse, delta,
+                    desc("dq", dq, bm2), *o.stride(), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2,
                     CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse, num_warps=warps2, num_stages=stages2)
     else:
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())

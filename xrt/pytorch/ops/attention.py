@@ -96,7 +96,7 @@ def _backward_with(bwd: Any):
 
 attention_op.register_autograd(_backward_with(attention_bwd_op), setup_context=_setup_context)
 # For torch.compile, the Triton provider's twins (dispatch.compiled_twin): triton_ops Inductor traces
-# into, launching the pointer kernels (xrt.kernels.triton.attention._tma_views) itself.
+# into, launching the pointer kernels (xrt.kernels.triton.attention._tma_layouts) itself.
 _bwd_twin = dispatch.compiled_twin("attention_bwd", "triton", _bwd)
 dispatch.compiled_twin("attention", "triton", _fwd, _setup_context, _backward_with(_bwd_twin))
 
