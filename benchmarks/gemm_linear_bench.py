@@ -18,7 +18,8 @@ torch in every (layout, shape).
 Every time is :func:`xrt.bench.timer.measure`'s median device time (L2 flushed before each sample);
 TFLOP/s = 2 M N K / time. Inputs are ``randn`` in bf16. Each xrt output is checked against
 torch's before it is timed; a config that fails to compile or run is a row with its error. The
-JSON's ``table`` holds each (layout, M, N, K bucket)'s winner in ``GEMM_LAYOUT_DEFAULTS``' form.
+JSON's ``table`` holds each (layout, M, N, K fine bucket)'s winner in ``GEMM_LAYOUT_DEFAULTS``'
+form (``spaces.gemm_bucket_fine``; a power-of-two dimension's fine bucket is its coarse one).
 
 ``--device cpu`` runs under Triton's interpreter (``TRITON_INTERPRET=1``) on tiny shapes in fp32:
 a smoke run of the script, its timings meaningless. ``--quick``: the default config only.
@@ -139,7 +140,7 @@ def best_of(rows: list[dict], base: dict, lay: str, m: int, n: int, k: int) -> d
             "tflops": best["tflops"] if best else None, "ratio": best["ratio"] if best else None,
             "default_ratio": default.get("ratio") if default else None, "target": TARGET,
             "met": best is not None and best["ratio"] >= TARGET, "summary": True,
-            "key": [lay, spaces.gemm_bucket(m), spaces.gemm_bucket(n), spaces.gemm_bucket(k)]}
+            "key": [lay, spaces.gemm_bucket_fine(m), spaces.gemm_bucket_fine(n), spaces.gemm_bucket_fine(k)]}
 
 
 def bench_gemm(lay: str, a: Any, b: Any, configs: list[dict | None], device: str, rule: dict) -> list[dict]:
@@ -240,7 +241,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
                      f"{fmt(r.get('tflops'), '.1f')} | {ratio} | {fmt(r.get('target'), '.2f')} | {met} | {note} |")
     lines += ["", f"Best config >= {TARGET}x torch: {meta['met']} of {meta['gemms']} GEMMs; "
               f"the default config: {meta['default_met']}.", "",
-              "Winners by (layout, M, N, K bucket), the form of spaces.GEMM_LAYOUT_DEFAULTS "
+              "Winners by (layout, M, N, K fine bucket: spaces.gemm_bucket_fine), "
+              "the form of spaces.GEMM_LAYOUT_DEFAULTS "
               "(a bucket's lowest-ratio shape shown):", "",
               "| key | shape | ratio | config |", "| --- | --- | ---: | --- |"]
     for e in meta["table"]:
