@@ -71,7 +71,7 @@ def test_gemm_linear_bench_runs_on_the_cpu(interpreter, tmp_path, capsys):
     assert all(r.get("ms", 0) > 0 and "error" not in r and r["err"] < 1e-4 for r in timed), timed
     assert all(r["ratio"] > 0 and r["config"] for r in summaries)
     assert {tuple(e["key"]) for e in result["table"]} == {tuple(r["key"]) for r in summaries}
-    assert "| tn |" in md.read_text() and "Winners by (layout, M, N, K bucket)" in md.read_text()
+    assert "| tn |" in md.read_text() and "Winners by (layout, M, N, K fine bucket" in md.read_text()
     capsys.readouterr()
     if not torch.cuda.is_available():
         assert bench.main(["--out", str(out)]) == 2
