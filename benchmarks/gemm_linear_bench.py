@@ -77,8 +77,9 @@ NARROW_SWEEP = [
                                    (128, 256, 64, 8, 3, 4), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 4, 2))),
     {**_TMA, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "SPLIT_K": 2, "GROUP_M": 1},
 ]
-# --tiled: the GEMMs a compiled graph runs on the tiled kernel, those of the models' linears under
-# matmul.TRACED_TMA_MIN_WORK multiply-adds (T, K, N), and tiled configs around the TMA default's tile.
+# --tiled: the tiled kernel (what runs where TMA cannot: before Hopper, unaligned views, a compiled
+# GEMM under matmul.TRACED_TMA_MIN_WORK) on the models' narrower linears (T, K, N), with tiled
+# configs around the TMA default's tile.
 TILED = ((8192, 768, 2304, ("nt", "nn", "tn")), (8192, 768, 768, ("nt", "nn", "tn")),
          (8192, 768, 3072, ("nt", "nn", "tn")), (8192, 3072, 768, ("nt", "nn", "tn")),
          (8192, 1024, 1024, ("nt", "nn", "tn")))
@@ -104,7 +105,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace | None:
                     "of spaces.LINEAR_FEATURES; with --wide, the sweep of --narrow too")
     ap.add_argument("--wide", action="store_true", help="with --features: SWEEP, SPLIT_SWEEP and NARROW_SWEEP")
     ap.add_argument("--tiled", action="store_true",
-                    help="only the GEMMs a compiled graph runs tiled (TILED), with TILED_SWEEP")
+                    help="the tiled kernel on the GEMMs of TILED, with TILED_SWEEP")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: tiny shapes under Triton's interpreter (a smoke run)")
     args = ap.parse_args(argv)
@@ -173,6 +174,36 @@ def bench_gemm(lay: str, a: Any, b: Any, configs: list[dict | None], device: str
     return [base, *rows, best_of(rows, base, lay, m, n, k)]
 
 
+def bucket_winners(rows: list[dict]) -> dict[tuple, dict]:
+    """Each fine bucket's winner, keyed as ``GEMM_LAYOUT_DEFAULTS`` is: the config with the least
+    time summed over the bucket's GEMMs, among the configs timed on every one of them (two linears
+    can share a bucket: 768 -> 2304 and 768 -> 3072); its lowest ratio to torch and that shape."""
+    import json
+
+    def key_of(r: dict) -> tuple:
+        return (r["group"], *(spaces.gemm_bucket_fine(int(x)) for x in r["shape"].split("x")))
+
+    shapes: dict[tuple, set] = {}
+    for r in rows:
+        if r.get("summary"):
+            shapes.setdefault(key_of(r), set()).add(r["shape"])
+    times: dict[tuple, dict[str, dict[str, dict]]] = {}
+    for r in rows:
+        if r.get("summary") or not r.get("ms") or not r.get("config"):
+            continue
+        key = key_of(r)
+        times.setdefault(key, {}).setdefault(json.dumps(r["config"], sort_keys=True), {})[r["shape"]] = r
+    table = {}
+    for key, per in times.items():
+        full = {c: got for c, got in per.items() if set(got) == shapes.get(key)}
+        if not full:
+            continue
+        best = min(full.values(), key=lambda got: sum(r["ms"] for r in got.values()))
+        low = min(best.values(), key=lambda r: r["ratio"] or 0.0)
+        table[key] = {"key": list(key), "config": low["config"], "ratio": low["ratio"], "shape": low["shape"]}
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args is None:
@@ -212,11 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_gemm(lay, a, b, configs + split, args.device, rule)
         del x, w, g
     summaries = [r for r in rows if r.get("summary")]
-    table = {}  # the winners, keyed as GEMM_LAYOUT_DEFAULTS is; a bucket's slowest winner ratio kept
-    for r in summaries:
-        key = tuple(r["key"])
-        if r.get("config") and (key not in table or r["ratio"] < table[key]["ratio"]):
-            table[key] = {"key": r["key"], "config": r["config"], "ratio": r["ratio"], "shape": r["shape"]}
+    table = bucket_winners(rows)
     out = {
         "device": torch.cuda.get_device_name() if not cpu else f"cpu (Triton interpreter), {platform.machine()}",
         "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,

@@ -51,6 +51,30 @@ def test_cells_and_save(tmp_path, capsys):
     assert "| a |" in capsys.readouterr().out
 
 
+def test_gemm_linear_bench_picks_a_shared_buckets_entry_by_total_time():
+    """Two GEMMs in one fine bucket (768 -> 2304 and 768 -> 3072's weight gradients): the entry is
+    the config with the least time over both, not the winner of either one; a config not timed on
+    both is not a candidate."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gemm_linear_bench", ROOT / "benchmarks" / "gemm_linear_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a, b, c = ({"BLOCK_M": 128}, {"BLOCK_M": 64}, {"BLOCK_M": 32})
+
+    def row(shape, cfg, ms):
+        return {"group": "tn", "shape": shape, "impl": "x", "config": cfg, "ms": ms, "ratio": 0.05 / ms}
+
+    rows = [row("2304x768x8192", a, 0.08), row("3072x768x8192", a, 0.08),  # a: 0.16 in all
+            row("2304x768x8192", b, 0.05), row("3072x768x8192", b, 0.09),  # b: 0.14, no shape's fastest
+            row("2304x768x8192", c, 0.04),  # c: timed on one only
+            *({"group": "tn", "shape": sh, "summary": True} for sh in ("2304x768x8192", "3072x768x8192"))]
+    table = bench.bucket_winners(rows)
+    assert list(table) == [("tn", 3072, 768, 8192)]
+    entry = table[("tn", 3072, 768, 8192)]
+    assert entry["config"] == b and entry["shape"] == "3072x768x8192" and entry["ratio"] == 0.05 / 0.09
+
+
 def test_gemm_linear_bench_runs_on_the_cpu(interpreter, tmp_path, capsys):
     """benchmarks/gemm_linear_bench.py --quick --device cpu: every layout of every tiny linear is a
     checked, timed row beside torch's, with its summary and the winners' table."""

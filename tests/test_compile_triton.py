@@ -353,11 +353,14 @@ def test_a_trace_records_the_tma_kernel_that_makes_its_descriptors_on_the_device
     with FakeTensorMode():
         x = torch.empty(8192, 1024, dtype=torch.float16, device="cuda:0")
         w = torch.empty(3072, 1024, dtype=torch.float16, device="cuda:0")
-        assert 8192 * 3072 * 1024 >= mm.TRACED_TMA_MIN_WORK > 256 * 3072 * 1024
+        assert 8192 * 768 * 768 >= mm.TRACED_TMA_MIN_WORK > 256 * 3072 * 1024  # a width-768 GPT's GEMMs: TMA
         shifted = torch.empty(8192 * 1024 + 1, dtype=torch.float16, device="cuda:0")
         shifted = shifted.as_strided((8192, 1024), (1024, 1), 1)  # 2 bytes past an aligned base
         small = torch.empty(256, 1024, dtype=torch.float16, device="cuda:0")
         assert _traced_gemm_kernels(x, w) == ["_matmul_tma_dev_kernel"]
+        x768, w768 = torch.empty(8192, 768, dtype=torch.float16, device="cuda:0"), torch.empty(
+            768, 768, dtype=torch.float16, device="cuda:0")
+        assert _traced_gemm_kernels(x768, w768) == ["_matmul_tma_dev_kernel"]
         assert _traced_gemm_kernels(shifted, w) == ["_matmul_kernel"]
         assert _traced_gemm_kernels(small, w) == ["_matmul_kernel"]
         monkeypatch.setattr(mm, "DEVICE_DESCRIPTORS", [False])

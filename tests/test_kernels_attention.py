@@ -277,6 +277,23 @@ def test_tma_and_pointer_forwards_agree(interpreter, monkeypatch, causal):
     assert (o1.double() - want).abs().max() < 2e-3
 
 
+def test_a_size_one_dimension_with_any_stride_takes_tma(interpreter, monkeypatch):
+    """A size-1 dimension's stride is never used, so one that TMA could not take (2 bytes: a batch
+    of one cut from a larger view) is described as a contiguous tensor's: the TMA kernel runs and
+    gives the contiguous copy's bits."""
+    from xrt.kernels.triton import attention as attention_kernels
+
+    ran = []
+    real = attention_kernels._fwd_tma
+    monkeypatch.setattr(attention_kernels, "_fwd_tma", lambda *a, **kw: (ran.append("_fwd_tma"), real(*a, **kw))[1])
+    q, k, v, _ = _inputs((1, 2, 37), 45, torch.float16, "cpu")
+    odd = torch.as_strided(q.contiguous(), q.shape, (1, *q.stride()[1:]))  # batch stride 1: never stepped
+    assert torch.equal(odd, q) and odd.stride(0) == 1
+    got, _ = attention_kernels.attention(odd, k, v, True, 0.125, SMALL_FWD)
+    want, _ = attention_kernels.attention(q.contiguous(), k, v, True, 0.125, SMALL_FWD)
+    assert ran == ["_fwd_tma", "_fwd_tma"] and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("shape_q,s_k", [((2, 3, 1), 1), ((1, 2, 37), 45), ((2, 1, 64), 64), ((1, 2, 130), 100)],
                          ids=str)
 def test_program_orders_agree(interpreter, shape_q, s_k):
@@ -616,7 +633,7 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
                 and k not in earlier]
 
     q, k, v, do = _inputs((2, 4, 256), 256, torch.bfloat16, "cuda", d=64)
-    if layout == "qkv_view":  # a model's q, k, v: views of one projection (the pointer kernel's plan)
+    if layout == "qkv_view":  # a model's q, k, v: views of one projection (the TMA kernel's plan, rank 4)
         q, k, v = torch.randn(2, 256, 3, 4, 64, device="cuda", dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
     with xp.kernel_policy(attention="triton"):
         earlier = set(policy.tuned_state().memo)

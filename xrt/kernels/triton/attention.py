@@ -720,14 +720,15 @@ def forward_config(q: torch.Tensor, is_causal: bool, config: dict[str, Any] | No
 class ForwardPlan(NamedTuple):
     """The forward launch of one signature (q, k, v shapes and strides, dtype, device, mask, scale
     and config), made once by :func:`attention_planned` and repeated: a call allocates the output
-    and lse and launches the kept kernel (the TMA one, or the pointer one for strided inputs such as
-    a model's ``qkv.view(...).permute(...)``), with no checks, config or descriptor made again."""
+    and lse and launches the kept kernel (the TMA one, a model's ``qkv.view(...).permute(...)``
+    included, or the pointer one for inputs TMA cannot describe), with no checks, config or
+    descriptor made again."""
 
     kept: Kept
     grid: tuple[int, ...]
     specs: tuple | None  # TMA: (shape, strides, block) of the q, k, v and out descriptors ([B, H, S, D], rank 4)
     shape: tuple[int, int, int, int]  # the output's memory: [B, H, S_q, D], or [B, S_q, H, D] (reference.empty_out)
-    tail: tuple  # the arguments after lse: (strides, H,) S_q, S_k, scale * log2(e)
+    tail: tuple  # the arguments after lse: (the pointer kernel's strides,) H, S_q, S_k, scale * log2(e)
     dtype: torch.dtype
     device: torch.device
     heads_inside: bool  # the output's memory is [B, S_q, H, D] (reference.empty_out)

@@ -265,7 +265,7 @@ DEVICE_DESCRIPTORS = [hasattr(triton, "set_allocator") and hasattr(tl, "make_ten
 # takes a few µs on Hopper and the tiled kernel is kept. Measured on the H200 (compiled GPT steps,
 # benchmarks/compiled_tma_ab.py, docs/kernels.md): with every GEMM of the d 768 model on TMA (each
 # at least 4.8e9), its inference step took 1.46 ms where the tiled kernels took 1.77, and its train
-# step's GPU time fell from 5.27 to 5.01 ms; at d 1024 the out projection (8.6e9) did not move.
+# step's GPU time fell from 5.28 to 5.01 ms; at d 1024 the out projection (8.6e9) did not move.
 TRACED_TMA_MIN_WORK = 2**30
 _sum_splits = Launcher(_sum_splits_kernel)
 SUM_BLOCK = 1024
