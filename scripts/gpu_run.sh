@@ -30,7 +30,8 @@
 # fusionsweep: benchmarks/fusion_bench.py --sweep: torch vs the fused ops with e2e, device and host time
 #            each (which of the GPU or the host is slow), and add_layernorm's kernels over a grid of
 #            configs around the defaults (fusion-sweep-<gpu>.json / .md)
-# attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd)
+# attn     : the attention GPU tests, then benchmarks/attention_bench.py (xrt Triton vs SDPA, fwd and bwd),
+#            then benchmarks/attention_layout_ab.py (a model's q, k, v views: TMA vs pointer kernels, beside SDPA)
 # suite    : xrt bench run, full profile, this commit, twice (cold then warm Triton cache), timed: seconds
 #            per combination and the CV of medians across the runs (scripts/suite_report.py; $OUT/suite/);
 #            then the same for the device series of the six memory-bound ops and the allocator alone
@@ -170,6 +171,9 @@ for step in "$@"; do
       s=${PIPESTATUS[0]}
       python3 benchmarks/attention_bench.py --out "$OUT/attention-${GPU}.json" --md "$OUT/attention-${GPU}.md" \
         2>&1 | tee "$OUT/attn_bench.log" | tail -60
+      [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
+      python3 benchmarks/attention_layout_ab.py --out "$OUT/attention-layout-${GPU}.json" \
+        --md "$OUT/attention-layout-${GPU}.md" 2>&1 | tee "$OUT/attn_layout.log" | tail -15
       [ "${PIPESTATUS[0]}" -ne 0 ] && s=1
       (exit "$s") ;;
     fusion)
