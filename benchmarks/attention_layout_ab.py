@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import device_ms, parse_args, rel_err, run_meta, save  # noqa: E402
+from xrt.bench.sidebyside import device_ms, rel_err, run_main  # noqa: E402
 
 
 def one_shape(b: int, s: int, d_model: int, h: int) -> list[dict]:
@@ -79,15 +79,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("attention_layout_ab", __doc__, argv)
-    if args is None:
-        return 2
     from xrt.kernels.opdef import MODEL_SHAPES
 
-    meta = run_meta(ROOT)
-    rows = [r for b, s, d, h, _ in MODEL_SHAPES for r in one_shape(b, s, d, h)]
-    save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
-    return 0
+    return run_main("attention_layout_ab", __doc__, argv, ROOT,
+                    lambda args: [r for b, s, d, h, _ in MODEL_SHAPES for r in one_shape(b, s, d, h)], markdown)
 
 
 if __name__ == "__main__":

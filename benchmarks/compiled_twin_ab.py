@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.model_bench import POLICIES, own_frame, scope  # noqa: E402
-from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, parse_args, rel_err, run_meta, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, model_steps, paired, rel_err, run_main  # noqa: E402
 
 TWINS = [("attention", "triton"), ("attention_bwd", "triton")]
 QUADS = 6
@@ -124,14 +124,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("compiled_twin_ab", __doc__, argv)
-    if args is None:
-        return 2
     b, s, d, h = (int(os.environ.get(k, v)) for k, v in (("B", "8"), ("S", "1024"), ("D", "1024"), ("H", "16")))
-    meta = run_meta(Path(__file__).resolve().parents[1])
-    rows = measure(b, s, d, h)
-    save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
-    return 0
+    return run_main("compiled_twin_ab", __doc__, argv, Path(__file__).resolve().parents[1],
+                    lambda args: measure(b, s, d, h), markdown)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xrt.bench.sidebyside import device_busy_ms, error_line, model_steps, parse_args, rel_err, run_meta, save  # noqa: E402
+from xrt.bench.sidebyside import device_busy_ms, error_line, model_steps, rel_err, run_main  # noqa: E402
 from xrt.kernels.opdef import MODEL_SHAPES  # noqa: E402
 
 QUADS = 15  # ABBA quads of each variant against its base (quick: 3)
@@ -202,13 +202,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("model_bench", __doc__, argv)
-    if args is None:
-        return 2
-    meta = run_meta(ROOT)
-    rows = [r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick)]
-    save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
-    return 0
+    return run_main("model_bench", __doc__, argv, ROOT, lambda args: [
+        r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick)], markdown)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,33 @@ def test_rows_check_before_they_time_and_record_failures(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU host the benchmarks run")
 def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path):
-    for bench in ("gemm_bench", "conv_bench", "attention_bench"):
+    for bench in ("gemm_bench", "conv_bench", "attention_bench", "model_bench", "compiled_twin_ab",
+                  "attention_layout_ab"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{bench}.py"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.strip() == f"{bench} needs a CUDA GPU", (bench, out.stderr)
+
+
+def test_run_main_saves_the_rows_with_the_runs_meta(tmp_path, monkeypatch, capsys):
+    """A GPU benchmark's main: its rows from ``measure(args)``, under the run's meta, as JSON and
+    markdown; the GPU's answers planted."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Planted GPU")
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    seen = []
+
+    def measure(args):
+        seen.append(args.quick)
+        return [{"x": 1}]
+
+    rc = sidebyside.run_main("bench", "Doc.", ["--out", str(out), "--md", str(md), "--quick"], ROOT, measure,
+                             lambda rows, meta: f"| {meta['gpu']} | {len(rows)} |\n")
+    saved = json.loads(out.read_text())
+    assert rc == 0 and seen == [True] and saved["rows"] == [{"x": 1}]
+    assert saved["meta"]["gpu"] == "Planted GPU" and saved["meta"]["commit"] == sidebyside.commit_of(ROOT)
+    assert md.read_text() == "| Planted GPU | 1 |\n"
 
 
 def test_cells_and_save(tmp_path, capsys):

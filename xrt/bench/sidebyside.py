@@ -48,6 +48,20 @@ def run_meta(repo: Path) -> dict[str, str]:
             "commit": commit_of(repo), "date": time.strftime("%Y-%m-%d")}
 
 
+def run_main(name: str, doc: str, argv: list[str] | None, repo: Path,
+             measure: Callable[[argparse.Namespace], list[dict]],
+             markdown: Callable[[list[dict], dict], str]) -> int:
+    """A GPU benchmark script's ``main``: its arguments (:func:`parse_args`; 2 without a GPU), the
+    run's :func:`run_meta`, the rows ``measure(args)`` makes, saved as JSON and ``markdown`` (:func:`save`)."""
+    args = parse_args(name, doc, argv)
+    if args is None:
+        return 2
+    meta = run_meta(repo)
+    rows = measure(args)
+    save({"meta": meta, "rows": rows}, markdown(rows, meta), args.out, args.md)
+    return 0
+
+
 def save(result: dict, md: str, out: Path, md_path: Path | None) -> None:
     """The run's JSON to ``out`` (its folder made), the markdown table printed and, if asked, to ``md_path``."""
     out.parent.mkdir(parents=True, exist_ok=True)
