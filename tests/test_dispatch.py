@@ -360,10 +360,10 @@ def _same(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(x is y or (not isinstance(x, torch.Tensor) and x == y) for x, y in zip(a, b))
 
 
-def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatch):
-    """A kept TMA kernel calls the C launcher with exactly what Triton's own launcher would pass, and
-    encodes a host descriptor once per base address, shape, strides, padding and the kernel's
-    metadata of it."""
+def _fake_tma_kept(monkeypatch):
+    """A Kept over Triton's own launcher (``CudaLauncher``, its C module not compiled) of a kernel
+    with two host descriptors, a pointer and an int: ``(launch module, kept, its C launch calls,
+    the descriptors encoded, the launcher)``."""
     from triton.backends.nvidia import driver as nvd
 
     from xrt.kernels.triton import launch as lm
@@ -393,6 +393,16 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
     monkeypatch.setattr(lm, "hooks_set", lambda: False)
     kept = lm.Kept(launcher, compiled, (16,), 0)
     assert kept.direct is not None
+    return lm, kept, passed, encoded, run
+
+
+def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatch):
+    """A kept TMA kernel calls the C launcher with exactly what Triton's own launcher would pass, and
+    encodes a host descriptor once per base address, shape, strides, padding and the kernel's
+    metadata of it."""
+    from triton.backends.nvidia import driver as nvd
+
+    lm, kept, passed, encoded, run = _fake_tma_kept(monkeypatch)
     t, u, p = torch.zeros(1, 16, 16, dtype=torch.float16), torch.ones(1, 16, 16, dtype=torch.float16), torch.zeros(4)
     spec = ((1, 16, 16), (256, 16, 1), [1, 16, 16])
     assert kept((2, 3), lm.HostDesc(t, *spec), p, 5, lm.HostDesc(u, *spec))
@@ -428,6 +438,44 @@ def test_kept_kernel_passes_tritons_descriptor_expansion_and_keeps_it(monkeypatc
                                             "profile_scratch_size": 0})()) is None
     run.global_scratch_size = 128
     assert lm._direct_launch(run) is None
+
+
+def test_a_kept_launch_keyed_by_its_addresses_passes_what_tritons_would(monkeypatch):
+    """``Kept.launch_memo``: the C launcher gets what Triton's own launch passes (a tensor as its
+    address), and the whole list is kept per (addresses, stream): a repeated launch makes no
+    arguments and encodes nothing; other addresses or another stream make it anew; the kept lists
+    are bounded."""
+    from triton.backends.nvidia import driver as nvd
+
+    lm, kept, passed, encoded, run = _fake_tma_kept(monkeypatch)
+    t, u, p = torch.zeros(1, 16, 16, dtype=torch.float16), torch.ones(1, 16, 16, dtype=torch.float16), torch.zeros(4)
+    spec = ((1, 16, 16), (256, 16, 1), [1, 16, 16])
+    made = []
+
+    def args(a=t, q=p):
+        made.append(1)
+        return lm.HostDesc(a, *spec), q, 5, lm.HostDesc(u, *spec)
+
+    key = (t.data_ptr(), p.data_ptr(), u.data_ptr())
+    assert kept.launch_memo(key, (2, 3), args)
+    nvd.CudaLauncher.__call__(run, 2, 3, 1, 99, 7, "pm", None, None, None, lm.HostDesc(t, *spec), p, 5,
+                              lm.HostDesc(u, *spec), 16)
+    mine, tritons = passed
+    assert len(mine) == len(tritons) and sum(x is p for x in tritons) == 1
+    assert all(m == (p.data_ptr() if x is p else x) for m, x in zip(mine, tritons))
+    n = len(encoded)
+    for _ in range(3):
+        assert kept.launch_memo(key, (2, 3), args)
+    assert made == [1] and len(encoded) == n and passed[-1] == mine
+    t2 = torch.zeros(1, 16, 16, dtype=torch.float16)
+    assert kept.launch_memo((t2.data_ptr(), p.data_ptr(), u.data_ptr()), (2, 3), lambda: args(t2))
+    assert len(made) == 2 and passed[-1][13][1] == t2.data_ptr()
+    monkeypatch.setattr(lm, "_current_stream", lambda d: 100)
+    assert kept.launch_memo(key, (2, 3), args) and len(made) == 3 and passed[-1][3] == 100
+    monkeypatch.setattr(lm, "KEPT_LAUNCHES", 3)
+    assert kept.launch_memo(("another",), (2, 3), args) and len(kept.memo) == 1  # full: all dropped
+    monkeypatch.setattr(lm, "hooks_set", lambda: True)  # a profiler's hooks: not launched here
+    assert not kept.launch_memo(key, (2, 3), args)
 
 
 # -- prepared CUDA C launches -------------------------------------------------------------------

@@ -659,9 +659,50 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
             a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
             F.scaled_dot_product_attention(a, b, c, is_causal=causal).backward(do)
             grads.append((a.grad, b.grad, c.grad))
+        memo = policy.tuned_state().memo
+        kept = [v for k, v in memo.items() if isinstance(k, tuple) and k and k[0] == "attention-bwd-plan"
+                and k not in earlier]
+        assert len(kept) == 1 and kept[0]  # the second step's backward took the kept plan
     for x, y in zip(*grads):
         assert torch.equal(x, y)
     _check_against_sdpa(q, k, v, do, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["default", "pointer_unfused"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_kept_backward_plan_repeats_the_backward_on_gpu(causal, variant):
+    """The backward's launch plan (``BackwardPlan``) gives what the unplanned backward gives, on the
+    data it was made with and on new data of the same signature, for the TMA kernels with delta fused
+    into the dQ kernel (the default) and for the pointer kernels after the preprocess kernel; a
+    gradient that is not 16-byte aligned is refused (``None``), not launched."""
+    from xrt.kernels import spaces
+    from xrt.kernels.triton.attention import attention, attention_bwd, attention_bwd_planned
+
+    key = "attention_bwd.triton"
+    cfg = spaces.default(key) if variant == "default" else {**spaces.default(key), "tma": False, "fuse_delta": False}
+    qkv = torch.randn(2, 256, 3, 4, 64, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # a model's views of one projection
+    do = torch.randn(2, 256, 4, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    o, lse = attention(q, k, v, causal, 0.125)
+    want = attention_bwd(do, q, k, v, o, lse, causal, 0.125, cfg)
+    *got, plan = attention_bwd_planned(do, q, k, v, o, lse, causal, 0.125, cfg)
+    assert plan is not None
+    assert len(plan.launches) == (2 if variant == "default" else 3)
+    assert (plan.layouts is not None) == (variant == "default")
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    for a, b in zip(plan(do, q, k, v, o, lse), want):
+        assert torch.equal(a, b)
+    qkv.normal_()
+    do2 = torch.randn_like(do)
+    o2, lse2 = attention(q, k, v, causal, 0.125)
+    want2 = attention_bwd(do2, q, k, v, o2, lse2, causal, 0.125, cfg)
+    for a, b in zip(plan(do2, q, k, v, o2, lse2), want2):
+        assert torch.equal(a, b)
+    buf = torch.empty(do.untyped_storage().nbytes() // 2 + 8, device="cuda", dtype=torch.bfloat16)
+    skew = buf[1:].as_strided(do.shape, do.stride())
+    assert plan(skew, q, k, v, o, lse) is None
 
 
 @pytest.mark.parametrize("provider", [None, "torch", "math"])

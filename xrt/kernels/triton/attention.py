@@ -742,13 +742,15 @@ class ForwardPlan(NamedTuple):
         if self.heads_inside:  # [B, S_q, H, D] in memory, seen per head
             o = o.transpose(1, 2)
         lse = torch.empty(o.shape[:3], dtype=torch.float32, device=self.device)
-        if self.specs is None:
-            done = self.kept(self.grid, q, k, v, o, lse, *self.tail)
-        else:
+
+        def args() -> tuple:
+            if self.specs is None:
+                return (q, k, v, o, lse, *self.tail)
             sq, sk, sv, so = self.specs
-            done = self.kept(self.grid, HostDesc(q, *sq), HostDesc(k, *sk), HostDesc(v, *sv), HostDesc(o, *so), lse,
-                             *self.tail)
-        return (o, lse) if done else None
+            return (HostDesc(q, *sq), HostDesc(k, *sk), HostDesc(v, *sv), HostDesc(o, *so), lse, *self.tail)
+
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+        return (o, lse) if self.kept.launch_memo(pointers, self.grid, args) else None
 
     def stale(self) -> bool:
         """Will it never launch again (its Launcher was cleared)? Its owner makes it anew."""
@@ -846,6 +848,57 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     ``"same"``: the dK/dV kernel's), ``tma`` (TMA kernels where the inputs allow, else the pointer
     ones), ``causal_pairs`` (causal only: each program takes a block and its mirror, equal work a
     program) and ``fuse_delta`` (delta computed by the dQ kernel, run first; no preprocess kernel)."""
+    return attention_bwd_planned(do, q, k, v, o, lse, is_causal, scale, config, plan=False)[:3]
+
+
+class BackwardPlan(NamedTuple):
+    """The backward's launches of one signature (do, q, k, v, o and lse shapes and strides, dtype,
+    device, mask, scale and config), made once by :func:`attention_bwd_planned` and repeated: a call
+    allocates dq, dk, dv and delta and launches the kept kernels in the planned order, with no
+    checks, config or descriptors made again. Each launch is ``(kept, grid, arguments)``, where an
+    argument is a tensor's name (``"q"``: the tensor itself; ``("q", rows)``: its TMA descriptor
+    with ``rows`` rows a block) or a constant."""
+
+    launches: tuple[tuple[Kept, tuple[int, ...], tuple], ...]
+    layouts: dict[str, tuple] | None  # TMA: each tensor's descriptor (shape, strides), rank 4
+    shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # dq, dk, dv ([B, H, S, D])
+    dtype: torch.dtype
+    device: torch.device
+
+    def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(dq, dk, dv)`` for tensors of the plan's signature, or ``None`` where the launches
+        cannot be repeated (an operand not 16-byte aligned, launch hooks set, another current device)."""
+        if (do.data_ptr() | q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | lse.data_ptr()) & 15:
+            return None
+        if not all(kept.ready() for kept, _, _ in self.launches):
+            return None
+        sq, sk, sv = self.shapes
+        dev = self.device
+        dq = torch.empty(sq, dtype=self.dtype, device=dev)
+        dk = torch.empty(sk, dtype=self.dtype, device=dev)
+        dv = torch.empty(sv, dtype=self.dtype, device=dev)
+        delta = torch.empty(sq[:3], dtype=torch.float32, device=dev)
+        named = {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
+        lay = self.layouts
+        pointers = tuple(t.data_ptr() for t in named.values())
+        for kept, grid, template in self.launches:
+            def args(template: tuple = template) -> tuple:
+                return tuple(named[a] if a.__class__ is str else HostDesc(named[a[0]], *lay[a[0]], [1, 1, a[1], a[2]])
+                             if a.__class__ is tuple else a for a in template)
+
+            if not kept.launch_memo(pointers, grid, args):
+                return None
+        return dq, dk, dv
+
+
+def attention_bwd_planned(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                          lse: torch.Tensor, is_causal: bool, scale: float, config: dict[str, Any] | None = None,
+                          plan: bool = True
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BackwardPlan | None]:
+    """:func:`attention_bwd`, and the :class:`BackwardPlan` that repeats it for tensors of the same
+    signature (``None`` where no kernel was kept: the interpreter, a trace, unaligned inputs; and
+    where ``plan`` is false)."""
     _check(q, k, v, scale)
     if do.shape != o.shape or o.shape != q.shape:
         raise ValueError(f"do.shape={tuple(do.shape)} and o.shape={tuple(o.shape)} must equal "
@@ -854,14 +907,15 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     bsz, h, s_q, d = q.shape
     d = int(d)
     s_k = k.shape[2]
+    lse_in = lse
     lse = lse.contiguous()
     dq = torch.empty((bsz, h, s_q, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((bsz, h, s_k, d), dtype=k.dtype, device=q.device)
     dv = torch.empty((bsz, h, s_k, d), dtype=v.dtype, device=q.device)
     if s_q == 0:
-        return dq, dk.zero_(), dv.zero_()
+        return dq, dk.zero_(), dv.zero_(), None
     if dq.numel() == 0:
-        return dq, dk, dv
+        return dq, dk, dv, None
     delta = torch.empty((bsz, h, s_q), dtype=torch.float32, device=q.device)
     causal = bool(is_causal)
     pairs = causal and bool(cfg["causal_pairs"])
@@ -875,46 +929,61 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     grid1 = (cdiv(g1, 2) if pairs else g1, bsz * h)
     grid2 = (cdiv(g2, 2) if pairs else g2, bsz * h)
     scales = (float(scale), float(scale) * LOG2E)
-    layouts = _tma_layouts(q, k, v, do, dq, dk, dv) if cfg.get("tma") else None
-    if layouts is not None:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        lay = dict(zip(("q", "k", "v", "do", "dq", "dk", "dv"), layouts))
-
-        def desc(name: str, t: torch.Tensor, rows: int) -> Any:
-            return TensorDescriptor(t, *lay[name], [1, 1, rows, d])
-
-        def run_dkdv() -> None:
-            _dkdv_tma(grid1, desc("q", q, bm1), desc("k", k, bn1), desc("v", v, bn1), desc("do", do, bm1), lse, delta,
-                      desc("dk", dk, bn1), desc("dv", dv, bn1), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm1,
-                      BLOCK_N=bn1, CAUSAL=causal, PAIRS=pairs, num_warps=warps, num_stages=stages)
-
-        def run_dq() -> None:
-            _dq_tma(grid2, desc("q", q, bm2), desc("k", k, bn2), desc("v", v, bn2), desc("do", do, bm2), o, lse, delta,
-                    desc("dq", dq, bm2), *o.stride(), h, s_q, s_k, *scales, HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2,
-                    CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse, num_warps=warps2, num_stages=stages2)
+    named = {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
+    names = ("q", "k", "v", "do", "dq", "dk", "dv")
+    layouts = _tma_layouts(*(named[n] for n in names)) if cfg.get("tma") else None
+    lay = None if layouts is None else dict(zip(names, layouts))
+    meta1 = dict(HEAD_DIM=d, BLOCK_M=bm1, BLOCK_N=bn1, CAUSAL=causal, PAIRS=pairs)
+    meta2 = dict(HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2, CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse)
+    tail = (h, s_q, s_k, *scales)
+    # Each launch as (launcher, grid, template, warps, stages, constexprs); a template names the
+    # tensors (a name: the tensor; (name, rows, D): its TMA descriptor) and holds the constants.
+    if lay is not None:
+        dkdv = (_dkdv_tma, grid1, (("q", bm1, d), ("k", bn1, d), ("v", bn1, d), ("do", bm1, d), "lse", "delta",
+                                   ("dk", bn1, d), ("dv", bn1, d), *tail), warps, stages, meta1)
+        dqk = (_dq_tma, grid2, (("q", bm2, d), ("k", bn2, d), ("v", bn2, d), ("do", bm2, d), "o", "lse", "delta",
+                                ("dq", bm2, d), *o.stride(), *tail), warps2, stages2, meta2)
     else:
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-
-        def run_dkdv() -> None:
-            _dkdv(grid1, q, k, v, do, lse, delta, dk, dv, *strides, h, s_q, s_k, *scales,
-                  HEAD_DIM=d, BLOCK_M=bm1, BLOCK_N=bn1, CAUSAL=causal, PAIRS=pairs,
-                  num_warps=warps, num_stages=stages)
-
-        def run_dq() -> None:
-            _dq(grid2, q, k, v, do, o, lse, delta, dq, *strides, *o.stride(), h, s_q, s_k, *scales,
-                HEAD_DIM=d, BLOCK_M=bm2, BLOCK_N=bn2, CAUSAL=causal, PAIRS=pairs, FUSE_DELTA=fuse,
-                num_warps=warps2, num_stages=stages2)
+        dkdv = (_dkdv, grid1, ("q", "k", "v", "do", "lse", "delta", "dk", "dv", *strides, *tail), warps, stages, meta1)
+        dqk = (_dq, grid2, ("q", "k", "v", "do", "o", "lse", "delta", "dq", *strides, *o.stride(), *tail),
+               warps2, stages2, meta2)
     if fuse:  # the dQ kernel writes delta, which the dK/dV kernel reads
-        run_dq()
-        run_dkdv()
+        order = (dqk, dkdv)
     else:
         pre_m = 64
-        _pre((cdiv(s_q, pre_m), bsz * h), o, do, delta, *o.stride(), *do.stride(), h, s_q,
-             HEAD_DIM=d, BLOCK_M=pre_m, num_warps=4)
-        run_dkdv()
-        run_dq()
-    return dq, dk, dv
+        pre = (_pre, (cdiv(s_q, pre_m), bsz * h), ("o", "do", "delta", *o.stride(), *do.stride(), h, s_q), 4, None,
+               dict(HEAD_DIM=d, BLOCK_M=pre_m))
+        order = (pre, dkdv, dqk)
+
+    def arg(a: Any) -> Any:
+        if a.__class__ is str:
+            return named[a]
+        if a.__class__ is tuple:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            return TensorDescriptor(named[a[0]], *lay[a[0]], [1, 1, a[1], a[2]])
+        return a
+
+    made = []
+    for launcher, grid, template, w, st, meta in order:
+        args = tuple(arg(a) for a in template)
+        if st is None:
+            launcher(grid, *args, num_warps=w, **meta)
+        else:
+            launcher(grid, *args, num_warps=w, num_stages=st, **meta)
+        made.append((launcher, grid, template, args, w, st, meta))
+    if (not plan or not q.is_cuda or q.__class__ is not torch.Tensor or lse is not lse_in
+            or (do.data_ptr() | q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | lse.data_ptr()) & 15):
+        return dq, dk, dv, None
+    launches = []
+    for launcher, grid, template, args, w, st, meta in made:
+        kept = Kept.of(launcher, args, w, st, meta)
+        if kept is None:
+            return dq, dk, dv, None
+        launches.append((kept, grid, template))
+    return dq, dk, dv, BackwardPlan(tuple(launches), lay, (tuple(dq.shape), tuple(dk.shape), tuple(dv.shape)),
+                                    q.dtype, q.device)
 
 
 def flops(b: int, h: int, s_q: int, s_k: int, d: int, causal: bool, backward: bool = False) -> float:

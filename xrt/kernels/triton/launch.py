@@ -426,12 +426,13 @@ class Kept:
     steps hand the same addresses back (weights, and activations from the caching allocator), so
     most launches encode nothing."""
 
-    __slots__ = ("launcher", "compiled", "meta", "device", "epoch", "direct")
+    __slots__ = ("launcher", "compiled", "meta", "device", "epoch", "direct", "memo")
 
     def __init__(self, launcher: Launcher, compiled: Any, meta: tuple, device: int) -> None:
         self.launcher, self.compiled, self.meta, self.device = launcher, compiled, meta, device
         self.epoch = launcher.epoch
         self.direct = _direct_launch(compiled.run)  # (C launch, {argument index: (metadata, its key)})
+        self.memo: dict[tuple, list] = {}  # (pointers, stream) -> the C launcher's whole argument list
 
     @classmethod
     def of(cls, launcher: Launcher, args: tuple, num_warps: int, num_stages: int | None,
@@ -482,7 +483,39 @@ class Kept:
         launch(*final)
         return True
 
+    def launch_memo(self, pointers: tuple[int, ...], grid: Sequence[int], make_args: Callable[[], tuple]) -> bool:
+        """Launch as ``self(grid, *make_args())`` does, for an owner whose launches differ only in
+        the addresses ``pointers`` of every tensor the arguments hold or describe (its plan fixed
+        the rest). The C launcher's whole argument list is kept per (pointers, stream), tensors
+        as their addresses: a model's steps hand the same addresses back, and such a launch makes no
+        descriptor and reads no tensor. False where it cannot launch now (as ``__call__``)."""
+        if not self.ready():
+            return False
+        if self.direct is None:
+            return self(grid, *make_args())
+        stream = _current_stream(self.device)
+        key = (pointers, stream)
+        final = self.memo.get(key)
+        if final is None:
+            c = self.compiled
+            run = c.run
+            launch, descs = self.direct
+            gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+            final = [gx, gy, gz, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                     c.packed_metadata, None, None, None]
+            for i, a in enumerate(make_args()):
+                md = descs.get(i)
+                for e in (_encoded(a, *md) if md is not None else (a,)):  # (no tensor kept: its address)
+                    final.append(e.data_ptr() if isinstance(e, torch.Tensor) else e)
+            final.extend(self.meta)
+            if len(self.memo) >= KEPT_LAUNCHES:
+                self.memo.clear()
+            self.memo[key] = final
+        self.direct[0](*final)
+        return True
 
+
+KEPT_LAUNCHES = 64  # argument lists a Kept keeps (beyond: all dropped, made again)
 DESCRIPTORS = 4096  # encoded host descriptors kept, all kernels together (beyond: all dropped, made again)
 _ENCODED: dict[tuple, list] = {}
 

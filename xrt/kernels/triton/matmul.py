@@ -454,17 +454,19 @@ class _TmaPlan(NamedTuple):
         """Launch on these tensors (only their addresses are read: ``a``, ``b`` and ``c`` may be
         any tensors that start where the planned views start), or ``False`` where one is not
         16-byte aligned or the kept kernel cannot launch now."""
-        p = a.data_ptr() | b.data_ptr() | c.data_ptr()
-        if z is not None:
-            p |= z.data_ptr()
-        if bias is not None:
-            p |= bias.data_ptr()
-        if p & 15:  # the kept kernel was specialised on 16-byte-aligned pointers
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        pz = z.data_ptr() if z is not None else 0
+        pbias = bias.data_ptr() if bias is not None else 0
+        if (pa | pb | pc | pz | pbias) & 15:  # the kept kernel was specialised on 16-byte-aligned pointers
             return False
-        (sa, sb, sc) = self.specs
-        cd = HostDesc(c, *sc)
-        return self.kept(self.grid, HostDesc(a, *sa), HostDesc(b, *sb), cd, bias if bias is not None else c,
-                         HostDesc(z, *sc) if z is not None else cd, *self.sizes)
+
+        def args() -> tuple:
+            (sa, sb, sc) = self.specs
+            cd = HostDesc(c, *sc)
+            return (HostDesc(a, *sa), HostDesc(b, *sb), cd, bias if bias is not None else c,
+                    HostDesc(z, *sc) if z is not None else cd, *self.sizes)
+
+        return self.kept.launch_memo((pa, pb, pc, pz, pbias), self.grid, args)
 
 
 def plan_key(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], ep: Epilogue) -> tuple:

@@ -131,7 +131,10 @@ class _EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
+        if ctx.provider == "triton":
+            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.is_causal, ctx.scale)
+        else:
+            dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.scale, ctx.provider)
         return dq, dk, dv, None, None, None
 
 
@@ -157,6 +160,23 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         return o, lse
     out = plan(q, k, v) if plan else None
     return out if out is not None else dispatch.get("attention", "triton").fn(q, k, v, causal, scale)
+
+
+def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Triton provider's ``(dq, dk, dv)`` in plain eager PyTorch, through the backward's launch
+    plan kept for this signature (``xrt.kernels.triton.attention.BackwardPlan``), as :func:`_forward`."""
+    key = ("attention-bwd-plan", *_signature(q, k, v), do.shape, do.stride(), o.shape, o.stride(), do.dtype,
+           lse.stride(), causal, scale)
+    plan = kernel_providers.kept_plan(key)
+    if plan is None:
+        cfg = kernel_providers.provider_config("attention_bwd", "triton", do, q, k, v, o, lse, causal, scale)
+        dq, dk, dv, plan = importlib.import_module("xrt.kernels.triton.attention").attention_bwd_planned(
+            do, q, k, v, o, lse, causal, scale, cfg)
+        kernel_providers.keep_plan(key, plan)
+        return dq, dk, dv
+    out = plan(do, q, k, v, o, lse) if plan else None
+    return out if out is not None else _bwd(do, q, k, v, o, lse, causal, scale, "triton")
 
 
 def _call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: Any, scale: Any,
