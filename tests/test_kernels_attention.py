@@ -687,7 +687,7 @@ def test_the_kept_backward_plan_repeats_the_backward_on_gpu(causal, variant):
     o, lse = attention(q, k, v, causal, 0.125)
     want = attention_bwd(do, q, k, v, o, lse, causal, 0.125, cfg)
     *got, plan = attention_bwd_planned(do, q, k, v, o, lse, causal, 0.125, cfg)
-    assert plan is not None
+    assert plan is not None and not plan.stale()
     assert len(plan.launches) == (2 if variant == "default" else 3)
     assert (plan.layouts is not None) == (variant == "default")
     for a, b in zip(got, want):

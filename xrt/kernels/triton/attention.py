@@ -891,6 +891,10 @@ class BackwardPlan(NamedTuple):
                 return None
         return dq, dk, dv
 
+    def stale(self) -> bool:
+        """Will it never launch again (a Launcher of its kernels was cleared)? Its owner makes it anew."""
+        return any(kept.stale() for kept, _, _ in self.launches)
+
 
 def attention_bwd_planned(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                           lse: torch.Tensor, is_causal: bool, scale: float, config: dict[str, Any] | None = None,
