@@ -618,7 +618,7 @@ def test_bwd_sweep_candidates_are_in_the_space():
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["contiguous", "qkv_view"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
+def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout, monkeypatch):
     """A routed SDPA's repeated calls of one signature go straight to the kept forward launch: the
     second call's output is the first's, new data of the same signature and an unaligned view with
     the same strides still match SDPA, a profiler still sees the op, and training steps through the
@@ -632,6 +632,12 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
         return [v for k, v in memo.items() if isinstance(k, tuple) and k and k[0] == "attention-plan"
                 and k not in earlier]
 
+    from xrt.kernels.triton import attention as kernels
+
+    made, used = [], []  # backward plans made, and backward calls that took a kept plan
+    planned, call = kernels.attention_bwd_planned, kernels.BackwardPlan.__call__
+    monkeypatch.setattr(kernels, "attention_bwd_planned", lambda *a: made.append(1) or planned(*a))
+    monkeypatch.setattr(kernels.BackwardPlan, "__call__", lambda self, *a: used.append(1) or call(self, *a))
     q, k, v, do = _inputs((2, 4, 256), 256, torch.bfloat16, "cuda", d=64)
     if layout == "qkv_view":  # a model's q, k, v: views of one projection (the TMA kernel's plan, rank 4)
         q, k, v = torch.randn(2, 256, 3, 4, 64, device="cuda", dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
@@ -659,11 +665,9 @@ def test_repeated_calls_take_the_kept_plan_on_gpu(causal, layout):
             a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
             F.scaled_dot_product_attention(a, b, c, is_causal=causal).backward(do)
             grads.append((a.grad, b.grad, c.grad))
-        memo = policy.tuned_state().memo
-        # (keyed by q's shape and strides first, the mask second to last; an earlier test may have made it)
-        kept = [v for k, v in memo.items() if isinstance(k, tuple) and k and k[0] == "attention-bwd-plan"
-                and k[1:3] == (q.shape, q.stride()) and k[-2] == causal]
-        assert kept and all(kept)  # the backward's kept plan, which the second step took
+        # The backward's kept plan (in the memo of the thread autograd ran it on; an earlier test's
+        # call of this signature may have made it): made at most once, and taken by the second step.
+        assert len(made) <= 1 and len(used) >= 1, (made, used)
     for x, y in zip(*grads):
         assert torch.equal(x, y)
     _check_against_sdpa(q, k, v, do, causal)
