@@ -1,6 +1,6 @@
 """An unmodified GPT-style model on torch and on xrt's kernels through the policy, side by side in one run.
 
-    python benchmarks/model_bench.py --out model.json [--md model.md] [--quick]
+    python benchmarks/model_bench.py --out model.json [--md model.md] [--quick] [--eager]
 
 The model is plain PyTorch (``xrt.pytorch.modules.gpt``: ``nn.Linear``, ``nn.LayerNorm``,
 ``F.scaled_dot_product_attention`` causal, GELU MLP, pre-norm residual blocks); nothing in it names xrt.
@@ -96,7 +96,8 @@ def own_frame(model: Any) -> Any:
     return ns["step"]
 
 
-def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]:
+def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool, eager: bool = False) -> list[dict]:
+    """The rows of one model shape: every variant, or with ``eager`` the eager ones alone (torch, xrt, auto)."""
     import torch
 
     from xrt.bench.sidebyside import paired
@@ -114,12 +115,12 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
     # name: (policy, what a step calls, the module holding its parameters)
     variants = {**{name: (policy, model, model) for name, policy in POLICIES.items()},
                 **{name: (POLICIES[p], torch.compile(own_frame(model), dynamic=False), model)
-                   for name, p in COMPILED.items()},
+                   for name, p in ({} if eager else COMPILED).items()},
                 **{name: (POLICIES["xrt"], torch.compile(own_frame(fused), dynamic=False) if c else fused, fused)
-                   for name, c in FUSED.items()}}
+                   for name, c in ({} if eager else FUSED).items()}}
     rows = {name: {"shape": f"B{b} S{s} d{d} H{h} x{n}", "variant": name} for name in variants}
     if fuse_error:
-        for name in FUSED:
+        for name in FUSED.keys() & rows.keys():
             rows[name]["error"] = fuse_error
 
     for name, (policy, m, _) in variants.items():
@@ -134,7 +135,7 @@ def one_shape(b: int, s: int, d: int, h: int, n: int, quick: bool) -> list[dict]
             row["error"] = error_line(e, 200)
     quads = 3 if quick else QUADS
     for name, base in PAIRS:
-        if "error" in rows[name] or "error" in rows[base]:
+        if name not in rows or "error" in rows[name] or "error" in rows[base]:
             continue
         try:
             (_, m, params), (_, mb, params_b) = variants[name], variants[base]
@@ -203,7 +204,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main("model_bench", __doc__, argv, ROOT, lambda args: [
-        r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick)], markdown)
+        r for shape in (SHAPES[:1] if args.quick else SHAPES) for r in one_shape(*shape, args.quick, args.eager)],
+        markdown, flags=[("--eager", "the eager variants alone: torch, xrt and auto (no compile)")])
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def test_rows_check_before_they_time_and_record_failures(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU host the benchmarks run")
 def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path):
     for bench in ("gemm_bench", "conv_bench", "attention_bench", "model_bench", "compiled_twin_ab",
-                  "attention_layout_ab"):
+                  "attention_layout_ab", "eager_host_split", "step_kernels"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{bench}.py"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.strip() == f"{bench} needs a CUDA GPU", (bench, out.stderr)
@@ -59,6 +59,13 @@ def test_run_main_saves_the_rows_with_the_runs_meta(tmp_path, monkeypatch, capsy
     assert rc == 0 and seen == [True] and saved["rows"] == [{"x": 1}]
     assert saved["meta"]["gpu"] == "Planted GPU" and saved["meta"]["commit"] == sidebyside.commit_of(ROOT)
     assert md.read_text() == "| Planted GPU | 1 |\n"
+    # A script's own flags: off unless given (model_bench's --eager)
+    flags = [("--eager", "eager variants only")]
+    got = []
+    for argv in ([], ["--eager"]):
+        sidebyside.run_main("bench", "Doc.", ["--out", str(out), *argv], ROOT, lambda a: got.append(a.eager) or [],
+                            lambda rows, meta: "", flags=flags)
+    assert got == [False, True]
 
 
 def test_cells_and_save(tmp_path, capsys):

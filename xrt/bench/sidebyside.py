@@ -9,17 +9,21 @@ import argparse
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 
-def parse_args(name: str, doc: str, argv: list[str] | None) -> argparse.Namespace | None:
-    """``--out JSON [--md MD] [--quick]``; ``None``, after saying so on stderr, where there is no CUDA GPU."""
+def parse_args(name: str, doc: str, argv: list[str] | None,
+               flags: Sequence[tuple[str, str]] = ()) -> argparse.Namespace | None:
+    """``--out JSON [--md MD] [--quick]`` and the script's own ``flags`` (``(--name, help)``, each on or
+    off); ``None``, after saying so on stderr, where there is no CUDA GPU."""
     ap = argparse.ArgumentParser(prog=name, description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the rows")
     ap.add_argument("--md", type=Path, help="also write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="default configs only (no sweep)")
+    for flag, text in flags:
+        ap.add_argument(flag, action="store_true", help=text)
     args = ap.parse_args(argv)
     import torch
 
@@ -50,10 +54,11 @@ def run_meta(repo: Path) -> dict[str, str]:
 
 def run_main(name: str, doc: str, argv: list[str] | None, repo: Path,
              measure: Callable[[argparse.Namespace], list[dict]],
-             markdown: Callable[[list[dict], dict], str]) -> int:
-    """A GPU benchmark script's ``main``: its arguments (:func:`parse_args`; 2 without a GPU), the
-    run's :func:`run_meta`, the rows ``measure(args)`` makes, saved as JSON and ``markdown`` (:func:`save`)."""
-    args = parse_args(name, doc, argv)
+             markdown: Callable[[list[dict], dict], str], flags: Sequence[tuple[str, str]] = ()) -> int:
+    """A GPU benchmark script's ``main``: its arguments (:func:`parse_args`, with ``flags``; 2 without a
+    GPU), the run's :func:`run_meta`, the rows ``measure(args)`` makes, saved as JSON and ``markdown``
+    (:func:`save`)."""
+    args = parse_args(name, doc, argv, flags)
     if args is None:
         return 2
     meta = run_meta(repo)
