@@ -44,36 +44,21 @@ browser:
 	fi
 
 # Two phases, whose union is the whole suite: what is independent runs on TEST_JOBS workers (pytest-xdist),
-# then the tests marked `serial` (they time something and judge it), after the rest. The second phase
-# runs the CPU gate protocol (about 5 minutes) in a lane of its own beside the other serial tests, one
-# at a time, each lane on a core of its own: the protocol and the demo judge thread CPU time in
-# interleaved rounds, which a busy neighbour core barely moves (docs/regressions.md, "On the CPU: make
-# test"). The tuner's crash tests start two workers of their own, so they run last, alone. With one
-# core, or SERIAL_LANES=1, every serial test runs one at a time.
+# then the tests marked `serial` (they time something and judge it), after the rest, one at a time:
+# the gate's CPU protocol (about 8 minutes), the demo, the host gate and the tuner's crash tests.
+# Nothing runs beside them. A busy neighbour core moves the thread CPU time they judge: with a Python
+# loop on the other core, the compiled square series read 66-104 us a call against 41-43 alone
+# (docs/regressions.md, "On the CPU: make test").
 # The second phase runs even when the first fails, so one run reports every failure. Each phase
 # lists its slowest tests last (--durations): what a faster `make test` would have to cut.
 TEST_JOBS ?= 2
-SERIAL_LANES ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
-OWN_LANE := tests/test_gate_protocol.py
-LAST_ALONE := tests/test_tune.py
 SERIAL := TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:xdist -m serial --durations=5
 test: $(STAMP) browser lint
 	@rc=0; \
 	echo "make test, phase 1 of 2: the tests not marked serial, on $(TEST_JOBS) workers"; \
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not serial" --durations=15 || rc=$$?; \
-	if [ "$(SERIAL_LANES)" = 1 ]; then \
-	  echo "make test, phase 2 of 2: the tests marked serial, one at a time"; \
-	  $(SERIAL) || rc=$$?; \
-	else \
-	  echo "make test, phase 2 of 2: the tests marked serial, $(OWN_LANE) in a lane of its own (its report follows)"; \
-	  log=$$(mktemp); \
-	  ( $(SERIAL) -p no:cacheprovider $(OWN_LANE) > $$log 2>&1 ) & lane=$$!; \
-	  $(SERIAL) --ignore=$(OWN_LANE) --ignore=$(LAST_ALONE) || rc=$$?; \
-	  wait $$lane || rc=$$?; \
-	  echo "make test, phase 2, the lane of $(OWN_LANE):"; cat $$log; rm -f $$log; \
-	  echo "make test, phase 2, last and alone: $(LAST_ALONE)"; \
-	  $(SERIAL) $(LAST_ALONE) || rc=$$?; \
-	fi; \
+	echo "make test, phase 2 of 2: the tests marked serial, one at a time"; \
+	$(SERIAL) || rc=$$?; \
 	exit $$rc
 
 demo: $(STAMP)

@@ -8,8 +8,9 @@ five interleaved rounds of ``xrt bench run`` (quick profile) and judges each hea
 what the protocol expects (docs/regressions.md, "A/A and planted: the protocol"): the A/A passes
 naming at most one series, and each plant fails naming its own series and nothing of the other op.
 
-It judges timings, so it runs after the rest (``serial``), in a lane of make test's second phase of
-its own, with the rounds spread over the CPU run's span as a real run's are (tests/conftest.py sets
+It judges timings, so it runs after the rest (``serial``), in make test's second phase, one test at a
+time: nothing else runs beside it (a busy neighbour core moved the compiled series' thread CPU time
+1.6-2.5x), with the rounds spread over the CPU run's span as a real run's are (tests/conftest.py sets
 the span to 0 for the tests that do not judge noise).
 """
 

@@ -1,6 +1,5 @@
 """`make test` runs the suite in two phases whose union is the whole suite: what is not marked serial on
-pytest-xdist workers, then the tests marked serial (they time something and judge it): one file in a
-lane of its own beside the other serial tests, then one file alone."""
+pytest-xdist workers, then the tests marked serial (they time something and judge it), one at a time."""
 
 import re
 import subprocess
@@ -26,25 +25,15 @@ def _phases() -> list[str]:
     return [ln for ln in recipe.replace("\\\n", "\n").splitlines() if "-m pytest" in ln]
 
 
-def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_in_lanes():
-    first, alone, own_lane, other_lane, last = _phases()
+def test_make_test_runs_what_is_not_serial_on_workers_then_what_is_serial_one_at_a_time():
+    first, second = _phases()
     assert re.search(r'-n \$\(TEST_JOBS\) .*-m "not serial"', first), first
-    for cmd in (alone, own_lane, other_lane, last):
-        assert "-m serial" in cmd and "-n " not in cmd and "no:xdist" in cmd, cmd
-    # phase 1 and the one-at-a-time phase 2 name no files or other marks: together they select every test
-    for cmd in (first, alone):
+    assert "-m serial" in second and "-n " not in second and "no:xdist" in second, second
+    # neither names files or other marks: together they select every test
+    for cmd in (first, second):
         assert not re.search(r"tests/|-k |--deselect|--ignore", cmd), cmd
-    # the lanes split the serial tests by file: each named file runs in one command, the rest in the other
-    names = _variables((ROOT / "Makefile").read_text())
-    own, late = names["OWN_LANE"], names["LAST_ALONE"]
-    for f in (own, late):
-        assert re.fullmatch(r"tests/test_\w+\.py", f) and "pytest.mark.serial" in (ROOT / f).read_text(), f
-    assert re.search(rf"--durations=\d+ (-p no:cacheprovider )?{re.escape(own)} >", own_lane), own_lane
-    assert late in last.split(), last
-    for cmd, files in ((own_lane, 1), (last, 1), (other_lane, 2)):
-        assert cmd.count("tests/") == files and not re.search(r"-k |--deselect", cmd), cmd
-    assert not re.search(r"--ignore", own_lane + last), own_lane + last
-    assert f"--ignore={own}" in other_lane and f"--ignore={late}" in other_lane, other_lane
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert " & " not in recipe and "wait" not in recipe, recipe  # nothing runs beside the serial tests
 
 
 def _config(markexpr: str) -> types.SimpleNamespace:
