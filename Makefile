@@ -45,7 +45,7 @@ browser:
 
 # Two phases, whose union is the whole suite: what is independent runs on TEST_JOBS workers (pytest-xdist),
 # then the tests marked `serial` (they time something and judge it), after the rest, one at a time:
-# the gate's CPU protocol (about 8 minutes), the demo, the host gate and the tuner's crash tests.
+# the gate's CPU protocol (about 11 minutes), the demo, the host gate and the tuner's crash tests.
 # Nothing runs beside them. A busy neighbour core moves the thread CPU time they judge: with a Python
 # loop on the other core, the compiled square series read 66-104 us a call against 41-43 alone
 # (docs/regressions.md, "On the CPU: make test").
