@@ -856,8 +856,8 @@ class BackwardPlan(NamedTuple):
     device, mask, scale and config), made once by :func:`attention_bwd_planned` and repeated: a call
     allocates dq, dk, dv and delta and launches the kept kernels in the planned order, with no
     checks, config or descriptors made again. Each launch is ``(kept, grid, arguments)``, where an
-    argument is a tensor's name (``"q"``: the tensor itself; ``("q", rows)``: its TMA descriptor
-    with ``rows`` rows a block) or a constant."""
+    argument is a tensor's name (``"q"``: the tensor itself; ``("q", rows, D)``: its TMA descriptor,
+    blocks of ``rows`` x ``D``) or a constant."""
 
     launches: tuple[tuple[Kept, tuple[int, ...], tuple], ...]
     layouts: dict[str, tuple] | None  # TMA: each tensor's descriptor (shape, strides), rank 4

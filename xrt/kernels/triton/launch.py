@@ -463,24 +463,13 @@ class Kept:
     def __call__(self, grid: Sequence[int], *args: Any) -> bool:
         if not self.ready():
             return False
-        c = self.compiled
-        gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
         stream = _current_stream(self.device)
         if self.direct is None:
+            c = self.compiled
+            gx, gy, gz = _grid3(grid)
             c.run(gx, gy, gz, stream, c.function, c.packed_metadata, None, None, None, *args, *self.meta)
             return True
-        launch, descs = self.direct
-        run = c.run
-        final = [gx, gy, gz, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                 c.packed_metadata, None, None, None]
-        for i, a in enumerate(args):
-            md = descs.get(i)
-            if md is None:
-                final.append(a)
-            else:
-                final.extend(_encoded(a, *md))
-        final.extend(self.meta)
-        launch(*final)
+        self.direct[0](*self._arguments(grid, stream, args, addresses=False))
         return True
 
     def launch_memo(self, pointers: tuple[int, ...], grid: Sequence[int], make_args: Callable[[], tuple]) -> bool:
@@ -497,22 +486,37 @@ class Kept:
         key = (pointers, stream)
         final = self.memo.get(key)
         if final is None:
-            c = self.compiled
-            run = c.run
-            launch, descs = self.direct
-            gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
-            final = [gx, gy, gz, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                     c.packed_metadata, None, None, None]
-            for i, a in enumerate(make_args()):
-                md = descs.get(i)
-                for e in (_encoded(a, *md) if md is not None else (a,)):  # (no tensor kept: its address)
-                    final.append(e.data_ptr() if isinstance(e, torch.Tensor) else e)
-            final.extend(self.meta)
+            final = self._arguments(grid, stream, make_args(), addresses=True)
             if len(self.memo) >= KEPT_LAUNCHES:
                 self.memo.clear()
             self.memo[key] = final
         self.direct[0](*final)
         return True
+
+    def _arguments(self, grid: Sequence[int], stream: int, args: tuple, addresses: bool) -> list:
+        """The C launcher's arguments for a direct launch: the header (grid, stream, function,
+        cooperative, PDL, two scratch pointers, packed metadata, launch metadata, two hooks), each
+        argument (a host descriptor as Triton expands it, :func:`_encoded`), the constexprs' tail.
+        ``addresses``: tensors as their addresses (a list kept past the call holds no tensor)."""
+        c = self.compiled
+        run = c.run
+        descs = self.direct[1]
+        final = [*_grid3(grid), stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                 c.packed_metadata, None, None, None]
+        for i, a in enumerate(args):
+            md = descs.get(i)
+            if md is not None:
+                final.extend(_encoded(a, *md))
+            else:
+                final.append(a)
+        if addresses:
+            final = [e.data_ptr() if isinstance(e, torch.Tensor) else e for e in final]
+        final.extend(self.meta)
+        return final
+
+
+def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+    return grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
 
 
 KEPT_LAUNCHES = 64  # argument lists a Kept keeps (beyond: all dropped, made again)
