@@ -35,7 +35,7 @@ def test_encode_launch_packs_each_argument_by_its_kernel_type():
     assert got == [1234, 7, 1, 1, 128, 1, 1, 512, 7,
                    native.PTR, 0, 0, native.PTR, 4, 64,  # x; stats + 64 bytes (the constexpr 1 is not passed)
                    native.I32, 5, 0, native.I64, 2**40, 0, native.KIND_EPS, 0, 0, native.F32, half, 0,
-                   native.U64, 3, 0]
+                   native.U64, 3, 0, 0]  # (no host descriptor)
 
 
 def test_encode_launch_refuses_a_template_that_does_not_fit():
@@ -147,7 +147,7 @@ def test_triton_site_native_describes_its_compiled_kernel():
     assert got == LaunchSpec(99, (5, 1, 1), (128, 1, 1), 256, ("ptr", "i32", None, "f32"), keep=compiled,
                              null_tail=2)
     assert native.encode_launch(got, ("x", 3, 1, "eps"), native.FWD_SLOTS, 0)[8:] == [
-        5, native.PTR, 0, 0, native.I32, 3, 0, native.KIND_EPS, 0, 0, native.U64, 0, 0, native.U64, 0, 0]
+        5, native.PTR, 0, 0, native.I32, 3, 0, native.KIND_EPS, 0, 0, native.U64, 0, 0, native.U64, 0, 0, 0]
     compiled.src.signature["b"] = "fp16"  # a 16-bit scalar: not packed natively
     assert site.native() is None
     compiled.src.signature["b"] = "i32"
@@ -188,7 +188,7 @@ def test_a_failed_build_says_what_each_compiler_said(monkeypatch, tmp_path):
     # one that "builds" a file that is no library: it fails the self-test
     junk = _fake_compiler(tmp_path, "cxx2", 'for a; do case $prev in -o) echo junk > "$a";; esac; prev=$a; done\n')
     monkeypatch.setattr(native, "_compilers", lambda: [refuses, junk])
-    with pytest.raises(RuntimeError, match=r"layernorm.cpp failed: .*cxx1: exit 3: error: this compiler refuses; "
+    with pytest.raises(RuntimeError, match=r"linear.cpp failed: .*cxx1: exit 3: error: this compiler refuses; "
                                            r".*cxx2: the library failed its self-test"):
         native.build(quiet=True)
     assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
@@ -199,7 +199,7 @@ def test_a_failed_detached_build_says_what_the_builder_said(monkeypatch, tmp_pat
     monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", _fake_compiler(tmp_path, "cxx1", "echo 'error: this compiler refuses' >&2\nexit 3\n"))
     monkeypatch.setenv("PATH", str(tmp_path))  # (no g++ or c++ to fall back on)
-    with pytest.raises(RuntimeError, match=r"layernorm.cpp failed: .*cxx1: exit 3: error: this compiler refuses$"):
+    with pytest.raises(RuntimeError, match=r"linear.cpp failed: .*cxx1: exit 3: error: this compiler refuses$"):
         native.build_detached(quiet=True)
     assert not list((tmp_path / "cache").glob("*.so")) and not list((tmp_path / "cache").glob("*.log"))
 
@@ -294,7 +294,7 @@ def test_the_autograd_plumbing_without_kernels(lib):
 def test_a_launch_without_a_gpu_driver_fails_with_a_clear_line(lib):
     if shutil.which("nvidia-smi"):
         pytest.skip("a CUDA driver is installed here")
-    spec = [4, 8, 1, -1, 1, 0xDEAD, 1, 1, 1, 32, 1, 1, 0, 0, 0]
+    spec = [4, 8, 1, -1, 1, 0xDEAD, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0]
     pid = lib.add_plan(spec)
     x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
     with pytest.raises(RuntimeError, match="cannot launch: libcuda.so.1"):

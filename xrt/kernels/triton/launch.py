@@ -493,6 +493,38 @@ class Kept:
         self.direct[0](*final)
         return True
 
+    def native(self, grid: Sequence[int]) -> LaunchSpec | None:
+        """This kernel's launch on ``grid`` as :class:`~xrt.kernels.launch_spec.LaunchSpec` describes
+        it, host descriptors included (type ``"desc"``, their metadata in ``descs``), for a launcher
+        outside Python; ``None`` where a plain ``cuLaunchKernel`` cannot launch it (scratch memory,
+        clusters, cooperative or programmatic-dependent launches, another parameter type) or it
+        can no longer launch (a cleared Launcher)."""
+        if self.direct is None or self.stale():
+            return None
+        c = self.compiled
+        run, metadata, src = c.run, getattr(c, "metadata", None), getattr(c, "src", None)
+        signature = getattr(src, "signature", None)
+        if (run.launch_cooperative_grid or run.launch_pdl or metadata is None or not isinstance(signature, dict)
+                or getattr(metadata, "num_ctas", 1) != 1):
+            return None
+        descs = self.direct[1]
+        kinds, metas = [], []
+        for i, t in enumerate(signature.values()):
+            if isinstance(t, str) and t.startswith("tensordesc"):
+                md = descs.get(i, (None,))[0]
+                if not isinstance(md, dict):  # (not lowered to a CUtensorMap)
+                    return None
+                kinds.append("desc")
+                metas.append(md)
+            else:
+                kinds.append(_triton_type(t) if isinstance(t, str) else "?")
+        nargs = len(kinds) - len(self.meta)
+        if "?" in kinds or nargs < 0 or any(k is not None for k in kinds[nargs:]):
+            return None
+        num_warps, _, shared = c.packed_metadata
+        return LaunchSpec(int(c.function), _grid3(grid), (32 * int(num_warps), 1, 1), int(shared),
+                          tuple(kinds[:nargs]), keep=c, null_tail=2, descs=tuple(metas))
+
     def _arguments(self, grid: Sequence[int], stream: int, args: tuple, addresses: bool) -> list:
         """The C launcher's arguments for a direct launch: the header (grid, stream, function,
         cooperative, PDL, two scratch pointers, packed metadata, launch metadata, two hooks), each

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
+from xrt.kernels.launch_spec import Desc, LaunchSpec
 from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv, traced
 
 # ACT values of the epilogue: none, GELU's tanh approximation, exact GELU (erf).
@@ -467,6 +468,18 @@ class _TmaPlan(NamedTuple):
                     HostDesc(z, *sc) if z is not None else cd, *self.sizes)
 
         return self.kept.launch_memo((pa, pb, pc, pz, pbias), self.grid, args)
+
+    def native(self, a: str, b: str, c: str, bias: str | None = None) -> tuple[LaunchSpec, tuple] | None:
+        """This launch for a launcher outside Python (the native linear, ``xrt.pytorch.ops.native``):
+        its :class:`LaunchSpec` and the template of the arguments :meth:`__call__` passes, the
+        tensors named by slots ``a``, ``b``, ``c`` (and ``bias``, where the plan has one; no z).
+        ``None`` where it cannot be described (:meth:`Kept.native`)."""
+        spec = self.kept.native(self.grid)
+        if spec is None:
+            return None
+        (sa, sb, sc) = ((shape, strides) for shape, strides, _ in self.specs)
+        cd = Desc(c, *sc)
+        return spec, (Desc(a, *sa), Desc(b, *sb), cd, bias if bias is not None else c, cd, *self.sizes)
 
 
 def plan_key(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict[str, Any], ep: Epilogue) -> tuple:

@@ -18,7 +18,7 @@ import importlib
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils import flop_counter
@@ -26,7 +26,7 @@ from torch.utils import flop_counter
 from xrt.kernels import checks
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
-from xrt.pytorch.ops import _checks, dispatch, kernel_providers
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers, native
 
 
 def _mnk(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
@@ -272,12 +272,16 @@ def _planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tor
     return plan(a, b, bias) if plan else None
 
 
+def _linear_key(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+    return (kind, x.shape, x.stride(), weight.shape, weight.stride(), None if bias is None else bias.stride(),
+            x.dtype, weight.dtype, x.is_cuda, x.get_device())
+
+
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """:func:`_planned` for a whole ``F.linear(x, weight, bias)`` of any ``x`` [..., K] whose rows
     fold without a copy: keyed by ``x``'s own shape, the plan launches on ``x`` and ``weight`` as they
     are and allocates the output as [..., N], with no view, fold or transpose made per call."""
-    key = ("linear-plan", x.shape, x.stride(), weight.shape, weight.stride(),
-           None if bias is None else bias.stride(), x.dtype, weight.dtype, x.is_cuda, x.get_device())
+    key = _linear_key("linear-plan", x, weight, bias)
     plan = kernel_providers.kept_plan(key)
     if plan is not None:
         return plan(x, weight, bias) if plan else None
@@ -290,6 +294,79 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     shape = (*x.shape[:-1], n)
     y = _plan(key, x2, weight.t(), bias, shape)
     return None if y is None else dispatch.fresh(y, shape)
+
+
+class _NativeLinear(NamedTuple):
+    """A linear's plan in the native op (``xrt_native::linear``, ``xrt.pytorch.ops.native``): its id
+    and the GEMM plans whose kernels it launches, the forward's, dX's and dW's (kept alive with it;
+    stale with any of them)."""
+
+    pid: int
+    gemms: tuple
+    device: int
+
+    def stale(self) -> bool:
+        return any(g.stale() for g in self.gemms)
+
+
+def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """A routed ``F.linear`` that autograd records, on the Triton provider in plain eager PyTorch,
+    through the native op: forward and backward with no Python (``csrc/linear.cpp``). ``None`` where
+    the caller takes the Python path: the library not built yet (it builds in the background), the
+    signature's first call (it makes the forward's plan), a GEMM that has no single TMA launch (split
+    K, the tiled kernel), a tensor not 16-byte aligned, or a kernel that cannot launch now."""
+    key = _linear_key("linear-native", x, weight, bias)
+    plan = kernel_providers.kept_plan(key)
+    if plan is None:
+        if not native.ready():  # (starts the build in the background)
+            if native.why() is not None:
+                kernel_providers.keep_plan(key, None)
+            return None
+        plan = _make_native_linear(x, weight, bias)
+        if plan is None:
+            return None
+        kernel_providers.keep_plan(key, plan or None)
+    if not plan or (x.data_ptr() | weight.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
+        return None
+    if not plan.gemms[0].tma.kept.ready():
+        return None
+    return _native_linear_op(x, weight, bias, plan.pid, _current_stream(plan.device))
+
+
+def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+                        ) -> _NativeLinear | bool | None:
+    """The native plan of this signature (``False``: none can be made; ``None``: not yet, the
+    forward's GEMM plan is made by the Python path's first call). The backward's GEMM plans are
+    made here, each by one launch on an empty gradient, with the configs the Python backward takes."""
+    fwd = kernel_providers.kept_plan(_linear_key("linear-plan", x, weight, bias))
+    if not fwd:
+        return fwd
+    n, k = weight.shape
+    m = x.numel() // k
+    g = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    gemm = importlib.import_module("xrt.kernels.triton.matmul")
+    plans = [fwd]
+    for a, b in ((g, weight), (g.mT, x.reshape(m, k))):
+        plans.append(gemm.gemm_planned(a, b, None, kernel_providers.provider_config("matmul", "triton", a, b))[1])
+        if plans[-1] is None:
+            return False
+    slots = (("x", "w", "y", "b" if bias is not None else None), ("g", "w", "dx"), ("g", "x", "dw"))
+    launches = [p.tma.native(*names) for p, names in zip(plans, slots, strict=True)]
+    if any(d is None for d in launches):
+        return False
+    device = x.get_device()
+    pid = native.add_linear_plan(m, n, k, device, bias is not None, *([d] for d in launches))
+    return _NativeLinear(pid, tuple(plans), device)
+
+
+def _native_linear_op(*args: Any) -> torch.Tensor:
+    """``torch.ops.xrt_native.linear.default`` (bound at the first call: the library is loaded by then)."""
+    global _native_linear_op
+    _native_linear_op = torch.ops.xrt_native.linear.default
+    return _native_linear_op(*args)
+
+
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
 
 def _rows_gemm(provider: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -399,9 +476,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
         if bias is not None:
             y = y + bias
         return dispatch.fresh(y, (*x.shape[:-1], n))
-    if (how == dispatch.DIRECT and provider == "triton" and not dispatch.profiling()
-            and (y := _planned_linear(x, weight, bias)) is not None):
-        return y  # (a profiler gets the op's range below)
+    if provider == "triton" and how != dispatch.OP and not dispatch.profiling():  # (a profiler: the op's range below)
+        if how == dispatch.DIRECT:
+            y = _planned_linear(x, weight, bias)
+        else:
+            y = _native_linear(x, weight, bias) if x.is_cuda else None
+        if y is not None:
+            return y
     with dispatch.op_range("matmul", provider):
         if records:
             return _EagerLinear.apply(x, weight, bias, provider, how == dispatch.OP)

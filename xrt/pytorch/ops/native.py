@@ -1,10 +1,12 @@
-"""xrt's native (C++) layernorm op for eager training: build, load, and plans.
+"""xrt's native (C++) ops for eager training, layernorm and linear: build, load, and plans.
 
 A training step through a Python ``autograd.Function`` pays Python in the forward and again in
 autograd's backward (on the H100, a Function that does nothing cost about 80 us forward + backward
 against 128 us for all of ``F.layer_norm``'s); ``csrc/layernorm.cpp`` is the same forward and
 backward as a ``torch::autograd::Function`` in C++, launching the very kernels the Python path
-launches (Triton's compiled handles, CUDA C's cubins) with ``cuLaunchKernel``. It follows the way
+launches (Triton's compiled handles, CUDA C's cubins) with ``cuLaunchKernel``. ``csrc/linear.cpp``
+does the same for a routed ``F.linear`` on the Triton GEMM: its three TMA GEMMs, their host
+descriptors encoded in C++ as Triton's launcher encodes them. The library follows the way
 PyTorch's own C++ extensions are written (an op in ``TORCH_LIBRARY``, loaded with
 ``torch.ops.load_library``) but is built here with the host's C++ compiler and no CUDA toolkit,
 so that it builds, and its autograd plumbing is tested, on machines without a GPU.
@@ -34,16 +36,21 @@ from typing import Any
 
 import torch
 
-from xrt.kernels.launch_spec import LaunchSpec
+from xrt.kernels.launch_spec import Desc, LaunchSpec
 
-SOURCE = Path(__file__).with_name("csrc") / "layernorm.cpp"
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = (CSRC / "layernorm.cpp", CSRC / "linear.cpp")  # one library; both include launch.h
+HEADERS = (CSRC / "launch.h",)
 
 # The kernels' tensors, by the names a plan's argument templates use; the order is the C++ side's.
 FWD_SLOTS = ("x", "w", "b", "y", "stats")
 BWD_SLOTS = ("dy", "x", "w", "stats", "dx", "part", "dwdb")
 EPS = "eps"  # a template argument: the call's eps
-# Parameter kinds of csrc/layernorm.cpp's Kind
-PTR, I32, I64, F32, KIND_EPS, I8, U32, U64, F64 = range(9)
+# A linear's: the forward's, then the backward's (dX's and dW's launches)
+LINEAR_FWD_SLOTS = ("x", "w", "b", "y")
+LINEAR_BWD_SLOTS = ("g", "w", "x", "dx", "dw")
+# Parameter kinds of csrc/launch.h's Kind
+PTR, I32, I64, F32, KIND_EPS, I8, U32, U64, F64, TMA = range(10)
 _INT_KINDS = {"i8": I8, "i32": I32, "i64": I64, "u32": U32, "u64": U64}
 
 _lock = threading.Lock()
@@ -77,7 +84,7 @@ def _command(cxx: str, out: Path) -> list[str]:
     inc = [f"-I{p}" for p in cpp_extension.include_paths()]
     lib = cpp_extension.library_paths()[0]
     return [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-w",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *inc, str(SOURCE),
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *inc, *map(str, SOURCES),
             "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}"]
 
 
@@ -97,7 +104,8 @@ except RuntimeError as e:
 def library_path() -> Path:
     """Where the library for this source and torch is (or will be) cached."""
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for source in (*SOURCES, *HEADERS):
+        key.update(source.read_bytes())
     key.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}".encode())
     return cache_dir() / f"xrt_native-{key.hexdigest()[:16]}.so"
 
@@ -111,10 +119,10 @@ def build(quiet: bool = False) -> Path:
         return out
     compilers = _compilers()
     if not compilers:
-        raise RuntimeError("no C++ compiler ($CXX, g++ or c++ on PATH) to build xrt's native layernorm op")
+        raise RuntimeError("no C++ compiler ($CXX, g++ or c++ on PATH) to build xrt's native ops")
     out.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"xrt: building the native layernorm op into {out} (once per torch version)", file=sys.stderr)
+        print(f"xrt: building the native ops (layernorm, linear) into {out} (once per torch version)", file=sys.stderr)
     start, failures = time.monotonic(), []
     for cxx in compilers:
         tmp = out.with_name(f"{out.stem}.{os.getpid()}.{threading.get_ident()}.tmp.so")
@@ -132,12 +140,12 @@ def build(quiet: bool = False) -> Path:
                 continue
             os.replace(tmp, out)
             if not quiet:
-                print(f"xrt: native layernorm op built with {cxx} in {time.monotonic() - start:.0f} s",
+                print(f"xrt: native ops built with {cxx} in {time.monotonic() - start:.0f} s",
                       file=sys.stderr)
             return out
         finally:
             tmp.unlink(missing_ok=True)
-    raise RuntimeError(f"building {SOURCE.name} failed: " + "; ".join(failures))
+    raise RuntimeError(f"building {', '.join(s.name for s in SOURCES)} failed: " + "; ".join(failures))
 
 
 _ROOT = Path(__file__).resolve().parents[3]  # the folder that holds this xrt package
@@ -180,8 +188,8 @@ def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"xrt: building the native layernorm op into {out} (once per torch version, in the background)",
-              file=sys.stderr)
+        print(f"xrt: building the native ops (layernorm, linear) into {out} (once per torch version, "
+              "in the background)", file=sys.stderr)
     log = out.with_name(f"{out.stem}.build-{os.getpid()}-{time.monotonic_ns()}.log")
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-c", _BUILDER, str(_ROOT), str(log)], stdin=subprocess.DEVNULL,
@@ -211,7 +219,7 @@ def load(quiet: bool = False, pending: tuple | None = None) -> bool:
         try:
             on = enabled()
         except ValueError as e:
-            warnings.warn(f"{e}; the native layernorm op stays off", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{e}; the native ops stay off", RuntimeWarning, stacklevel=2)
             raise
         if not on:
             raise RuntimeError("XRT_NATIVE=0")
@@ -287,17 +295,30 @@ def _function(spec: LaunchSpec, device: int) -> int:
 
 
 def encode_launch(spec: LaunchSpec, template: Sequence[Any], slots: Sequence[str], device: int) -> list[int]:
-    """One launch of a plan's spec: ``[function, grid, block, shared, n, (kind, a, b) * n]``.
+    """One launch of a plan's spec: ``[function, grid, block, shared, n, (kind, a, b) * n, d, desc * d]``.
 
     ``template`` holds the Python call's arguments: a slot name or ``(slot, byte offset)`` for a
-    pointer, ``"eps"``, or a constant; ``spec.types`` their types (``None``: not passed)."""
+    pointer, a :class:`Desc` for a host descriptor, ``"eps"``, or a constant; ``spec.types`` their
+    types (``None``: not passed). A descriptor is passed as Triton's launcher expands it: its
+    CUtensorMap (encoded per call from the slot's address, :func:`encode_desc`), its shape as i32, its
+    strides as i64."""
     if len(template) != len(spec.types):
         raise ValueError(f"a launch template of {len(template)} arguments for a kernel call of {len(spec.types)}")
     params: list[int] = []
+    descs: list[list[int]] = []
     for arg, kind in zip(template, spec.types, strict=True):
         if kind is None:
             continue
-        if kind == "ptr":
+        if kind == "desc":
+            if not isinstance(arg, Desc):
+                raise ValueError(f"a host descriptor's argument given as {arg!r}, not a Desc")
+            if len(descs) >= len(spec.descs):
+                raise ValueError(f"{len(spec.descs)} descriptors' metadata for more descriptor arguments")
+            params += [TMA, len(descs), 0]
+            descs.append(encode_desc(arg, spec.descs[len(descs)], slots))
+            params += [v for s in arg.shape for v in (I32, int(s), 0)]
+            params += [v for s in arg.strides for v in (I64, int(s), 0)]
+        elif kind == "ptr":
             slot, offset = (arg, 0) if isinstance(arg, str) else arg
             params += [PTR, slots.index(slot), int(offset)]
         elif arg == EPS:
@@ -311,7 +332,24 @@ def encode_launch(spec: LaunchSpec, template: Sequence[Any], slots: Sequence[str
         else:
             params += [_INT_KINDS[kind], int(arg), 0]
     params += [U64, 0, 0] * spec.null_tail
-    return [_function(spec, device), *spec.grid, *spec.block, spec.shared, len(params) // 3, *params]
+    return [_function(spec, device), *spec.grid, *spec.block, spec.shared, len(params) // 3, *params,
+            len(descs), *(v for d in descs for v in d)]
+
+
+def encode_desc(desc: Desc, md: dict[str, Any], slots: Sequence[str]) -> list[int]:
+    """A host descriptor as csrc/launch.h reads it: ``[slot, offset, element type, swizzle, fill,
+    rank, dims..., strides in bytes..., box...]``, innermost dimension first, the values Triton's
+    launcher passes to ``cuTensorMapEncodeTiled`` (``make_tensordesc_arg``, ``fill_tma_descriptor``)."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    rank, block = len(desc.shape), list(md["block_size"])
+    if md.get("fp4_padded") or len(desc.strides) != rank or len(block) != rank or desc.strides[-1] != 1:
+        raise ValueError(f"a descriptor of shape {desc.shape}, strides {desc.strides} and block {block} "
+                         "(fp4 padded, or not a row-major innermost dimension) is not encoded here")
+    size = int(md["elem_size"])
+    return [slots.index(desc.slot), int(desc.offset), TMA_DTYPE_DEVICE_TO_HOST[md["elem_type"]], int(md["swizzle"]), 0,
+            rank, *(int(d) for d in reversed(desc.shape)), *(size * int(s) for s in reversed(desc.strides[:-1])),
+            *(int(b) for b in reversed(block))]
 
 
 def add_plan(m: int, n: int, groups: int, device: int, fwd: Sequence[tuple[Any, Sequence[Any]]],
@@ -332,12 +370,25 @@ def add_plan(m: int, n: int, groups: int, device: int, fwd: Sequence[tuple[Any, 
     return torch.ops.xrt_native.add_plan(spec), keep
 
 
+def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool,
+                    *gemms: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
+    """Register a linear plan with the library (``xrt_native::linear``): its id. ``gemms``: the
+    forward's launches, dX's and dW's, each ``(LaunchSpec, template)`` pairs whose templates name
+    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`."""
+    spec = [m, n, k, device, int(bias)]
+    for launches, slots in zip(gemms, (LINEAR_FWD_SLOTS, LINEAR_BWD_SLOTS, LINEAR_BWD_SLOTS), strict=True):
+        spec.append(len(launches))
+        for described, template in launches:
+            spec += encode_launch(described, template, slots, device)
+    return torch.ops.xrt_native.add_linear_plan(spec)
+
+
 def main() -> int:
     """``python -m xrt.pytorch.ops.native``: build and load the library now, and say where it is."""
     if load():
         print(library_path())
         return 0
-    print(f"xrt native layernorm op unavailable: {why()}", file=sys.stderr)
+    print(f"xrt native ops unavailable: {why()}", file=sys.stderr)
     return 1
 
 
