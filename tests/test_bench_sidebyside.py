@@ -33,7 +33,7 @@ def test_rows_check_before_they_time_and_record_failures(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU host the benchmarks run")
 def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path):
     for bench in ("gemm_bench", "conv_bench", "attention_bench", "model_bench", "compiled_twin_ab",
-                  "attention_layout_ab", "eager_host_split", "step_kernels"):
+                  "attention_layout_ab", "eager_host_split", "step_kernels", "linear_host"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{bench}.py"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.strip() == f"{bench} needs a CUDA GPU", (bench, out.stderr)
