@@ -5,7 +5,9 @@
 One process. Per shape (small ones, so the host is what is timed): ``F.linear(x, W, b).backward(dy)``
 under ``xp.kernel_policy(matmul="triton")`` through the native op (``xrt_native::linear``), the same
 with the native op turned away (the Python path, ``autograd.Function``), and torch's own with no
-policy; then the forward alone under ``torch.no_grad()`` (inference), the same three ways. Each
+policy; then the forward alone under ``torch.no_grad()`` (inference), torch's and the routed one
+(the kept GEMM plan's Python path: the native op is for training; at dc4b43c, which sent inference
+through it too, it cost more, ``results/gpu/linear-host-h200-dc4b43c.txt``). Each
 variant runs 200 steps between two synchronizes, 7 rounds, the variants interleaved round by round;
 the median µs a step. Writes ``$OUT/linear-host.txt``.
 """
@@ -78,9 +80,9 @@ def main() -> int:
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         for what, grad in (("train", dy), ("inference", None)):
-            got: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            got: dict[str, list[float]] = {v: [] for v in (VARIANTS if grad is not None else VARIANTS[:2])}
             for _ in range(7):
-                for v in VARIANTS:
+                for v in got:
                     got[v].append(step_us(v, x, w, b, grad))
             with xp.kernel_policy(matmul="triton"):
                 node = F.linear(x, w, b).grad_fn.name()

@@ -309,22 +309,22 @@ class _NativeLinear(NamedTuple):
         return any(g.stale() for g in self.gemms)
 
 
-def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, train: bool
-                   ) -> torch.Tensor | None:
-    """A routed ``F.linear`` on the Triton provider in plain eager PyTorch through the native op
-    (``csrc/linear.cpp``): with ``train``, one that autograd records, forward and backward with no
-    Python; without, the forward's launch alone (a plan with no backward). ``None`` where the caller
-    takes the Python path: the library not built yet (it builds in the background), the signature's
-    first call (it makes the forward's plan), a GEMM that has no single TMA launch (split K, the tiled
-    kernel), a tensor not 16-byte aligned, or a kernel that cannot launch now."""
-    key = _linear_key("linear-native" if train else "linear-native-fwd", x, weight, bias)
+def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """A routed ``F.linear`` that autograd records, on the Triton provider in plain eager PyTorch,
+    through the native op: forward and backward with no Python (``csrc/linear.cpp``). Training only:
+    a call that autograd does not record costs less through the kept GEMM plan's Python than through
+    the dispatcher and an autograd Function (``benchmarks/linear_host.py``). ``None`` where
+    the caller takes the Python path: the library not built yet (it builds in the background), the
+    signature's first call (it makes the forward's plan), a GEMM that has no single TMA launch (split
+    K, the tiled kernel), a tensor not 16-byte aligned, or a kernel that cannot launch now."""
+    key = _linear_key("linear-native", x, weight, bias)
     plan = kernel_providers.kept_plan(key)
     if plan is None:
         if not native.ready():  # (starts the build in the background)
             if native.why() is not None:
                 kernel_providers.keep_plan(key, None)
             return None
-        plan = _make_native_linear(x, weight, bias, train)
+        plan = _make_native_linear(x, weight, bias)
         if plan is None:
             return None
         kernel_providers.keep_plan(key, plan or None)
@@ -335,32 +335,29 @@ def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return _native_linear_op(x, weight, bias, plan.pid, _current_stream(plan.device))
 
 
-def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, train: bool
+def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                         ) -> _NativeLinear | bool | None:
     """The native plan of this signature (``False``: none can be made; ``None``: not yet, the
-    forward's GEMM plan is made by the Python path's first call). With ``train``, the backward's GEMM
-    plans are made here, each by one launch on an empty gradient, with the configs the Python
-    backward takes."""
+    forward's GEMM plan is made by the Python path's first call). The backward's GEMM plans are
+    made here, each by one launch on an empty gradient, with the configs the Python backward takes."""
     fwd = kernel_providers.kept_plan(_linear_key("linear-plan", x, weight, bias))
     if not fwd:
         return fwd
     n, k = weight.shape
     m = x.numel() // k
+    g = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    gemm = importlib.import_module("xrt.kernels.triton.matmul")
     plans = [fwd]
-    if train:
-        g = torch.empty((m, n), dtype=x.dtype, device=x.device)
-        gemm = importlib.import_module("xrt.kernels.triton.matmul")
-        for a, b in ((g, weight), (g.mT, x.reshape(m, k))):
-            plans.append(gemm.gemm_planned(a, b, None, kernel_providers.provider_config("matmul", "triton", a, b))[1])
-            if plans[-1] is None:
-                return False
+    for a, b in ((g, weight), (g.mT, x.reshape(m, k))):
+        plans.append(gemm.gemm_planned(a, b, None, kernel_providers.provider_config("matmul", "triton", a, b))[1])
+        if plans[-1] is None:
+            return False
     slots = (("x", "w", "y", "b" if bias is not None else None), ("g", "w", "dx"), ("g", "x", "dw"))
-    launches = [p.tma.native(*names) for p, names in zip(plans, slots, strict=False)]
+    launches = [p.tma.native(*names) for p, names in zip(plans, slots, strict=True)]
     if any(d is None for d in launches):
         return False
-    launches += [None] * (3 - len(launches))
     device = x.get_device()
-    pid = native.add_linear_plan(m, n, k, device, bias is not None, train, *([d] if d else [] for d in launches))
+    pid = native.add_linear_plan(m, n, k, device, bias is not None, *([d] for d in launches))
     return _NativeLinear(pid, tuple(plans), device)
 
 
@@ -482,9 +479,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
             y = y + bias
         return dispatch.fresh(y, (*x.shape[:-1], n))
     if provider == "triton" and how != dispatch.OP and not dispatch.profiling():  # (a profiler: the op's range below)
-        y = _native_linear(x, weight, bias, how == dispatch.DIRECT_GRAD) if x.is_cuda else None
-        if y is None and how == dispatch.DIRECT:
+        if how == dispatch.DIRECT:
             y = _planned_linear(x, weight, bias)
+        else:
+            y = _native_linear(x, weight, bias) if x.is_cuda else None
         if y is not None:
             return y
     with dispatch.op_range("matmul", provider):

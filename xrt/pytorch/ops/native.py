@@ -370,13 +370,12 @@ def add_plan(m: int, n: int, groups: int, device: int, fwd: Sequence[tuple[Any, 
     return torch.ops.xrt_native.add_plan(spec), keep
 
 
-def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, train: bool,
+def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool,
                     *gemms: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
     """Register a linear plan with the library (``xrt_native::linear``): its id. ``gemms``: the
     forward's launches, dX's and dW's, each ``(LaunchSpec, template)`` pairs whose templates name
-    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`. Without ``train``, a plan for inference:
-    its backward refuses to run."""
-    spec = [m, n, k, device, int(bias), int(train)]
+    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`."""
+    spec = [m, n, k, device, int(bias)]
     for launches, slots in zip(gemms, (LINEAR_FWD_SLOTS, LINEAR_BWD_SLOTS, LINEAR_BWD_SLOTS), strict=True):
         spec.append(len(launches))
         for described, template in launches:

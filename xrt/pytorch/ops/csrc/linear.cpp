@@ -34,7 +34,7 @@ constexpr int64_t kFwdSlots = 4, kBwdSlots = 5;
 
 struct Plan {
   int64_t m = 0, n = 0, k = 0, device = -1;
-  bool bias = false, train = false;  // train: it has a backward (an inference plan has none)
+  bool bias = false;
   std::vector<Launch> fwd, dx, dw;
 };
 
@@ -48,7 +48,7 @@ const Plan& plan_at(int64_t id) {
   return plans[static_cast<size_t>(id)];
 }
 
-// The spec: [m, n, k, device, bias, train, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
+// The spec: [m, n, k, device, bias, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
 int64_t add_linear_plan(std::vector<int64_t> spec) {
   Reader r{spec, "xrt_native.add_linear_plan"};
   Plan p;
@@ -56,12 +56,10 @@ int64_t add_linear_plan(std::vector<int64_t> spec) {
   p.n = r.next("n");
   p.k = r.next("k");
   p.device = r.next("device");
-  int64_t bias = r.next("bias"), train = r.next("train");
-  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1) && (train == 0 || train == 1),
-              "xrt_native.add_linear_plan: m=", p.m, ", n=", p.n, ", k=", p.k,
-              " must be positive, bias and train 0 or 1 (got ", bias, ", ", train, ")");
+  int64_t bias = r.next("bias");
+  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1), "xrt_native.add_linear_plan: m=",
+              p.m, ", n=", p.n, ", k=", p.k, " must be positive and bias 0 or 1 (got ", bias, ")");
   p.bias = bias == 1;
-  p.train = train == 1;
   for (int64_t c = r.next("forward launch count"); c > 0; --c) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t c = r.next("dx launch count"); c > 0; --c) p.dx.push_back(read_launch(r, kBwdSlots));
   for (int64_t c = r.next("dw launch count"); c > 0; --c) p.dw.push_back(read_launch(r, kBwdSlots));
@@ -127,8 +125,6 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     // (without a bias autograd has no edge 2: the inputs that are no tensors have none)
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     const bool need_b = p.bias && ctx->needs_input_grad(2);
-    TORCH_CHECK(p.train || !(need_x || need_w || need_b), kOp, ": plan ", ctx->saved_data["plan"].toInt(),
-                " has no backward (a plan for inference)");
     at::Tensor rows, wt;
     if (need_x || need_w) {  // (read only when saved: with only the bias to differentiate, a second backward works)
       variable_list saved = ctx->get_saved_variables();
