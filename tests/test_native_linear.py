@@ -75,7 +75,7 @@ def test_a_kept_kernel_describes_its_launch_with_its_descriptors():
                                        "B": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}))
     kept.direct = (print, {0: (MD, "md")})
     got = kept.native((132,))
-    assert got == LaunchSpec(5, (132, 1, 1), (256, 1, 1), 4096, ("desc", "ptr", "i32", None), keep=kept.compiled,
+    assert got == LaunchSpec(5, (132, 1, 1), (256, 1, 1), 4096, ("desc", "ptr", "i32", None), keep=kept,
                              null_tail=2, descs=(MD,))
     kept.direct = (print, {0: (None, "None")})  # a descriptor not lowered to a CUtensorMap
     assert kept.native((132,)) is None
@@ -96,14 +96,14 @@ def _launch(*params, descs=()):
 @needs_compiler
 def test_add_linear_plan_rejects_malformed_specs_with_a_clear_line(lib):
     desc = [0, 0, 9, 3, 0, 2, 64, 8, 128, 64, 8]
-    for spec, what in (([8, 4], "ends before its k"), ([8, 4, 2, -1, 2], "bias 0 or 1"),
-                       ([8, 4, 2, -1, 0, 0, 0, 0, 5], "1 values after"),
-                       ([8, 4, 2, -1, 0, 1, *_launch(native.TMA, 1, 0, descs=[desc]), 0, 0], "descriptor 1 does not"),
-                       ([8, 4, 2, -1, 0, 1, *_launch(descs=[[4, *desc[1:]]]), 0, 0], "slot 4 does not exist"),
-                       ([8, 4, 2, -1, 0, 1, *_launch(descs=[[0, 0, 9, 3, 0, 2, 64, 8, 100, 64, 8]]), 0, 0],
-                        "stride 100 bytes"),
-                       ([8, 4, 2, -1, 0, 1, *_launch(descs=[[0, 0, 9, 3, 0, 6]]), 0, 0], "rank 6"),
-                       ([8, 4, 2, -1, 0, 0, 1, *_launch(native.PTR, 5, 0), 0], "slot 5 does not exist")):
+    head = [8, 4, 2, -1, 0, 0]  # m, n, k, device, bias, partials
+    for spec, what in (([8, 4], "ends before its k"), ([8, 4, 2, -1, 2, 0], "bias 0 or 1"),
+                       ([8, 4, 2, -1, 0, -1], "part not negative"), ([*head, 0, 0, 0, 5], "1 values after"),
+                       ([*head, 1, *_launch(native.TMA, 1, 0, descs=[desc]), 0, 0], "descriptor 1 does not"),
+                       ([*head, 1, *_launch(descs=[[6, *desc[1:]]]), 0, 0], "slot 6 does not exist"),
+                       ([*head, 1, *_launch(descs=[[0, 0, 9, 3, 0, 2, 64, 8, 100, 64, 8]]), 0, 0], "stride 100 bytes"),
+                       ([*head, 1, *_launch(descs=[[0, 0, 9, 3, 0, 6]]), 0, 0], "rank 6"),
+                       ([*head, 0, 1, *_launch(native.PTR, 6, 0), 0], "slot 6 does not exist")):
         with pytest.raises(RuntimeError, match=what):
             lib.add_linear_plan(spec)
 
@@ -120,7 +120,7 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
     torch's F.linear's, and under create_graph the backward is torch's differentiable GEMMs (a
     gradient penalty's gradients equal torch's)."""
     m, n, k = 6, 5, 8
-    pid = lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0])
+    pid = lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0, 0])
     x = torch.randn(2, 3, k, dtype=torch.float64, requires_grad=True)
     w = torch.randn(n, k, dtype=torch.float64, requires_grad=True)
     b = torch.randn(n, dtype=torch.float64, requires_grad=True) if bias else None
@@ -153,7 +153,7 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
 
 @needs_compiler
 def test_the_linear_op_checks_its_inputs(lib):
-    pid = lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0])
+    pid = lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0, 0])
     x, w, b = torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)
     for args, what in (((x[:5], w, b), r"6 rows of 8 \(the plan's\)"), ((x, w[:4], b), r"contiguous \[5, 8\]"),
                        ((x, w, None), "has a bias and none was given"), ((x, w.double(), b), "must have x's dtype"),
@@ -163,16 +163,16 @@ def test_the_linear_op_checks_its_inputs(lib):
     with pytest.raises(RuntimeError, match="no plan 99999"):
         lib.linear(x, w, b, 99999, 0)
     with pytest.raises(RuntimeError, match="a bias was given to a plan without one"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0]), 0)
+        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0, 0]), 0)
     with pytest.raises(RuntimeError, match="plan's device"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0]), 0)
+        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0, 0]), 0)
 
 
 @needs_compiler
 def test_a_linear_launch_without_a_gpu_driver_fails_with_a_clear_line(lib):
     if shutil.which("nvidia-smi"):
         pytest.skip("a CUDA driver is installed here")
-    pid = lib.add_linear_plan([6, 5, 8, -1, 0, 1, *_launch(), 0, 0])
+    pid = lib.add_linear_plan([6, 5, 8, -1, 0, 0, 1, *_launch(), 0, 0])
     with pytest.raises(RuntimeError, match="xrt_native.linear: cannot launch: libcuda.so.1"):
         lib.linear(torch.randn(6, 8), torch.randn(5, 8), None, pid, 0)
 
@@ -248,6 +248,29 @@ def test_native_linear_training_equals_the_python_path(bias, shape, n, dtype, mo
     monkeypatch.setattr(matmul_op, "_native_linear_op", lambda *a: pytest.fail("inference went native"))
     with torch.no_grad(), xp.kernel_policy(matmul="triton"):
         torch.testing.assert_close(F.linear(x2, w, b), want2[0].detach(), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_a_weight_gradient_that_splits_k_goes_native(monkeypatch):
+    """A 1024 x 1024 linear over 8192 rows: its weight gradient splits K (the layout table's entry), two
+    launches (the batched GEMM into fp32 partials the backward allocates, their sum); still equal to
+    the Python path to the bit."""
+    from xrt.pytorch import policy
+
+    assert native.load(), native.why()
+    xp.clear_kernel_policy()
+    torch.manual_seed(2)
+    x = torch.randn(8, 1024, 1024, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(1024, 1024, device="cuda") / 32).to(torch.bfloat16)
+    b = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(8, 1024, 1024, device="cuda", dtype=torch.bfloat16)
+    want = _python_path(monkeypatch, x, w, b, dy)
+    got = _native(x, w, b, dy)
+    _same(got, want)
+    with xp.kernel_policy(matmul="triton"):
+        plans = [v for k, v in policy.tuned_state().memo.items() if isinstance(k, tuple) and k[0] == "linear-native"]
+    assert [len(p.kept) for p in plans] == [4]  # the forward, dX, dW's GEMM and its sum
+    xp.clear_kernel_policy()
 
 
 @pytest.mark.gpu

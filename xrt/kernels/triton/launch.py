@@ -496,7 +496,8 @@ class Kept:
     def native(self, grid: Sequence[int]) -> LaunchSpec | None:
         """This kernel's launch on ``grid`` as :class:`~xrt.kernels.launch_spec.LaunchSpec` describes
         it, host descriptors included (type ``"desc"``, their metadata in ``descs``), for a launcher
-        outside Python; ``None`` where a plain ``cuLaunchKernel`` cannot launch it (scratch memory,
+        outside Python (its ``keep``: this Kept, whose ``stale()`` says when it no longer holds);
+        ``None`` where a plain ``cuLaunchKernel`` cannot launch it (scratch memory,
         clusters, cooperative or programmatic-dependent launches, another parameter type) or it
         can no longer launch (a cleared Launcher)."""
         if self.direct is None or self.stale():
@@ -523,7 +524,7 @@ class Kept:
             return None
         num_warps, _, shared = c.packed_metadata
         return LaunchSpec(int(c.function), _grid3(grid), (32 * int(num_warps), 1, 1), int(shared),
-                          tuple(kinds[:nargs]), keep=c, null_tail=2, descs=tuple(metas))
+                          tuple(kinds[:nargs]), keep=self, null_tail=2, descs=tuple(metas))
 
     def _arguments(self, grid: Sequence[int], stream: int, args: tuple, addresses: bool) -> list:
         """The C launcher's arguments for a direct launch: the header (grid, stream, function,

@@ -687,6 +687,39 @@ def gemm_planned(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, co
     return c3[0], None if tma is None else GemmPlan(tma, out, a.dtype, a.device)
 
 
+def gemm_launches(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None, names: tuple[str, str, str],
+                  part: str) -> tuple[list[tuple[LaunchSpec, tuple]], int] | None:
+    """Run ``a @ b`` once (:func:`gemm_planned`, on CUDA) and describe its launches for a launcher
+    outside Python: ``([(LaunchSpec, template), ...], partials)``, the tensors named by the slots
+    ``names`` (A, B, C) and ``part``. One kept TMA launch (``partials`` 0), or split K's two: the
+    batched TMA GEMM into fp32 partials (``partials`` elements, slot ``part``, which the caller
+    allocates) and their sum into C. ``None`` where it took another path or a launch was not kept."""
+    c, plan = gemm_planned(a, b, None, config)
+    if plan is not None:
+        described = plan.tma.native(*names)
+        return None if described is None else ([described], 0)
+    cfg = default_config(a, b, config)
+    split, k = cfg.get("SPLIT_K", 1), a.shape[1]
+    if c is None or split == 1 or not spaces.split_ok(k, split, cfg["BLOCK_K"]) or not a.is_cuda:
+        return None
+    # the views _split_k launched on: the same shapes and strides key the same kept launches
+    a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
+    m, n, ks = a.shape[0], b.shape[1], k // split
+    a2 = a3.as_strided((split, m, ks), (ks * a3.stride(2), a3.stride(1), a3.stride(2)))
+    b2 = b3.as_strided((split, ks, n), (ks * b3.stride(1), b3.stride(1), b3.stride(2)))
+    partials = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+    one = dict(cfg)
+    one["SPLIT_K"] = 1
+    tma = _PLANS.get(plan_key(a2, b2, partials, one, NO_EPILOGUE))
+    numel = m * n
+    summed = Kept.of(_sum_splits, (partials, c, numel), 4, None, {"SPLIT": split, "BLOCK": SUM_BLOCK})
+    gemm = tma.native(names[0], names[1], part) if tma is not None else None
+    total = summed.native((cdiv(numel, SUM_BLOCK),)) if summed is not None else None
+    if gemm is None or total is None:
+        return None
+    return [gemm, (total, (part, names[2], numel))], split * numel
+
+
 def bmm(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any] | None = None) -> torch.Tensor:
     """``torch.bmm(a, b)`` for ``a`` [B, M, K] and ``b`` [B, K, N] (any strides) -> [B, M, N]
     contiguous; ``config`` from the ``bmm.triton`` space."""

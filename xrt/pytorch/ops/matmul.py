@@ -297,16 +297,16 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 class _NativeLinear(NamedTuple):
-    """A linear's plan in the native op (``xrt_native::linear``, ``xrt.pytorch.ops.native``): its id
-    and the GEMM plans whose kernels it launches, the forward's, dX's and dW's (kept alive with it;
-    stale with any of them)."""
+    """A linear's plan in the native op (``xrt_native::linear``, ``xrt.pytorch.ops.native``): its id,
+    the forward's GEMM plan, and the kept kernels its launches name (alive with it; stale with any)."""
 
     pid: int
-    gemms: tuple
+    fwd: Any
+    kept: tuple
     device: int
 
     def stale(self) -> bool:
-        return any(g.stale() for g in self.gemms)
+        return self.fwd.stale() or any(k.stale() for k in self.kept)
 
 
 def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -330,7 +330,7 @@ def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         kernel_providers.keep_plan(key, plan or None)
     if not plan or (x.data_ptr() | weight.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
         return None
-    if not plan.gemms[0].tma.kept.ready():
+    if not plan.fwd.tma.kept.ready():
         return None
     return _native_linear_op(x, weight, bias, plan.pid, _current_stream(plan.device))
 
@@ -338,27 +338,29 @@ def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                         ) -> _NativeLinear | bool | None:
     """The native plan of this signature (``False``: none can be made; ``None``: not yet, the
-    forward's GEMM plan is made by the Python path's first call). The backward's GEMM plans are
-    made here, each by one launch on an empty gradient, with the configs the Python backward takes."""
+    forward's GEMM plan is made by the Python path's first call). The backward's GEMMs are run here
+    once each on an empty gradient, with the configs the Python backward takes, to describe their
+    launches (dW's two where it splits K)."""
     fwd = kernel_providers.kept_plan(_linear_key("linear-plan", x, weight, bias))
     if not fwd:
         return fwd
+    described = fwd.tma.native("x", "w", "y", "b" if bias is not None else None)
+    if described is None:
+        return False
     n, k = weight.shape
     m = x.numel() // k
     g = torch.empty((m, n), dtype=x.dtype, device=x.device)
     gemm = importlib.import_module("xrt.kernels.triton.matmul")
-    plans = [fwd]
-    for a, b in ((g, weight), (g.mT, x.reshape(m, k))):
-        plans.append(gemm.gemm_planned(a, b, None, kernel_providers.provider_config("matmul", "triton", a, b))[1])
-        if plans[-1] is None:
+    launches, part = [[described]], 0
+    for a, b, names in ((g, weight, ("g", "w", "dx")), (g.mT, x.reshape(m, k), ("g", "x", "dw"))):
+        got = gemm.gemm_launches(a, b, kernel_providers.provider_config("matmul", "triton", a, b), names, "part")
+        if got is None:
             return False
-    slots = (("x", "w", "y", "b" if bias is not None else None), ("g", "w", "dx"), ("g", "x", "dw"))
-    launches = [p.tma.native(*names) for p, names in zip(plans, slots, strict=True)]
-    if any(d is None for d in launches):
-        return False
+        launches.append(got[0])
+        part = max(part, got[1])
     device = x.get_device()
-    pid = native.add_linear_plan(m, n, k, device, bias is not None, *([d] for d in launches))
-    return _NativeLinear(pid, tuple(plans), device)
+    pid = native.add_linear_plan(m, n, k, device, bias is not None, part, *launches)
+    return _NativeLinear(pid, fwd, tuple(spec.keep for gemm in launches for spec, _ in gemm), device)
 
 
 def _native_linear_op(*args: Any) -> torch.Tensor:

@@ -48,7 +48,7 @@ BWD_SLOTS = ("dy", "x", "w", "stats", "dx", "part", "dwdb")
 EPS = "eps"  # a template argument: the call's eps
 # A linear's: the forward's, then the backward's (dX's and dW's launches)
 LINEAR_FWD_SLOTS = ("x", "w", "b", "y")
-LINEAR_BWD_SLOTS = ("g", "w", "x", "dx", "dw")
+LINEAR_BWD_SLOTS = ("g", "w", "x", "dx", "dw", "part")  # part: dW's fp32 partials where it splits K
 # Parameter kinds of csrc/launch.h's Kind
 PTR, I32, I64, F32, KIND_EPS, I8, U32, U64, F64, TMA = range(10)
 _INT_KINDS = {"i8": I8, "i32": I32, "i64": I64, "u32": U32, "u64": U64}
@@ -370,12 +370,13 @@ def add_plan(m: int, n: int, groups: int, device: int, fwd: Sequence[tuple[Any, 
     return torch.ops.xrt_native.add_plan(spec), keep
 
 
-def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool,
+def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, part: int,
                     *gemms: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
     """Register a linear plan with the library (``xrt_native::linear``): its id. ``gemms``: the
     forward's launches, dX's and dW's, each ``(LaunchSpec, template)`` pairs whose templates name
-    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`."""
-    spec = [m, n, k, device, int(bias)]
+    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`; ``part``: the elements of dW's fp32
+    partials (slot ``part``, allocated by the backward; 0 where dW does not split K)."""
+    spec = [m, n, k, device, int(bias), int(part)]
     for launches, slots in zip(gemms, (LINEAR_FWD_SLOTS, LINEAR_BWD_SLOTS, LINEAR_BWD_SLOTS), strict=True):
         spec.append(len(launches))
         for described, template in launches:

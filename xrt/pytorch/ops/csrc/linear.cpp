@@ -29,11 +29,13 @@ using torch::autograd::variable_list;
 
 constexpr const char* kOp = "xrt_native.linear";
 
-// Slots: the forward's tensors are x, weight, bias, y; the backward's g, weight, x, dx, dweight.
-constexpr int64_t kFwdSlots = 4, kBwdSlots = 5;
+// Slots: the forward's tensors are x, weight, bias, y; the backward's g, weight, x, dx, dweight, and
+// the fp32 partial products of a weight gradient that splits K (the backward allocates them).
+constexpr int64_t kFwdSlots = 4, kBwdSlots = 6;
 
 struct Plan {
   int64_t m = 0, n = 0, k = 0, device = -1;
+  int64_t part = 0;  // elements of dW's fp32 partials (0: dW is one launch)
   bool bias = false;
   std::vector<Launch> fwd, dx, dw;
 };
@@ -48,7 +50,7 @@ const Plan& plan_at(int64_t id) {
   return plans[static_cast<size_t>(id)];
 }
 
-// The spec: [m, n, k, device, bias, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
+// The spec: [m, n, k, device, bias, part, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
 int64_t add_linear_plan(std::vector<int64_t> spec) {
   Reader r{spec, "xrt_native.add_linear_plan"};
   Plan p;
@@ -57,8 +59,10 @@ int64_t add_linear_plan(std::vector<int64_t> spec) {
   p.k = r.next("k");
   p.device = r.next("device");
   int64_t bias = r.next("bias");
-  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1), "xrt_native.add_linear_plan: m=",
-              p.m, ", n=", p.n, ", k=", p.k, " must be positive and bias 0 or 1 (got ", bias, ")");
+  p.part = r.next("part");
+  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1) && p.part >= 0,
+              "xrt_native.add_linear_plan: m=", p.m, ", n=", p.n, ", k=", p.k,
+              " must be positive, bias 0 or 1 and part not negative (got ", bias, ", ", p.part, ")");
   p.bias = bias == 1;
   for (int64_t c = r.next("forward launch count"); c > 0; --c) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t c = r.next("dx launch count"); c > 0; --c) p.dx.push_back(read_launch(r, kBwdSlots));
@@ -144,8 +148,10 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
       if (address(g) & 15) g = g.clone();  // a view at an odd offset: the kernels assume 16-byte alignment
       if (need_x) dx = at::empty(shape, g.options());
       if (need_w) dw = at::empty({p.n, p.k}, g.options());
+      at::Tensor part;
+      if (need_w && p.part > 0) part = at::empty({p.part}, g.options().dtype(at::kFloat));
       const uint64_t slots[kBwdSlots] = {address(g), need_x ? address(wt) : 0, need_w ? address(rows) : 0,
-                                         address(dx), address(dw)};
+                                         address(dx), address(dw), address(part)};
       if (need_x) for (const Launch& l : p.dx) run(l, slots, 0.0, stream, kOp);
       if (need_w) for (const Launch& l : p.dw) run(l, slots, 0.0, stream, kOp);
     }
