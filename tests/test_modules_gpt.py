@@ -89,7 +89,7 @@ def test_gpt_routed_and_torch_agree_on_gpu(op):
     assert _rel(b, a) < 5e-2, f"{op}: routed vs torch: {_rel(b, a):.3g}"
 
 
-def test_compiled_steps_compile_each_shape_static(monkeypatch):
+def test_compiled_steps_compile_each_shape_static(monkeypatch, interpreter):
     """The suites compile one model per shape: with automatic dynamic shapes the second would be
     recompiled with symbolic sizes, which the Triton GEMM's config choice does not take (an H100 run
     failed there). Each compiled model is static, once per provider."""
