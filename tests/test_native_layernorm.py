@@ -188,7 +188,7 @@ def test_a_failed_build_says_what_each_compiler_said(monkeypatch, tmp_path):
     # one that "builds" a file that is no library: it fails the self-test
     junk = _fake_compiler(tmp_path, "cxx2", 'for a; do case $prev in -o) echo junk > "$a";; esac; prev=$a; done\n')
     monkeypatch.setattr(native, "_compilers", lambda: [refuses, junk])
-    with pytest.raises(RuntimeError, match=r"linear.cpp failed: .*cxx1: exit 3: error: this compiler refuses; "
+    with pytest.raises(RuntimeError, match=r"attention.cpp failed: .*cxx1: exit 3: error: this compiler refuses; "
                                            r".*cxx2: the library failed its self-test"):
         native.build(quiet=True)
     assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
@@ -199,7 +199,7 @@ def test_a_failed_detached_build_says_what_the_builder_said(monkeypatch, tmp_pat
     monkeypatch.setenv("XRT_NATIVE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", _fake_compiler(tmp_path, "cxx1", "echo 'error: this compiler refuses' >&2\nexit 3\n"))
     monkeypatch.setenv("PATH", str(tmp_path))  # (no g++ or c++ to fall back on)
-    with pytest.raises(RuntimeError, match=r"linear.cpp failed: .*cxx1: exit 3: error: this compiler refuses$"):
+    with pytest.raises(RuntimeError, match=r"attention.cpp failed: .*cxx1: exit 3: error: this compiler refuses$"):
         native.build_detached(quiet=True)
     assert not list((tmp_path / "cache").glob("*.so")) and not list((tmp_path / "cache").glob("*.log"))
 
@@ -246,7 +246,7 @@ def test_builders_started_together_build_once(lib, tmp_path, monkeypatch):
     assert all(p is not None for p in pending)
     paths = {native._wait_builder(*p, timeout=120) for p in pending}
     assert paths == {tmp_path / "cache" / real.name}
-    assert runs.read_text().splitlines() == ["run"]
+    assert runs.read_text().splitlines() == ["run"] * (len(native.SOURCES) + 1)  # each source and the link, once
 
 
 # -- the library on the CPU: build, plans, autograd plumbing ---------------------------------------

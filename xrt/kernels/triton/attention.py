@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from xrt.kernels import checks, spaces
+from xrt.kernels.launch_spec import Desc, LaunchSpec
 from xrt.kernels.reference.attention import empty_out
 from xrt.kernels.triton.launch import HostDesc, Kept, Launcher, cdiv, traced
 
@@ -756,6 +757,18 @@ class ForwardPlan(NamedTuple):
         """Will it never launch again (its Launcher was cleared)? Its owner makes it anew."""
         return self.kept.stale()
 
+    def native(self) -> tuple[LaunchSpec, tuple] | None:
+        """This launch for a launcher outside Python (the native attention, ``xrt.pytorch.ops.native``):
+        its :class:`LaunchSpec` and the template of the arguments :meth:`__call__` passes, the tensors
+        named by the slots ``q``, ``k``, ``v``, ``o`` and ``lse``; ``None`` where it cannot be described."""
+        spec = self.kept.native(self.grid)
+        if spec is None:
+            return None
+        if self.specs is None:
+            return spec, ("q", "k", "v", "o", "lse", *self.tail)
+        return spec, (*(Desc(n, shape, strides) for n, (shape, strides, _) in zip("qkvo", self.specs)), "lse",
+                      *self.tail)
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
               config: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -894,6 +907,18 @@ class BackwardPlan(NamedTuple):
     def stale(self) -> bool:
         """Will it never launch again (a Launcher of its kernels was cleared)? Its owner makes it anew."""
         return any(kept.stale() for kept, _, _ in self.launches)
+
+    def native(self) -> list[tuple[LaunchSpec, tuple]] | None:
+        """Its launches for a launcher outside Python, in order: each one's :class:`LaunchSpec` and
+        template, the tensors named by the slots of :meth:`__call__`'s names (``do``, ``q``, ...,
+        ``dv``); ``None`` where one cannot be described."""
+        out = []
+        for kept, grid, template in self.launches:
+            spec = kept.native(grid)
+            if spec is None:
+                return None
+            out.append((spec, tuple(Desc(a[0], *self.layouts[a[0]]) if a.__class__ is tuple else a for a in template)))
+        return out
 
 
 def attention_bwd_planned(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

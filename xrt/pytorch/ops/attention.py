@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils import flop_counter
@@ -31,7 +31,7 @@ from torch.utils import flop_counter
 from xrt.kernels.reference.attention import empty_out
 from xrt.pytorch import auto, policy
 from xrt.pytorch.autocast import cast_for_hint, get_precision_hint
-from xrt.pytorch.ops import _checks, dispatch, kernel_providers
+from xrt.pytorch.ops import _checks, dispatch, kernel_providers, native
 
 kernel_providers.register("attention")
 kernel_providers.register("attention_bwd")
@@ -205,8 +205,81 @@ def _repeat(q: Any, k: Any, v: Any, is_causal: Any, scale: Any, provider: str | 
         return None
     causal, s = bool(is_causal), float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if route == dispatch.DIRECT_GRAD:
+        if q.is_cuda and (o := _native_attention(q, k, v, causal, s)) is not None:
+            return o
         return _EagerAttention.apply(q, k, v, causal, s, "triton")
     return _forward(q, k, v, causal, s)[0]
+
+
+class _NativeAttention(NamedTuple):
+    """A signature's plan in the native op (``xrt_native::attention``, ``xrt.pytorch.ops.native``): its
+    id and the kept kernels its launches name (alive with it; stale with any)."""
+
+    pid: int
+    kept: tuple
+    device: int
+
+    def stale(self) -> bool:
+        return any(k.stale() for k in self.kept)
+
+
+def _native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+                      ) -> torch.Tensor | None:
+    """A repeated call on the Triton kernels that autograd records, through the native op: forward
+    and backward with no Python (``csrc/attention.cpp``). ``None`` where the caller takes the Python
+    path: the library not built yet (it builds in the background), no forward plan for the signature
+    yet, launches that cannot be described, inputs not 16-byte aligned, a kernel that cannot launch now."""
+    key = ("attention-native", *_signature(q, k, v), causal, scale)
+    plan = kernel_providers.kept_plan(key)
+    if plan is None:
+        if not native.ready():  # (starts the build in the background)
+            if native.why() is not None:
+                kernel_providers.keep_plan(key, None)
+            return None
+        plan = _make_native_attention(q, k, v, causal, scale)
+        if plan is None:
+            return None
+        kernel_providers.keep_plan(key, plan or None)
+    if not plan or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 or not plan.kept[0].ready():
+        return None
+    return _native_attention_op(q, k, v, plan.pid, _current_stream(plan.device))
+
+
+def _make_native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+                           ) -> _NativeAttention | bool | None:
+    """The native plan of this signature (``False``: none can be made; ``None``: not yet). The
+    backward's plan is made here by one backward on zeros, its gradient laid out as the output (as a
+    model's ``out.transpose(1, 2).reshape(B, S, D)`` hands it back), with the config the Python
+    backward takes."""
+    fwd = kernel_providers.kept_plan(("attention-plan", *_signature(q, k, v), causal, scale))
+    if not fwd:
+        return fwd
+    forward = fwd.native()
+    if forward is None:
+        return False
+    o = torch.zeros(fwd.shape, dtype=q.dtype, device=q.device)
+    o = o.transpose(1, 2) if fwd.heads_inside else o
+    lse = torch.zeros(o.shape[:3], dtype=torch.float32, device=q.device)
+    do = torch.zeros_like(o)
+    cfg = kernel_providers.provider_config("attention_bwd", "triton", do, q, k, v, o, lse, causal, scale)
+    bwd = importlib.import_module("xrt.kernels.triton.attention").attention_bwd_planned(
+        do, q, k, v, o, lse, causal, scale, cfg)[3]
+    backward = bwd.native() if bwd is not None else None
+    if backward is None:
+        return False
+    device = q.get_device()
+    pid = native.add_attention_plan(q.shape, k.shape[2], device, fwd.heads_inside, do.stride(), [forward], backward)
+    return _NativeAttention(pid, (forward[0].keep, *(spec.keep for spec, _ in backward)), device)
+
+
+def _native_attention_op(*args: Any) -> torch.Tensor:
+    """``torch.ops.xrt_native.attention.default`` (bound at the first call: the library is loaded by then)."""
+    global _native_attention_op
+    _native_attention_op = torch.ops.xrt_native.attention.default
+    return _native_attention_op(*args)
+
+
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,

@@ -1,4 +1,4 @@
-"""xrt's native (C++) ops for eager training, layernorm and linear: build, load, and plans.
+"""xrt's native (C++) ops for eager training, layernorm, linear and attention: build, load, and plans.
 
 A training step through a Python ``autograd.Function`` pays Python in the forward and again in
 autograd's backward (on the H100, a Function that does nothing cost about 80 us forward + backward
@@ -6,7 +6,8 @@ against 128 us for all of ``F.layer_norm``'s); ``csrc/layernorm.cpp`` is the sam
 backward as a ``torch::autograd::Function`` in C++, launching the very kernels the Python path
 launches (Triton's compiled handles, CUDA C's cubins) with ``cuLaunchKernel``. ``csrc/linear.cpp``
 does the same for a routed ``F.linear`` on the Triton GEMM: its three TMA GEMMs, their host
-descriptors encoded in C++ as Triton's launcher encodes them. The library follows the way
+descriptors encoded in C++ as Triton's launcher encodes them, and ``csrc/attention.cpp`` for a
+routed SDPA on the Triton kernels (the forward's and backward's kept launches). The library follows the way
 PyTorch's own C++ extensions are written (an op in ``TORCH_LIBRARY``, loaded with
 ``torch.ops.load_library``) but is built here with the host's C++ compiler and no CUDA toolkit,
 so that it builds, and its autograd plumbing is tested, on machines without a GPU.
@@ -39,7 +40,7 @@ import torch
 from xrt.kernels.launch_spec import Desc, LaunchSpec
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = (CSRC / "layernorm.cpp", CSRC / "linear.cpp")  # one library; both include launch.h
+SOURCES = (CSRC / "layernorm.cpp", CSRC / "linear.cpp", CSRC / "attention.cpp")  # one library; each includes launch.h
 HEADERS = (CSRC / "launch.h",)
 
 # The kernels' tensors, by the names a plan's argument templates use; the order is the C++ side's.
@@ -49,6 +50,9 @@ EPS = "eps"  # a template argument: the call's eps
 # A linear's: the forward's, then the backward's (dX's and dW's launches)
 LINEAR_FWD_SLOTS = ("x", "w", "b", "y")
 LINEAR_BWD_SLOTS = ("g", "w", "x", "dx", "dw", "part")  # part: dW's fp32 partials where it splits K
+# Attention's: the forward's, then the backward's (the backward plan's names)
+ATTENTION_FWD_SLOTS = ("q", "k", "v", "o", "lse")
+ATTENTION_BWD_SLOTS = ("do", "q", "k", "v", "o", "lse", "delta", "dq", "dk", "dv")
 # Parameter kinds of csrc/launch.h's Kind
 PTR, I32, I64, F32, KIND_EPS, I8, U32, U64, F64, TMA = range(10)
 _INT_KINDS = {"i8": I8, "i32": I32, "i64": I64, "u32": U32, "u64": U64}
@@ -78,14 +82,35 @@ def _compilers() -> list[str]:
     return list(dict.fromkeys(c for c in found if c))
 
 
-def _command(cxx: str, out: Path) -> list[str]:
+def _commands(cxx: str, out: Path) -> tuple[list[list[str]], list[str], list[Path]]:
+    """The compile command of each source (run side by side), the link command, the objects."""
     from torch.utils import cpp_extension
 
     inc = [f"-I{p}" for p in cpp_extension.include_paths()]
     lib = cpp_extension.library_paths()[0]
-    return [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-w",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *inc, *map(str, SOURCES),
-            "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}"]
+    flags = ["-O2", "-std=c++20", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    objects = [out.with_name(f"{out.stem}.{src.stem}.o") for src in SOURCES]
+    compiles = [[cxx, *flags, *inc, "-c", str(src), "-o", str(obj)] for src, obj in zip(SOURCES, objects, strict=True)]
+    link = [cxx, "-shared", *map(str, objects), "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch",
+            f"-Wl,-rpath,{lib}"]
+    return compiles, link, objects
+
+
+def _compile(cxx: str, out: Path) -> tuple[int, str]:
+    """Compile the sources side by side and link them into ``out``: (exit status, what the compiler
+    said), the first failure's."""
+    compiles, link, objects = _commands(cxx, out)
+    try:
+        running = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in compiles]
+        said = [p.communicate(timeout=600) for p in running]
+        for p, (o, e) in zip(running, said, strict=True):
+            if p.returncode != 0:
+                return p.returncode, e or o
+        done = subprocess.run(link, capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stderr or done.stdout
+    finally:
+        for obj in objects:
+            obj.unlink(missing_ok=True)
 
 
 # Run in a fresh interpreter on a new build: load it and make it raise. A compiler whose C++ runtime
@@ -122,15 +147,16 @@ def build(quiet: bool = False) -> Path:
         raise RuntimeError("no C++ compiler ($CXX, g++ or c++ on PATH) to build xrt's native ops")
     out.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"xrt: building the native ops (layernorm, linear) into {out} (once per torch version)", file=sys.stderr)
+        print(f"xrt: building the native ops (layernorm, linear, attention) into {out} (once per torch "
+              "version)", file=sys.stderr)
     start, failures = time.monotonic(), []
     for cxx in compilers:
         tmp = out.with_name(f"{out.stem}.{os.getpid()}.{threading.get_ident()}.tmp.so")
         try:
-            done = subprocess.run(_command(cxx, tmp), capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-8:]
-                failures.append(f"{cxx}: exit {done.returncode}: " + " | ".join(tail))
+            rc, said = _compile(cxx, tmp)
+            if rc != 0:
+                tail = said.strip().splitlines()[-8:]
+                failures.append(f"{cxx}: exit {rc}: " + " | ".join(tail))
                 continue
             test = subprocess.run([sys.executable, "-c", _SELF_TEST, str(tmp)], capture_output=True, text=True,
                                   timeout=300)
@@ -188,7 +214,7 @@ def _spawn_builder(quiet: bool) -> tuple[subprocess.Popen, Path, Path] | None:
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"xrt: building the native ops (layernorm, linear) into {out} (once per torch version, "
+        print(f"xrt: building the native ops (layernorm, linear, attention) into {out} (once per torch version, "
               "in the background)", file=sys.stderr)
     log = out.with_name(f"{out.stem}.build-{os.getpid()}-{time.monotonic_ns()}.log")
     with open(log, "w") as f:
@@ -382,6 +408,23 @@ def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, part: int,
         for described, template in launches:
             spec += encode_launch(described, template, slots, device)
     return torch.ops.xrt_native.add_linear_plan(spec)
+
+
+def add_attention_plan(shape: Sequence[int], s_k: int, device: int, heads_inside: bool, do_strides: Sequence[int],
+                       fwd: Sequence[tuple[LaunchSpec, Sequence[Any]]],
+                       bwd: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
+    """Register an attention plan with the library (``xrt_native::attention``): its id. ``shape``: q's
+    [B, H, S_q, D]; ``heads_inside``: the output's memory is [B, S_q, H, D]; ``do_strides``: the
+    gradient's strides the backward's launches were planned for (another layout is copied into it);
+    ``fwd``, ``bwd``: ``(LaunchSpec, template)`` pairs naming :data:`ATTENTION_FWD_SLOTS` and
+    :data:`ATTENTION_BWD_SLOTS`."""
+    b, h, s_q, d = shape
+    spec = [b, h, s_q, s_k, d, device, int(heads_inside), *do_strides]
+    for launches, slots in ((fwd, ATTENTION_FWD_SLOTS), (bwd, ATTENTION_BWD_SLOTS)):
+        spec.append(len(launches))
+        for described, template in launches:
+            spec += encode_launch(described, template, slots, device)
+    return torch.ops.xrt_native.add_attention_plan(spec)
 
 
 def main() -> int:
