@@ -186,6 +186,16 @@ def test_cpu_linears_never_go_native(interpreter, monkeypatch):
     assert type(y.grad_fn).__name__ == "_EagerLinearBackward"
 
 
+def test_strided_operands_keep_the_python_plan(monkeypatch):
+    """Rows of a wider tensor fold without a copy, so the Python path keeps a plan for them; the
+    native op takes its tensors as stored, so no native plan is made for them (nor for a transposed
+    weight)."""
+    monkeypatch.setattr(matmul_op.kernel_providers, "kept_plan", lambda key: SimpleNamespace())
+    wide = torch.randn(6, 16)
+    assert matmul_op._make_native_linear(wide[:, :8], torch.randn(5, 8), None) is False
+    assert matmul_op._make_native_linear(torch.randn(6, 8), torch.randn(8, 5).t(), None) is False
+
+
 # -- on the GPU: the native op against the Python path, bit for bit --------------------------------
 
 def _train(x, w, b, dy, need_x=True):

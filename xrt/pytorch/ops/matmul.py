@@ -344,6 +344,8 @@ def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     fwd = kernel_providers.kept_plan(_linear_key("linear-plan", x, weight, bias))
     if not fwd:
         return fwd
+    if not (x.is_contiguous() and weight.is_contiguous() and (bias is None or bias.is_contiguous())):
+        return False  # (the native op takes them as stored: a strided x that folds keeps the Python plan)
     described = fwd.tma.native("x", "w", "y", "b" if bias is not None else None)
     if described is None:
         return False
