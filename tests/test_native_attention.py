@@ -49,9 +49,11 @@ def test_the_plans_describe_their_launches_by_slot():
 
 @needs_compiler
 def test_add_attention_plan_rejects_malformed_specs_with_a_clear_line(lib):
-    head = [2, 3, 5, 7, 4, -1, 0, 60, 20, 4, 1]  # b, h, s_q, s_k, d, device, heads_inside, do's strides
-    for spec, what in (([2, 3], "ends before its s_q"), ([2, 3, 5, 7, 4, -1, 2, 1, 1, 1, 1], "heads_inside 0 or 1"),
-                       ([2, 0, 5, 7, 4, -1, 0, 1, 1, 1, 1], "must be positive"), ([*head, 0, 0, 1], "1 values after"),
+    strides = [60, 20, 4, 1, 84, 28, 4, 1, 84, 28, 4, 1, 60, 20, 4, 1, 60, 20, 4, 1]  # q, k, v, out, its gradient
+    head = [2, 3, 5, 7, 4, -1, 0, *strides]  # b, h, s_q, s_k, d, device, heads_inside, strides
+    for spec, what in (([2, 3], "ends before its s_q"), ([2, 3, 5, 7, 4, -1, 2, *strides], "heads_inside 0 or 1"),
+                       ([2, 0, 5, 7, 4, -1, 0, *strides], "must be positive"), ([*head, 0, 0, 1], "1 values after"),
+                       ([2, 3, 5, 7, 4, -1, 0, 60, 20], "ends before its strides"),
                        ([*head, 0, 1, 9, 1, 1, 1, 32, 1, 1, 0, 1, 0, 10, 0, 0], "slot 10 does not exist")):
         with pytest.raises(RuntimeError, match=what):
             lib.add_attention_plan(spec)
@@ -65,7 +67,8 @@ def test_the_attention_autograd_plumbing_without_kernels(lib, inside):
     ``once_differentiable`` does."""
     b, h, s, d = 2, 3, 5, 4
     do_strides = [s * h * d, d, h * d, 1] if inside else [h * s * d, s * d, d, 1]
-    pid = lib.add_attention_plan([b, h, s, 7, d, -1, int(inside), *do_strides, 0, 0])
+    qkv = [h * s * d, s * d, d, 1, h * 7 * d, 7 * d, d, 1, h * 7 * d, 7 * d, d, 1]
+    pid = lib.add_attention_plan([b, h, s, 7, d, -1, int(inside), *qkv, *do_strides, *do_strides, 0, 0])
     q = torch.randn(b, h, s, d, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(b, h, 7, d, dtype=torch.float64, requires_grad=True) for _ in range(2))
     o = lib.attention(q, k, v, pid, 0)
@@ -73,6 +76,11 @@ def test_the_attention_autograd_plumbing_without_kernels(lib, inside):
     assert list(o.stride()) == do_strides
     grads = torch.autograd.grad(o, (q, k, v), torch.randn(b, h, s, d, dtype=torch.float64), retain_graph=True)
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    # saved-tensor hooks that hand the tensors back laid out otherwise (activation offloading): copied
+    # back into the planned layouts (here, with no launches, only the plumbing shows)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.contiguous().clone(), lambda t: t):
+        o2 = lib.attention(q, k, v, pid, 0)
+    assert [g.shape for g in torch.autograd.grad(o2, (q, k, v), torch.ones_like(o2))] == [q.shape, k.shape, v.shape]
     gq, = torch.autograd.grad(o, q, torch.ones_like(o), create_graph=True)
     with pytest.raises(RuntimeError, match="not differentiable"):
         gq.sum().backward()

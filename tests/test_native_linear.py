@@ -96,9 +96,9 @@ def _launch(*params, descs=()):
 @needs_compiler
 def test_add_linear_plan_rejects_malformed_specs_with_a_clear_line(lib):
     desc = [0, 0, 9, 3, 0, 2, 64, 8, 128, 64, 8]
-    head = [8, 4, 2, -1, 0, 0]  # m, n, k, device, bias, partials
-    for spec, what in (([8, 4], "ends before its k"), ([8, 4, 2, -1, 2, 0], "bias 0 or 1"),
-                       ([8, 4, 2, -1, 0, -1], "part not negative"), ([*head, 0, 0, 0, 5], "1 values after"),
+    head = [8, 4, 2, -1, 0, 0, 0]  # m, n, k, device, bias, dX's and dW's partials
+    for spec, what in (([8, 4], "ends before its k"), ([8, 4, 2, -1, 2, 0, 0], "bias 0 or 1"),
+                       ([8, 4, 2, -1, 0, 0, -1], "partials not negative"), ([*head, 0, 0, 0, 5], "1 values after"),
                        ([*head, 1, *_launch(native.TMA, 1, 0, descs=[desc]), 0, 0], "descriptor 1 does not"),
                        ([*head, 1, *_launch(descs=[[6, *desc[1:]]]), 0, 0], "slot 6 does not exist"),
                        ([*head, 1, *_launch(descs=[[0, 0, 9, 3, 0, 2, 64, 8, 100, 64, 8]]), 0, 0], "stride 100 bytes"),
@@ -120,7 +120,7 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
     torch's F.linear's, and under create_graph the backward is torch's differentiable GEMMs (a
     gradient penalty's gradients equal torch's)."""
     m, n, k = 6, 5, 8
-    pid = lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0, 0])
+    pid = lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0, 0, 0])
     x = torch.randn(2, 3, k, dtype=torch.float64, requires_grad=True)
     w = torch.randn(n, k, dtype=torch.float64, requires_grad=True)
     b = torch.randn(n, dtype=torch.float64, requires_grad=True) if bias else None
@@ -138,6 +138,10 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
         lib.linear(x, w, b, pid, 0)
+    # hooks that hand the saved tensors back laid out otherwise (W.T made contiguous): re-laid, no error
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.contiguous().clone(), lambda t: t):
+        y = lib.linear(x, w, b, pid, 0)
+    assert [g.shape for g in _grads(y, (x, w), torch.ones_like(y))] == [x.shape, w.shape]
     assert saved == ([(m, k), (k, n)] if bias else [(k, n), (m, k)])  # addmm's order, or mm's
 
     def penalty(fn):  # |dy/dx . v|^2, whose gradients do not read y (no kernel computed it here)
@@ -153,7 +157,7 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
 
 @needs_compiler
 def test_the_linear_op_checks_its_inputs(lib):
-    pid = lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0, 0])
+    pid = lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0, 0, 0])
     x, w, b = torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)
     for args, what in (((x[:5], w, b), r"6 rows of 8 \(the plan's\)"), ((x, w[:4], b), r"contiguous \[5, 8\]"),
                        ((x, w, None), "has a bias and none was given"), ((x, w.double(), b), "must have x's dtype"),
@@ -163,16 +167,16 @@ def test_the_linear_op_checks_its_inputs(lib):
     with pytest.raises(RuntimeError, match="no plan 99999"):
         lib.linear(x, w, b, 99999, 0)
     with pytest.raises(RuntimeError, match="a bias was given to a plan without one"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0, 0]), 0)
+        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0, 0, 0]), 0)
     with pytest.raises(RuntimeError, match="plan's device"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0, 0]), 0)
+        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0, 0, 0]), 0)
 
 
 @needs_compiler
 def test_a_linear_launch_without_a_gpu_driver_fails_with_a_clear_line(lib):
     if shutil.which("nvidia-smi"):
         pytest.skip("a CUDA driver is installed here")
-    pid = lib.add_linear_plan([6, 5, 8, -1, 0, 0, 1, *_launch(), 0, 0])
+    pid = lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 1, *_launch(), 0, 0])
     with pytest.raises(RuntimeError, match="xrt_native.linear: cannot launch: libcuda.so.1"):
         lib.linear(torch.randn(6, 8), torch.randn(5, 8), None, pid, 0)
 

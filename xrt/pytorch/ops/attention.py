@@ -268,7 +268,11 @@ def _make_native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     if backward is None:
         return False
     device = q.get_device()
-    pid = native.add_attention_plan(q.shape, k.shape[2], device, fwd.heads_inside, do.stride(), [forward], backward)
+    strides = tuple(t.stride() for t in (q, k, v, o, do))
+    try:
+        pid = native.add_attention_plan(q.shape, k.shape[2], device, fwd.heads_inside, strides, [forward], backward)
+    except (ValueError, RuntimeError):  # a launch the library cannot take (a parameter it does not pack)
+        return False
     return _NativeAttention(pid, (forward[0].keep, *(spec.keep for spec, _ in backward)), device)
 
 

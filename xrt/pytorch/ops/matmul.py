@@ -353,15 +353,18 @@ def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     m = x.numel() // k
     g = torch.empty((m, n), dtype=x.dtype, device=x.device)
     gemm = importlib.import_module("xrt.kernels.triton.matmul")
-    launches, part = [[described]], 0
+    launches, parts = [[described]], []
     for a, b, names in ((g, weight, ("g", "w", "dx")), (g.mT, x.reshape(m, k), ("g", "x", "dw"))):
         got = gemm.gemm_launches(a, b, kernel_providers.provider_config("matmul", "triton", a, b), names, "part")
         if got is None:
             return False
         launches.append(got[0])
-        part = max(part, got[1])
+        parts.append(got[1])
     device = x.get_device()
-    pid = native.add_linear_plan(m, n, k, device, bias is not None, part, *launches)
+    try:
+        pid = native.add_linear_plan(m, n, k, device, bias is not None, tuple(parts), *launches)
+    except (ValueError, RuntimeError):  # a launch the library cannot take (a parameter it does not pack)
+        return False
     return _NativeLinear(pid, fwd, tuple(spec.keep for gemm in launches for spec, _ in gemm), device)
 
 

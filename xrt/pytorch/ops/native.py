@@ -396,13 +396,13 @@ def add_plan(m: int, n: int, groups: int, device: int, fwd: Sequence[tuple[Any, 
     return torch.ops.xrt_native.add_plan(spec), keep
 
 
-def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, part: int,
+def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, parts: tuple[int, int],
                     *gemms: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
     """Register a linear plan with the library (``xrt_native::linear``): its id. ``gemms``: the
     forward's launches, dX's and dW's, each ``(LaunchSpec, template)`` pairs whose templates name
-    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`; ``part``: the elements of dW's fp32
-    partials (slot ``part``, allocated by the backward; 0 where dW does not split K)."""
-    spec = [m, n, k, device, int(bias), int(part)]
+    :data:`LINEAR_FWD_SLOTS` and :data:`LINEAR_BWD_SLOTS`; ``parts``: the elements of dX's and dW's
+    fp32 partials (slot ``part``, allocated by the backward; 0 where that GEMM does not split K)."""
+    spec = [m, n, k, device, int(bias), *(int(p) for p in parts)]
     for launches, slots in zip(gemms, (LINEAR_FWD_SLOTS, LINEAR_BWD_SLOTS, LINEAR_BWD_SLOTS), strict=True):
         spec.append(len(launches))
         for described, template in launches:
@@ -410,16 +410,20 @@ def add_linear_plan(m: int, n: int, k: int, device: int, bias: bool, part: int,
     return torch.ops.xrt_native.add_linear_plan(spec)
 
 
-def add_attention_plan(shape: Sequence[int], s_k: int, device: int, heads_inside: bool, do_strides: Sequence[int],
+def add_attention_plan(shape: Sequence[int], s_k: int, device: int, heads_inside: bool,
+                       strides: Sequence[Sequence[int]],
                        fwd: Sequence[tuple[LaunchSpec, Sequence[Any]]],
                        bwd: Sequence[tuple[LaunchSpec, Sequence[Any]]]) -> int:
     """Register an attention plan with the library (``xrt_native::attention``): its id. ``shape``: q's
-    [B, H, S_q, D]; ``heads_inside``: the output's memory is [B, S_q, H, D]; ``do_strides``: the
-    gradient's strides the backward's launches were planned for (another layout is copied into it);
+    [B, H, S_q, D]; ``heads_inside``: the output's memory is [B, S_q, H, D]; ``strides``: those of q,
+    k, v, the output and its gradient that the backward's launches were planned for (a tensor laid
+    out otherwise is copied into that layout);
     ``fwd``, ``bwd``: ``(LaunchSpec, template)`` pairs naming :data:`ATTENTION_FWD_SLOTS` and
     :data:`ATTENTION_BWD_SLOTS`."""
     b, h, s_q, d = shape
-    spec = [b, h, s_q, s_k, d, device, int(heads_inside), *do_strides]
+    if len(strides) != 5 or any(len(st) != 4 for st in strides):
+        raise ValueError(f"strides of q, k, v, out and its gradient, four each, not {strides!r}")
+    spec = [b, h, s_q, s_k, d, device, int(heads_inside), *(int(x) for st in strides for x in st)]
     for launches, slots in ((fwd, ATTENTION_FWD_SLOTS), (bwd, ATTENTION_BWD_SLOTS)):
         spec.append(len(launches))
         for described, template in launches:

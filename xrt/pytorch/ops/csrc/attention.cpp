@@ -8,7 +8,6 @@
 // here from the tensors' addresses (launch.h).
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
@@ -32,7 +31,8 @@ constexpr int64_t kFwdSlots = 5, kBwdSlots = 10;
 struct Plan {
   int64_t b = 0, h = 0, s_q = 0, s_k = 0, d = 0, device = -1;
   bool heads_inside = false;  // out's memory is [B, S_q, H, D], seen per head (q's layout)
-  std::vector<int64_t> do_strides;  // the gradient's strides the backward's launches were planned for
+  // the strides of q, k, v, out and the gradient that the backward's launches were planned for
+  std::vector<int64_t> q_strides, k_strides, v_strides, o_strides, do_strides;
   std::vector<Launch> fwd, bwd;
 };
 
@@ -46,7 +46,8 @@ const Plan& plan_at(int64_t id) {
   return plans[static_cast<size_t>(id)];
 }
 
-// The spec: [b, h, s_q, s_k, d, device, heads_inside, do's 4 strides, n_fwd, <launch>..., n_bwd, <launch>...].
+// The spec: [b, h, s_q, s_k, d, device, heads_inside, the 4 strides of q, k, v, out and the gradient,
+// n_fwd, <launch>..., n_bwd, <launch>...].
 int64_t add_attention_plan(std::vector<int64_t> spec) {
   Reader r{spec, "xrt_native.add_attention_plan"};
   Plan p;
@@ -61,7 +62,8 @@ int64_t add_attention_plan(std::vector<int64_t> spec) {
               "xrt_native.add_attention_plan: b=", p.b, ", h=", p.h, ", s_q=", p.s_q, ", s_k=", p.s_k, ", d=", p.d,
               " must be positive and heads_inside 0 or 1 (got ", inside, ")");
   p.heads_inside = inside == 1;
-  for (int i = 0; i < 4; ++i) p.do_strides.push_back(r.next("do's strides"));
+  for (std::vector<int64_t>* strides : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.do_strides})
+    for (int i = 0; i < 4; ++i) strides->push_back(r.next("strides"));
   for (int64_t c = r.next("forward launch count"); c > 0; --c) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t c = r.next("backward launch count"); c > 0; --c) p.bwd.push_back(read_launch(r, kBwdSlots));
   r.done();
@@ -92,6 +94,7 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                                     : at::empty({p.b, p.h, p.s_q, p.d}, q.options());
     at::Tensor lse = at::empty({p.b, p.h, p.s_q}, q.options().dtype(at::kFloat));
     const uint64_t slots[kFwdSlots] = {address(q), address(k), address(v), address(out), address(lse)};
+    ensure_context(p.device, kOp);
     for (const Launch& l : p.fwd) run(l, slots, 0.0, stream, kOp);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["plan"] = plan;
@@ -103,19 +106,19 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const Plan& p = plan_at(ctx->saved_data["plan"].toInt());
     const int64_t stream = ctx->saved_data["stream"].toInt();
     variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
-    at::Tensor d_out = grads[0].to(q.scalar_type());
-    if (d_out.strides() != at::IntArrayRef(p.do_strides) || (address(d_out) & 15)) {
-      // the launches were planned for one layout of the gradient: copy another into it
-      at::Tensor planned = at::empty_strided(d_out.sizes(), p.do_strides, d_out.options());
-      planned.copy_(d_out);
-      d_out = planned;
-    }
+    // The launches were planned for one layout of each tensor: a gradient laid out otherwise, or saved
+    // tensors that saved-tensor hooks (activation offloading) hand back laid out otherwise, are copied
+    // into it.
+    const at::Tensor q = laid(saved[0], p.q_strides), k = laid(saved[1], p.k_strides),
+                     v = laid(saved[2], p.v_strides), out = laid(saved[3], p.o_strides);
+    const at::Tensor lse = aligned(saved[4].contiguous());
+    at::Tensor d_out = laid(grads[0].to(q.scalar_type()), p.do_strides);
     at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
                dv = at::empty(v.sizes(), v.options());
     at::Tensor delta = at::empty({p.b, p.h, p.s_q}, q.options().dtype(at::kFloat));
     const uint64_t slots[kBwdSlots] = {address(d_out), address(q), address(k), address(v), address(out),
                                        address(lse), address(delta), address(dq), address(dk), address(dv)};
+    ensure_context(p.device, kOp);
     for (const Launch& l : p.bwd) run(l, slots, 0.0, stream, kOp);
     variable_list result = {dq, dk, dv, at::Tensor(), at::Tensor()};
     if (torch::autograd::GradMode::is_enabled()) {

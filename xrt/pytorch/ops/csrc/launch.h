@@ -11,6 +11,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
 #include <dlfcn.h>
@@ -36,6 +37,9 @@ using ErrorString = CUresult (*)(CUresult, const char**);
 using ModuleLoadData = CUresult (*)(void**, const void*);
 using ModuleGetFunction = CUresult (*)(void**, void*, const char*);
 using CtxGetCurrent = CUresult (*)(void**);
+using CtxSetCurrent = CUresult (*)(void*);
+using DeviceGet = CUresult (*)(int*, int);
+using PrimaryCtxRetain = CUresult (*)(void**, int);
 // cuTensorMapEncodeTiled(map, data type, rank, address, dims, strides (bytes), box, element strides,
 // interleave, swizzle, L2 promotion, out-of-bounds fill); the enums are ints.
 using EncodeTiled = CUresult (*)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const uint32_t*,
@@ -47,6 +51,9 @@ struct Driver {
   ModuleLoadData module_load_data = nullptr;
   ModuleGetFunction module_get_function = nullptr;
   CtxGetCurrent ctx_get_current = nullptr;
+  CtxSetCurrent ctx_set_current = nullptr;  // (these three: to make a device's primary context current)
+  DeviceGet device_get = nullptr;
+  PrimaryCtxRetain primary_ctx_retain = nullptr;
   EncodeTiled encode_tiled = nullptr;  // (CUDA 12 and later; a plan with TMA descriptors needs it)
   std::string why;  // why there is no launch, when there is none
 };
@@ -65,6 +72,9 @@ inline const Driver& driver() {
     d.module_load_data = reinterpret_cast<ModuleLoadData>(dlsym(lib, "cuModuleLoadData"));
     d.module_get_function = reinterpret_cast<ModuleGetFunction>(dlsym(lib, "cuModuleGetFunction"));
     d.ctx_get_current = reinterpret_cast<CtxGetCurrent>(dlsym(lib, "cuCtxGetCurrent"));
+    d.ctx_set_current = reinterpret_cast<CtxSetCurrent>(dlsym(lib, "cuCtxSetCurrent"));
+    d.device_get = reinterpret_cast<DeviceGet>(dlsym(lib, "cuDeviceGet"));
+    d.primary_ctx_retain = reinterpret_cast<PrimaryCtxRetain>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
     d.encode_tiled = reinterpret_cast<EncodeTiled>(dlsym(lib, "cuTensorMapEncodeTiled"));
     if (d.launch == nullptr || d.module_load_data == nullptr || d.module_get_function == nullptr ||
         d.ctx_get_current == nullptr) {
@@ -103,6 +113,25 @@ inline int64_t load_function(std::string path, std::string name) {
   return static_cast<int64_t>(reinterpret_cast<uintptr_t>(function));
 }
 
+// Make `device`'s primary context current on this thread where none is (as Triton's launcher does
+// before a launch): a thread that has not touched CUDA through the runtime yet, such as autograd's
+// device thread before its first backward, has none, and a launch there fails. A CPU plan (device
+// -1) launches nothing.
+inline void ensure_context(int64_t device, const char* op) {
+  if (device < 0) return;
+  const Driver& d = driver();
+  if (d.launch == nullptr || d.ctx_set_current == nullptr || d.device_get == nullptr ||
+      d.primary_ctx_retain == nullptr)
+    return;  // (run() says why it cannot launch)
+  void* ctx = nullptr;
+  if (d.ctx_get_current(&ctx) == 0 && ctx != nullptr) return;
+  int dev = 0;
+  CUresult rc = d.device_get(&dev, static_cast<int>(device));
+  if (rc == 0) rc = d.primary_ctx_retain(&ctx, dev);
+  if (rc == 0) rc = d.ctx_set_current(ctx);
+  TORCH_CHECK(rc == 0, op, ": cannot make device ", device, "'s context current: ", describe(d, rc));
+}
+
 // Counts and shapes in messages, as int64_t and text.
 inline int64_t count_of(size_t n) { return static_cast<int64_t>(n); }
 
@@ -117,6 +146,19 @@ inline uint64_t address(const at::Tensor& t) {
 }
 
 inline int64_t tensor_device(const at::Tensor& t) { return t.is_cuda() ? t.device().index() : -1; }
+
+// `t`, or a copy of it at a 16-byte-aligned address (a view at an odd offset): the kernels were
+// compiled for aligned pointers.
+inline at::Tensor aligned(const at::Tensor& t) { return (address(t) & 15) ? t.clone() : t; }
+
+// `t` with `strides` (the layout a launch was planned for), copied into that layout where it has
+// another or is not 16-byte aligned.
+inline at::Tensor laid(const at::Tensor& t, const std::vector<int64_t>& strides) {
+  if (t.strides() == at::IntArrayRef(strides) && (address(t) & 15) == 0) return t;
+  at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
+  out.copy_(t);
+  return out;
+}
 
 // -- launches ---------------------------------------------------------------------------------------
 
@@ -137,7 +179,7 @@ constexpr int64_t kKinds = 10;
 constexpr size_t kMaxParams = 64;
 constexpr size_t kMaxDescs = 8;
 constexpr size_t kMaxRank = 5;
-constexpr size_t kKeptMaps = 64;  // encoded descriptors kept per descriptor (beyond: all dropped)
+constexpr size_t kKeptMaps = 256;  // encoded descriptors kept per descriptor (beyond: all dropped)
 
 struct Param {
   int64_t kind, a, b;

@@ -86,6 +86,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     at::Tensor y = at::empty_like(x);
     at::Tensor stats = at::empty({2, p.m}, x.options().dtype(at::kFloat));
     const uint64_t slots[kFwdSlots] = {address(x), address(weight), address(bias), address(y), address(stats)};
+    ensure_context(p.device, "xrt_native.layernorm");
     for (const Launch& l : p.fwd) run(l, slots, eps, stream, "xrt_native.layernorm");
     ctx->save_for_backward({x, weight, stats});
     ctx->saved_data["plan"] = plan;
@@ -107,6 +108,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     at::Tensor dwdb = at::empty({2, p.n}, weight.options());
     const uint64_t slots[kBwdSlots] = {address(dy), address(x), address(weight), address(stats),
                                        address(dx), address(part), address(dwdb)};
+    ensure_context(p.device, "xrt_native.layernorm");
     for (const Launch& l : p.bwd) run(l, slots, 0.0, stream, "xrt_native.layernorm");
     // dweight and dbias shaped as the weight (normalized_shape may have several dims; bias's is the same)
     variable_list out = {dx, dwdb[0].view(weight.sizes()), dwdb[1].view(weight.sizes()), at::Tensor(), at::Tensor(),

@@ -17,6 +17,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "launch.h"
@@ -35,7 +36,7 @@ constexpr int64_t kFwdSlots = 4, kBwdSlots = 6;
 
 struct Plan {
   int64_t m = 0, n = 0, k = 0, device = -1;
-  int64_t part = 0;  // elements of dW's fp32 partials (0: dW is one launch)
+  int64_t part_dx = 0, part_dw = 0;  // elements of dX's and dW's fp32 partials (0: one launch, no split K)
   bool bias = false;
   std::vector<Launch> fwd, dx, dw;
 };
@@ -50,7 +51,7 @@ const Plan& plan_at(int64_t id) {
   return plans[static_cast<size_t>(id)];
 }
 
-// The spec: [m, n, k, device, bias, part, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
+// The spec: [m, n, k, device, bias, part_dx, part_dw, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
 int64_t add_linear_plan(std::vector<int64_t> spec) {
   Reader r{spec, "xrt_native.add_linear_plan"};
   Plan p;
@@ -59,10 +60,12 @@ int64_t add_linear_plan(std::vector<int64_t> spec) {
   p.k = r.next("k");
   p.device = r.next("device");
   int64_t bias = r.next("bias");
-  p.part = r.next("part");
-  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1) && p.part >= 0,
+  p.part_dx = r.next("part_dx");
+  p.part_dw = r.next("part_dw");
+  TORCH_CHECK(p.m >= 1 && p.n >= 1 && p.k >= 1 && (bias == 0 || bias == 1) && p.part_dx >= 0 && p.part_dw >= 0,
               "xrt_native.add_linear_plan: m=", p.m, ", n=", p.n, ", k=", p.k,
-              " must be positive, bias 0 or 1 and part not negative (got ", bias, ", ", p.part, ")");
+              " must be positive, bias 0 or 1 and the partials not negative (got ", bias, ", ", p.part_dx, ", ",
+              p.part_dw, ")");
   p.bias = bias == 1;
   for (int64_t c = r.next("forward launch count"); c > 0; --c) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t c = r.next("dx launch count"); c > 0; --c) p.dx.push_back(read_launch(r, kBwdSlots));
@@ -100,6 +103,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     shape.back() = p.n;
     at::Tensor y = at::empty(shape, x.options());
     const uint64_t slots[kFwdSlots] = {address(x), address(weight), address(bias), address(y)};
+    ensure_context(p.device, kOp);
     for (const Launch& l : p.fwd) run(l, slots, 0.0, stream, kOp);
     // What torch's F.linear saves, in its order: addmm's (x's rows, W.T) with a bias and a 2-D or
     // contiguous x (x is contiguous here), mm's (W.T, x's rows) without. Views made with grad mode on
@@ -144,14 +148,20 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     } else if (need_x || need_w) {
       const at::Tensor& ref = need_x ? wt : rows;
       if (g.scalar_type() != ref.scalar_type()) g = g.to(ref.scalar_type());
-      g = g.contiguous();
-      if (address(g) & 15) g = g.clone();  // a view at an odd offset: the kernels assume 16-byte alignment
+      g = aligned(g.contiguous());
       if (need_x) dx = at::empty(shape, g.options());
       if (need_w) dw = at::empty({p.n, p.k}, g.options());
+      // The launches read W as stored ([N, K], row-major) and x's rows as [M, K], row-major. Saved-tensor
+      // hooks (activation offloading) may hand them back laid out otherwise: then they are re-laid.
+      at::Tensor w_rows = need_x ? aligned(wt.t().contiguous()) : at::Tensor();
+      at::Tensor x_rows = need_w ? aligned(rows.contiguous()) : at::Tensor();
+      // one buffer for the partials of whichever GEMM splits K (dX's launches finish before dW's start)
+      const int64_t part_numel = std::max(need_x ? p.part_dx : 0, need_w ? p.part_dw : 0);
       at::Tensor part;
-      if (need_w && p.part > 0) part = at::empty({p.part}, g.options().dtype(at::kFloat));
-      const uint64_t slots[kBwdSlots] = {address(g), need_x ? address(wt) : 0, need_w ? address(rows) : 0,
-                                         address(dx), address(dw), address(part)};
+      if (part_numel > 0) part = at::empty({part_numel}, g.options().dtype(at::kFloat));
+      const uint64_t slots[kBwdSlots] = {address(g), address(w_rows), address(x_rows), address(dx), address(dw),
+                                         address(part)};
+      ensure_context(p.device, kOp);
       if (need_x) for (const Launch& l : p.dx) run(l, slots, 0.0, stream, kOp);
       if (need_w) for (const Launch& l : p.dw) run(l, slots, 0.0, stream, kOp);
     }
