@@ -114,6 +114,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def native_lib():
+    """xrt's native ops library (``xrt.pytorch.ops.native``), built and loaded; skips where there is no
+    C++ compiler, fails where the build or the load does."""
+    import torch
+
+    from xrt.pytorch.ops import native
+
+    if not native._compilers():
+        pytest.skip("no C++ compiler to build the native ops")
+    if not native.load():
+        pytest.fail(f"the native ops did not build or load: {native.why()}")
+    return torch.ops.xrt_native
+
+
 @pytest.fixture
 def interpreter():
     """Triton's CPU interpreter must be on before triton.jit runs, i.e. from the process start."""

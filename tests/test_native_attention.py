@@ -15,14 +15,7 @@ from xrt.kernels.triton import attention as kernels
 from xrt.pytorch.ops import native
 
 attention_op = importlib.import_module("xrt.pytorch.ops.attention")
-needs_compiler = pytest.mark.skipif(not native._compilers(), reason="no C++ compiler to build the native op")
 
-
-@pytest.fixture(scope="module")
-def lib():
-    if not native.load():
-        pytest.fail(f"the native op did not build or load: {native.why()}")
-    return torch.ops.xrt_native
 
 
 # -- the plans' descriptions (no library needed) ---------------------------------------------------
@@ -47,8 +40,7 @@ def test_the_plans_describe_their_launches_by_slot():
 
 # -- the library on the CPU -------------------------------------------------------------------------
 
-@needs_compiler
-def test_add_attention_plan_rejects_malformed_specs_with_a_clear_line(lib):
+def test_add_attention_plan_rejects_malformed_specs_with_a_clear_line(native_lib):
     strides = [60, 20, 4, 1, 84, 28, 4, 1, 84, 28, 4, 1, 60, 20, 4, 1, 60, 20, 4, 1]  # q, k, v, out, its gradient
     head = [2, 3, 5, 7, 4, -1, 0, *strides]  # b, h, s_q, s_k, d, device, heads_inside, strides
     for spec, what in (([2, 3], "ends before its s_q"), ([2, 3, 5, 7, 4, -1, 2, *strides], "heads_inside 0 or 1"),
@@ -56,22 +48,21 @@ def test_add_attention_plan_rejects_malformed_specs_with_a_clear_line(lib):
                        ([2, 3, 5, 7, 4, -1, 0, 60, 20], "ends before its strides"),
                        ([*head, 0, 1, 9, 1, 1, 1, 32, 1, 1, 0, 1, 0, 10, 0, 0], "slot 10 does not exist")):
         with pytest.raises(RuntimeError, match=what):
-            lib.add_attention_plan(spec)
+            native_lib.add_attention_plan(spec)
 
 
-@needs_compiler
 @pytest.mark.parametrize("inside", [False, True], ids=["heads_outside", "heads_inside"])
-def test_the_attention_autograd_plumbing_without_kernels(lib, inside):
+def test_the_attention_autograd_plumbing_without_kernels(native_lib, inside):
     """A plan with no launches (a CPU plan): the output is laid out as planned (q's layout), the
     gradients are shaped as q, k and v, its inputs are checked, and a second derivative fails as
     ``once_differentiable`` does."""
     b, h, s, d = 2, 3, 5, 4
     do_strides = [s * h * d, d, h * d, 1] if inside else [h * s * d, s * d, d, 1]
     qkv = [h * s * d, s * d, d, 1, h * 7 * d, 7 * d, d, 1, h * 7 * d, 7 * d, d, 1]
-    pid = lib.add_attention_plan([b, h, s, 7, d, -1, int(inside), *qkv, *do_strides, *do_strides, 0, 0])
+    pid = native_lib.add_attention_plan([b, h, s, 7, d, -1, int(inside), *qkv, *do_strides, *do_strides, 0, 0])
     q = torch.randn(b, h, s, d, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(b, h, 7, d, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    o = lib.attention(q, k, v, pid, 0)
+    o = native_lib.attention(q, k, v, pid, 0)
     assert o.shape == (b, h, s, d) and "AttentionFunction" in o.grad_fn.name()
     assert list(o.stride()) == do_strides
     grads = torch.autograd.grad(o, (q, k, v), torch.randn(b, h, s, d, dtype=torch.float64), retain_graph=True)
@@ -79,17 +70,17 @@ def test_the_attention_autograd_plumbing_without_kernels(lib, inside):
     # saved-tensor hooks that hand the tensors back laid out otherwise (activation offloading): copied
     # back into the planned layouts (here, with no launches, only the plumbing shows)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.contiguous().clone(), lambda t: t):
-        o2 = lib.attention(q, k, v, pid, 0)
+        o2 = native_lib.attention(q, k, v, pid, 0)
     assert [g.shape for g in torch.autograd.grad(o2, (q, k, v), torch.ones_like(o2))] == [q.shape, k.shape, v.shape]
     gq, = torch.autograd.grad(o, q, torch.ones_like(o), create_graph=True)
     with pytest.raises(RuntimeError, match="not differentiable"):
         gq.sum().backward()
     with pytest.raises(RuntimeError, match=r"q must be \[2, 3, 5, 4\]"):
-        lib.attention(q[:1], k, v, pid, 0)
+        native_lib.attention(q[:1], k, v, pid, 0)
     with pytest.raises(RuntimeError, match="must have q's dtype"):
-        lib.attention(q, k.float(), v, pid, 0)
+        native_lib.attention(q, k.float(), v, pid, 0)
     with pytest.raises(RuntimeError, match="no plan 99999"):
-        lib.attention(q, k, v, 99999, 0)
+        native_lib.attention(q, k, v, 99999, 0)
 
 
 def test_cpu_attention_never_goes_native(interpreter, monkeypatch):

@@ -15,16 +15,6 @@ from xrt.pytorch import policy as pol
 from xrt.pytorch.ops import layernorm as layernorm_op
 from xrt.pytorch.ops import native
 
-needs_compiler = pytest.mark.skipif(not native._compilers(), reason="no C++ compiler to build the native op")
-
-
-@pytest.fixture(scope="module")
-def lib():
-    if not native.load():
-        pytest.fail(f"the native op did not build or load: {native.why()}")
-    return torch.ops.xrt_native
-
-
 # -- encoding a plan (no library needed) ------------------------------------------------------------
 
 def test_encode_launch_packs_each_argument_by_its_kernel_type():
@@ -204,8 +194,7 @@ def test_a_failed_detached_build_says_what_the_builder_said(monkeypatch, tmp_pat
     assert not list((tmp_path / "cache").glob("*.so")) and not list((tmp_path / "cache").glob("*.log"))
 
 
-@needs_compiler
-def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
+def test_the_background_build_outlives_the_process_that_asked(native_lib, tmp_path):
     """A short process that asks for the library and ends at once still leaves it in the cache for
     the next process (before, the build died with it and every short process began it again)."""
     import os
@@ -213,7 +202,7 @@ def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
     import sys
     import time
 
-    real = native.library_path()  # built by the lib fixture, in the default cache
+    real = native.library_path()  # built by the native_lib fixture, in the default cache
     slow = _fake_compiler(tmp_path, "slowcxx",
                           f'sleep 2\nfor a; do case $prev in -o) cp "{real}" "$a";; esac; prev=$a; done\n')
     env = dict(os.environ, XRT_NATIVE_CACHE=str(tmp_path / "cache"), CXX=slow)
@@ -232,8 +221,7 @@ def test_the_background_build_outlives_the_process_that_asked(lib, tmp_path):
     assert not list(want.parent.glob("*.log")), "the builder left its log behind"
 
 
-@needs_compiler
-def test_builders_started_together_build_once(lib, tmp_path, monkeypatch):
+def test_builders_started_together_build_once(native_lib, tmp_path, monkeypatch):
     """Two processes that ask at once start two builders; the second waits for the first and finds
     the library built."""
     real = native.library_path()
@@ -251,54 +239,51 @@ def test_builders_started_together_build_once(lib, tmp_path, monkeypatch):
 
 # -- the library on the CPU: build, plans, autograd plumbing ---------------------------------------
 
-@needs_compiler
-def test_add_plan_rejects_malformed_specs_with_a_clear_line(lib):
+def test_add_plan_rejects_malformed_specs_with_a_clear_line(native_lib):
     for spec, what in (([4, 8], "ends before its groups"), ([4, 8, 2, -1, 0, 0, 9], "1 values after"),
                        ([0, 8, 2, -1, 0, 0], "must be positive"),
                        ([4, 8, 2, -1, 1, 5, 1, 1, 1, 32, 1, 1, 0, 1, 0, 7, 0, 0], "slot 7 does not exist"),
                        ([4, 8, 2, -1, 1, 5, 1, 1, 1, 32, 1, 1, 0, 1, 42, 0, 0, 0], "unknown parameter kind 42"),
                        ([4, 8, 2, -1, 1, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0], "has no function")):
         with pytest.raises(RuntimeError, match=what):
-            lib.add_plan(spec)
+            native_lib.add_plan(spec)
 
 
-@needs_compiler
-def test_the_autograd_plumbing_without_kernels(lib):
+def test_the_autograd_plumbing_without_kernels(native_lib):
     """A plan with no launches (a CPU plan): the op's outputs, saved state and gradients have the
     right shapes and types, its inputs are checked, and a second derivative fails as
     ``once_differentiable`` does. (What the kernels compute is the GPU tests' part.)"""
-    pid = lib.add_plan([4, 8, 3, -1, 0, 0])
+    pid = native_lib.add_plan([4, 8, 3, -1, 0, 0])
     x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, dtype=torch.float64, requires_grad=True)
     b = torch.randn(8, dtype=torch.float64, requires_grad=True)
-    y = lib.layernorm(x, w, b, 1e-5, pid, 0)
+    y = native_lib.layernorm(x, w, b, 1e-5, pid, 0)
     assert y.shape == x.shape and y.dtype == x.dtype and y.grad_fn is not None
     gx, gw, gb = torch.autograd.grad(y, (x, w, b), torch.ones_like(y), retain_graph=True)
     assert (gx.shape, gw.shape, gb.shape) == (x.shape, w.shape, b.shape) and gw.dtype == w.dtype
     torch.autograd.grad(y, (x,), torch.ones_like(y))  # retain_graph: the saved tensors are still there
-    y = lib.layernorm(x, w, b, 1e-5, pid, 0)
+    y = native_lib.layernorm(x, w, b, 1e-5, pid, 0)
     gx, = torch.autograd.grad(y, (x,), torch.ones_like(y), create_graph=True)
     with pytest.raises(RuntimeError, match="not differentiable"):
         gx.sum().backward()
     with pytest.raises(RuntimeError, match="no plan 99999"):
-        lib.layernorm(x, w, b, 1e-5, 99999, 0)
+        native_lib.layernorm(x, w, b, 1e-5, 99999, 0)
     with pytest.raises(RuntimeError, match=r"4x8 elements \(the plan's\)"):
-        lib.layernorm(x[:3], w, b, 1e-5, pid, 0)
+        native_lib.layernorm(x[:3], w, b, 1e-5, pid, 0)
     with pytest.raises(RuntimeError, match="must have x's dtype"):
-        lib.layernorm(x, w.float(), b, 1e-5, pid, 0)
+        native_lib.layernorm(x, w.float(), b, 1e-5, pid, 0)
     with pytest.raises(RuntimeError, match="plan's device"):
-        lib.layernorm(x, w, b, 1e-5, lib.add_plan([4, 8, 3, 0, 0, 0]), 0)
+        native_lib.layernorm(x, w, b, 1e-5, native_lib.add_plan([4, 8, 3, 0, 0, 0]), 0)
 
 
-@needs_compiler
-def test_a_launch_without_a_gpu_driver_fails_with_a_clear_line(lib):
+def test_a_launch_without_a_gpu_driver_fails_with_a_clear_line(native_lib):
     if shutil.which("nvidia-smi"):
         pytest.skip("a CUDA driver is installed here")
     spec = [4, 8, 1, -1, 1, 0xDEAD, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0]
-    pid = lib.add_plan(spec)
+    pid = native_lib.add_plan(spec)
     x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
     with pytest.raises(RuntimeError, match="cannot launch: libcuda.so.1"):
-        lib.layernorm(x, w, b, 1e-5, pid, 0)
+        native_lib.layernorm(x, w, b, 1e-5, pid, 0)
 
 
 def test_cpu_plans_never_go_native(interpreter):

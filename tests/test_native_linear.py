@@ -17,18 +17,11 @@ from xrt.pytorch.ops import native
 matmul_op = importlib.import_module("xrt.pytorch.ops.matmul")  # (the package exports the function matmul)
 
 
-needs_compiler = pytest.mark.skipif(not native._compilers(), reason="no C++ compiler to build the native op")
 
 # A descriptor's metadata as Triton 3.6 keeps it in a compiled kernel (bf16: element type 10 on the
 # device side, which its launcher maps to 9 for cuTensorMapEncodeTiled).
 MD = {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [1, 64, 128], "fp4_padded": False}
 
-
-@pytest.fixture(scope="module")
-def lib():
-    if not native.load():
-        pytest.fail(f"the native op did not build or load: {native.why()}")
-    return torch.ops.xrt_native
 
 
 # -- encoding (no library needed) -------------------------------------------------------------------
@@ -93,8 +86,7 @@ def _launch(*params, descs=()):
     return [9, 1, 1, 1, 32, 1, 1, 0, len(params) // 3, *params, len(descs), *(v for d in descs for v in d)]
 
 
-@needs_compiler
-def test_add_linear_plan_rejects_malformed_specs_with_a_clear_line(lib):
+def test_add_linear_plan_rejects_malformed_specs_with_a_clear_line(native_lib):
     desc = [0, 0, 9, 3, 0, 2, 64, 8, 128, 64, 8]
     head = [8, 4, 2, -1, 0, 0, 0]  # m, n, k, device, bias, dX's and dW's partials
     for spec, what in (([8, 4], "ends before its k"), ([8, 4, 2, -1, 2, 0, 0], "bias 0 or 1"),
@@ -105,26 +97,25 @@ def test_add_linear_plan_rejects_malformed_specs_with_a_clear_line(lib):
                        ([*head, 1, *_launch(descs=[[0, 0, 9, 3, 0, 6]]), 0, 0], "rank 6"),
                        ([*head, 0, 1, *_launch(native.PTR, 6, 0), 0], "slot 6 does not exist")):
         with pytest.raises(RuntimeError, match=what):
-            lib.add_linear_plan(spec)
+            native_lib.add_linear_plan(spec)
 
 
 def _grads(y, inputs, dy, **kw):
     return torch.autograd.grad(y, [t for t in inputs if t.requires_grad], dy, **kw)
 
 
-@needs_compiler
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
-def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
+def test_the_linear_autograd_plumbing_without_kernels(native_lib, bias):
     """A plan with no launches (a CPU plan): the output and gradients have the right shapes, the bias
     gradient is the rows' sum, only the inputs that need one get a gradient, the saved tensors are
     torch's F.linear's, and under create_graph the backward is torch's differentiable GEMMs (a
     gradient penalty's gradients equal torch's)."""
     m, n, k = 6, 5, 8
-    pid = lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0, 0, 0])
+    pid = native_lib.add_linear_plan([m, n, k, -1, int(bias), 0, 0, 0, 0, 0])
     x = torch.randn(2, 3, k, dtype=torch.float64, requires_grad=True)
     w = torch.randn(n, k, dtype=torch.float64, requires_grad=True)
     b = torch.randn(n, dtype=torch.float64, requires_grad=True) if bias else None
-    y = lib.linear(x, w, b, pid, 0)
+    y = native_lib.linear(x, w, b, pid, 0)
     assert y.shape == (2, 3, n) and y.dtype == x.dtype and "LinearFunction" in y.grad_fn.name()
     dy = torch.randn_like(y)
     got = _grads(y, (x, w, *([b] if bias else [])), dy, retain_graph=True)
@@ -132,15 +123,15 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
     if bias:
         torch.testing.assert_close(got[2], dy.sum((0, 1)), rtol=0, atol=0)
     xs = x.detach()  # only the weight (and bias) need a gradient
-    y = lib.linear(xs, w, b, pid, 0)
+    y = native_lib.linear(xs, w, b, pid, 0)
     assert [g.shape for g in _grads(y, (xs, w, *([b] if bias else [])), dy)] == [w.shape, *([b.shape] if bias else [])]
 
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
-        lib.linear(x, w, b, pid, 0)
+        native_lib.linear(x, w, b, pid, 0)
     # hooks that hand the saved tensors back laid out otherwise (W.T made contiguous): re-laid, no error
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.contiguous().clone(), lambda t: t):
-        y = lib.linear(x, w, b, pid, 0)
+        y = native_lib.linear(x, w, b, pid, 0)
     assert [g.shape for g in _grads(y, (x, w), torch.ones_like(y))] == [x.shape, w.shape]
     assert saved == ([(m, k), (k, n)] if bias else [(k, n), (m, k)])  # addmm's order, or mm's
 
@@ -151,34 +142,32 @@ def test_the_linear_autograd_plumbing_without_kernels(lib, bias):
         gx, = torch.autograd.grad(y, xx, dy, create_graph=True)
         gx.square().sum().backward()
         return gx.detach(), ww.grad
-    for a, e in zip(penalty(lambda *t: lib.linear(*t, pid, 0)), penalty(F.linear), strict=True):
+    for a, e in zip(penalty(lambda *t: native_lib.linear(*t, pid, 0)), penalty(F.linear), strict=True):
         torch.testing.assert_close(a, e)
 
 
-@needs_compiler
-def test_the_linear_op_checks_its_inputs(lib):
-    pid = lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0, 0, 0])
+def test_the_linear_op_checks_its_inputs(native_lib):
+    pid = native_lib.add_linear_plan([6, 5, 8, -1, 1, 0, 0, 0, 0, 0])
     x, w, b = torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)
     for args, what in (((x[:5], w, b), r"6 rows of 8 \(the plan's\)"), ((x, w[:4], b), r"contiguous \[5, 8\]"),
                        ((x, w, None), "has a bias and none was given"), ((x, w.double(), b), "must have x's dtype"),
                        ((x.t().contiguous().t(), w, b), "contiguous with 6 rows")):
         with pytest.raises(RuntimeError, match=what):
-            lib.linear(*args, pid, 0)
+            native_lib.linear(*args, pid, 0)
     with pytest.raises(RuntimeError, match="no plan 99999"):
-        lib.linear(x, w, b, 99999, 0)
+        native_lib.linear(x, w, b, 99999, 0)
     with pytest.raises(RuntimeError, match="a bias was given to a plan without one"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0, 0, 0]), 0)
+        native_lib.linear(x, w, b, native_lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 0, 0, 0]), 0)
     with pytest.raises(RuntimeError, match="plan's device"):
-        lib.linear(x, w, b, lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0, 0, 0]), 0)
+        native_lib.linear(x, w, b, native_lib.add_linear_plan([6, 5, 8, 0, 1, 0, 0, 0, 0, 0]), 0)
 
 
-@needs_compiler
-def test_a_linear_launch_without_a_gpu_driver_fails_with_a_clear_line(lib):
+def test_a_linear_launch_without_a_gpu_driver_fails_with_a_clear_line(native_lib):
     if shutil.which("nvidia-smi"):
         pytest.skip("a CUDA driver is installed here")
-    pid = lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 1, *_launch(), 0, 0])
+    pid = native_lib.add_linear_plan([6, 5, 8, -1, 0, 0, 0, 1, *_launch(), 0, 0])
     with pytest.raises(RuntimeError, match="xrt_native.linear: cannot launch: libcuda.so.1"):
-        lib.linear(torch.randn(6, 8), torch.randn(5, 8), None, pid, 0)
+        native_lib.linear(torch.randn(6, 8), torch.randn(5, 8), None, pid, 0)
 
 
 def test_cpu_linears_never_go_native(interpreter, monkeypatch):
@@ -259,7 +248,7 @@ def test_native_linear_training_equals_the_python_path(bias, shape, n, dtype, mo
     _same(_train(x2, w, b, dy2), want2)
     _same(_native(x2, w, b, dy2, need_x=False), _python_path(monkeypatch, x2, w, b, dy2, need_x=False))
     # inference keeps the Python path's kept GEMM plan (cheaper there than the native op)
-    monkeypatch.setattr(matmul_op, "_native_linear_op", lambda *a: pytest.fail("inference went native"))
+    monkeypatch.setattr(native, "op", lambda name: pytest.fail(f"inference went native ({name})"))
     with torch.no_grad(), xp.kernel_policy(matmul="triton"):
         torch.testing.assert_close(F.linear(x2, w, b), want2[0].detach(), rtol=0, atol=0)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch.utils import flop_counter
@@ -211,42 +211,21 @@ def _repeat(q: Any, k: Any, v: Any, is_causal: Any, scale: Any, provider: str | 
     return _forward(q, k, v, causal, s)[0]
 
 
-class _NativeAttention(NamedTuple):
-    """A signature's plan in the native op (``xrt_native::attention``, ``xrt.pytorch.ops.native``): its
-    id and the kept kernels its launches name (alive with it; stale with any)."""
-
-    pid: int
-    kept: tuple
-    device: int
-
-    def stale(self) -> bool:
-        return any(k.stale() for k in self.kept)
-
-
 def _native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
                       ) -> torch.Tensor | None:
     """A repeated call on the Triton kernels that autograd records, through the native op: forward
     and backward with no Python (``csrc/attention.cpp``). ``None`` where the caller takes the Python
     path: the library not built yet (it builds in the background), no forward plan for the signature
-    yet, launches that cannot be described, inputs not 16-byte aligned, a kernel that cannot launch now."""
-    key = ("attention-native", *_signature(q, k, v), causal, scale)
-    plan = kernel_providers.kept_plan(key)
-    if plan is None:
-        if not native.ready():  # (starts the build in the background)
-            if native.why() is not None:
-                kernel_providers.keep_plan(key, None)
-            return None
-        plan = _make_native_attention(q, k, v, causal, scale)
-        if plan is None:
-            return None
-        kernel_providers.keep_plan(key, plan or None)
-    if not plan or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 or not plan.kept[0].ready():
+    yet, launches the library cannot take, inputs not 16-byte aligned, a kernel that cannot launch now."""
+    plan = native.kept_plan(("attention-native", *_signature(q, k, v), causal, scale),
+                            lambda: _make_native_attention(q, k, v, causal, scale))
+    if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 or not plan.ready():
         return None
-    return _native_attention_op(q, k, v, plan.pid, _current_stream(plan.device))
+    return native.op("attention")(q, k, v, plan.pid, native.current_stream(plan.device))
 
 
 def _make_native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
-                           ) -> _NativeAttention | bool | None:
+                           ) -> native.Plan | bool | None:
     """The native plan of this signature (``False``: none can be made; ``None``: not yet). The
     backward's plan is made here by one backward on zeros, its gradient laid out as the output (as a
     model's ``out.transpose(1, 2).reshape(B, S, D)`` hands it back), with the config the Python
@@ -273,17 +252,7 @@ def _make_native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
         pid = native.add_attention_plan(q.shape, k.shape[2], device, fwd.heads_inside, strides, [forward], backward)
     except (ValueError, RuntimeError):  # a launch the library cannot take (a parameter it does not pack)
         return False
-    return _NativeAttention(pid, (forward[0].keep, *(spec.keep for spec, _ in backward)), device)
-
-
-def _native_attention_op(*args: Any) -> torch.Tensor:
-    """``torch.ops.xrt_native.attention.default`` (bound at the first call: the library is loaded by then)."""
-    global _native_attention_op
-    _native_attention_op = torch.ops.xrt_native.attention.default
-    return _native_attention_op(*args)
-
-
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
+    return native.Plan(pid, (forward[0].keep, *(spec.keep for spec, _ in backward)), device)
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,

@@ -304,15 +304,8 @@ def _fast(x: Any, ns: Any, w: Any, b: Any, eps: float, provider: str | None) -> 
         nid = plan.make_native()
     if (nid is not False and nid is not None and not (x.data_ptr() | w.data_ptr() | b.data_ptr()) & 15
             and _current_device() == plan.device and not (plan.kind == "triton" and triton_hooks())):
-        return _native_op(x, w, b, float(eps), nid, _current_stream(plan.device))
+        return native.op("layernorm")(x, w, b, float(eps), nid, _current_stream(plan.device))
     return _LeanLayerNorm.apply(x, w, b, plan, float(eps))
-
-
-def _native_op(*args: Any) -> torch.Tensor:
-    """``torch.ops.xrt_native.layernorm.default`` (bound at the first call: the library is loaded by then)."""
-    global _native_op
-    _native_op = torch.ops.xrt_native.layernorm.default
-    return _native_op(*args)
 
 
 _compiling = torch.compiler.is_compiling
@@ -320,7 +313,7 @@ _compiling = torch.compiler.is_compiling
 _floating, _of_dtype, _choose, _compiled_op = _checks.floating, _checks.of_dtype, dispatch.choose, dispatch.compiled
 _grad_enabled = torch.is_grad_enabled
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else lambda: -1
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
+_current_stream = native.current_stream
 
 
 _HOOKS_SET: list[Any] = []

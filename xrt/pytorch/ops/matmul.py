@@ -18,7 +18,7 @@ import importlib
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch.utils import flop_counter
@@ -296,47 +296,24 @@ def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return None if y is None else dispatch.fresh(y, shape)
 
 
-class _NativeLinear(NamedTuple):
-    """A linear's plan in the native op (``xrt_native::linear``, ``xrt.pytorch.ops.native``): its id,
-    the forward's GEMM plan, and the kept kernels its launches name (alive with it; stale with any)."""
-
-    pid: int
-    fwd: Any
-    kept: tuple
-    device: int
-
-    def stale(self) -> bool:
-        return self.fwd.stale() or any(k.stale() for k in self.kept)
-
-
 def _native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """A routed ``F.linear`` that autograd records, on the Triton provider in plain eager PyTorch,
     through the native op: forward and backward with no Python (``csrc/linear.cpp``). Training only:
     a call that autograd does not record costs less through the kept GEMM plan's Python than through
-    the dispatcher and an autograd Function (``benchmarks/linear_host.py``). ``None`` where
-    the caller takes the Python path: the library not built yet (it builds in the background), the
-    signature's first call (it makes the forward's plan), a GEMM that has no single TMA launch (split
-    K, the tiled kernel), a tensor not 16-byte aligned, or a kernel that cannot launch now."""
-    key = _linear_key("linear-native", x, weight, bias)
-    plan = kernel_providers.kept_plan(key)
-    if plan is None:
-        if not native.ready():  # (starts the build in the background)
-            if native.why() is not None:
-                kernel_providers.keep_plan(key, None)
-            return None
-        plan = _make_native_linear(x, weight, bias)
-        if plan is None:
-            return None
-        kernel_providers.keep_plan(key, plan or None)
-    if not plan or (x.data_ptr() | weight.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
+    the dispatcher and an autograd Function (``benchmarks/linear_host.py``). ``None`` where the
+    caller takes the Python path: the library not built yet (it builds in the background), the
+    signature's first call (it makes the forward's plan), a launch the library cannot take, a tensor
+    not 16-byte aligned, or a kernel that cannot launch now."""
+    plan = native.kept_plan(_linear_key("linear-native", x, weight, bias), lambda: _make_native_linear(x, weight, bias))
+    if plan is None or (x.data_ptr() | weight.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
         return None
-    if not plan.fwd.tma.kept.ready():
+    if not plan.ready():
         return None
-    return _native_linear_op(x, weight, bias, plan.pid, _current_stream(plan.device))
+    return native.op("linear")(x, weight, bias, plan.pid, native.current_stream(plan.device))
 
 
 def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-                        ) -> _NativeLinear | bool | None:
+                        ) -> native.Plan | bool | None:
     """The native plan of this signature (``False``: none can be made; ``None``: not yet, the
     forward's GEMM plan is made by the Python path's first call). The backward's GEMMs are run here
     once each on an empty gradient, with the configs the Python backward takes, to describe their
@@ -365,17 +342,7 @@ def _make_native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         pid = native.add_linear_plan(m, n, k, device, bias is not None, tuple(parts), *launches)
     except (ValueError, RuntimeError):  # a launch the library cannot take (a parameter it does not pack)
         return False
-    return _NativeLinear(pid, fwd, tuple(spec.keep for gemm in launches for spec, _ in gemm), device)
-
-
-def _native_linear_op(*args: Any) -> torch.Tensor:
-    """``torch.ops.xrt_native.linear.default`` (bound at the first call: the library is loaded by then)."""
-    global _native_linear_op
-    _native_linear_op = torch.ops.xrt_native.linear.default
-    return _native_linear_op(*args)
-
-
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
+    return native.Plan(pid, tuple(spec.keep for gemm in launches for spec, _ in gemm), device)
 
 
 def _rows_gemm(provider: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -31,13 +31,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from xrt.kernels.launch_spec import Desc, LaunchSpec
+from xrt.pytorch.ops import kernel_providers
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "layernorm.cpp", CSRC / "linear.cpp", CSRC / "attention.cpp")  # one library; each includes launch.h
@@ -297,6 +298,52 @@ def why() -> str | None:
 
 
 # -- plans -----------------------------------------------------------------------------------------
+
+current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)  # (torch's raw stream)
+_OPS: dict[str, Any] = {}
+
+
+def op(name: str) -> Any:
+    """``torch.ops.xrt_native.<name>.default`` (looked up once: the library is loaded by then)."""
+    found = _OPS.get(name)
+    if found is None:
+        found = _OPS[name] = getattr(torch.ops.xrt_native, name).default
+    return found
+
+
+class Plan(NamedTuple):
+    """A signature's plan in one of the library's ops (``linear``, ``attention``): its id, the kept
+    kernels its launches name (alive with it; stale with any, the forward's first), its device."""
+
+    pid: int
+    kept: tuple
+    device: int
+
+    def stale(self) -> bool:
+        return any(k.stale() for k in self.kept)
+
+    def ready(self) -> bool:
+        """Can its forward launch now (no launch hooks, the plan's device current)?"""
+        return self.kept[0].ready()
+
+
+def kept_plan(key: tuple, make: Callable[[], Plan | bool | None]) -> Plan | None:
+    """The native plan kept under ``key`` in the policy state's memo, made by ``make()`` (a
+    :class:`Plan`; ``False``: none can be made; ``None``: not yet) where there is none. ``None``
+    where the caller takes its Python path: no plan, or the library is not built yet (the first call
+    starts its build in the background)."""
+    plan = kernel_providers.kept_plan(key)
+    if plan is None:
+        if not ready():
+            if why() is not None:
+                kernel_providers.keep_plan(key, None)
+            return None
+        plan = make()
+        if plan is None:
+            return None
+        kernel_providers.keep_plan(key, plan or None)
+    return plan or None
+
 
 _FUNCTIONS: dict[tuple[str, str, int], int] = {}
 

@@ -12,7 +12,6 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
-#include <deque>
 
 #include "launch.h"
 
@@ -36,15 +35,7 @@ struct Plan {
   std::vector<Launch> fwd, bwd;
 };
 
-std::mutex plans_mutex;
-std::deque<Plan> plans;  // never shrinks: an id stays valid for the life of the process
-
-const Plan& plan_at(int64_t id) {
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(plans.size()), kOp, ": no plan ", id, " (",
-              count_of(plans.size()), " added)");
-  return plans[static_cast<size_t>(id)];
-}
+Plans<Plan> plans{kOp};
 
 // The spec: [b, h, s_q, s_k, d, device, heads_inside, the 4 strides of q, k, v, out and the gradient,
 // n_fwd, <launch>..., n_bwd, <launch>...].
@@ -67,9 +58,7 @@ int64_t add_attention_plan(std::vector<int64_t> spec) {
   for (int64_t c = r.next("forward launch count"); c > 0; --c) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t c = r.next("backward launch count"); c > 0; --c) p.bwd.push_back(read_launch(r, kBwdSlots));
   r.done();
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  plans.push_back(std::move(p));
-  return static_cast<int64_t>(plans.size()) - 1;
+  return plans.add(std::move(p));
 }
 
 void check_inputs(const Plan& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -88,7 +77,7 @@ void check_inputs(const Plan& p, const at::Tensor& q, const at::Tensor& k, const
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t plan, int64_t stream) {
-    const Plan& p = plan_at(plan);
+    const Plan& p = plans.at(plan);
     check_inputs(p, q, k, v);
     at::Tensor out = p.heads_inside ? at::empty({p.b, p.s_q, p.h, p.d}, q.options()).transpose(1, 2)
                                     : at::empty({p.b, p.h, p.s_q, p.d}, q.options());
@@ -103,7 +92,7 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Plan& p = plan_at(ctx->saved_data["plan"].toInt());
+    const Plan& p = plans.at(ctx->saved_data["plan"].toInt());
     const int64_t stream = ctx->saved_data["stream"].toInt();
     variable_list saved = ctx->get_saved_variables();
     // The launches were planned for one layout of each tensor: a gradient laid out otherwise, or saved

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -159,6 +160,28 @@ inline at::Tensor laid(const at::Tensor& t, const std::vector<int64_t>& strides)
   out.copy_(t);
   return out;
 }
+
+// An op's plans, each kept under its id for the life of the process (the list never shrinks, so an
+// id a graph still holds stays valid).
+template <typename Plan>
+struct Plans {
+  const char* op;
+  std::mutex mutex;
+  std::deque<Plan> list;  // (a deque: adding a plan moves none of the others)
+
+  const Plan& at(int64_t id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(list.size()), op, ": no plan ", id, " (",
+                count_of(list.size()), " added)");
+    return list[static_cast<size_t>(id)];
+  }
+
+  int64_t add(Plan&& p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    list.push_back(std::move(p));
+    return static_cast<int64_t>(list.size()) - 1;
+  }
+};
 
 // -- launches ---------------------------------------------------------------------------------------
 

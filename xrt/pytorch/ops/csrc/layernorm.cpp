@@ -14,7 +14,6 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
-#include <deque>
 
 #include "launch.h"
 
@@ -35,15 +34,7 @@ struct Plan {
   std::vector<Launch> fwd, bwd;
 };
 
-std::mutex plans_mutex;
-std::deque<Plan> plans;  // never shrinks: an id stays valid for the life of the process
-
-const Plan& plan_at(int64_t id) {
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(plans.size()), "xrt_native.layernorm: no plan ", id,
-              " (", count_of(plans.size()), " added)");
-  return plans[static_cast<size_t>(id)];
-}
+Plans<Plan> plans{"xrt_native.layernorm"};
 
 // The spec: [m, n, groups, device, n_fwd, <launch>..., n_bwd, <launch>...] (launch.h's launches).
 int64_t add_plan(std::vector<int64_t> spec) {
@@ -58,9 +49,7 @@ int64_t add_plan(std::vector<int64_t> spec) {
   for (int64_t k = r.next("forward launch count"); k > 0; --k) p.fwd.push_back(read_launch(r, kFwdSlots));
   for (int64_t k = r.next("backward launch count"); k > 0; --k) p.bwd.push_back(read_launch(r, kBwdSlots));
   r.done();
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  plans.push_back(std::move(p));
-  return static_cast<int64_t>(plans.size()) - 1;
+  return plans.add(std::move(p));
 }
 
 // -- the op ----------------------------------------------------------------------------------------
@@ -81,7 +70,7 @@ void check_inputs(const Plan& p, const at::Tensor& x, const at::Tensor& w, const
 struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, int64_t plan, int64_t stream) {
-    const Plan& p = plan_at(plan);
+    const Plan& p = plans.at(plan);
     check_inputs(p, x, weight, bias);
     at::Tensor y = at::empty_like(x);
     at::Tensor stats = at::empty({2, p.m}, x.options().dtype(at::kFloat));
@@ -95,7 +84,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Plan& p = plan_at(ctx->saved_data["plan"].toInt());
+    const Plan& p = plans.at(ctx->saved_data["plan"].toInt());
     const int64_t stream = ctx->saved_data["stream"].toInt();
     variable_list saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];

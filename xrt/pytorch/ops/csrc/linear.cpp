@@ -18,7 +18,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <deque>
 
 #include "launch.h"
 
@@ -41,15 +40,7 @@ struct Plan {
   std::vector<Launch> fwd, dx, dw;
 };
 
-std::mutex plans_mutex;
-std::deque<Plan> plans;  // never shrinks: an id stays valid for the life of the process
-
-const Plan& plan_at(int64_t id) {
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(plans.size()), kOp, ": no plan ", id, " (",
-              count_of(plans.size()), " added)");
-  return plans[static_cast<size_t>(id)];
-}
+Plans<Plan> plans{kOp};
 
 // The spec: [m, n, k, device, bias, part_dx, part_dw, n_fwd, <launch>..., n_dx, <launch>..., n_dw, <launch>...].
 int64_t add_linear_plan(std::vector<int64_t> spec) {
@@ -71,9 +62,7 @@ int64_t add_linear_plan(std::vector<int64_t> spec) {
   for (int64_t c = r.next("dx launch count"); c > 0; --c) p.dx.push_back(read_launch(r, kBwdSlots));
   for (int64_t c = r.next("dw launch count"); c > 0; --c) p.dw.push_back(read_launch(r, kBwdSlots));
   r.done();
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  plans.push_back(std::move(p));
-  return static_cast<int64_t>(plans.size()) - 1;
+  return plans.add(std::move(p));
 }
 
 void check_inputs(const Plan& p, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -96,7 +85,7 @@ void check_inputs(const Plan& p, const at::Tensor& x, const at::Tensor& w, const
 struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& maybe_bias, int64_t plan, int64_t stream) {
-    const Plan& p = plan_at(plan);
+    const Plan& p = plans.at(plan);
     const at::Tensor bias = maybe_bias.has_value() ? *maybe_bias : at::Tensor();
     check_inputs(p, x, weight, bias);
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -128,7 +117,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Plan& p = plan_at(ctx->saved_data["plan"].toInt());
+    const Plan& p = plans.at(ctx->saved_data["plan"].toInt());
     const int64_t stream = ctx->saved_data["stream"].toInt();
     // (without a bias autograd has no edge 2: the inputs that are no tensors have none)
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
